@@ -1,0 +1,30 @@
+"""The long-running processes of the lab, defined once.
+
+The run command (scripts/run_lab.py), the integration tests and docker-compose.yml all start
+the same commands; tests/test_compose.py checks the compose file against these lists.
+"""
+
+from __future__ import annotations
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+DEFAULT_WORKER_CONCURRENCY = 128
+ASGI_APP = "lab_project.asgi:application"
+
+
+def daphne_cmd(host: str = DEFAULT_HOST, port: int | str = DEFAULT_PORT) -> list[str]:
+    """The web process: daphne serving HTTP and websockets."""
+    return ["daphne", "-b", str(host), "-p", str(port), ASGI_APP]
+
+
+def worker_cmd(concurrency: int | str = DEFAULT_WORKER_CONCURRENCY) -> list[str]:
+    """The Celery worker: a thread pool, because bursts spend their time sleeping."""
+    return [
+        "celery", "-A", "lab_project", "worker",
+        "--pool", "threads", "--concurrency", str(concurrency),
+        "--loglevel", "INFO",
+    ]  # fmt: skip
+
+
+DAPHNE_CMD = daphne_cmd()
+WORKER_CMD = worker_cmd()

@@ -1,0 +1,374 @@
+"""Persisted state of the lab (DESIGN section 5).
+
+Only data, choices, constraints and read-side QuerySet methods live here; every change to lab
+state goes through ``labs.services``. Invariants that matter under concurrency (one membership
+per user and class, one active burst per session, unique journal sequence numbers) are database
+constraints, so two processes racing each other get an IntegrityError rather than bad data.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import Q
+from django.urls import reverse
+from django.utils import timezone
+
+JOIN_CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read off a projector
+JOIN_CODE_LENGTH = 8
+JOIN_CODE_REGEX = r"^[A-Z0-9]{8}$"
+
+
+def generate_join_code() -> str:
+    """A random 8-character class join code (uppercase letters and digits)."""
+    return "".join(secrets.choice(JOIN_CODE_ALPHABET) for _ in range(JOIN_CODE_LENGTH))
+
+
+class BreakerState(models.TextChoices):
+    CLOSED = "closed", "closed"
+    OPEN = "open", "open"
+    HALF_OPEN = "half_open", "half-open"
+
+
+# --- Classroom ----------------------------------------------------------------------------
+
+
+class ClassroomQuerySet(models.QuerySet):
+    def for_instructor(self, user) -> ClassroomQuerySet:
+        """Classes ``user`` teaches; a superuser teaches (sees) every class."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_superuser:
+            return self.all()
+        return self.filter(
+            memberships__user=user, memberships__role=Membership.Role.INSTRUCTOR
+        ).distinct()
+
+    def for_student(self, user) -> ClassroomQuerySet:
+        """Classes ``user`` is enrolled in as a student."""
+        if not user.is_authenticated:
+            return self.none()
+        return self.filter(
+            memberships__user=user, memberships__role=Membership.Role.STUDENT
+        ).distinct()
+
+
+class Classroom(models.Model):
+    name = models.CharField(max_length=120)
+    join_code = models.CharField(
+        max_length=JOIN_CODE_LENGTH,
+        unique=True,
+        default=generate_join_code,
+        help_text="8 uppercase letters or digits; students type it when they sign up.",
+    )
+    join_code_expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="Leave empty for a code that never expires."
+    )
+    scenarios = models.ManyToManyField(
+        "Scenario", blank=True, related_name="classrooms", help_text="Scenarios assigned."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ClassroomQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name", "pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(join_code__regex=JOIN_CODE_REGEX), name="classroom_join_code_format"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def save(self, *args, **kwargs):
+        # Normalise, so a code typed in lower case in the admin still matches the constraint.
+        self.join_code = (self.join_code or "").strip().upper()
+        super().save(*args, **kwargs)
+
+    def join_code_is_expired(self, now=None) -> bool:
+        if self.join_code_expires_at is None:
+            return False
+        return (now or timezone.now()) >= self.join_code_expires_at
+
+    def instructors(self):
+        """This class's instructor memberships."""
+        return self.memberships.filter(role=Membership.Role.INSTRUCTOR).select_related("user")
+
+    def get_admin_url(self) -> str:
+        return reverse("admin:labs_classroom_change", args=[self.pk])
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        INSTRUCTOR = "instructor", "instructor"
+        STUDENT = "student", "student"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    classroom = models.ForeignKey(Classroom, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.STUDENT)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["classroom", "role", "user__username"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "classroom"], name="one_membership_per_user_and_class"
+            ),
+            models.CheckConstraint(
+                condition=Q(role__in=["instructor", "student"]), name="membership_role_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.classroom} ({self.role})"
+
+
+# --- Scenario -----------------------------------------------------------------------------
+
+
+def validate_scenario_script(value) -> None:
+    """Field validator: the script must pass the engine's validator (DESIGN section 7).
+
+    A field validator (not ``Model.clean``) so a form that edits the script through its own
+    fields (the admin's, which maps each problem to the field it names) can exclude it.
+    """
+    from labs.engine import validate_scenario
+
+    if not isinstance(value, dict):
+        raise ValidationError("The scenario script must be a JSON object.", code="invalid")
+    problems = validate_scenario(value)
+    if problems:
+        raise ValidationError([ValidationError(str(p), code="invalid_script") for p in problems])
+
+
+class ScenarioQuerySet(models.QuerySet):
+    def active(self) -> ScenarioQuerySet:
+        return self.filter(is_active=True)
+
+
+class Scenario(models.Model):
+    slug = models.SlugField(max_length=64, unique=True)
+    title = models.CharField(max_length=160)
+    description = models.CharField(max_length=300, blank=True)
+    instructions = models.TextField(blank=True, help_text="Markdown, shown beside the lab.")
+    script = models.JSONField(
+        default=dict,
+        validators=[validate_scenario_script],
+        help_text="The scenario script: seed, dependency, policy and steps (DESIGN section 7).",
+    )
+    is_active = models.BooleanField(default=True)
+    position = models.PositiveIntegerField(default=0, help_text="Lower comes first.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ScenarioQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["position", "title", "pk"]
+
+    def __str__(self) -> str:
+        return self.title
+
+    @property
+    def seed(self) -> int:
+        seed = self.script.get("seed", 0) if isinstance(self.script, dict) else 0
+        return seed if isinstance(seed, int) else 0
+
+
+# --- LabSession ---------------------------------------------------------------------------
+
+
+class LabSessionQuerySet(models.QuerySet):
+    def visible_to(self, user) -> LabSessionQuerySet:
+        """Sessions ``user`` may look at: their own, their classes' (as instructor), or all
+        for a superuser."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_superuser:
+            return self.all()
+        return self.filter(
+            Q(owner=user)
+            | Q(
+                classroom__memberships__user=user,
+                classroom__memberships__role=Membership.Role.INSTRUCTOR,
+            )
+        ).distinct()
+
+    def for_instructor(self, user) -> LabSessionQuerySet:
+        """Sessions in the classes ``user`` teaches (every session for a superuser)."""
+        return self.filter(classroom__in=Classroom.objects.for_instructor(user))
+
+
+class LabSession(models.Model):
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="lab_sessions"
+    )
+    classroom = models.ForeignKey(Classroom, on_delete=models.CASCADE, related_name="lab_sessions")
+    scenario = models.ForeignKey(Scenario, on_delete=models.PROTECT, related_name="lab_sessions")
+    dependency = models.JSONField(default=dict, help_text="Canonical dependency settings.")
+    policy = models.JSONField(default=dict, help_text="Canonical client policy.")
+    seed = models.BigIntegerField(default=0)
+    breaker_snapshot = models.JSONField(default=dict, blank=True)
+    next_call_no = models.PositiveIntegerField(default=1)
+    next_seq = models.PositiveBigIntegerField(
+        default=1, help_text="The next journal sequence number."
+    )
+    burst_count = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = LabSessionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["classroom", "owner__username", "scenario__position", "pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "classroom", "scenario"], name="one_session_per_student_scenario"
+            ),
+            models.CheckConstraint(
+                condition=Q(next_call_no__gte=1), name="session_next_call_no_gte_1"
+            ),
+            models.CheckConstraint(condition=Q(next_seq__gte=1), name="session_next_seq_gte_1"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.owner} / {self.scenario} ({self.classroom})"
+
+    def get_absolute_url(self) -> str:
+        return reverse("labs:session_detail", args=[self.pk])
+
+    @property
+    def breaker_state(self) -> str:
+        state = (self.breaker_snapshot or {}).get("state", BreakerState.CLOSED)
+        return state if state in BreakerState.values else BreakerState.CLOSED
+
+
+# --- Burst --------------------------------------------------------------------------------
+
+
+class Burst(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued", "queued"
+        RUNNING = "running", "running"
+        DONE = "done", "done"
+        INTERRUPTED = "interrupted", "interrupted"
+        FAILED = "failed", "failed"
+
+    ACTIVE_STATUSES = (Status.QUEUED, Status.RUNNING)
+
+    session = models.ForeignKey(LabSession, on_delete=models.CASCADE, related_name="bursts")
+    number = models.PositiveIntegerField(help_text="Per session, from 1.")
+    size = models.PositiveSmallIntegerField()
+    concurrency = models.PositiveSmallIntegerField(default=1)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    first_call_no = models.PositiveIntegerField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    worker = models.CharField(max_length=200, blank=True)
+    summary = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["session", "-number"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session", "number"], name="burst_number_unique_per_session"
+            ),
+            # At most one queued-or-running burst per session: the second concurrent "Run burst"
+            # loses at the database even if two requests pass the service's check together.
+            models.UniqueConstraint(
+                fields=["session"],
+                condition=Q(status__in=["queued", "running"]),
+                name="one_active_burst_per_session",
+            ),
+            models.CheckConstraint(
+                condition=Q(size__gte=1, size__lte=20), name="burst_size_1_to_20"
+            ),
+            models.CheckConstraint(
+                condition=Q(concurrency__gte=1, concurrency__lte=10),
+                name="burst_concurrency_1_to_10",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=["queued", "running", "done", "interrupted", "failed"]),
+                name="burst_status_valid",
+            ),
+            models.CheckConstraint(condition=Q(number__gte=1), name="burst_number_gte_1"),
+        ]
+
+    def __str__(self) -> str:
+        return f"burst {self.number} of session {self.session_id} ({self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in self.ACTIVE_STATUSES
+
+
+# --- JournalEvent -------------------------------------------------------------------------
+
+
+class JournalEventQuerySet(models.QuerySet):
+    def after(self, seq: int) -> JournalEventQuerySet:
+        """Events after sequence number ``seq``, oldest first (a reconnecting page's replay)."""
+        return self.filter(seq__gt=seq).order_by("seq")
+
+    def newest(self, limit: int) -> JournalEventQuerySet:
+        return self.order_by("-seq")[:limit]
+
+
+class JournalEvent(models.Model):
+    session = models.ForeignKey(LabSession, on_delete=models.CASCADE, related_name="journal")
+    seq = models.PositiveBigIntegerField()
+    burst = models.ForeignKey(
+        Burst, on_delete=models.SET_NULL, null=True, blank=True, related_name="events"
+    )
+    kind = models.CharField(max_length=32)
+    created_at = models.DateTimeField(default=timezone.now)
+    t_ms = models.FloatField(default=0.0, help_text="Engine clock time of the event, in ms.")
+    call_no = models.PositiveIntegerField(null=True, blank=True)
+    attempt_no = models.PositiveIntegerField(null=True, blank=True)
+    outcome = models.CharField(max_length=32, blank=True)
+    error = models.CharField(max_length=32, blank=True)
+    latency_ms = models.FloatField(null=True, blank=True)
+    backoff_ms = models.FloatField(null=True, blank=True)
+    state_from = models.CharField(max_length=16, blank=True)
+    state_to = models.CharField(max_length=16, blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    message = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    objects = JournalEventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-seq"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session", "seq"], name="journal_seq_unique_per_session"
+            ),
+            models.CheckConstraint(condition=Q(seq__gte=1), name="journal_seq_gte_1"),
+        ]
+        indexes = [models.Index(fields=["session", "-seq"], name="journal_session_seq_desc")]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.kind} (session {self.session_id})"
