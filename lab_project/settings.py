@@ -108,7 +108,8 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": LAB_DATA_DIR / "db.sqlite3",
+            # LAB_SQLITE_PATH: tests point the worker and daphne they start at the test database.
+            "NAME": Path(env_str("LAB_SQLITE_PATH", str(LAB_DATA_DIR / "db.sqlite3"))),
             "OPTIONS": {
                 "timeout": 20,
                 "transaction_mode": "IMMEDIATE",
@@ -133,6 +134,17 @@ REDIS_DB_BASE = env_int("REDIS_DB_BASE", 0, min_value=0, max_value=12)
 CELERY_BROKER_URL = redis_db_url(REDIS_URL, REDIS_DB_BASE + 0)
 CHANNEL_LAYER_REDIS_URL = redis_db_url(REDIS_URL, REDIS_DB_BASE + 1)
 LAB_ENGINE_REDIS_URL = redis_db_url(REDIS_URL, REDIS_DB_BASE + 2)
+CACHE_REDIS_URL = redis_db_url(REDIS_URL, REDIS_DB_BASE + 3)
+
+# Short-lived things that must not reach the database (a roster's one-time passwords between
+# the import page and its one download) live in this cache, with a TTL.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": CACHE_REDIS_URL,
+        "KEY_PREFIX": "fl",
+    }
+}
 
 CHANNEL_LAYERS = {
     "default": {

@@ -139,10 +139,10 @@ def validate_scenario_script(value) -> None:
     A field validator (not ``Model.clean``) so a form that edits the script through its own
     fields (the admin's, which maps each problem to the field it names) can exclude it.
     """
-    from labs.engine import validate_scenario
-
     if not isinstance(value, dict):
         raise ValidationError("The scenario script must be a JSON object.", code="invalid")
+    from labs.engine import validate_scenario
+
     problems = validate_scenario(value)
     if problems:
         raise ValidationError([ValidationError(str(p), code="invalid_script") for p in problems])

@@ -1,0 +1,481 @@
+"""The back office.
+
+Superusers see everything. Instructors are staff users in the "Instructors" group: the group
+grants model permissions, and every admin here that holds class data narrows its queryset to
+the instructor's own classes and refuses objects outside it (404), whatever URL is typed.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.cache import cache
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Q
+from django.forms.models import BaseInlineFormSet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+from django.utils.text import slugify
+
+from labs.forms import RosterImportForm, ScenarioAdminForm
+from labs.models import Burst, Classroom, JournalEvent, LabSession, Membership, Scenario
+from labs.selectors import scenario_run_virtual
+from labs.services.accounts import (
+    RosterError,
+    classroom_regenerate_join_code,
+    instructor_enrol,
+    roster_accounts_csv,
+    roster_import,
+)
+
+ROSTER_PASSWORDS_TTL_S = 15 * 60
+ROSTER_SESSION_KEY = "labs.roster_download"
+JOURNAL_INLINE_LIMIT = 100
+BURST_INLINE_LIMIT = 20
+
+
+class InstructorScopedAdmin(admin.ModelAdmin):
+    """An admin whose rows belong to a classroom, reached through ``classroom_path``.
+
+    Non-superusers see and change only rows of the classes they teach. An object outside that
+    scope answers 404 on its change, delete and history pages, the same as a missing one, so
+    the ids of other classes' rows are not even confirmed to exist.
+    """
+
+    classroom_path = "classroom"
+
+    def get_queryset(self, request):
+        qs = super().get_queryset(request)
+        if request.user.is_superuser:
+            return qs
+        classrooms = Classroom.objects.for_instructor(request.user)
+        if not self.classroom_path:
+            return qs.filter(pk__in=classrooms.values("pk"))
+        return qs.filter(**{f"{self.classroom_path}__in": classrooms.values("pk")})
+
+    def in_scope(self, request, obj) -> bool:
+        if obj is None or request.user.is_superuser:
+            return True
+        return self.get_queryset(request).filter(pk=obj.pk).exists()
+
+    def has_view_permission(self, request, obj=None):
+        return super().has_view_permission(request, obj) and self.in_scope(request, obj)
+
+    def has_change_permission(self, request, obj=None):
+        return super().has_change_permission(request, obj) and self.in_scope(request, obj)
+
+    def has_delete_permission(self, request, obj=None):
+        return super().has_delete_permission(request, obj) and self.in_scope(request, obj)
+
+    def get_scoped_object_or_404(self, request, object_id):
+        obj = self.get_object(request, unquote(str(object_id)))
+        if obj is None:
+            raise Http404(f"No {self.opts.verbose_name} with id {object_id!r} in your classes.")
+        return obj
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        self.get_scoped_object_or_404(request, object_id)
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def delete_view(self, request, object_id, extra_context=None):
+        self.get_scoped_object_or_404(request, object_id)
+        return super().delete_view(request, object_id, extra_context)
+
+    def history_view(self, request, object_id, extra_context=None):
+        self.get_scoped_object_or_404(request, object_id)
+        return super().history_view(request, object_id, extra_context)
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        # An instructor may only point rows at their own classes.
+        if db_field.related_model is Classroom and not request.user.is_superuser:
+            kwargs["queryset"] = Classroom.objects.for_instructor(request.user)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+
+class ReadOnlyInlineMixin:
+    """An inline that only shows rows: no add, change or delete, whatever the permissions."""
+
+    can_delete = False
+    extra = 0
+    max_num = 0
+    show_change_link = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.fields
+
+
+def limited_formset(limit: int) -> type[BaseInlineFormSet]:
+    """An inline formset showing only the first ``limit`` rows of its (ordered) queryset."""
+
+    class LimitedFormSet(BaseInlineFormSet):
+        def get_queryset(self):
+            if not hasattr(self, "_limited_queryset"):
+                self._limited_queryset = super().get_queryset()[:limit]
+            return self._limited_queryset
+
+    return LimitedFormSet
+
+
+# --- Scenario -----------------------------------------------------------------------------
+
+
+@admin.register(Scenario)
+class ScenarioAdmin(admin.ModelAdmin):
+    form = ScenarioAdminForm
+    list_display = ["title", "slug", "is_active", "position", "class_count", "updated_at"]
+    list_editable = ["is_active", "position"]
+    list_filter = ["is_active"]
+    search_fields = ["title", "slug", "description"]
+    prepopulated_fields = {"slug": ["title"]}
+    readonly_fields = ["created_at", "updated_at"]
+    actions = ["run_in_virtual_time"]
+    fieldsets = [
+        (None, {"fields": ["title", "slug", "description", "is_active", "position"]}),
+        ("Instructions (Markdown)", {"fields": ["instructions"]}),
+        (
+            "Script",
+            {
+                "fields": ["seed", "dependency", "policy", "steps"],
+                "description": "Checked by the engine's validator: each problem is shown "
+                "beside the part of the script it names.",
+            },
+        ),
+        ("History", {"fields": ["created_at", "updated_at"], "classes": ["collapse"]}),
+    ]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(_class_count=Count("classrooms"))
+
+    @admin.display(description="classes", ordering="_class_count")
+    def class_count(self, obj) -> int:
+        return obj._class_count
+
+    def get_urls(self):
+        urls = [
+            path(
+                "<path:object_id>/run/",
+                self.admin_site.admin_view(self.run_view),
+                name="labs_scenario_run",
+            )
+        ]
+        return urls + super().get_urls()
+
+    @admin.action(description="Run in virtual time", permissions=["view"])
+    def run_in_virtual_time(self, request, queryset):
+        runs = [scenario_run_virtual(scenario=s) for s in queryset.order_by("position", "pk")[:10]]
+        return self._render_runs(request, runs)
+
+    def run_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        scenario = self.get_object(request, unquote(object_id))
+        if scenario is None:
+            raise Http404("No such scenario.")
+        return self._render_runs(request, [scenario_run_virtual(scenario=scenario)])
+
+    def _render_runs(self, request, runs) -> TemplateResponse:
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Run in virtual time",
+            "runs": runs,
+        }
+        return TemplateResponse(request, "admin/labs/scenario/run_results.html", context)
+
+
+# --- Classroom ----------------------------------------------------------------------------
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    fields = ["user", "role", "created_at"]
+    readonly_fields = ["created_at"]
+    raw_id_fields = ["user"]
+
+
+@admin.register(Classroom)
+class ClassroomAdmin(InstructorScopedAdmin):
+    classroom_path = ""
+    inlines = [MembershipInline]
+    list_display = [
+        "name",
+        "join_code",
+        "join_code_expires_at",
+        "student_count",
+        "instructor_names",
+        "created_at",
+    ]
+    search_fields = ["name", "join_code"]
+    filter_horizontal = ["scenarios"]
+    readonly_fields = ["created_at"]
+    fields = ["name", "join_code", "join_code_expires_at", "scenarios", "created_at"]
+    actions = ["regenerate_join_codes"]
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(_students=Count("memberships", filter=Q(memberships__role="student")))
+        )
+
+    @admin.display(description="students", ordering="_students")
+    def student_count(self, obj) -> int:
+        return obj._students
+
+    @admin.display(description="instructors")
+    def instructor_names(self, obj) -> str:
+        return ", ".join(m.user.get_username() for m in obj.instructors()) or "—"
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if not change and not request.user.is_superuser:
+            # An instructor who creates a class teaches it (and so keeps seeing it).
+            instructor_enrol(user=request.user, classroom=obj)
+
+    @admin.action(description="Give the selected classes new join codes", permissions=["change"])
+    def regenerate_join_codes(self, request, queryset):
+        for classroom in queryset:
+            code = classroom_regenerate_join_code(classroom=classroom)
+            self.message_user(request, f"{classroom}: new join code {code}.", messages.SUCCESS)
+
+    def get_urls(self):
+        urls = [
+            path(
+                "<path:object_id>/roster/",
+                self.admin_site.admin_view(self.roster_import_view),
+                name="labs_classroom_roster",
+            ),
+            path(
+                "<path:object_id>/roster/passwords.csv",
+                self.admin_site.admin_view(self.roster_download_view),
+                name="labs_classroom_roster_download",
+            ),
+        ]
+        return urls + super().get_urls()
+
+    def _roster_classroom(self, request, object_id) -> Classroom:
+        classroom = self.get_scoped_object_or_404(request, object_id)
+        if not request.user.has_perm("labs.add_membership"):
+            raise PermissionDenied
+        return classroom
+
+    def roster_import_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Import a roster CSV; show the created accounts' one-time passwords once.
+
+        The passwords are never stored: they are put in the cache (Redis, 15 minutes) under a
+        random token kept in this user's session, for exactly one CSV download.
+        """
+        classroom = self._roster_classroom(request, object_id)
+        accounts = None
+        if request.method == "POST":
+            form = RosterImportForm(request.POST, request.FILES)
+            if form.is_valid():
+                try:
+                    accounts = roster_import(classroom=classroom, text=form.cleaned_data["text"])
+                except RosterError as exc:
+                    for message in exc.errors:
+                        form.add_error(None, message)
+            if accounts is not None:
+                token = secrets.token_urlsafe(24)
+                cache.set(
+                    f"roster-passwords:{token}",
+                    {
+                        "classroom": classroom.pk,
+                        "user": request.user.pk,
+                        "accounts": [a.__dict__ for a in accounts],
+                    },
+                    timeout=ROSTER_PASSWORDS_TTL_S,
+                )
+                request.session[ROSTER_SESSION_KEY] = token
+                self.log_change(
+                    request, classroom, f"Imported a roster of {len(accounts)} students."
+                )
+        else:
+            form = RosterImportForm()
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "original": classroom,
+            "classroom": classroom,
+            "title": f"Import roster: {classroom}",
+            "form": form,
+            "accounts": accounts,
+            "ttl_minutes": ROSTER_PASSWORDS_TTL_S // 60,
+        }
+        return TemplateResponse(request, "admin/labs/classroom/roster_import.html", context)
+
+    def roster_download_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The one download of the last imported roster's passwords (POST: it consumes them)."""
+        classroom = self._roster_classroom(request, object_id)
+        change_url = reverse("admin:labs_classroom_change", args=[classroom.pk])
+        if request.method != "POST":
+            return redirect(change_url)
+        token = request.session.pop(ROSTER_SESSION_KEY, None)
+        key = f"roster-passwords:{token}"
+        payload = cache.get(key) if token else None
+        # delete() tells who removed the key, so two racing downloads cannot both get it.
+        if (
+            not payload
+            or payload["classroom"] != classroom.pk
+            or payload["user"] != request.user.pk
+            or not cache.delete(key)
+        ):
+            self.message_user(
+                request,
+                "Those passwords are gone: they can be downloaded once, within "
+                f"{ROSTER_PASSWORDS_TTL_S // 60} minutes of the import. Set a new password "
+                "for a student from their account if needed.",
+                messages.WARNING,
+            )
+            return redirect(change_url)
+        response = HttpResponse(
+            roster_accounts_csv(payload["accounts"]), content_type="text/csv; charset=utf-8"
+        )
+        filename = f"{slugify(classroom.name) or 'class'}-passwords.csv"
+        response["Content-Disposition"] = f'attachment; filename="{filename}"'
+        response["Cache-Control"] = "no-store"
+        return response
+
+
+@admin.register(Membership)
+class MembershipAdmin(InstructorScopedAdmin):
+    list_display = ["user", "full_name", "classroom", "role", "created_at"]
+    list_filter = ["role", ("classroom", admin.RelatedOnlyFieldListFilter)]
+    search_fields = ["user__username", "user__first_name", "user__last_name", "user__email"]
+    raw_id_fields = ["user"]
+    list_select_related = ["user", "classroom"]
+
+    @admin.display(description="name")
+    def full_name(self, obj) -> str:
+        return obj.user.get_full_name()
+
+
+# --- Lab sessions -------------------------------------------------------------------------
+
+
+class JournalEventInline(ReadOnlyInlineMixin, admin.TabularInline):
+    model = JournalEvent
+    verbose_name = "journal event"
+    verbose_name_plural = f"journal (newest first, at most {JOURNAL_INLINE_LIMIT})"
+    fields = [
+        "seq",
+        "created_at",
+        "kind",
+        "call_no",
+        "attempt_no",
+        "outcome",
+        "error",
+        "latency_ms",
+        "backoff_ms",
+        "state_from",
+        "state_to",
+        "message",
+    ]
+    ordering = ["-seq"]
+    formset = limited_formset(JOURNAL_INLINE_LIMIT)
+
+
+class BurstInline(ReadOnlyInlineMixin, admin.TabularInline):
+    model = Burst
+    verbose_name_plural = f"bursts (newest first, at most {BURST_INLINE_LIMIT})"
+    fields = [
+        "number",
+        "status",
+        "size",
+        "concurrency",
+        "first_call_no",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "summary",
+        "error",
+    ]
+    ordering = ["-number"]
+    formset = limited_formset(BURST_INLINE_LIMIT)
+
+
+@admin.register(LabSession)
+class LabSessionAdmin(InstructorScopedAdmin):
+    list_display = [
+        "owner",
+        "classroom",
+        "scenario",
+        "breaker_badge",
+        "burst_count",
+        "next_call_no",
+        "updated_at",
+    ]
+    list_filter = [("classroom", admin.RelatedOnlyFieldListFilter), "scenario"]
+    search_fields = ["owner__username", "owner__first_name", "owner__last_name"]
+    list_select_related = ["owner", "classroom", "scenario"]
+    inlines = [BurstInline, JournalEventInline]
+    # Lab state changes only through labs.services (bursts, resets, faults), never by hand.
+    readonly_fields = [
+        "owner",
+        "classroom",
+        "scenario",
+        "dependency",
+        "policy",
+        "seed",
+        "breaker_snapshot",
+        "next_call_no",
+        "next_seq",
+        "burst_count",
+        "created_at",
+        "updated_at",
+    ]
+    fields = readonly_fields
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.display(description="breaker")
+    def breaker_badge(self, obj) -> str:
+        state = obj.breaker_state
+        return format_html(
+            '<span class="breaker breaker-{}">{}</span>', state, state.replace("_", "-")
+        )
+
+
+@admin.register(JournalEvent)
+class JournalEventAdmin(InstructorScopedAdmin):
+    classroom_path = "session__classroom"
+    list_display = [
+        "seq",
+        "session",
+        "kind",
+        "call_no",
+        "attempt_no",
+        "outcome",
+        "state_from",
+        "state_to",
+        "created_at",
+    ]
+    list_filter = ["kind", ("session__classroom", admin.RelatedOnlyFieldListFilter)]
+    list_select_related = ["session__owner", "session__scenario", "session__classroom"]
+    search_fields = ["session__owner__username", "message"]
+    ordering = ["session", "-seq"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -1,0 +1,286 @@
+"""Account services: join codes, student sign-up and roster import.
+
+Every function validates before it writes and writes inside one transaction, so a refused
+sign-up or a roster with one bad line leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import secrets
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.contrib.auth.validators import UnicodeUsernameValidator
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+from django.db import transaction
+from django.utils import timezone
+from django.utils.formats import date_format
+
+from labs.models import Classroom, Membership, generate_join_code
+
+INSTRUCTORS_GROUP = "Instructors"
+ROSTER_MAX_ROWS = 500
+# No l/1, o/0: passwords are read aloud or off paper.
+PASSWORD_ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # noqa: S105
+
+
+class JoinCodeError(ValueError):
+    """A join code that names no class, or whose class stopped accepting it."""
+
+
+def normalize_join_code(code: str) -> str:
+    return "".join(code.split()).upper()
+
+
+def classroom_for_join_code(code: str, *, now=None) -> Classroom:
+    """The class whose join code is ``code`` (case and spaces ignored).
+
+    Raises JoinCodeError with a sentence a student can act on when no class has the code or
+    the code has expired.
+    """
+    normalized = normalize_join_code(code)
+    classroom = Classroom.objects.filter(join_code=normalized).first()
+    if classroom is None:
+        raise JoinCodeError("No class has this join code. Check it with your instructor.")
+    if classroom.join_code_is_expired(now):
+        when = date_format(timezone.localtime(classroom.join_code_expires_at), "DATETIME_FORMAT")
+        raise JoinCodeError(f"This join code expired on {when}. Ask your instructor for a new one.")
+    return classroom
+
+
+def student_signup(
+    *,
+    username: str,
+    password: str,
+    join_code: str,
+    first_name: str = "",
+    last_name: str = "",
+    email: str = "",
+):
+    """Create a student account and enrol it in the class that ``join_code`` names.
+
+    The password must already be validated (the form does it with the user's attributes).
+    Raises JoinCodeError for a wrong or expired code; nothing is created then.
+    """
+    User = get_user_model()
+    with transaction.atomic():
+        classroom = classroom_for_join_code(join_code)
+        user = User(username=username, first_name=first_name, last_name=last_name, email=email)
+        user.set_password(password)
+        user.save()
+        Membership.objects.create(user=user, classroom=classroom, role=Membership.Role.STUDENT)
+    return user
+
+
+def classroom_regenerate_join_code(*, classroom: Classroom) -> str:
+    """Give ``classroom`` a fresh join code (the old one stops working at once)."""
+    for _ in range(10):
+        code = generate_join_code()
+        if not Classroom.objects.filter(join_code=code).exists():
+            break
+    classroom.join_code = code
+    classroom.save(update_fields=["join_code"])
+    return code
+
+
+def instructor_enrol(*, user, classroom: Classroom) -> Membership:
+    """Make ``user`` an instructor of ``classroom``: staff, in the Instructors group."""
+    if not user.is_staff:
+        user.is_staff = True
+        user.save(update_fields=["is_staff"])
+    group, _ = Group.objects.get_or_create(name=INSTRUCTORS_GROUP)
+    user.groups.add(group)
+    membership, _ = Membership.objects.update_or_create(
+        user=user, classroom=classroom, defaults={"role": Membership.Role.INSTRUCTOR}
+    )
+    return membership
+
+
+# --- Roster import ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RosterRow:
+    line: int
+    username: str
+    full_name: str
+    email: str
+
+    @property
+    def first_name(self) -> str:
+        return self.full_name.split(None, 1)[0] if self.full_name else ""
+
+    @property
+    def last_name(self) -> str:
+        parts = self.full_name.split(None, 1)
+        return parts[1] if len(parts) > 1 else ""
+
+
+@dataclass(frozen=True)
+class RosterAccount:
+    """A created account with its one-time password (plaintext: never stored)."""
+
+    username: str
+    full_name: str
+    email: str
+    password: str
+
+
+class RosterError(ValueError):
+    """A roster with bad lines; ``errors`` lists one message per bad line, by line number."""
+
+    def __init__(self, errors: list[str]):
+        super().__init__("; ".join(errors))
+        self.errors = errors
+
+
+def generate_password(length: int = 12) -> str:
+    """A random one-time password, grouped in fours for reading off a sheet: ``abcd-efgh-jkmn``."""
+    raw = "".join(secrets.choice(PASSWORD_ALPHABET) for _ in range(length))
+    return "-".join(raw[i : i + 4] for i in range(0, length, 4))
+
+
+def _looks_like_header(cells: list[str]) -> bool:
+    return bool(cells) and cells[0].strip().lower() in {"username", "user", "login"}
+
+
+def roster_parse(text: str) -> list[RosterRow]:
+    """Parse a roster CSV (username, full name, email; a header row is optional).
+
+    Returns the rows, or raises RosterError listing every bad line by its number (1-based,
+    as a spreadsheet counts): wrong number of columns, malformed or taken username, a
+    username repeated in the file, a malformed email, a missing name. Blank lines are skipped.
+    """
+    User = get_user_model()
+    username_validator = UnicodeUsernameValidator()
+    max_length = User._meta.get_field("username").max_length
+    errors: list[str] = []
+    rows: list[RosterRow] = []
+    first_line_seen: dict[str, int] = {}
+
+    reader = csv.reader(io.StringIO(text))
+    for index, cells in enumerate(reader):
+        line = reader.line_num
+        if not cells or all(not c.strip() for c in cells):
+            continue
+        if index == 0 and _looks_like_header(cells):
+            continue
+        if len(cells) != 3:
+            errors.append(
+                f"Line {line}: expected 3 columns (username, full name, email), got {len(cells)}."
+            )
+            continue
+        username, full_name, email = (c.strip() for c in cells)
+        problems: list[str] = []
+        if not username:
+            problems.append("the username is empty")
+        elif len(username) > max_length:
+            problems.append(f"the username is longer than {max_length} characters")
+        else:
+            try:
+                username_validator(username)
+            except ValidationError:
+                problems.append(
+                    f"the username {username!r} may contain only letters, digits and @.+-_"
+                )
+        if not full_name:
+            problems.append("the full name is empty")
+        if email:
+            try:
+                validate_email(email)
+            except ValidationError:
+                problems.append(f"{email!r} is not a valid email address")
+        key = username.lower()
+        if username and key in first_line_seen:
+            problems.append(
+                f"the username {username!r} already appears on line {first_line_seen[key]}"
+            )
+        elif username:
+            first_line_seen[key] = line
+        if problems:
+            errors.append(f"Line {line}: " + "; ".join(problems) + ".")
+            continue
+        rows.append(RosterRow(line=line, username=username, full_name=full_name, email=email))
+
+    if rows:
+        taken = set(
+            User.objects.filter(username__in=[r.username for r in rows]).values_list(
+                "username", flat=True
+            )
+        )
+        for row in rows:
+            if row.username in taken:
+                errors.append(f"Line {row.line}: the username {row.username!r} is already taken.")
+    if not rows and not errors:
+        errors.append("The roster has no student rows.")
+    if len(rows) > ROSTER_MAX_ROWS:
+        errors.append(f"The roster has {len(rows)} rows; at most {ROSTER_MAX_ROWS} at a time.")
+    if errors:
+        errors.sort(key=_line_number)
+        raise RosterError(errors)
+    return rows
+
+
+def _line_number(message: str) -> int:
+    if message.startswith("Line "):
+        number = message[5:].split(":", 1)[0]
+        if number.isdigit():
+            return int(number)
+    return 10**9
+
+
+def roster_import(*, classroom: Classroom, text: str) -> list[RosterAccount]:
+    """Create a student account per roster row, enrolled in ``classroom``.
+
+    All or nothing: a bad line raises RosterError before anything is written, and a clash
+    discovered while writing (a username taken meanwhile) rolls the whole import back.
+    Returns the accounts with their generated one-time passwords; the caller shows them once
+    and must not persist them (only the password hashes are stored).
+    """
+    User = get_user_model()
+    rows = roster_parse(text)
+    accounts: list[RosterAccount] = []
+    with transaction.atomic():
+        for row in rows:
+            password = generate_password()
+            user = User(
+                username=row.username,
+                first_name=row.first_name,
+                last_name=row.last_name,
+                email=row.email,
+            )
+            user.set_password(password)
+            user.save()
+            Membership.objects.create(user=user, classroom=classroom, role=Membership.Role.STUDENT)
+            accounts.append(
+                RosterAccount(
+                    username=row.username,
+                    full_name=row.full_name,
+                    email=row.email,
+                    password=password,
+                )
+            )
+    return accounts
+
+
+def roster_accounts_csv(accounts: list[RosterAccount] | list[dict]) -> str:
+    """The accounts as CSV (username, full name, email, password) for the one download."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["username", "full name", "email", "password"])
+    for acc in accounts:
+        if isinstance(acc, dict):
+            cells = [acc["username"], acc["full_name"], acc["email"], acc["password"]]
+        else:
+            cells = [acc.username, acc.full_name, acc.email, acc.password]
+        writer.writerow([_spreadsheet_safe(c) for c in cells])
+    return out.getvalue()
+
+
+def _spreadsheet_safe(cell: str) -> str:
+    # A cell starting with = + - @ is a formula to a spreadsheet (CSV injection).
+    return f"'{cell}" if cell[:1] in {"=", "+", "-", "@"} else cell
