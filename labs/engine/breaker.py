@@ -1,0 +1,386 @@
+"""The circuit breaker: a two-step surface over a store's atomic state machine.
+
+``allow()`` answers before a call: a :class:`Permit` (carrying the generation it was issued
+in, and a probe lease in half-open) or a :class:`Rejection` saying why. ``record(permit,
+outcome)`` reports the result: ``"success"``, ``"failure"`` or ``"ignored"`` (the call says
+nothing about the dependency; an ignored probe frees its slot and counts for nothing).
+
+States: CLOSED (calls pass, failures are counted) -> OPEN (calls rejected until the cooldown
+has elapsed) -> HALF_OPEN (at most ``half_open_max_probes`` probe calls in flight; the
+required successes close it, any probe failure re-opens it with a fresh cooldown). The
+state is read at the clock's now: an OPEN breaker whose cooldown has elapsed reads
+HALF_OPEN. The cooldown edge is inclusive: at exactly ``opened_at + cooldown`` the breaker
+is half-open.
+
+Every transition bumps a generation number. A result recorded with a permit from an older
+generation changes nothing (it describes a world that no longer exists), except that a
+probe lease it still holds is released.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple, TypeVar
+
+from labs.engine.clock import Clock
+from labs.engine.config import BreakerConfig
+from labs.engine.events import Event, Sink, fmt_ms, fmt_seconds
+from labs.engine.stores.base import (
+    ADMIT,
+    CLOSED,
+    OPENED,
+    PROBE,
+    REJECT_OPEN,
+    REOPENED,
+    STALE,
+    BreakerSpec,
+    Store,
+    effective_state,
+)
+
+__all__ = [
+    "HALF_OPEN",
+    "OPEN",
+    "STATE_CLOSED",
+    "Breaker",
+    "CircuitOpenError",
+    "Outcome",
+    "Permit",
+    "Recorded",
+    "Rejection",
+]
+
+STATE_CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
+Outcome = Literal["success", "failure", "ignored"]
+_OUTCOME_CODE = {"success": "s", "failure": "f", "ignored": "i"}
+_LABEL = {"closed": "CLOSED", "open": "OPEN", "half_open": "HALF-OPEN"}
+T = TypeVar("T")
+
+
+class Recorded(NamedTuple):
+    """What :meth:`Breaker.record` did: counted or not (stale), and the new state if it moved."""
+
+    applied: bool
+    transition: str | None
+
+
+_STALE = Recorded(False, None)
+_COUNTED = Recorded(True, None)
+_TO_OPEN = Recorded(True, "open")
+_TO_CLOSED = Recorded(True, "closed")
+
+
+class Permit:
+    """Leave to make one call. Truthy. ``probe`` is True for a half-open probe."""
+
+    __slots__ = ("burst", "call", "generation", "probe", "slot", "token")
+
+    def __init__(
+        self,
+        generation: int,
+        probe: bool = False,
+        slot: int = -1,
+        token: str = "",
+        call: int | None = None,
+        burst: int | None = None,
+    ) -> None:
+        self.generation = generation
+        self.probe = probe
+        self.slot = slot
+        self.token = token
+        self.call = call
+        self.burst = burst
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        kind = f"probe slot {self.slot}" if self.probe else "closed"
+        return f"Permit(generation={self.generation}, {kind}, call={self.call})"
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A refused call. Falsy. ``reason`` is ``"open"`` or ``"half_open"`` (all probe slots
+    taken); ``retry_in_ms`` is the cooldown left when open (None if forced open or half-open)."""
+
+    reason: Literal["open", "half_open"]
+    generation: int
+    retry_in_ms: float | None
+    explain: str
+
+    def __bool__(self) -> bool:
+        return False
+
+
+class CircuitOpenError(RuntimeError):
+    """Raised by :meth:`Breaker.call` when the breaker rejects the call."""
+
+    def __init__(self, rejection: Rejection) -> None:
+        self.rejection = rejection
+        super().__init__(rejection.explain)
+
+
+class Breaker:
+    """A circuit breaker whose state lives in ``store`` (memory or Redis).
+
+    Any number of Breaker objects (threads, processes) may share one store's state; each
+    decision is one atomic store operation. ``rng`` only draws the cooldown jitter.
+    Transitions are emitted to ``sink`` as ``transition`` events with a reason.
+    """
+
+    def __init__(
+        self,
+        config: BreakerConfig,
+        *,
+        store: Store,
+        clock: Clock,
+        rng: random.Random | None = None,
+        sink: Sink | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.clock = clock
+        self.rng = rng if rng is not None else random.Random(0)
+        self.sink = sink
+        self._spec = BreakerSpec.of(config)
+        self._cooldown_us = round(config.cooldown_ms * 1000)
+        self._now = clock.now
+        self._allow = store.breaker_allow
+        self._record = store.breaker_record
+
+    # -- the two steps -----------------------------------------------------------------------
+
+    def allow(self, *, call: int | None = None, burst: int | None = None) -> Permit | Rejection:
+        """Decide whether a call may proceed now. One store operation.
+
+        Guarantees: in half-open at most ``half_open_max_probes`` permits with ``probe=True``
+        are outstanding (leases; a lease whose holder vanished expires after the store's
+        ``probe_lease_ms``). An open breaker never admits a call.
+        """
+        now = self._now()
+        reply = self._allow(self._spec, round(now * 1e6))
+        if reply.moved:
+            cooldown = fmt_ms(self.config.cooldown_ms)
+            self._transition(
+                now,
+                OPEN,
+                HALF_OPEN,
+                f"cooldown of {cooldown} elapsed",
+                call,
+                burst,
+                reply.generation,
+            )
+        code = reply.code
+        if code == ADMIT:
+            return Permit(reply.generation, False, -1, "", call, burst)
+        if code == PROBE:
+            return Permit(reply.generation, True, reply.slot, reply.token, call, burst)
+        if code == REJECT_OPEN:
+            if reply.open_until_us < 0:
+                return Rejection(
+                    "open",
+                    reply.generation,
+                    None,
+                    "rejected: breaker forced OPEN; dependency not called",
+                )
+            left = max(0.0, reply.open_until_us / 1000 - now * 1000)
+            return Rejection(
+                "open",
+                reply.generation,
+                left,
+                f"rejected: breaker OPEN for another {fmt_seconds(left)}; dependency not called",
+            )
+        probes = self.config.half_open_max_probes
+        return Rejection(
+            "half_open",
+            reply.generation,
+            None,
+            f"rejected: breaker HALF-OPEN with {probes} probe{'s' if probes > 1 else ''} "
+            "already in flight; dependency not called",
+        )
+
+    def record(self, permit: Permit, outcome: Outcome, *, error: str | None = None) -> Recorded:
+        """Report the result of a permitted call. One store operation.
+
+        Returns whether it was counted (``applied`` is False for a stale generation) and the
+        state it moved the breaker to, if any. ``error`` only enriches the transition's
+        reason. Raises ValueError for an unknown outcome.
+        """
+        code = _OUTCOME_CODE.get(outcome)
+        if code is None:
+            raise ValueError(f"outcome must be success, failure or ignored (got {outcome!r})")
+        now = self._now()
+        cooldown_us = self._cooldown_us
+        if code == "f" and self.config.cooldown_jitter_pct:
+            cooldown_us = round(
+                cooldown_us * (1 + self.rng.random() * self.config.cooldown_jitter_pct / 100)
+            )
+        reply = self._record(
+            self._spec,
+            permit.generation,
+            permit.slot,
+            permit.token,
+            code,
+            round(now * 1e6),
+            cooldown_us,
+        )
+        rc = reply.code
+        if rc == STALE:
+            return _STALE
+        if rc == OPENED:
+            cooldown = fmt_ms((reply.open_until_us - round(now * 1e6)) / 1000)
+            if self._spec.rolling:
+                ratio = reply.a / reply.b if reply.b else 0.0
+                why = (
+                    f"failure ratio {ratio:.0%} >= {self.config.failure_ratio:.0%} "
+                    f"over the last {reply.b} calls"
+                )
+            else:
+                why = f"{reply.a} consecutive failed calls"
+            self._transition(
+                now,
+                STATE_CLOSED,
+                OPEN,
+                f"{why}; cooldown {cooldown}",
+                permit.call,
+                permit.burst,
+                reply.generation,
+            )
+        elif rc == REOPENED:
+            cooldown = fmt_ms((reply.open_until_us - round(now * 1e6)) / 1000)
+            what = f"probe call #{permit.call}" if permit.call is not None else "probe"
+            detail = f" ({error})" if error else ""
+            self._transition(
+                now,
+                HALF_OPEN,
+                OPEN,
+                f"{what} failed{detail}; fresh cooldown {cooldown}",
+                permit.call,
+                permit.burst,
+                reply.generation,
+            )
+        elif rc == CLOSED:
+            what = f"probe call #{permit.call}" if permit.call is not None else "probe"
+            if self.config.success_threshold > 1:
+                why = f"{reply.a} probe successes (last: {what})"
+            else:
+                why = f"{what} succeeded"
+            self._transition(
+                now, HALF_OPEN, STATE_CLOSED, why, permit.call, permit.burst, reply.generation
+            )
+            return _TO_CLOSED
+        else:
+            return _COUNTED
+        return _TO_OPEN
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def state(self) -> str:
+        """``"closed"``, ``"open"`` or ``"half_open"`` as read at the clock's now."""
+        now_us = round(self._now() * 1e6)
+        return effective_state(self.store.breaker_read(self._spec, now_us), now_us)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The breaker at the clock's now, JSON-serialisable.
+
+        Keys: state, generation, forced (``open``/``closed``/None), failure_streak,
+        window_successes, window_failures, half_open_successes, opened_at_ms, open_until_ms,
+        open_for_ms (cooldown left), probes_in_flight, and the config.
+        """
+        now_us = round(self._now() * 1e6)
+        f = self.store.breaker_read(self._spec, now_us)
+        state = effective_state(f, now_us)
+        stored_open = f["state"] == "open" and not f["forced"]
+        return {
+            "state": state,
+            "generation": f["gen"],
+            "forced": f["forced"] or None,
+            "failure_streak": f["streak"],
+            "window_successes": f["win_s"],
+            "window_failures": f["win_f"],
+            "half_open_successes": f["ho_succ"],
+            "opened_at_ms": f["opened_at"] / 1000 if f["state"] == "open" else None,
+            "open_until_ms": f["open_until"] / 1000 if stored_open else None,
+            "open_for_ms": max(0.0, (f["open_until"] - now_us) / 1000) if stored_open else None,
+            "probes_in_flight": f["probes_in_flight"],
+            "config": self.config.to_dict(),
+        }
+
+    # -- operator controls -------------------------------------------------------------------
+
+    def force_open(self, reason: str) -> None:
+        """Open until :meth:`force_closed` or :meth:`reset`; every call is rejected."""
+        self._force("open", reason)
+
+    def force_closed(self, reason: str) -> None:
+        """Closed until :meth:`reset`; every call passes and results are not counted."""
+        self._force("closed", reason)
+
+    def reset(self, reason: str) -> None:
+        """Back to a fresh CLOSED breaker (counters, window and probe leases cleared)."""
+        self._force("reset", reason)
+
+    def _force(self, action: str, reason: str) -> None:
+        now = self._now()
+        before, gen = self.store.breaker_force(action, round(now * 1e6))
+        after = OPEN if action == "open" else STATE_CLOSED
+        label = {"open": "forced open", "closed": "forced closed", "reset": "reset"}[action]
+        self._transition(now, before, after, f"{label}: {reason}", None, None, gen)
+
+    # -- one-call wrapper --------------------------------------------------------------------
+
+    def call(
+        self,
+        fn: Callable[[], T],
+        *,
+        is_failure: Callable[[BaseException], bool] = lambda exc: True,
+    ) -> T:
+        """Run ``fn`` through the breaker: allow, call, record.
+
+        A return value records success; an exception records failure when ``is_failure``
+        says so (else ignored) and propagates. Raises :class:`CircuitOpenError` when
+        rejected (``fn`` is not called).
+        """
+        permit = self.allow()
+        if not permit:
+            assert isinstance(permit, Rejection)
+            raise CircuitOpenError(permit)
+        assert isinstance(permit, Permit)
+        try:
+            result = fn()
+        except BaseException as exc:
+            self.record(permit, "failure" if is_failure(exc) else "ignored")
+            raise
+        self.record(permit, "success")
+        return result
+
+    # -- events ------------------------------------------------------------------------------
+
+    def _transition(
+        self,
+        now: float,
+        before: str,
+        after: str,
+        reason: str,
+        call: int | None,
+        burst: int | None,
+        generation: int,
+    ) -> None:
+        if self.sink is None:
+            return
+        self.sink(
+            Event(
+                kind="transition",
+                at_ms=now * 1000,
+                explain=f"breaker {_LABEL.get(before, before)} -> {_LABEL[after]}: {reason}",
+                call=call,
+                burst=burst,
+                state_from=before,
+                state_to=after,
+                reason=reason,
+                data={"generation": generation},
+            )
+        )

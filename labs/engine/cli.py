@@ -1,0 +1,112 @@
+"""``python -m labs.engine run FILE.json [--real] [--json]``: run a scenario script.
+
+Virtual time unless ``--real``. Prints a readable table, or the JSON contract with
+``--json``. A file that is not valid JSON, or a scenario with problems, exits with status 2
+and one line per problem (field and allowed range) on stderr; nothing runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from labs.engine.scenario import run_scenario
+from labs.engine.validate import parse_scenario, validate_scenario
+
+__all__ = ["format_table", "main"]
+
+EXIT_BAD_INPUT = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m labs.engine", description=__doc__.split("\n")[0]
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a scenario script (DESIGN section 7 format)")
+    run.add_argument("file", type=Path, help="scenario JSON file")
+    run.add_argument("--real", action="store_true", help="real sleeps instead of virtual time")
+    run.add_argument("--json", action="store_true", help="print the JSON contract")
+    return parser
+
+
+def _load(path: Path, err: TextIO) -> dict[str, Any] | None:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        print(f"{path}: cannot read: {exc.strerror or exc}", file=err)
+        return None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        print(
+            f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", file=err
+        )
+        return None
+    problems = validate_scenario(data)
+    for problem in problems:
+        print(str(problem), file=err)
+    return None if problems else data
+
+
+def _ms(value: float) -> str:
+    return f"{value:.1f}"
+
+
+def format_table(out: dict[str, Any]) -> str:
+    """The scenario output as a readable text table."""
+    lines = [f"scenario {out['name']} (seed {out['seed']}, {out['clock']} time)", ""]
+    head = f"{'call':>4}  {'burst':>5}  {'outcome':<18} {'attempts':>8}  {'backoff ms':>10}  {'start ms':>9}  {'end ms':>9}"
+    lines += [head, "-" * len(head)]
+    for c in out["calls"]:
+        outcome = c["outcome"] + (" (probe)" if c.get("probe") else "")
+        lines.append(
+            f"{c['call']:>4}  {c['burst']:>5}  {outcome:<18} {c['attempts']:>8}  "
+            f"{_ms(c['backoff_ms']):>10}  {_ms(c['start_ms']):>9}  {_ms(c['end_ms']):>9}"
+        )
+    lines.append("")
+    head = f"{'burst':>5}  {'calls':>5}  {'ok':>3}  {'failed':>6}  {'fast':>4}  {'attempts':<22} {'backoff ms':>10}  {'wall ms':>9}"
+    lines += [head, "-" * len(head)]
+    for b in out["bursts"]:
+        attempts = str(b["attempts"])
+        lines.append(
+            f"{b['burst']:>5}  {b['calls']:>5}  {b['succeeded']:>3}  {b['failed']:>6}  "
+            f"{b['fast_failed']:>4}  {attempts:<22} {_ms(b['backoff_ms_total']):>10}  {_ms(b['wall_ms']):>9}"
+        )
+    lines.append("")
+    if out["transitions"]:
+        lines.append("transitions")
+        for t in out["transitions"]:
+            call = f"call {t['call']}" if t["call"] is not None else "operator"
+            lines.append(
+                f"  {_ms(t['at_ms']):>9} ms  {t['from']} -> {t['to']}  ({call}): {t['reason']}"
+            )
+    else:
+        lines.append("no breaker transitions")
+    lines.append(f"total {_ms(out['total_ms'])} ms ({out['clock']} time)")
+    return "\n".join(lines)
+
+
+def main(
+    argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    """Entry point; returns the exit status (0 ok, 2 bad input)."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed the usage line
+        return int(exc.code or 0)
+    data = _load(args.file, err)
+    if data is None:
+        return EXIT_BAD_INPUT
+    result = run_scenario(parse_scenario(data), real=args.real)
+    if args.json:
+        print(json.dumps(result, indent=2), file=out)
+    else:
+        print(format_table(result), file=out)
+    return 0

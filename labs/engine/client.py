@@ -1,0 +1,554 @@
+"""The guarded client: retries with backoff and a circuit breaker, in either nesting.
+
+``breaker_outside`` (default, seed 000): the breaker admits a *call*; inside it the retry loop
+makes up to ``max_attempts`` attempts; the breaker counts the call's final result. A
+half-open probe gets exactly one attempt.
+
+``retry_outside`` (seed 003): the retry loop is outside; every *attempt* asks the breaker
+first and reports to it. A rejection ends the call (an open breaker is never retried), and
+an attempt whose failure opens the breaker ends the call at once, without a useless sleep.
+
+Classification: a 400 is the caller's fault, so it is not retried and the breaker ignores
+it; 503, 500, timeout and 429 are retried and counted. Before each retry the client
+computes the sleep (backoff, jitter, Retry-After up to the cap), gives up with
+``deadline_exceeded`` if that sleep would end at or past the call's deadline, then withdraws
+a retry-budget token (``budget_exhausted`` if none), then sleeps.
+
+Call outcomes: ``success``; ``failure`` (attempts spent, or a non-retryable error);
+``rejected_open`` / ``rejected_half_open`` (the breaker refused the call before any attempt);
+``budget_exhausted``; ``deadline_exceeded``.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from labs.engine.breaker import Breaker, Permit, Rejection
+from labs.engine.clock import Clock
+from labs.engine.config import Policy
+from labs.engine.dependency import AttemptResult, FakeDependency
+from labs.engine.events import Event, Sink, fmt_ms, null_sink
+from labs.engine.retry import RetryBudget, counts_against_dependency, is_retryable, retry_delay
+from labs.engine.stores.base import Store
+
+__all__ = ["CALL_OUTCOMES", "BurstResult", "CallResult", "GuardedClient"]
+
+CALL_OUTCOMES = (
+    "success",
+    "failure",
+    "rejected_open",
+    "rejected_half_open",
+    "budget_exhausted",
+    "deadline_exceeded",
+)
+_REJECTED = ("rejected_open", "rejected_half_open")
+
+
+@dataclass(frozen=True, slots=True)
+class CallResult:
+    """One call: how many attempts it made, how it ended, how long it slept between them."""
+
+    call: int
+    burst: int | None
+    attempts: int
+    outcome: str
+    backoff_ms: float
+    start_ms: float
+    end_ms: float
+    error: str | None = None
+    probe: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form."""
+        return {
+            "call": self.call,
+            "burst": self.burst,
+            "attempts": self.attempts,
+            "outcome": self.outcome,
+            "backoff_ms": self.backoff_ms,
+            "start_ms": self.start_ms,
+            "end_ms": self.end_ms,
+            "error": self.error,
+            "probe": self.probe,
+        }
+
+
+@dataclass(frozen=True)
+class BurstResult:
+    """A burst of calls; ``calls`` sorted by call number."""
+
+    calls: list[CallResult]
+    wall_ms: float
+    start_ms: float
+    end_ms: float
+    burst: int | None = None
+    concurrency: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def succeeded(self) -> int:
+        """Calls that succeeded."""
+        return sum(1 for c in self.calls if c.outcome == "success")
+
+    @property
+    def fast_failed(self) -> int:
+        """Calls the breaker refused before any attempt."""
+        return sum(1 for c in self.calls if c.outcome in _REJECTED)
+
+    @property
+    def failed(self) -> int:
+        """Calls that made attempts and did not succeed."""
+        return len(self.calls) - self.succeeded - self.fast_failed
+
+    @property
+    def attempts(self) -> list[int]:
+        """Attempts per call, in call order."""
+        return [c.attempts for c in self.calls]
+
+    @property
+    def attempts_total(self) -> int:
+        """Attempts that reached the dependency."""
+        return sum(self.attempts)
+
+    @property
+    def backoff_ms_total(self) -> float:
+        """Time spent sleeping between attempts."""
+        return sum(c.backoff_ms for c in self.calls)
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-serialisable summary (the ``bursts`` entries of the scenario output)."""
+        return {
+            "burst": self.burst,
+            "calls": len(self.calls),
+            "call_numbers": [c.call for c in self.calls],
+            "concurrency": self.concurrency,
+            "succeeded": self.succeeded,
+            "failed": self.failed,
+            "fast_failed": self.fast_failed,
+            "attempts": self.attempts,
+            "attempts_total": self.attempts_total,
+            "backoff_ms_total": _r(self.backoff_ms_total),
+            "start_ms": _r(self.start_ms),
+            "end_ms": _r(self.end_ms),
+            "wall_ms": _r(self.wall_ms),
+        }
+
+
+def _r(x: float) -> float:
+    """Round to the microsecond, so float noise does not leak into JSON."""
+    return round(x, 3)
+
+
+class GuardedClient:
+    """Calls ``dependency`` under ``policy``, guarded by ``breaker``; tells ``sink`` everything.
+
+    Thread-safe as long as its parts are (they are, for the engine's stores and clocks):
+    :meth:`run_burst` with ``concurrency > 1`` uses ``clock.run_concurrently``.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        breaker: Breaker,
+        dependency: FakeDependency,
+        clock: Clock,
+        rng: random.Random,
+        sink: Sink | None = None,
+        store: Store | None = None,
+    ) -> None:
+        self.policy = policy
+        self.breaker = breaker
+        self.dependency = dependency
+        self.clock = clock
+        self.rng = rng
+        self.sink = sink or null_sink
+        budget_store = store if store is not None else breaker.store
+        self.budget = (
+            RetryBudget(policy.retry_budget, store=budget_store) if policy.retry_budget else None
+        )
+
+    # -- one call ----------------------------------------------------------------------------
+
+    def call(self, call_no: int, burst: int | None = None) -> CallResult:
+        """Make one guarded call; never raises for dependency failures.
+
+        Guarantees: at most ``max_attempts`` attempts (1 for a half-open probe in
+        ``breaker_outside``); no attempt while the breaker is open; every sleep at most
+        ``backoff_cap_ms`` and ending before the deadline; one ``call_result`` event.
+        """
+        start = self.clock.now()
+        if self.policy.nesting == "breaker_outside":
+            permit = self.breaker.allow(call=call_no, burst=burst)
+            if isinstance(permit, Rejection):
+                result, why = self._rejected(call_no, burst, start, permit, 0, 0.0)
+            else:
+                limit = 1 if permit.probe else self.policy.max_attempts
+                result, why = self._loop(call_no, burst, start, limit, permit)
+                if result.outcome == "success":
+                    verdict = "success"
+                elif counts_against_dependency(result.error):
+                    verdict = "failure"
+                else:
+                    verdict = "ignored"
+                self.breaker.record(permit, verdict, error=result.error)  # type: ignore[arg-type]
+        else:
+            result, why = self._loop(call_no, burst, start, self.policy.max_attempts, None)
+        self._emit_result(result, why)
+        return result
+
+    def _loop(
+        self, call_no: int, burst: int | None, start: float, limit: int, outer: Permit | None
+    ) -> tuple[CallResult, str | None]:
+        """The retry loop; ``outer`` is the breaker's permit for breaker_outside, else None.
+        Returns the result and, for a failure, why the loop stopped (for the explanation)."""
+        policy = self.policy
+        clock = self.clock
+        if self.budget is not None:
+            self.budget.deposit()
+        deadline = None if policy.deadline_ms is None else start + policy.deadline_ms / 1000
+        backoff_total = 0.0
+        previous: float | None = None
+        attempts = 0
+        probe = outer.probe if outer is not None else False
+        for n in range(1, limit + 1):
+            permit = outer
+            if outer is None:
+                allowed = self.breaker.allow(call=call_no, burst=burst)
+                if isinstance(allowed, Rejection):
+                    return self._rejected(call_no, burst, start, allowed, attempts, backoff_total)
+                permit = allowed
+                probe = probe or permit.probe
+            answer = self.dependency.attempt(policy.attempt_timeout_ms)
+            attempts = n
+            self._emit_attempt(call_no, burst, n, answer)
+            opened = False
+            if outer is None and permit is not None:
+                if answer.ok:
+                    verdict = "success"
+                elif counts_against_dependency(answer.error):
+                    verdict = "failure"
+                else:
+                    verdict = "ignored"
+                recorded = self.breaker.record(permit, verdict, error=answer.error)  # type: ignore[arg-type]
+                opened = recorded.transition == "open"
+            if answer.ok:
+                return self._done(call_no, burst, start, n, "success", backoff_total, None, probe)
+            error = answer.error
+            if not is_retryable(error):
+                return self._done(
+                    call_no,
+                    burst,
+                    start,
+                    n,
+                    "failure",
+                    backoff_total,
+                    error,
+                    probe,
+                    f"{error} is the caller's fault: not retried",
+                )
+            if n == limit:
+                why = (
+                    "a half-open probe gets one attempt"
+                    if probe and outer is not None
+                    else (f"all {limit} attempts used")
+                )
+                return self._done(
+                    call_no, burst, start, n, "failure", backoff_total, error, probe, why
+                )
+            if opened:
+                return self._done(
+                    call_no,
+                    burst,
+                    start,
+                    n,
+                    "failure",
+                    backoff_total,
+                    error,
+                    probe,
+                    "the breaker opened; an open breaker is never retried",
+                )
+            delay = retry_delay(
+                policy.jitter,
+                n,
+                policy.backoff_base_ms,
+                policy.backoff_cap_ms,
+                self.rng,
+                previous,
+                answer.retry_after_ms,
+            )
+            now = clock.now()
+            if deadline is not None and now + delay.ms / 1000 >= deadline:
+                self._emit(
+                    "deadline_exceeded",
+                    call_no,
+                    burst,
+                    n,
+                    f"attempt {n} failed ({error}); sleeping {fmt_ms(delay.ms)} would end at or past "
+                    f"the {fmt_ms(policy.deadline_ms or 0)} deadline; giving up",
+                    outcome="deadline_exceeded",
+                    error=error,
+                    backoff_ms=delay.ms,
+                    data={
+                        "deadline_ms": policy.deadline_ms,
+                        "elapsed_ms": _r((now - start) * 1000),
+                    },
+                )
+                return self._done(
+                    call_no, burst, start, n, "deadline_exceeded", backoff_total, error, probe
+                )
+            if self.budget is not None:
+                taken, balance = self.budget.try_withdraw()
+                if not taken:
+                    self._emit(
+                        "budget_exhausted",
+                        call_no,
+                        burst,
+                        n,
+                        f"attempt {n} failed ({error}); retry budget has {balance:.2f} tokens "
+                        "(a retry needs 1); not retrying",
+                        outcome="budget_exhausted",
+                        error=error,
+                        data={"tokens": balance},
+                    )
+                    return self._done(
+                        call_no, burst, start, n, "budget_exhausted", backoff_total, error, probe
+                    )
+            self._emit(
+                "sleep",
+                call_no,
+                burst,
+                n,
+                f"attempt {n} failed ({error}); sleeping {fmt_ms(_r(delay.ms))} = {delay.formula}",
+                error=error,
+                backoff_ms=_r(delay.ms),
+                data={"formula": delay.formula, "retry_after_ms": delay.retry_after_ms},
+            )
+            if delay.ms:
+                clock.sleep(delay.ms / 1000)
+            backoff_total += delay.ms
+            previous = delay.ms
+        raise AssertionError("unreachable: the loop returns on its last attempt")
+
+    # -- bursts ------------------------------------------------------------------------------
+
+    def run_burst(
+        self,
+        size: int,
+        *,
+        concurrency: int = 1,
+        first_call: int = 1,
+        burst: int | None = None,
+    ) -> BurstResult:
+        """Make ``size`` calls numbered from ``first_call``, by ``concurrency`` callers that
+        each take the next number from a shared counter. Emits ``burst_start``, every call's
+        events, then ``burst_end`` (its ``data`` is the summary). Raises ValueError for a
+        size or concurrency below 1."""
+        if size < 1 or concurrency < 1:
+            raise ValueError("size and concurrency must be >= 1")
+        start = self.clock.now()
+        self._emit(
+            "burst_start",
+            None,
+            burst,
+            None,
+            f"burst {burst if burst is not None else ''} starts: {size} call{'s' if size > 1 else ''}"
+            f" by {concurrency} caller{'s' if concurrency > 1 else ''}".replace(
+                "burst  ", "burst "
+            ),
+            data={"size": size, "concurrency": concurrency, "first_call": first_call},
+        )
+        results: list[CallResult] = []
+        if concurrency == 1:
+            results = [self.call(first_call + i, burst) for i in range(size)]
+        else:
+            lock = threading.Lock()
+            numbers = iter(range(first_call, first_call + size))
+
+            def caller() -> list[CallResult]:
+                mine = []
+                while True:
+                    with lock:
+                        n = next(numbers, None)
+                    if n is None:
+                        return mine
+                    mine.append(self.call(n, burst))
+
+            for part in self.clock.run_concurrently([caller] * min(concurrency, size)):
+                results.extend(part)
+            results.sort(key=lambda c: c.call)
+        end = self.clock.now()
+        outcome = BurstResult(
+            calls=results,
+            wall_ms=(end - start) * 1000,
+            start_ms=start * 1000,
+            end_ms=end * 1000,
+            burst=burst,
+            concurrency=concurrency,
+        )
+        summary = outcome.summary()
+        self._emit(
+            "burst_end",
+            None,
+            burst,
+            None,
+            f"burst ends: {outcome.succeeded}/{size} succeeded, {outcome.failed} failed, "
+            f"{outcome.fast_failed} failed fast; {outcome.attempts_total} "
+            f"attempt{'s' if outcome.attempts_total != 1 else ''}, "
+            f"{fmt_ms(_r(outcome.backoff_ms_total))} of backoff, {fmt_ms(_r(outcome.wall_ms))}",
+            data=summary,
+        )
+        return outcome
+
+    # -- events ------------------------------------------------------------------------------
+
+    def _emit(
+        self,
+        kind: str,
+        call: int | None,
+        burst: int | None,
+        attempt: int | None,
+        explain: str,
+        **fields: Any,
+    ) -> None:
+        self.sink(
+            Event(
+                kind=kind,
+                at_ms=self.clock.now() * 1000,
+                explain=explain,
+                call=call,
+                burst=burst,
+                attempt=attempt,
+                **fields,
+            )
+        )
+
+    def _emit_attempt(self, call: int, burst: int | None, n: int, answer: AttemptResult) -> None:
+        took = fmt_ms(answer.latency_ms)
+        if answer.ok:
+            explain = f"call {call}, attempt {n}: ok after {took}"
+        else:
+            hint = (
+                f", Retry-After {fmt_ms(_r(answer.retry_after_ms))}"
+                if answer.retry_after_ms
+                else ""
+            )
+            explain = f"call {call}, attempt {n}: {answer.error} after {took}{hint}"
+        self._emit(
+            "attempt",
+            call,
+            burst,
+            n,
+            explain,
+            outcome="ok" if answer.ok else "error",
+            error=answer.error,
+            latency_ms=answer.latency_ms,
+            data={"retry_after_ms": answer.retry_after_ms} if answer.retry_after_ms else {},
+        )
+
+    def _rejected(
+        self,
+        call: int,
+        burst: int | None,
+        start: float,
+        rejection: Rejection,
+        attempts: int,
+        backoff: float,
+    ) -> tuple[CallResult, str | None]:
+        if attempts:
+            # retry_outside: the breaker stopped a call that had already made attempts.
+            self._emit(
+                "rejected",
+                call,
+                burst,
+                attempts + 1,
+                rejection.explain,
+                outcome=f"rejected_{rejection.reason}",
+                data={"retry_in_ms": rejection.retry_in_ms},
+            )
+            return self._done(
+                call,
+                burst,
+                start,
+                attempts,
+                "failure",
+                backoff,
+                None,
+                False,
+                f"the breaker refused attempt {attempts + 1}",
+            )
+        outcome = f"rejected_{rejection.reason}"
+        self._emit(
+            "rejected",
+            call,
+            burst,
+            None,
+            rejection.explain,
+            outcome=outcome,
+            data={"retry_in_ms": rejection.retry_in_ms},
+        )
+        return self._done(call, burst, start, 0, outcome, 0.0, None, False)
+
+    def _done(
+        self,
+        call: int,
+        burst: int | None,
+        start: float,
+        attempts: int,
+        outcome: str,
+        backoff: float,
+        error: str | None,
+        probe: bool,
+        why: str | None = None,
+    ) -> tuple[CallResult, str | None]:
+        result = CallResult(
+            call=call,
+            burst=burst,
+            attempts=attempts,
+            outcome=outcome,
+            backoff_ms=_r(backoff),
+            start_ms=_r(start * 1000),
+            end_ms=_r(self.clock.now() * 1000),
+            error=error,
+            probe=probe,
+        )
+        return result, why
+
+    def _emit_result(self, result: CallResult, why: str | None) -> None:
+        if result.outcome == "success":
+            tail = f"after {result.attempts} attempt{'s' if result.attempts != 1 else ''}"
+            if result.backoff_ms:
+                tail += f", {fmt_ms(result.backoff_ms)} of backoff"
+            explain = f"call {result.call}: success {tail}"
+            if result.probe:
+                explain += " (half-open probe)"
+        elif result.outcome in _REJECTED:
+            explain = f"call {result.call}: {result.outcome.replace('_', ' ')} in 0 attempts"
+        else:
+            explain = (
+                f"call {result.call}: {result.outcome.replace('_', ' ')} after "
+                f"{result.attempts} attempt{'s' if result.attempts != 1 else ''}"
+            )
+            if result.error:
+                explain += f" (last error {result.error})"
+            if why:
+                explain += f"; {why}"
+        self._emit(
+            "call_result",
+            result.call,
+            result.burst,
+            result.attempts or None,
+            explain,
+            outcome=result.outcome,
+            error=result.error,
+            backoff_ms=result.backoff_ms,
+            data={
+                "start_ms": result.start_ms,
+                "end_ms": result.end_ms,
+                "probe": result.probe,
+                "attempts": result.attempts,
+            },
+        )

@@ -1,0 +1,299 @@
+"""Settings as data: the allowed ranges (``LIMITS``) and the typed configs built from them.
+
+The field names are DESIGN section 7's JSON names. ``to_dict()`` gives the canonical JSON
+form (every field, defaults filled in) and round-trips through the ``parse_*`` functions of
+:mod:`labs.engine.validate`, which also enforce the lab's ranges. Constructing a config
+directly only checks structural sanity (known choices, non-negative numbers), so simulations
+may go beyond the ranges a student can pick in the web form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+__all__ = [
+    "BREAKER_KINDS",
+    "ERROR_KINDS",
+    "JITTERS",
+    "LIMITS",
+    "MODES",
+    "NESTINGS",
+    "OUTCOME_TOKENS",
+    "BreakerConfig",
+    "DependencyConfig",
+    "Limit",
+    "Policy",
+    "RetryBudgetConfig",
+    "Scenario",
+    "Step",
+    "default_dependency",
+    "default_policy",
+]
+
+MODES = ("healthy", "flaky", "down", "slow", "error_rate", "outage", "rate_limited", "script")
+ERROR_KINDS = ("503", "500", "timeout", "429", "400")
+#: One entry of a ``script`` dependency: ``ok``, ``fail`` (the configured error) or a kind.
+OUTCOME_TOKENS = ("ok", "fail", *ERROR_KINDS)
+JITTERS = ("none", "full", "equal", "decorrelated", "proportional")
+NESTINGS = ("breaker_outside", "retry_outside")
+BREAKER_KINDS = ("consecutive", "rolling_ratio")
+
+Mode = Literal["healthy", "flaky", "down", "slow", "error_rate", "outage", "rate_limited", "script"]
+Jitter = Literal["none", "full", "equal", "decorrelated", "proportional"]
+Nesting = Literal["breaker_outside", "retry_outside"]
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One setting: its default, allowed range or choices, unit, and whether null means off."""
+
+    default: Any
+    min: float | None = None
+    max: float | None = None
+    unit: str = ""
+    type: Literal["int", "number", "choice", "list", "string"] = "int"
+    choices: tuple[str, ...] = ()
+    nullable: bool = False
+    note: str = ""
+
+    def describe(self) -> str:
+        """The allowed values in words, e.g. ``between 0 and 2000 ms``."""
+        if self.type == "choice":
+            text = "one of " + ", ".join(self.choices)
+        else:
+            unit = f" {self.unit}" if self.unit else ""
+            text = f"between {_num(self.min)} and {_num(self.max)}{unit}"
+        return f"null (off) or {text}" if self.nullable else text
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "?"
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+#: DESIGN section 4 as data: field path -> Limit. The web forms, the admin and the CLI all
+#: validate against this table (through :mod:`labs.engine.validate`).
+LIMITS: dict[str, Limit] = {
+    "dependency.mode": Limit("healthy", type="choice", choices=MODES),
+    "dependency.latency_ms": Limit(5, 0, 2000, "ms", note="every attempt sleeps this long"),
+    "dependency.fail_count": Limit(3, 1, 100, note="flaky: fail the next N attempts"),
+    "dependency.error": Limit("503", type="choice", choices=ERROR_KINDS),
+    "dependency.rate": Limit(0.5, 0, 1, type="number", note="error_rate: failure probability"),
+    "dependency.down_for_ms": Limit(2000, 0, 60000, "ms", note="outage: down this long"),
+    "dependency.retry_after_ms": Limit(
+        1000, 0, 10000, "ms", note="rate_limited: 429s for this long, Retry-After = time left"
+    ),
+    "dependency.outcomes": Limit(
+        [], 1, 100, "outcomes", type="list", choices=OUTCOME_TOKENS, note="script mode"
+    ),
+    "policy.max_attempts": Limit(4, 1, 5),
+    "policy.backoff_base_ms": Limit(25, 0, 500, "ms"),
+    "policy.backoff_cap_ms": Limit(500, 0, 2000, "ms", note="at least backoff_base_ms"),
+    "policy.jitter": Limit("none", type="choice", choices=JITTERS),
+    "policy.nesting": Limit("breaker_outside", type="choice", choices=NESTINGS),
+    "policy.deadline_ms": Limit(None, 0, 10000, "ms", nullable=True),
+    "policy.attempt_timeout_ms": Limit(None, 1, 10000, "ms", nullable=True),
+    "policy.breaker.kind": Limit("consecutive", type="choice", choices=BREAKER_KINDS),
+    "policy.breaker.failure_threshold": Limit(3, 1, 20),
+    "policy.breaker.cooldown_ms": Limit(2000, 100, 60000, "ms"),
+    "policy.breaker.cooldown_jitter_pct": Limit(0, 0, 100, "%"),
+    "policy.breaker.half_open_max_probes": Limit(1, 1, 5),
+    "policy.breaker.success_threshold": Limit(1, 1, 5),
+    "policy.breaker.failure_ratio": Limit(0.5, 0, 1, type="number"),
+    "policy.breaker.min_calls": Limit(5, 1, 100),
+    "policy.breaker.window_ms": Limit(10000, 100, 600000, "ms"),
+    "policy.breaker.buckets": Limit(10, 1, 60),
+    "policy.breaker.window_calls": Limit(None, 1, 1000, "calls", nullable=True),
+    "policy.retry_budget.token_ratio": Limit(0.1, 0, 1, type="number"),
+    "policy.retry_budget.max_tokens": Limit(10, 1, 100, type="number"),
+    "seed": Limit(0, 0, 2**32 - 1),
+    "steps[].burst": Limit(6, 1, 20, "calls"),
+    "steps[].concurrency": Limit(1, 1, 10, "callers"),
+    "steps[].wait_ms": Limit(0, 0, 60000, "ms"),
+}
+
+
+def _need(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)
+
+
+@dataclass(frozen=True)
+class DependencyConfig:
+    """The fake dependency's behaviour (DESIGN section 7, ``dependency``)."""
+
+    mode: Mode = "healthy"
+    latency_ms: float = 5
+    fail_count: int = 3
+    error: str = "503"
+    rate: float = 0.5
+    down_for_ms: float = 2000
+    retry_after_ms: float = 1000
+    outcomes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _need(self.mode in MODES, f"unknown mode {self.mode!r}")
+        _need(self.error in ERROR_KINDS, f"unknown error kind {self.error!r}")
+        _need(all(o in OUTCOME_TOKENS for o in self.outcomes), "unknown script outcome")
+        _need(self.latency_ms >= 0 and self.down_for_ms >= 0, "durations must be >= 0")
+        _need(self.retry_after_ms >= 0 and self.fail_count >= 0, "counts must be >= 0")
+        _need(0 <= self.rate <= 1, "rate must be between 0 and 1")
+        object.__setattr__(self, "outcomes", tuple(self.outcomes))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Canonical JSON form."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["outcomes"] = list(self.outcomes)
+        return data
+
+
+@dataclass(frozen=True)
+class BreakerConfig:
+    """Circuit breaker settings (``policy.breaker``).
+
+    ``consecutive`` opens after ``failure_threshold`` consecutive failed calls;
+    ``rolling_ratio`` opens when, over the window, at least ``min_calls`` calls were counted
+    and the failure ratio is at or above ``failure_ratio``. The window is the last
+    ``window_calls`` calls when that is set, else ``window_ms`` split into ``buckets``.
+    """
+
+    kind: Literal["consecutive", "rolling_ratio"] = "consecutive"
+    failure_threshold: int = 3
+    cooldown_ms: float = 2000
+    cooldown_jitter_pct: float = 0
+    half_open_max_probes: int = 1
+    success_threshold: int = 1
+    failure_ratio: float = 0.5
+    min_calls: int = 5
+    window_ms: float = 10000
+    buckets: int = 10
+    window_calls: int | None = None
+
+    def __post_init__(self) -> None:
+        _need(self.kind in BREAKER_KINDS, f"unknown breaker kind {self.kind!r}")
+        _need(self.failure_threshold >= 1 and self.min_calls >= 1, "thresholds must be >= 1")
+        _need(1 <= self.half_open_max_probes <= 16, "half_open_max_probes must be 1..16")
+        _need(self.success_threshold >= 1, "success_threshold must be >= 1")
+        _need(self.cooldown_ms >= 0 and self.cooldown_jitter_pct >= 0, "cooldown must be >= 0")
+        _need(0 <= self.failure_ratio <= 1, "failure_ratio must be between 0 and 1")
+        _need(self.window_ms > 0 and self.buckets >= 1, "window_ms and buckets must be > 0")
+        _need(self.window_calls is None or self.window_calls >= 1, "window_calls must be >= 1")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Canonical JSON form."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class RetryBudgetConfig:
+    """A token bucket shared by all calls: each call deposits ``token_ratio`` tokens (up to
+    ``max_tokens``), each retry withdraws one whole token; the bucket starts full."""
+
+    token_ratio: float = 0.1
+    max_tokens: float = 10
+
+    def __post_init__(self) -> None:
+        _need(self.token_ratio >= 0 and self.max_tokens >= 0, "budget values must be >= 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Canonical JSON form."""
+        return {"token_ratio": self.token_ratio, "max_tokens": self.max_tokens}
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The guarded client's policy (``policy``): retries, nesting, breaker, budget, deadline."""
+
+    max_attempts: int = 4
+    backoff_base_ms: float = 25
+    backoff_cap_ms: float = 500
+    jitter: Jitter = "none"
+    nesting: Nesting = "breaker_outside"
+    breaker: BreakerConfig = field(default_factory=BreakerConfig)
+    retry_budget: RetryBudgetConfig | None = None
+    deadline_ms: float | None = None
+    attempt_timeout_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        _need(self.max_attempts >= 1, "max_attempts must be >= 1")
+        _need(self.jitter in JITTERS, f"unknown jitter {self.jitter!r}")
+        _need(self.nesting in NESTINGS, f"unknown nesting {self.nesting!r}")
+        _need(self.backoff_base_ms >= 0, "backoff_base_ms must be >= 0")
+        _need(self.backoff_cap_ms >= self.backoff_base_ms, "backoff_cap_ms must be >= base")
+        _need(self.deadline_ms is None or self.deadline_ms >= 0, "deadline_ms must be >= 0")
+        _need(
+            self.attempt_timeout_ms is None or self.attempt_timeout_ms > 0,
+            "attempt_timeout_ms must be > 0",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Canonical JSON form (``retry_budget`` null when off)."""
+        return {
+            "max_attempts": self.max_attempts,
+            "backoff_base_ms": self.backoff_base_ms,
+            "backoff_cap_ms": self.backoff_cap_ms,
+            "jitter": self.jitter,
+            "nesting": self.nesting,
+            "breaker": self.breaker.to_dict(),
+            "retry_budget": None if self.retry_budget is None else self.retry_budget.to_dict(),
+            "deadline_ms": self.deadline_ms,
+            "attempt_timeout_ms": self.attempt_timeout_ms,
+        }
+
+
+@dataclass(frozen=True)
+class Step:
+    """One scenario step: ``burst`` (with ``concurrency``), ``wait``, ``set_dependency`` or
+    ``set_policy``. A ``set_*`` step carries the keys it changes; they are merged into the
+    current settings (nested ``breaker`` / ``retry_budget`` objects merge one level deeper)."""
+
+    action: Literal["burst", "wait", "set_dependency", "set_policy"]
+    burst: int | None = None
+    concurrency: int = 1
+    wait_ms: float | None = None
+    changes: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The step as it appears in a scenario file."""
+        if self.action == "burst":
+            return {"burst": self.burst, "concurrency": self.concurrency}
+        if self.action == "wait":
+            return {"wait_ms": self.wait_ms}
+        return {self.action: dict(self.changes or {})}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A scenario script (DESIGN section 7): start settings, then steps."""
+
+    name: str
+    dependency: DependencyConfig
+    policy: Policy
+    steps: tuple[Step, ...]
+    seed: int = 0
+    title: str = ""
+    description: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Canonical JSON form."""
+        return {
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "seed": self.seed,
+            "dependency": self.dependency.to_dict(),
+            "policy": self.policy.to_dict(),
+            "steps": [s.to_dict() for s in self.steps],
+        }
+
+
+def default_dependency() -> dict[str, Any]:
+    """The default dependency in canonical JSON form."""
+    return DependencyConfig().to_dict()
+
+
+def default_policy() -> dict[str, Any]:
+    """The default policy in canonical JSON form."""
+    return Policy().to_dict()

@@ -1,0 +1,122 @@
+"""The fake dependency: answers each attempt according to its mode, after its latency.
+
+Modes (DESIGN section 7): ``healthy``; ``flaky`` (fail the next ``fail_count`` attempts,
+then heal); ``down``; ``slow`` (answers, but after ``latency_ms``, meant to exceed the
+client's ``attempt_timeout_ms``); ``error_rate`` (each attempt fails with probability
+``rate``, drawn from the seeded rng); ``outage`` (down for ``down_for_ms`` from when it was
+set, then healthy); ``rate_limited`` (429 with ``Retry-After`` = the time left, for
+``retry_after_ms`` from when it was set, then healthy); ``script`` (``outcomes`` in order,
+one per attempt, then healthy). Failures carry the kind ``error`` (503 by default).
+
+Its state (flaky counter, start time, script position) lives in the store, next to the
+breaker, so it carries across bursts and across worker processes. Each attempt is one store
+operation.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from labs.engine.clock import Clock
+from labs.engine.config import DependencyConfig
+from labs.engine.stores.base import Store
+
+__all__ = ["AttemptResult", "FakeDependency"]
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptResult:
+    """One attempt's answer. ``error`` is None when ``ok``, else 503, 500, timeout, 429 or
+    400; ``retry_after_ms`` accompanies a 429; ``latency_ms`` is how long the attempt took."""
+
+    ok: bool
+    error: str | None
+    latency_ms: float
+    retry_after_ms: float | None = None
+
+
+class FakeDependency:
+    """A dependency whose behaviour is set by a :class:`DependencyConfig`.
+
+    ``attempt()`` sleeps the latency on ``clock`` (or the attempt timeout, if shorter) and
+    answers. The answer is decided after the latency, at the clock's time of the answer.
+    """
+
+    def __init__(
+        self,
+        config: DependencyConfig,
+        *,
+        store: Store,
+        clock: Clock,
+        rng: random.Random,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.clock = clock
+        self.rng = rng
+        self._fail_left = config.fail_count if config.mode == "flaky" else 0
+
+    def arm(self) -> None:
+        """Write the mode's fresh state: flaky counter = N, start time = now, position 0.
+
+        Called when the dependency is (re)set; without it, the first attempt arms lazily.
+        """
+        self.store.dependency_arm(self._fail_left, round(self.clock.now() * 1e6))
+
+    def attempt(self, timeout_ms: float | None = None) -> AttemptResult:
+        """One attempt: sleep the latency, then answer (one store operation).
+
+        With ``timeout_ms`` shorter than the latency, the caller gives up after
+        ``timeout_ms`` and the answer is a ``timeout`` (the request still reached the
+        dependency, so a flaky counter is consumed).
+        """
+        cfg = self.config
+        latency = cfg.latency_ms
+        timed_out = timeout_ms is not None and latency > timeout_ms
+        took = timeout_ms if timed_out and timeout_ms is not None else latency
+        if took:
+            self.clock.sleep(took / 1000)
+        now_us = round(self.clock.now() * 1e6)
+        left, started_us, position = self.store.dependency_step(self._fail_left, now_us)
+        error, retry_after = self._answer(left, started_us, position, now_us)
+        if timed_out:
+            return AttemptResult(False, "timeout", took)
+        if error is None:
+            return AttemptResult(True, None, took)
+        return AttemptResult(False, error, took, retry_after)
+
+    def _answer(
+        self, left: int, started_us: int, position: int, now_us: int
+    ) -> tuple[str | None, float | None]:
+        cfg = self.config
+        mode = cfg.mode
+        error = cfg.error
+        if mode == "healthy" or mode == "slow":
+            return None, None
+        if mode == "flaky":
+            return (error, self._hint(error)) if left > 0 else (None, None)
+        if mode == "down":
+            return error, self._hint(error)
+        if mode == "error_rate":
+            return (error, self._hint(error)) if self.rng.random() < cfg.rate else (None, None)
+        if mode == "outage":
+            down = now_us < started_us + cfg.down_for_ms * 1000
+            return (error, self._hint(error)) if down else (None, None)
+        if mode == "rate_limited":
+            left_ms = (started_us + cfg.retry_after_ms * 1000 - now_us) / 1000
+            return ("429", left_ms) if left_ms > 0 else (None, None)
+        # script
+        if position < len(cfg.outcomes):
+            planned = cfg.outcomes[position]
+            if planned == "ok":
+                return None, None
+            kind = error if planned == "fail" else planned
+            return kind, self._hint(kind)
+        return None, None
+
+    def _hint(self, error: str) -> float | None:
+        """Retry-After for a 429 outside rate_limited mode: ``retry_after_ms`` if set."""
+        if error == "429" and self.config.retry_after_ms > 0:
+            return float(self.config.retry_after_ms)
+        return None

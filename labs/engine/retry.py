@@ -1,0 +1,192 @@
+"""Retry arithmetic: backoff, jitter, Retry-After, the retry budget, and classification.
+
+The functions here are pure (randomness comes from the ``rng`` you pass) so simulations can
+reuse exactly the formulas the guarded client uses.
+
+Backoff after the n-th failed attempt (n >= 1)::
+
+    backoff(n) = min(cap, base * 2^(n-1))
+
+Jitter, with ``d = backoff(n)`` and ``U(a, b)`` uniform on [a, b]:
+
+==============  ============================================  ==========================
+jitter          sleep                                         bounds
+==============  ============================================  ==========================
+none            d                                             [d, d]
+full            U(0, d)                                       [0, d]
+equal           d/2 + U(0, d/2)                               [d/2, d]
+decorrelated    U(base, min(cap, 3 * previous)),              [base,
+                previous = the last sleep (base at first)      min(cap, 3 * previous)]
+proportional    min(cap, d * U(0.8, 1.2))  (+-20 %)           [0.8 d, min(cap, 1.2 d)]
+==============  ============================================  ==========================
+
+Retry-After (a 429's hint) is honoured up to the cap: ``sleep = max(sleep, min(cap,
+retry_after))``. Every sleep is therefore at most ``cap``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from labs.engine.config import JITTERS, RetryBudgetConfig
+from labs.engine.events import fmt_ms
+from labs.engine.stores.base import Store
+
+__all__ = [
+    "RETRYABLE_ERRORS",
+    "Delay",
+    "RetryBudget",
+    "backoff_ms",
+    "counts_against_dependency",
+    "is_retryable",
+    "jitter_bounds_ms",
+    "jittered_backoff_ms",
+    "retry_delay",
+]
+
+#: Failure kinds worth another attempt: the dependency's trouble, not the caller's.
+RETRYABLE_ERRORS = frozenset({"503", "500", "timeout", "429"})
+
+
+def is_retryable(error: str | None) -> bool:
+    """Whether a failed attempt with this error kind may be retried (4xx but 429: no)."""
+    return error in RETRYABLE_ERRORS
+
+
+def counts_against_dependency(error: str | None) -> bool:
+    """Whether a failure counts toward opening the breaker (a 400 is the caller's fault)."""
+    return error in RETRYABLE_ERRORS
+
+
+def backoff_ms(failed_attempt: int, base_ms: float, cap_ms: float) -> float:
+    """``min(cap, base * 2^(n-1))`` after the n-th failed attempt. Raises ValueError if n < 1."""
+    if failed_attempt < 1:
+        raise ValueError(f"failed_attempt must be >= 1 (got {failed_attempt})")
+    if failed_attempt > 64:  # 2^63 * base is past any cap; keep the float finite
+        return float(cap_ms)
+    return float(min(cap_ms, base_ms * 2 ** (failed_attempt - 1)))
+
+
+def jitter_bounds_ms(
+    jitter: str,
+    failed_attempt: int,
+    base_ms: float,
+    cap_ms: float,
+    previous_ms: float | None = None,
+) -> tuple[float, float]:
+    """The interval a jittered sleep is drawn from (see the module table)."""
+    d = backoff_ms(failed_attempt, base_ms, cap_ms)
+    if jitter == "none":
+        return d, d
+    if jitter == "full":
+        return 0.0, d
+    if jitter == "equal":
+        return d / 2, d
+    if jitter == "decorrelated":
+        prev = base_ms if previous_ms is None else previous_ms
+        lo = min(base_ms, cap_ms)
+        return lo, max(lo, min(cap_ms, 3 * prev))
+    if jitter == "proportional":
+        return min(0.8 * d, cap_ms), min(cap_ms, 1.2 * d)
+    raise ValueError(f"jitter must be one of {', '.join(JITTERS)} (got {jitter!r})")
+
+
+def jittered_backoff_ms(
+    jitter: str,
+    failed_attempt: int,
+    base_ms: float,
+    cap_ms: float,
+    rng: random.Random,
+    previous_ms: float | None = None,
+) -> float:
+    """One sleep drawn with ``jitter`` (one ``rng`` draw unless ``none``); within
+    :func:`jitter_bounds_ms`. Raises ValueError for an unknown jitter."""
+    lo, hi = jitter_bounds_ms(jitter, failed_attempt, base_ms, cap_ms, previous_ms)
+    if jitter == "none":
+        return lo
+    if jitter == "proportional":
+        d = backoff_ms(failed_attempt, base_ms, cap_ms)
+        return min(cap_ms, d * (0.8 + 0.4 * rng.random()))
+    return lo + (hi - lo) * rng.random()
+
+
+@dataclass(frozen=True, slots=True)
+class Delay:
+    """A sleep before a retry, with the arithmetic behind it in words."""
+
+    ms: float
+    backoff_ms: float
+    formula: str
+    retry_after_ms: float | None = None
+
+
+def _n(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:.1f}"
+
+
+def retry_delay(
+    jitter: str,
+    failed_attempt: int,
+    base_ms: float,
+    cap_ms: float,
+    rng: random.Random,
+    previous_ms: float | None = None,
+    retry_after_ms: float | None = None,
+) -> Delay:
+    """The sleep after the n-th failed attempt: jittered backoff, raised to a Retry-After
+    hint up to the cap. ``formula`` explains it, e.g. ``min(500, 25 x 2^1)``."""
+    ms = jittered_backoff_ms(jitter, failed_attempt, base_ms, cap_ms, rng, previous_ms)
+    d = backoff_ms(failed_attempt, base_ms, cap_ms)
+    exp = f"min({_n(cap_ms)}, {_n(base_ms)} x 2^{failed_attempt - 1})"
+    if jitter == "none":
+        formula = exp
+    elif jitter == "full":
+        formula = f"random in [0, {_n(d)}], {_n(d)} = {exp} (full jitter)"
+    elif jitter == "equal":
+        formula = f"{_n(d / 2)} + random in [0, {_n(d / 2)}], {_n(d)} = {exp} (equal jitter)"
+    elif jitter == "decorrelated":
+        lo, hi = jitter_bounds_ms(jitter, failed_attempt, base_ms, cap_ms, previous_ms)
+        prev = base_ms if previous_ms is None else previous_ms
+        formula = f"random in [{_n(lo)}, {_n(hi)}] = min({_n(cap_ms)}, [base, 3 x {_n(prev)}]) (decorrelated jitter)"
+    else:
+        formula = f"{_n(d)} x random in [0.8, 1.2], at most {_n(cap_ms)}; {_n(d)} = {exp} (proportional jitter)"
+    if retry_after_ms is not None and retry_after_ms > 0:
+        honoured = min(cap_ms, retry_after_ms)
+        if honoured > ms:
+            capped = f" capped at {_n(cap_ms)}" if retry_after_ms > cap_ms else ""
+            formula = f"Retry-After {fmt_ms(retry_after_ms)}{capped} (backoff alone: {fmt_ms(ms)})"
+            return Delay(float(honoured), ms, formula, float(retry_after_ms))
+    return Delay(ms, ms, formula, retry_after_ms)
+
+
+class RetryBudget:
+    """A token bucket capping retries as a fraction of calls, shared through the store.
+
+    Arithmetic (tokens held as integer micro-tokens, so every store agrees exactly):
+
+    * the bucket starts full, at ``max_tokens``;
+    * every call that starts its retry loop deposits ``token_ratio`` tokens, never above
+      ``max_tokens``;
+    * every retry (attempt 2, 3, ...) first withdraws 1 whole token; with less than 1 token
+      left the call stops with ``budget_exhausted`` instead of retrying.
+
+    With ratio r, a long run of failing calls can retry about r times per call: the budget
+    caps retry load at roughly ``r`` extra attempts per call (plus the initial ``max_tokens``).
+    The balance never goes negative.
+    """
+
+    def __init__(self, config: RetryBudgetConfig, *, store: Store) -> None:
+        self.config = config
+        self.store = store
+        self._ratio = round(config.token_ratio * 1_000_000)
+        self._max = round(config.max_tokens * 1_000_000)
+
+    def deposit(self) -> float:
+        """Credit one call; returns the balance in tokens."""
+        return self.store.budget_deposit(self._ratio, self._max) / 1_000_000
+
+    def try_withdraw(self) -> tuple[bool, float]:
+        """Spend one token for a retry if there is one; returns (spent, balance in tokens)."""
+        taken, balance = self.store.budget_withdraw(self._max)
+        return taken, balance / 1_000_000

@@ -1,0 +1,258 @@
+"""The store interface: where breaker, dependency and budget state live.
+
+A store implements the breaker's state machine itself, one atomic operation per decision, so
+the same rules hold whether the state is in this process (:class:`MemoryStore`) or shared
+by many processes in Redis (:class:`RedisStore`, one Lua script per operation). The
+:class:`~labs.engine.breaker.Breaker` is a thin typed layer over these operations.
+
+Times are integer microseconds of the caller's clock (so a :class:`VirtualClock` drives a
+Redis store as well as a memory one); only the probe leases of the Redis store expire on
+Redis's own clock (``PX``), because their purpose is to outlive a dead process.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Protocol
+
+from labs.engine.config import BreakerConfig
+
+__all__ = [
+    "ADMIT",
+    "APPLIED",
+    "CLOSED",
+    "OPENED",
+    "PROBE",
+    "REJECT_HALF_OPEN",
+    "REJECT_OPEN",
+    "REOPENED",
+    "STALE",
+    "AllowReply",
+    "BreakerSpec",
+    "RecordReply",
+    "Store",
+    "effective_state",
+]
+
+# breaker_allow codes
+ADMIT, PROBE, REJECT_OPEN, REJECT_HALF_OPEN = 0, 1, 2, 3
+# breaker_record codes
+STALE, APPLIED, OPENED, CLOSED, REOPENED = 0, 1, 2, 3, 4
+
+#: Probe slots a store supports (``half_open_max_probes`` is at most this).
+MAX_PROBE_SLOTS = 16
+DEFAULT_PROBE_LEASE_MS = 5000
+
+
+class BreakerSpec(NamedTuple):
+    """The numbers a store needs from a :class:`BreakerConfig`, as integers."""
+
+    rolling: bool
+    failure_threshold: int
+    ratio_ppm: int
+    min_calls: int
+    bucket_us: int
+    buckets: int
+    window_calls: int  # 0: time window of ``buckets`` x ``bucket_us``
+    max_probes: int
+    success_threshold: int
+
+    @classmethod
+    def of(cls, config: BreakerConfig) -> BreakerSpec:
+        """Derive the spec from a config."""
+        buckets = int(config.buckets)
+        return cls(
+            rolling=config.kind == "rolling_ratio",
+            failure_threshold=int(config.failure_threshold),
+            ratio_ppm=round(config.failure_ratio * 1_000_000),
+            min_calls=int(config.min_calls),
+            bucket_us=max(1, round(config.window_ms * 1000 / buckets)),
+            buckets=buckets,
+            window_calls=int(config.window_calls or 0),
+            max_probes=int(config.half_open_max_probes),
+            success_threshold=int(config.success_threshold),
+        )
+
+
+class AllowReply(NamedTuple):
+    """Answer of ``breaker_allow``.
+
+    ``code`` is ADMIT (closed), PROBE (a half-open slot was leased: ``slot``, ``token``),
+    REJECT_OPEN (``open_until_us``, -1 when forced open) or REJECT_HALF_OPEN (all slots
+    taken). ``moved`` is True when this very call turned an expired OPEN into HALF_OPEN.
+    """
+
+    code: int
+    generation: int
+    slot: int
+    token: str
+    open_until_us: int
+    moved: bool
+
+
+class RecordReply(NamedTuple):
+    """Answer of ``breaker_record``.
+
+    ``code``: STALE (generation no longer current: nothing counted), APPLIED (counted, no
+    transition), OPENED (closed -> open), CLOSED (half-open -> closed), REOPENED (half-open ->
+    open). ``a``/``b`` explain it: the failure streak, or failures/total of the window, or
+    the half-open successes. ``open_until_us`` is set when the breaker (re)opened.
+    """
+
+    code: int
+    generation: int
+    a: int
+    b: int
+    open_until_us: int
+
+
+class Store(Protocol):
+    """What :class:`Breaker`, :class:`FakeDependency` and :class:`RetryBudget` need."""
+
+    probe_lease_ms: int
+
+    def breaker_allow(self, spec: BreakerSpec, now_us: int) -> AllowReply:
+        """Admission decision, atomically (one round trip)."""
+        ...
+
+    def breaker_record(
+        self,
+        spec: BreakerSpec,
+        generation: int,
+        slot: int,
+        token: str,
+        outcome: str,
+        now_us: int,
+        cooldown_us: int,
+    ) -> RecordReply:
+        """Count a result (outcome ``s``, ``f`` or ``i``) and release its probe lease."""
+        ...
+
+    def breaker_force(self, action: str, now_us: int) -> tuple[str, int]:
+        """``open`` / ``closed`` (forced until reset) or ``reset``; returns (state before,
+        new generation)."""
+        ...
+
+    def breaker_read(self, spec: BreakerSpec, now_us: int) -> dict[str, Any]:
+        """The stored breaker fields plus ``probes_in_flight`` (no transition is made)."""
+        ...
+
+    def dependency_arm(self, fail_left: int, now_us: int) -> None:
+        """Fresh dependency state: flaky counter, start time (outage, rate limit), attempts 0."""
+        ...
+
+    def dependency_step(self, fail_left: int, now_us: int) -> tuple[int, int, int]:
+        """One attempt reaches the dependency: returns (flaky counter before this attempt,
+        armed-at time, attempts before this one) and consumes one flaky failure. Arms lazily
+        with ``fail_left`` and ``now_us`` when there is no state."""
+        ...
+
+    def budget_deposit(self, ratio_micro: int, max_micro: int) -> int:
+        """Add ``ratio_micro`` micro-tokens (the bucket starts full); returns the balance."""
+        ...
+
+    def budget_withdraw(self, max_micro: int) -> tuple[bool, int]:
+        """Take one whole token if there is one; returns (taken, balance)."""
+        ...
+
+    def export_state(self) -> dict[str, Any]:
+        """Everything needed to rebuild the state elsewhere, JSON-serialisable."""
+        ...
+
+    def import_state(self, state: dict[str, Any]) -> None:
+        """Replace the state with an exported one (probe leases are not restored)."""
+        ...
+
+    def has_state(self) -> bool:
+        """Whether any breaker, dependency or budget state exists."""
+        ...
+
+    def clear(self) -> None:
+        """Delete all state."""
+        ...
+
+
+def effective_state(fields: dict[str, Any], now_us: int) -> str:
+    """The state as read at ``now_us``: an OPEN whose cooldown has elapsed reads HALF_OPEN.
+
+    The cooldown edge is inclusive: at exactly ``open_until`` the breaker is half-open.
+    """
+    forced = fields.get("forced") or ""
+    if forced:
+        return str(forced)
+    state = fields.get("state") or "closed"
+    if state == "open" and now_us >= int(fields.get("open_until") or 0):
+        return "half_open"
+    return str(state)
+
+
+# -- the exported state document (same for every store) ---------------------------------------
+
+_DOC_BREAKER = {
+    "state": "state",
+    "generation": "gen",
+    "failure_streak": "streak",
+    "opened_at_us": "opened_at",
+    "open_until_us": "open_until",
+    "half_open_successes": "ho_succ",
+    "window_successes": "win_s",
+    "window_failures": "win_f",
+    "forced": "forced",
+}
+_DOC_DEPENDENCY = {"fail_left": "fail_left", "armed_at_us": "started", "attempts": "attempts"}
+_TEXT_FIELDS = ("state", "forced")
+
+
+def to_doc(
+    breaker: dict[str, Any] | None,
+    buckets: dict[str, list[int]],
+    calls: list[str],
+    dependency: dict[str, int] | None,
+    budget_micro: int | None,
+) -> dict[str, Any]:
+    """Build the export document from a store's raw fields."""
+    return {
+        "version": 1,
+        "breaker": None
+        if not breaker
+        else {
+            doc: (
+                str(breaker.get(raw) or "") if raw in _TEXT_FIELDS else int(breaker.get(raw) or 0)
+            )
+            for doc, raw in _DOC_BREAKER.items()
+        },
+        "window": {"buckets": buckets, "calls": calls},
+        "dependency": None
+        if dependency is None
+        else {doc: int(dependency.get(raw) or 0) for doc, raw in _DOC_DEPENDENCY.items()},
+        "budget": None if budget_micro is None else {"tokens_micro": int(budget_micro)},
+    }
+
+
+def from_doc(
+    doc: dict[str, Any],
+) -> tuple[
+    dict[str, Any] | None, dict[str, list[int]], list[str], dict[str, int] | None, int | None
+]:
+    """Split an export document into a store's raw fields. Raises ValueError if malformed."""
+    if not isinstance(doc, dict) or doc.get("version") != 1:
+        raise ValueError("not an engine state document (version 1)")
+    breaker = doc.get("breaker")
+    raw_breaker = None
+    if breaker:
+        raw_breaker = {
+            raw: (
+                str(breaker.get(d) or ("closed" if raw == "state" else ""))
+                if raw in _TEXT_FIELDS
+                else int(breaker.get(d) or 0)
+            )
+            for d, raw in _DOC_BREAKER.items()
+        }
+    window = doc.get("window") or {}
+    buckets = {str(k): [int(v[0]), int(v[1])] for k, v in (window.get("buckets") or {}).items()}
+    calls = [str(c) for c in window.get("calls") or []]
+    dependency = doc.get("dependency")
+    raw_dep = None
+    if dependency:
+        raw_dep = {raw: int(dependency.get(d) or 0) for d, raw in _DOC_DEPENDENCY.items()}
+    budget = doc.get("budget")
+    return raw_breaker, buckets, calls, raw_dep, None if not budget else int(budget["tokens_micro"])

@@ -1,0 +1,31 @@
+-- Admission decision for one call. One atomic round trip.
+-- KEYS[1] breaker hash, KEYS[2] window hash, KEYS[3] window list, KEYS[4..] probe slots
+-- ARGV[1] now (us, caller's clock), ARGV[2] lease token, ARGV[3] lease (ms), ARGV[4] max probes
+-- Reply {code, generation, slot, open_until, moved}
+--   code 0 admit (closed), 1 probe (slot leased), 2 rejected open, 3 rejected half-open
+local b = KEYS[1]
+local now = tonumber(ARGV[1])
+local f = redis.call('HMGET', b, 'state', 'gen', 'open_until', 'forced')
+local state = f[1] or 'closed'
+local gen = tonumber(f[2] or '0')
+local forced = f[4] or ''
+if forced == 'open' then return {2, gen, -1, -1, 0} end
+if forced == 'closed' then return {0, gen, -1, 0, 0} end
+local moved = 0
+if state == 'open' then
+  local open_until = tonumber(f[3] or '0')
+  -- inclusive cooldown edge: at exactly open_until the breaker is half-open
+  if now < open_until then return {2, gen, -1, open_until, 0} end
+  gen = gen + 1
+  redis.call('HSET', b, 'state', 'half_open', 'gen', gen, 'ho_succ', 0)
+  state = 'half_open'
+  moved = 1
+end
+if state == 'closed' then return {0, gen, -1, 0, moved} end
+-- half-open: lease a free probe slot; a lease whose holder died expires by itself (PX)
+for i = 1, tonumber(ARGV[4]) do
+  if redis.call('SET', KEYS[3 + i], ARGV[2], 'NX', 'PX', ARGV[3]) then
+    return {1, gen, i - 1, 0, moved}
+  end
+end
+return {3, gen, -1, 0, moved}

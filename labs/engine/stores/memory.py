@@ -1,0 +1,302 @@
+"""In-process store: the breaker state machine in Python, one lock per store.
+
+Mirrors the Redis store's Lua scripts rule for rule (a differential test drives both with
+the same random sequence and compares every decision). Probe leases expire on the caller's
+clock here, since there is no other process to outlive.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import deque
+from typing import Any
+
+from labs.engine.stores.base import (
+    ADMIT,
+    APPLIED,
+    CLOSED,
+    DEFAULT_PROBE_LEASE_MS,
+    OPENED,
+    PROBE,
+    REJECT_HALF_OPEN,
+    REJECT_OPEN,
+    REOPENED,
+    STALE,
+    AllowReply,
+    BreakerSpec,
+    RecordReply,
+    effective_state,
+    from_doc,
+    to_doc,
+)
+
+__all__ = ["MemoryStore"]
+
+_FRESH = {
+    "state": "closed",
+    "gen": 0,
+    "streak": 0,
+    "opened_at": 0,
+    "open_until": 0,
+    "ho_succ": 0,
+    "win_s": 0,
+    "win_f": 0,
+    "forced": "",
+}
+
+
+class MemoryStore:
+    """Breaker, dependency and budget state of one process, guarded by a lock.
+
+    Thread-safe; every operation is atomic with respect to the others. The lock is never
+    held while anyone sleeps, so cooperative callers of a VirtualClock cannot deadlock on it.
+    """
+
+    def __init__(self, probe_lease_ms: int = DEFAULT_PROBE_LEASE_MS) -> None:
+        self.probe_lease_ms = int(probe_lease_ms)
+        self._lock = threading.Lock()
+        self._tokens = itertools.count(1)
+        self._b: dict[str, Any] = {}
+        self._buckets: dict[int, list[int]] = {}
+        self._calls: deque[str] = deque()
+        self._probes: dict[int, tuple[str, int]] = {}  # slot -> (token, expires_at_us)
+        self._dep: dict[str, int] | None = None
+        self._budget: int | None = None
+
+    # -- breaker -----------------------------------------------------------------------------
+
+    def breaker_allow(self, spec: BreakerSpec, now_us: int) -> AllowReply:
+        """Admission decision (see :class:`~labs.engine.stores.base.AllowReply`)."""
+        with self._lock:
+            b = self._b
+            if not b:
+                return AllowReply(ADMIT, 0, -1, "", 0, False)
+            forced = b["forced"]
+            gen = b["gen"]
+            if forced == "open":
+                return AllowReply(REJECT_OPEN, gen, -1, "", -1, False)
+            if forced == "closed":
+                return AllowReply(ADMIT, gen, -1, "", 0, False)
+            state = b["state"]
+            moved = False
+            if state == "open":
+                if now_us < b["open_until"]:
+                    return AllowReply(REJECT_OPEN, gen, -1, "", b["open_until"], False)
+                gen += 1
+                b.update(state="half_open", gen=gen, ho_succ=0)
+                state = "half_open"
+                moved = True
+            if state == "closed":
+                return AllowReply(ADMIT, gen, -1, "", 0, moved)
+            probes = self._probes
+            for slot in range(spec.max_probes):
+                lease = probes.get(slot)
+                if lease is None or lease[1] <= now_us:
+                    token = f"m{next(self._tokens)}"
+                    probes[slot] = (token, now_us + self.probe_lease_ms * 1000)
+                    return AllowReply(PROBE, gen, slot, token, 0, moved)
+            return AllowReply(REJECT_HALF_OPEN, gen, -1, "", 0, moved)
+
+    def breaker_record(
+        self,
+        spec: BreakerSpec,
+        generation: int,
+        slot: int,
+        token: str,
+        outcome: str,
+        now_us: int,
+        cooldown_us: int,
+    ) -> RecordReply:
+        """Count one result (see :class:`~labs.engine.stores.base.RecordReply`)."""
+        with self._lock:
+            if slot >= 0:
+                lease = self._probes.get(slot)
+                if lease is not None and lease[0] == token:
+                    del self._probes[slot]
+            b = self._b
+            if not b:
+                b.update(_FRESH)
+            gen = b["gen"]
+            if generation != gen:
+                return RecordReply(STALE, gen, 0, 0, 0)
+            if b["forced"] or outcome == "i":
+                return RecordReply(APPLIED, gen, 0, 0, 0)
+            state = b["state"]
+            if state == "closed":
+                if not spec.rolling:
+                    if outcome == "s":
+                        b["streak"] = 0
+                        return RecordReply(APPLIED, gen, 0, 0, 0)
+                    streak = b["streak"] + 1
+                    if streak >= spec.failure_threshold:
+                        return self._open(OPENED, now_us, cooldown_us, streak, 0)
+                    b["streak"] = streak
+                    return RecordReply(APPLIED, gen, streak, 0, 0)
+                successes, failures = self._window_add(spec, outcome, now_us)
+                total = successes + failures
+                if total >= spec.min_calls and failures * 1_000_000 >= spec.ratio_ppm * total:
+                    return self._open(OPENED, now_us, cooldown_us, failures, total)
+                return RecordReply(APPLIED, gen, failures, total, 0)
+            if state == "half_open":
+                if outcome == "f":
+                    return self._open(REOPENED, now_us, cooldown_us, 0, 0)
+                succ = b["ho_succ"] + 1
+                if succ >= spec.success_threshold:
+                    gen += 1
+                    b.update(state="closed", gen=gen, streak=0, ho_succ=0, win_s=0, win_f=0)
+                    self._buckets.clear()
+                    self._calls.clear()
+                    return RecordReply(CLOSED, gen, succ, 0, 0)
+                b["ho_succ"] = succ
+                return RecordReply(APPLIED, gen, succ, 0, 0)
+            return RecordReply(APPLIED, gen, 0, 0, 0)
+
+    def _open(self, code: int, now_us: int, cooldown_us: int, a: int, c: int) -> RecordReply:
+        b = self._b
+        gen = b["gen"] + 1
+        until = now_us + cooldown_us
+        b.update(
+            state="open",
+            gen=gen,
+            opened_at=now_us,
+            open_until=until,
+            streak=0,
+            ho_succ=0,
+            win_s=0,
+            win_f=0,
+        )
+        self._buckets.clear()
+        self._calls.clear()
+        return RecordReply(code, gen, a, c, until)
+
+    def _window_add(self, spec: BreakerSpec, outcome: str, now_us: int) -> tuple[int, int]:
+        b = self._b
+        if spec.window_calls:
+            successes = b["win_s"] + (outcome == "s")
+            failures = b["win_f"] + (outcome == "f")
+            self._calls.appendleft(outcome)
+            if len(self._calls) > spec.window_calls:
+                if self._calls.pop() == "s":
+                    successes -= 1
+                else:
+                    failures -= 1
+            b["win_s"], b["win_f"] = successes, failures
+            return successes, failures
+        idx = now_us // spec.bucket_us
+        counts = self._buckets.setdefault(idx, [0, 0])
+        counts[0 if outcome == "s" else 1] += 1
+        successes = failures = 0
+        for key in list(self._buckets):
+            if key > idx - spec.buckets:
+                s, f = self._buckets[key]
+                successes += s
+                failures += f
+            else:
+                del self._buckets[key]
+        return successes, failures
+
+    def breaker_force(self, action: str, now_us: int) -> tuple[str, int]:
+        """Force open / closed (until reset), or reset; returns (state before, generation)."""
+        with self._lock:
+            b = self._b or dict(_FRESH)
+            before = effective_state(b, now_us)
+            gen = b["gen"] + 1
+            fresh = dict(_FRESH, gen=gen)
+            if action == "open":
+                fresh.update(state="open", forced="open", opened_at=now_us)
+            elif action == "closed":
+                fresh.update(forced="closed")
+            elif action != "reset":
+                raise ValueError(f"unknown action {action!r}")
+            self._b = fresh
+            self._buckets.clear()
+            self._calls.clear()
+            self._probes.clear()
+            return before, gen
+
+    def breaker_read(self, spec: BreakerSpec, now_us: int) -> dict[str, Any]:
+        """Stored breaker fields plus ``probes_in_flight`` (live leases)."""
+        with self._lock:
+            fields = dict(self._b or _FRESH)
+            fields["probes_in_flight"] = sum(
+                1 for _, expires in self._probes.values() if expires > now_us
+            )
+            return fields
+
+    # -- dependency --------------------------------------------------------------------------
+
+    def dependency_arm(self, fail_left: int, now_us: int) -> None:
+        """Fresh dependency state."""
+        with self._lock:
+            self._dep = {"fail_left": int(fail_left), "started": now_us, "attempts": 0}
+
+    def dependency_step(self, fail_left: int, now_us: int) -> tuple[int, int, int]:
+        """One attempt: (flaky counter before, armed-at, attempts before); arms lazily."""
+        with self._lock:
+            dep = self._dep
+            if dep is None:
+                dep = self._dep = {"fail_left": int(fail_left), "started": now_us, "attempts": 0}
+            left, attempts = dep["fail_left"], dep["attempts"]
+            if left > 0:
+                dep["fail_left"] = left - 1
+            dep["attempts"] = attempts + 1
+            return left, dep["started"], attempts
+
+    # -- retry budget ------------------------------------------------------------------------
+
+    def budget_deposit(self, ratio_micro: int, max_micro: int) -> int:
+        """Deposit micro-tokens up to the ceiling; the bucket starts full."""
+        with self._lock:
+            tokens = max_micro if self._budget is None else self._budget
+            self._budget = min(max_micro, tokens + ratio_micro)
+            return self._budget
+
+    def budget_withdraw(self, max_micro: int) -> tuple[bool, int]:
+        """Take one whole token (1 000 000 micro-tokens) if available."""
+        with self._lock:
+            tokens = max_micro if self._budget is None else self._budget
+            if tokens >= 1_000_000:
+                self._budget = tokens - 1_000_000
+                return True, self._budget
+            self._budget = tokens
+            return False, tokens
+
+    # -- whole state -------------------------------------------------------------------------
+
+    def export_state(self) -> dict[str, Any]:
+        """JSON-serialisable copy of everything (the document of :func:`to_doc`)."""
+        with self._lock:
+            return to_doc(
+                self._b or None,
+                {str(k): list(v) for k, v in self._buckets.items()},
+                list(self._calls),
+                dict(self._dep) if self._dep is not None else None,
+                self._budget,
+            )
+
+    def import_state(self, state: dict[str, Any]) -> None:
+        """Replace everything with an exported state; probe leases start empty."""
+        breaker, buckets, calls, dep, budget = from_doc(state)
+        with self._lock:
+            self._b = breaker or {}
+            self._buckets = {int(k): list(v) for k, v in buckets.items()}
+            self._calls = deque(calls)
+            self._dep = dep
+            self._budget = budget
+            self._probes.clear()
+
+    def has_state(self) -> bool:
+        """Whether any breaker, dependency or budget state exists."""
+        with self._lock:
+            return bool(self._b) or self._dep is not None or self._budget is not None
+
+    def clear(self) -> None:
+        """Forget everything."""
+        with self._lock:
+            self._b = {}
+            self._buckets.clear()
+            self._calls.clear()
+            self._probes.clear()
+            self._dep = None
+            self._budget = None

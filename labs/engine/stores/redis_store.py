@@ -1,0 +1,254 @@
+"""Redis store: the breaker shared by every worker, one Lua script per operation.
+
+Layout for a namespace ``ns`` (plain keys, no hash tags):
+
+==========================  =========  =====================================================
+key                         type       holds
+==========================  =========  =====================================================
+``ns:breaker``              hash       state, generation, streak, open_until, ...
+``ns:window``               hash       rolling time window: ``s:<bucket>`` / ``f:<bucket>``
+``ns:window_calls``         list       rolling count window: newest outcome first
+``ns:probe:<slot>``         string     a half-open probe lease: owner token, ``PX`` TTL
+``ns:dependency``           hash       flaky counter, armed-at time, attempts
+``ns:budget``               hash       retry budget balance in micro-tokens
+==========================  =========  =====================================================
+
+Every admission decision, recorded result, dependency attempt and budget move is exactly
+one ``EVALSHA`` (redis-py ``register_script``). Breaker logic uses the time passed in by the
+caller's clock, so a VirtualClock drives it deterministically; probe leases alone expire on
+Redis's clock, so a probe whose process died frees its slot after ``probe_lease_ms`` even
+if nobody ever records its result. Callers on different machines must share a time base
+(``SystemClock(source="wall")``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from pathlib import Path
+from typing import Any
+
+from labs.engine.stores.base import (
+    DEFAULT_PROBE_LEASE_MS,
+    MAX_PROBE_SLOTS,
+    AllowReply,
+    BreakerSpec,
+    RecordReply,
+    from_doc,
+    to_doc,
+)
+
+__all__ = ["RedisStore"]
+
+_LUA = Path(__file__).with_name("lua")
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _int(value: Any, default: int = 0) -> int:
+    if value in (None, b"", ""):
+        return default
+    return int(_text(value))
+
+
+class RedisStore:
+    """State of one lab session in Redis under ``namespace`` (e.g. ``fl:s42``).
+
+    ``client`` is a ``redis.Redis`` (``decode_responses`` either way). Safe to share between
+    threads (redis-py's connection pool) and to use from many processes at once: each
+    operation is atomic on the server. Raises ``redis.RedisError`` when Redis is unreachable.
+    """
+
+    def __init__(
+        self, client: Any, namespace: str, probe_lease_ms: int = DEFAULT_PROBE_LEASE_MS
+    ) -> None:
+        if not namespace or any(c in namespace for c in "{} "):
+            raise ValueError(
+                f"namespace must be non-empty, without braces or spaces ({namespace!r})"
+            )
+        self.client = client
+        self.namespace = namespace
+        self.probe_lease_ms = int(probe_lease_ms)
+        self.k_breaker = f"{namespace}:breaker"
+        self.k_window = f"{namespace}:window"
+        self.k_calls = f"{namespace}:window_calls"
+        self.k_probes = [f"{namespace}:probe:{i}" for i in range(MAX_PROBE_SLOTS)]
+        self.k_dependency = f"{namespace}:dependency"
+        self.k_budget = f"{namespace}:budget"
+        self._breaker_keys = [self.k_breaker, self.k_window, self.k_calls]
+        self._token_prefix = uuid.uuid4().hex[:12]
+        self._tokens = itertools.count(1)
+        scripts = {name: (_LUA / f"{name}.lua").read_text() for name in _SCRIPTS}
+        self._allow = client.register_script(scripts["allow"])
+        self._record = client.register_script(scripts["record"])
+        self._force = client.register_script(scripts["force"])
+        self._read = client.register_script(scripts["read"])
+        self._dependency = client.register_script(scripts["dependency"])
+        self._budget = client.register_script(scripts["budget"])
+
+    def all_keys(self) -> list[str]:
+        """Every key this store may write."""
+        return [*self._breaker_keys, *self.k_probes, self.k_dependency, self.k_budget]
+
+    # -- breaker -----------------------------------------------------------------------------
+
+    def breaker_allow(self, spec: BreakerSpec, now_us: int) -> AllowReply:
+        """Admission decision (one round trip)."""
+        token = f"{self._token_prefix}:{next(self._tokens)}"
+        code, gen, slot, until, moved = self._allow(
+            keys=[*self._breaker_keys, *self.k_probes[: spec.max_probes]],
+            args=[now_us, token, self.probe_lease_ms, spec.max_probes],
+        )
+        return AllowReply(code, gen, slot, token if code == 1 else "", until, bool(moved))
+
+    def breaker_record(
+        self,
+        spec: BreakerSpec,
+        generation: int,
+        slot: int,
+        token: str,
+        outcome: str,
+        now_us: int,
+        cooldown_us: int,
+    ) -> RecordReply:
+        """Count one result and release its probe lease (one round trip)."""
+        reply = self._record(
+            keys=[*self._breaker_keys, *self.k_probes[: max(spec.max_probes, slot + 1)]],
+            args=[
+                generation,
+                slot,
+                token or "-",
+                outcome,
+                now_us,
+                cooldown_us,
+                int(spec.rolling),
+                spec.failure_threshold,
+                spec.ratio_ppm,
+                spec.min_calls,
+                spec.bucket_us,
+                spec.buckets,
+                spec.window_calls,
+                spec.success_threshold,
+            ],
+        )
+        return RecordReply(*reply)
+
+    def breaker_force(self, action: str, now_us: int) -> tuple[str, int]:
+        """Force open / closed (until reset), or reset (one round trip)."""
+        if action not in ("open", "closed", "reset"):
+            raise ValueError(f"unknown action {action!r}")
+        before, gen = self._force(keys=[*self._breaker_keys, *self.k_probes], args=[action, now_us])
+        return _text(before), int(gen)
+
+    def breaker_read(self, spec: BreakerSpec, now_us: int) -> dict[str, Any]:
+        """Stored breaker fields plus ``probes_in_flight`` (one round trip)."""
+        f = self._read(keys=[self.k_breaker, *self.k_probes], args=[])
+        return {
+            "state": _text(f[0]) or "closed",
+            "gen": _int(f[1]),
+            "streak": _int(f[2]),
+            "opened_at": _int(f[3]),
+            "open_until": _int(f[4]),
+            "ho_succ": _int(f[5]),
+            "win_s": _int(f[6]),
+            "win_f": _int(f[7]),
+            "forced": _text(f[8]),
+            "probes_in_flight": _int(f[9]),
+        }
+
+    # -- dependency --------------------------------------------------------------------------
+
+    def dependency_arm(self, fail_left: int, now_us: int) -> None:
+        """Fresh dependency state (one round trip)."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(self.k_dependency)
+        pipe.hset(
+            self.k_dependency,
+            mapping={"fail_left": int(fail_left), "started": now_us, "attempts": 0},
+        )
+        pipe.execute()
+
+    def dependency_step(self, fail_left: int, now_us: int) -> tuple[int, int, int]:
+        """One attempt reaches the dependency (one round trip); arms lazily."""
+        left, started, attempts = self._dependency(
+            keys=[self.k_dependency], args=[now_us, int(fail_left)]
+        )
+        return int(left), int(started), int(attempts)
+
+    # -- retry budget ------------------------------------------------------------------------
+
+    def budget_deposit(self, ratio_micro: int, max_micro: int) -> int:
+        """Deposit micro-tokens up to the ceiling (one round trip)."""
+        _, tokens = self._budget(keys=[self.k_budget], args=["deposit", ratio_micro, max_micro])
+        return int(tokens)
+
+    def budget_withdraw(self, max_micro: int) -> tuple[bool, int]:
+        """Take one whole token if available (one round trip)."""
+        taken, tokens = self._budget(keys=[self.k_budget], args=["withdraw", 0, max_micro])
+        return bool(taken), int(tokens)
+
+    # -- whole state -------------------------------------------------------------------------
+
+    def export_state(self) -> dict[str, Any]:
+        """JSON-serialisable copy of the namespace's state (one MULTI/EXEC)."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hgetall(self.k_breaker)
+        pipe.hgetall(self.k_window)
+        pipe.lrange(self.k_calls, 0, -1)
+        pipe.hgetall(self.k_dependency)
+        pipe.hget(self.k_budget, "tokens")
+        breaker, window, calls, dep, budget = pipe.execute()
+        breaker = {_text(k): _text(v) for k, v in breaker.items()}
+        for key in breaker:
+            if key not in ("state", "forced"):
+                breaker[key] = _int(breaker[key])
+        buckets: dict[str, list[int]] = {}
+        for field, count in window.items():
+            kind, _, idx = _text(field).partition(":")
+            buckets.setdefault(idx, [0, 0])[0 if kind == "s" else 1] = _int(count)
+        return to_doc(
+            breaker or None,
+            buckets,
+            [_text(c) for c in calls],
+            {_text(k): _int(v) for k, v in dep.items()} if dep else None,
+            None if budget is None else _int(budget),
+        )
+
+    def import_state(self, state: dict[str, Any]) -> None:
+        """Replace the namespace's state with an exported one (one MULTI/EXEC)."""
+        breaker, buckets, calls, dep, budget = from_doc(state)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(*self.all_keys())
+        if breaker:
+            pipe.hset(self.k_breaker, mapping=breaker)
+        window = {}
+        for idx, (s, f) in buckets.items():
+            if s:
+                window[f"s:{idx}"] = s
+            if f:
+                window[f"f:{idx}"] = f
+        if window:
+            pipe.hset(self.k_window, mapping=window)
+        if calls:
+            pipe.rpush(self.k_calls, *calls)
+        if dep:
+            pipe.hset(self.k_dependency, mapping=dep)
+        if budget is not None:
+            pipe.hset(self.k_budget, "tokens", budget)
+        pipe.execute()
+
+    def has_state(self) -> bool:
+        """Whether the namespace holds breaker, dependency or budget state."""
+        return bool(self.client.exists(self.k_breaker, self.k_dependency, self.k_budget))
+
+    def clear(self) -> None:
+        """Delete every key of the namespace."""
+        self.client.delete(*self.all_keys())
+
+    def __repr__(self) -> str:
+        return f"RedisStore(namespace={self.namespace!r})"
+
+
+_SCRIPTS = ("allow", "record", "force", "read", "dependency", "budget")

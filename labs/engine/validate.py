@@ -1,0 +1,363 @@
+"""Validation of settings and scenarios: one problem per bad field, nothing half-applied.
+
+``validate_*`` return a list of :class:`Problem` (empty when valid); ``parse_*`` apply the
+defaults and return typed configs, or raise :class:`ValidationError` carrying the problems.
+The web forms, the admin and the CLI all go through these functions, so a message such as
+``policy.max_attempts: must be between 1 and 5 (got 9)`` reads the same everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from labs.engine.config import (
+    LIMITS,
+    BreakerConfig,
+    DependencyConfig,
+    Limit,
+    Policy,
+    RetryBudgetConfig,
+    Scenario,
+    Step,
+)
+
+__all__ = [
+    "Problem",
+    "ValidationError",
+    "merge_settings",
+    "parse_dependency",
+    "parse_policy",
+    "parse_scenario",
+    "validate_dependency",
+    "validate_policy",
+    "validate_scenario",
+]
+
+_DEPENDENCY_KEYS = tuple(k.split(".", 1)[1] for k in LIMITS if k.startswith("dependency."))
+_BREAKER_KEYS = tuple(k.rsplit(".", 1)[1] for k in LIMITS if k.startswith("policy.breaker."))
+_BUDGET_KEYS = ("token_ratio", "max_tokens")
+_POLICY_KEYS = (
+    "max_attempts",
+    "backoff_base_ms",
+    "backoff_cap_ms",
+    "jitter",
+    "nesting",
+    "breaker",
+    "retry_budget",
+    "deadline_ms",
+    "attempt_timeout_ms",
+)
+_SCENARIO_KEYS = ("name", "title", "description", "seed", "dependency", "policy", "steps")
+_STEP_ACTIONS = ("burst", "wait_ms", "set_dependency", "set_policy")
+_MAX_STEPS = 100
+_MAX_TEXT = {"name": 100, "title": 200, "description": 2000}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the input: the field's path and what is allowed."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}" if self.field else self.message
+
+
+class ValidationError(ValueError):
+    """Raised by the ``parse_*`` functions; ``.problems`` lists every problem found."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = list(problems)
+        super().__init__("; ".join(str(p) for p in self.problems))
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, (dict, list)):
+        return type(value).__name__
+    return "null" if value is None else str(value)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check(path: str, value: Any, limit: Limit, problems: list[Problem]) -> None:
+    """Append a problem if ``value`` does not fit ``limit``."""
+    if value is None and limit.nullable:
+        return
+    if limit.type == "choice":
+        if value not in limit.choices:
+            problems.append(Problem(path, f"must be {limit.describe()} (got {_shown(value)})"))
+        return
+    ok_type = _is_int(value) if limit.type == "int" else _is_number(value)
+    if not ok_type:
+        what = "an integer" if limit.type == "int" else "a number"
+        problems.append(Problem(path, f"must be {what} {limit.describe()} (got {_shown(value)})"))
+        return
+    assert limit.min is not None and limit.max is not None
+    if not limit.min <= value <= limit.max:
+        problems.append(Problem(path, f"must be {limit.describe()} (got {_shown(value)})"))
+
+
+def _unknown(path: str, data: Mapping[str, Any], allowed: tuple[str, ...]) -> list[Problem]:
+    prefix = f"{path}." if path else ""
+    return [
+        Problem(f"{prefix}{key}", f"unknown field (allowed: {', '.join(allowed)})")
+        for key in data
+        if key not in allowed
+    ]
+
+
+def _not_object(path: str, value: Any) -> list[Problem]:
+    return [Problem(path, f"must be an object (got {_shown(value)})")]
+
+
+def validate_dependency(d: Any, prefix: str = "dependency") -> list[Problem]:
+    """Problems with a dependency dict; missing keys take their defaults."""
+    if not isinstance(d, Mapping):
+        return _not_object(prefix, d)
+    problems = _unknown(prefix, d, _DEPENDENCY_KEYS)
+    for key in _DEPENDENCY_KEYS:
+        if key in d and key != "outcomes":
+            _check(f"{prefix}.{key}", d[key], LIMITS[f"dependency.{key}"], problems)
+    outcomes = d.get("outcomes", [])
+    limit = LIMITS["dependency.outcomes"]
+    allowed = ", ".join(limit.choices)
+    if not isinstance(outcomes, list) or len(outcomes) > 100:
+        problems.append(Problem(f"{prefix}.outcomes", f"must be a list of up to 100 of: {allowed}"))
+    else:
+        for i, token in enumerate(outcomes):
+            if token not in limit.choices:
+                problems.append(
+                    Problem(
+                        f"{prefix}.outcomes[{i}]", f"must be one of {allowed} (got {_shown(token)})"
+                    )
+                )
+        if d.get("mode") == "script" and not outcomes:
+            problems.append(
+                Problem(
+                    f"{prefix}.outcomes",
+                    f"script mode needs 1 to 100 outcomes, each one of {allowed}",
+                )
+            )
+    return problems
+
+
+def validate_policy(d: Any, prefix: str = "policy") -> list[Problem]:
+    """Problems with a policy dict (including ``breaker`` and ``retry_budget``)."""
+    if not isinstance(d, Mapping):
+        return _not_object(prefix, d)
+    problems = _unknown(prefix, d, _POLICY_KEYS)
+    for key in _POLICY_KEYS:
+        if key in ("breaker", "retry_budget") or key not in d:
+            continue
+        _check(f"{prefix}.{key}", d[key], LIMITS[f"policy.{key}"], problems)
+    base = d.get("backoff_base_ms", LIMITS["policy.backoff_base_ms"].default)
+    cap = d.get("backoff_cap_ms", LIMITS["policy.backoff_cap_ms"].default)
+    if _is_number(base) and _is_int(cap) and 0 <= cap <= 2000 and cap < base:
+        problems.append(
+            Problem(
+                f"{prefix}.backoff_cap_ms",
+                f"must be between backoff_base_ms ({_shown(base)}) and 2000 ms (got {cap})",
+            )
+        )
+    breaker = d.get("breaker", {})
+    if not isinstance(breaker, Mapping):
+        problems += _not_object(f"{prefix}.breaker", breaker)
+    else:
+        problems += _unknown(f"{prefix}.breaker", breaker, _BREAKER_KEYS)
+        for key in _BREAKER_KEYS:
+            if key in breaker:
+                _check(
+                    f"{prefix}.breaker.{key}",
+                    breaker[key],
+                    LIMITS[f"policy.breaker.{key}"],
+                    problems,
+                )
+    budget = d.get("retry_budget")
+    if budget is not None:
+        if not isinstance(budget, Mapping):
+            problems.append(
+                Problem(
+                    f"{prefix}.retry_budget",
+                    f"must be null (off) or an object (got {_shown(budget)})",
+                )
+            )
+        else:
+            problems += _unknown(f"{prefix}.retry_budget", budget, _BUDGET_KEYS)
+            for key in _BUDGET_KEYS:
+                if key in budget:
+                    _check(
+                        f"{prefix}.retry_budget.{key}",
+                        budget[key],
+                        LIMITS[f"policy.retry_budget.{key}"],
+                        problems,
+                    )
+    return problems
+
+
+def merge_settings(current: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """``current`` updated with ``changes``; nested objects (``breaker``, ``retry_budget``)
+    merge one level deeper, and ``null`` replaces (so ``"retry_budget": null`` turns it off)."""
+    merged = dict(current)
+    for key, value in changes.items():
+        old = merged.get(key)
+        if isinstance(value, Mapping) and isinstance(old, Mapping):
+            merged[key] = {**old, **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def validate_scenario(d: Any) -> list[Problem]:
+    """Problems with a whole scenario script, including every step.
+
+    ``set_dependency`` / ``set_policy`` steps are checked after merging into the settings
+    in force at that step, so a step may change one field; problems are reported under the
+    step's path (``steps[3].set_policy.max_attempts``).
+    """
+    if not isinstance(d, Mapping):
+        return [Problem("scenario", f"must be a JSON object (got {_shown(d)})")]
+    problems = _unknown("", d, _SCENARIO_KEYS)
+    name = d.get("name")
+    if not isinstance(name, str) or not name.strip() or len(name) > _MAX_TEXT["name"]:
+        problems.append(
+            Problem(
+                "name", f"must be a non-empty string of at most 100 characters (got {_shown(name)})"
+            )
+        )
+    for key in ("title", "description"):
+        if key in d and (not isinstance(d[key], str) or len(d[key]) > _MAX_TEXT[key]):
+            problems.append(
+                Problem(key, f"must be a string of at most {_MAX_TEXT[key]} characters")
+            )
+    if "seed" in d:
+        _check("seed", d["seed"], LIMITS["seed"], problems)
+    dependency = d.get("dependency", {})
+    policy = d.get("policy", {})
+    dep_problems = validate_dependency(dependency)
+    pol_problems = validate_policy(policy)
+    problems += dep_problems + pol_problems
+    steps = d.get("steps")
+    if not isinstance(steps, list) or not 1 <= len(steps) <= _MAX_STEPS:
+        problems.append(
+            Problem("steps", f"must be a list of 1 to {_MAX_STEPS} steps (got {_shown(steps)})")
+        )
+        return problems
+    current_dep = dict(dependency) if not dep_problems else None
+    current_pol = dict(policy) if not pol_problems else None
+    for i, step in enumerate(steps):
+        path = f"steps[{i}]"
+        if not isinstance(step, Mapping):
+            problems += _not_object(path, step)
+            continue
+        actions = [a for a in _STEP_ACTIONS if a in step]
+        if len(actions) != 1:
+            got = ", ".join(actions) if actions else "none"
+            problems.append(
+                Problem(path, f"must have exactly one of {', '.join(_STEP_ACTIONS)} (got {got})")
+            )
+            problems += _unknown(path, step, (*_STEP_ACTIONS, "concurrency"))
+            continue
+        action = actions[0]
+        allowed = ("burst", "concurrency") if action == "burst" else (action,)
+        problems += _unknown(path, step, allowed)
+        if action == "burst":
+            _check(f"{path}.burst", step["burst"], LIMITS["steps[].burst"], problems)
+            if "concurrency" in step:
+                _check(
+                    f"{path}.concurrency",
+                    step["concurrency"],
+                    LIMITS["steps[].concurrency"],
+                    problems,
+                )
+        elif action == "wait_ms":
+            _check(f"{path}.wait_ms", step["wait_ms"], LIMITS["steps[].wait_ms"], problems)
+        elif action == "set_dependency":
+            changes = step["set_dependency"]
+            if not isinstance(changes, Mapping):
+                problems += _not_object(f"{path}.set_dependency", changes)
+            elif current_dep is None:  # earlier settings are invalid: check the step alone
+                problems += validate_dependency(changes, f"{path}.set_dependency")
+            else:
+                merged = merge_settings(current_dep, changes)
+                found = validate_dependency(merged, f"{path}.set_dependency")
+                problems += found
+                current_dep = merged if not found else None
+        else:
+            changes = step["set_policy"]
+            if not isinstance(changes, Mapping):
+                problems += _not_object(f"{path}.set_policy", changes)
+            elif current_pol is None:
+                problems += validate_policy(changes, f"{path}.set_policy")
+            else:
+                merged = merge_settings(current_pol, changes)
+                found = validate_policy(merged, f"{path}.set_policy")
+                problems += found
+                current_pol = merged if not found else None
+    return problems
+
+
+def _raise_if(problems: list[Problem]) -> None:
+    if problems:
+        raise ValidationError(problems)
+
+
+def parse_dependency(d: Mapping[str, Any]) -> DependencyConfig:
+    """A :class:`DependencyConfig` from a dict, defaults applied. Raises ValidationError."""
+    _raise_if(validate_dependency(d))
+    values = dict(d)
+    if "outcomes" in values:
+        values["outcomes"] = tuple(values["outcomes"])
+    return DependencyConfig(**values)
+
+
+def parse_breaker(d: Mapping[str, Any]) -> BreakerConfig:
+    """A :class:`BreakerConfig` from a dict, defaults applied. Raises ValidationError."""
+    _raise_if(validate_policy({"breaker": d}))
+    return BreakerConfig(**d)
+
+
+def parse_policy(d: Mapping[str, Any]) -> Policy:
+    """A :class:`Policy` from a dict, defaults applied. Raises ValidationError."""
+    _raise_if(validate_policy(d))
+    values = dict(d)
+    values["breaker"] = BreakerConfig(**values.get("breaker", {}))
+    budget = values.get("retry_budget")
+    values["retry_budget"] = None if budget is None else RetryBudgetConfig(**budget)
+    return Policy(**values)
+
+
+def parse_step(d: Mapping[str, Any]) -> Step:
+    """A :class:`Step` from a (validated) step dict."""
+    if "burst" in d:
+        return Step("burst", burst=d["burst"], concurrency=d.get("concurrency", 1))
+    if "wait_ms" in d:
+        return Step("wait", wait_ms=d["wait_ms"])
+    if "set_dependency" in d:
+        return Step("set_dependency", changes=dict(d["set_dependency"]))
+    return Step("set_policy", changes=dict(d["set_policy"]))
+
+
+def parse_scenario(d: Mapping[str, Any]) -> Scenario:
+    """A :class:`Scenario` from a dict, defaults applied. Raises ValidationError."""
+    _raise_if(validate_scenario(d))
+    return Scenario(
+        name=d["name"],
+        title=d.get("title", ""),
+        description=d.get("description", ""),
+        seed=d.get("seed", 0),
+        dependency=parse_dependency(d.get("dependency", {})),
+        policy=parse_policy(d.get("policy", {})),
+        steps=tuple(parse_step(s) for s in d["steps"]),
+    )

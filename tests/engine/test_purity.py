@@ -1,0 +1,63 @@
+"""The engine is a library: no Django, no hidden time or randomness."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+
+from .helpers import ROOT
+
+ENGINE = ROOT / "labs" / "engine"
+
+
+def test_importing_the_engine_and_every_submodule_never_imports_django():
+    code = (
+        "import pkgutil, importlib, sys\n"
+        "import labs.engine\n"
+        "for m in pkgutil.walk_packages(labs.engine.__path__, 'labs.engine.'):\n"
+        "    if m.name != 'labs.engine.__main__':\n"
+        "        importlib.import_module(m.name)\n"
+        "import labs.engine.cli, labs.engine.__main__\n"
+        "mods = [m for m in sys.modules if m.startswith('labs.engine')]\n"
+        "assert len(mods) > 10, mods\n"
+        "assert 'django' not in sys.modules, 'django was imported'\n"
+        "print('ok', len(mods))\n"
+    )
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ok")
+
+
+def _calls(tree: ast.AST) -> set[str]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            found.add(f"{node.value.id}.{node.attr}")
+        if isinstance(node, ast.ImportFrom) and node.module in ("time", "random"):
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return found
+
+
+def test_no_wall_time_sleep_or_module_random_outside_the_clock_module():
+    offenders = {}
+    for path in ENGINE.rglob("*.py"):
+        used = _calls(ast.parse(path.read_text()))
+        bad = {u for u in used if u in ("time.time", "time.sleep", "time.monotonic")}
+        bad |= {u for u in used if u.startswith("random.") and u != "random.Random"}
+        if bad and not path.name.startswith("clock"):
+            offenders[str(path.relative_to(ROOT))] = sorted(bad)
+    assert offenders == {}
+
+
+def test_no_django_import_in_the_source():
+    for path in ENGINE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                assert not any(a.name.split(".")[0] == "django" for a in node.names), path
+            if isinstance(node, ast.ImportFrom):
+                assert (node.module or "").split(".")[0] != "django", path
