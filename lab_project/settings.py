@@ -167,6 +167,18 @@ CELERY_WORKER_CONCURRENCY = LAB_WORKER_CONCURRENCY
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = False
 
+# --- Bursts --------------------------------------------------------------------------------
+# A half-open probe's lease: a probe whose worker died frees its slot after this long.
+LAB_PROBE_LEASE_MS = env_int("LAB_PROBE_LEASE_MS", 10_000, min_value=100, max_value=600_000)
+# A running burst's worker touches its heartbeat this often; a burst whose heartbeat is older
+# than LAB_BURST_STALE_SECONDS belonged to a dead worker and is marked interrupted.
+LAB_BURST_HEARTBEAT_SECONDS = env_int("LAB_BURST_HEARTBEAT_SECONDS", 1, min_value=1, max_value=60)
+LAB_BURST_STALE_SECONDS = env_int("LAB_BURST_STALE_SECONDS", 5, min_value=2, max_value=600)
+# A queued burst no worker claimed within this long is marked failed (is a worker running?).
+LAB_BURST_QUEUE_TIMEOUT_SECONDS = env_int(
+    "LAB_BURST_QUEUE_TIMEOUT_SECONDS", 120, min_value=5, max_value=3600
+)
+
 # --- Auth ----------------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

@@ -55,3 +55,247 @@ def session_open(*, user, classroom: Classroom, scenario: Scenario) -> LabSessio
             )
     except IntegrityError:
         return LabSession.objects.get(owner=user, classroom=classroom, scenario=scenario)
+
+
+# --- Settings, faults, breaker actions -------------------------------------------------------
+#
+# Every function below validates first and changes nothing when validation fails; it writes the
+# new settings, journals the change (naming who made it) in the same transaction, and touches
+# Redis only after the commit, so a rollback leaves Redis as it was.
+
+
+class SettingsInvalid(ValueError):
+    """Settings refused by the engine's validator; ``problems`` name each field and range."""
+
+    def __init__(self, problems) -> None:
+        super().__init__("; ".join(str(p) for p in problems))
+        self.problems = list(problems)
+
+
+def _actor_name(user) -> str:
+    if user is None or not getattr(user, "is_authenticated", False):
+        return "the lab"
+    return user.get_username()
+
+
+def _describe_dependency(dep: dict) -> str:
+    mode = dep.get("mode", "healthy")
+    error = dep.get("error", "503")
+    latency = dep.get("latency_ms", 5)
+    detail = {
+        "flaky": f"flaky: fails the next {dep.get('fail_count')} attempt(s) with {error}",
+        "down": f"down: every attempt fails with {error}",
+        "healthy": "healthy",
+        "slow": "slow",
+        "error_rate": f"error rate {dep.get('rate')}: attempts fail with {error} at random",
+        "outage": f"outage: down for {dep.get('down_for_ms')} ms, then healthy",
+        "rate_limited": f"rate limited: 429 for {dep.get('retry_after_ms')} ms",
+        "script": f"script: {', '.join(dep.get('outcomes') or [])}, then healthy",
+    }.get(mode, mode)
+    return f"{detail} ({latency} ms per attempt)"
+
+
+def _arm_dependency(session_id: int, dependency: dict, seed: int) -> None:
+    import random
+
+    from labs import runtime
+    from labs.engine import FakeDependency, parse_dependency
+
+    FakeDependency(
+        parse_dependency(dependency),
+        store=runtime.session_store(session_id),
+        clock=runtime.CLOCK,
+        rng=random.Random(seed),
+    ).arm()
+    runtime.publish_dependency(session_id, dependency)
+
+
+def session_set_dependency(
+    *, session: LabSession, user, changes: dict, kind: str = "dependency_set", note: str = ""
+) -> LabSession:
+    """Change the fake dependency of ``session`` (``changes`` merged into the current settings).
+
+    The new mode starts fresh (a flaky counter of N, an outage starting now). Raises
+    SettingsInvalid naming every bad field and its allowed range; nothing is changed then.
+    """
+    from labs import journal
+    from labs.engine import merge_settings, parse_dependency, validate_dependency
+
+    if not isinstance(changes, dict):
+        raise SettingsInvalid([_problem("dependency", "must be an object")])
+    merged = merge_settings(session.dependency or {}, changes)
+    problems = validate_dependency(merged)
+    if problems:
+        raise SettingsInvalid(problems)
+    canonical = parse_dependency(merged).to_dict()
+    with transaction.atomic():
+        locked = LabSession.objects.select_for_update().get(pk=session.pk)
+        locked.dependency = canonical
+        locked.save(update_fields=["dependency", "updated_at"])
+        verb = {"fault_injected": "fault injected", "fault_restored": "fault ended"}.get(
+            kind, "dependency set"
+        )
+        journal.record(
+            [
+                journal.Entry(
+                    session_id=locked.pk,
+                    classroom_id=locked.classroom_id,
+                    kind=kind,
+                    actor_id=getattr(user, "pk", None),
+                    message=f"{verb} by {_actor_name(user)}: {_describe_dependency(canonical)}"
+                    + (f" ({note})" if note else ""),
+                    data={"mode": canonical["mode"], "dependency": canonical},
+                )
+            ]
+        )
+        transaction.on_commit(lambda: _arm_dependency(locked.pk, canonical, locked.seed))
+    session.dependency = canonical
+    return session
+
+
+def session_set_policy(*, session: LabSession, user, changes: dict) -> LabSession:
+    """Change the guarded client's policy (merged into the current one).
+
+    A running burst keeps the policy it started with; the change applies from the next burst,
+    and the journal says so. Raises SettingsInvalid; nothing is changed then.
+    """
+    from labs import journal
+    from labs.engine import merge_settings, parse_policy, validate_policy
+
+    if not isinstance(changes, dict):
+        raise SettingsInvalid([_problem("policy", "must be an object")])
+    merged = merge_settings(session.policy or {}, changes)
+    problems = validate_policy(merged)
+    if problems:
+        raise SettingsInvalid(problems)
+    canonical = parse_policy(merged).to_dict()
+    changed = sorted(k for k in canonical if canonical[k] != (session.policy or {}).get(k))
+    with transaction.atomic():
+        locked = LabSession.objects.select_for_update().get(pk=session.pk)
+        locked.policy = canonical
+        locked.save(update_fields=["policy", "updated_at"])
+        running = locked.bursts.filter(status__in=["queued", "running"]).exists()
+        journal.record(
+            [
+                journal.Entry(
+                    session_id=locked.pk,
+                    classroom_id=locked.classroom_id,
+                    kind="policy_set",
+                    actor_id=getattr(user, "pk", None),
+                    message=(
+                        f"policy changed by {_actor_name(user)}: "
+                        + (", ".join(changed) if changed else "no field changed")
+                        + ("; applies from the next burst" if running else "")
+                    ),
+                    data={"policy": canonical, "changed": changed},
+                )
+            ]
+        )
+    session.policy = canonical
+    return session
+
+
+def _problem(field: str, message: str):
+    from labs.engine import Problem
+
+    return Problem(field, message)
+
+
+def session_ensure_state(*, session: LabSession) -> bool:
+    """Restore the breaker from the database snapshot if Redis lost it; journal that it did."""
+    from labs import journal, runtime
+    from labs.services.bursts import _restored_entry
+
+    if not runtime.restore_if_lost(session):
+        return False
+    journal.record([_restored_entry(session, None)])
+    return True
+
+
+def session_force_breaker(*, session: LabSession, user, action: str) -> str:
+    """Force the breaker ``open`` or ``closed`` (or ``reset`` it to a fresh closed state).
+
+    The transition is journaled with the user's name as its reason. Returns the new state.
+    Raises SettingsInvalid for an unknown action.
+    """
+    from labs import journal, runtime
+    from labs.engine import EventList
+
+    if action not in ("open", "closed", "reset"):
+        raise SettingsInvalid([_problem("action", "must be one of open, closed, reset")])
+    session_ensure_state(session=session)
+    events = EventList()
+    engine = runtime.build_engine(session, sink=events)
+    reason = f"forced by {_actor_name(user)}"
+    if action == "open":
+        engine.breaker.force_open(reason)
+    elif action == "closed":
+        engine.breaker.force_closed(reason)
+    else:
+        engine.breaker.reset(reason)
+    entries = [
+        journal.entry_from_event(
+            e, session_id=session.pk, classroom_id=session.classroom_id, burst_id=None
+        )
+        for e in events
+    ]
+    for entry in entries:
+        entry.actor_id = getattr(user, "pk", None)
+    if not entries:
+        entries = [
+            journal.Entry(
+                session_id=session.pk,
+                classroom_id=session.classroom_id,
+                kind="breaker_forced",
+                actor_id=getattr(user, "pk", None),
+                message=f"breaker already {engine.breaker.state().upper()}; {reason}, nothing changed",
+            )
+        ]
+    with transaction.atomic():
+        journal.record(entries)
+        runtime.save_snapshot(session.pk)
+    return engine.breaker.state()
+
+
+def session_reset(*, session: LabSession, user) -> LabSession:
+    """Start the session over: settings from the scenario, breaker closed, counters fresh.
+
+    The journal is kept (it is the history of what happened) and call numbers keep counting,
+    so old rows stay unambiguous. Refused while a burst is active.
+    """
+    from labs import journal, runtime
+    from labs.services.bursts import BurstAlreadyRunning
+
+    dependency, policy, _seed = _initial_settings(session.scenario)
+    with transaction.atomic():
+        locked = LabSession.objects.select_for_update().get(pk=session.pk)
+        if locked.bursts.filter(status__in=["queued", "running"]).exists():
+            raise BurstAlreadyRunning("A burst is running; reset the session after it ends.")
+        locked.dependency = dependency
+        locked.policy = policy
+        locked.breaker_snapshot = {}
+        locked.save(update_fields=["dependency", "policy", "breaker_snapshot", "updated_at"])
+        journal.record(
+            [
+                journal.Entry(
+                    session_id=locked.pk,
+                    classroom_id=locked.classroom_id,
+                    kind="session_reset",
+                    actor_id=getattr(user, "pk", None),
+                    state_to="closed",
+                    message=(
+                        f"session reset by {_actor_name(user)}: scenario settings back, "
+                        "breaker CLOSED, dependency fresh"
+                    ),
+                    data={"mode": dependency["mode"]},
+                )
+            ]
+        )
+
+        def fresh_state() -> None:
+            runtime.session_store(locked.pk).clear()
+            runtime.engine_redis().delete(runtime.dependency_config_key(locked.pk))
+            _arm_dependency(locked.pk, dependency, locked.seed)
+
+        transaction.on_commit(fresh_state)
+    return locked

@@ -1,0 +1,87 @@
+"""The one place that talks to the channel layer.
+
+Two kinds of group:
+
+- ``lab-session-<id>``: everyone watching one lab session (its student, instructors drilling
+  down). Receives ``journal.events`` messages: a list of journal rows, in sequence order.
+- ``lab-class-<id>``: instructors watching a class dashboard. Receives compact
+  ``class.session`` messages, one per session per batch, never per attempt.
+
+Messages carry data, not HTML: each consumer renders the fragments it needs, so the worker
+never pays for rendering and a page can choose how to show a row.
+
+Sends happen only after the journal rows are committed (a page that reconnects asks the
+database for everything after its last sequence number, so a push must never announce a row
+that a rollback could take back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+logger = logging.getLogger(__name__)
+
+
+def session_group(session_id: int) -> str:
+    """Group name for everyone watching lab session ``session_id``."""
+    return f"lab-session-{session_id}"
+
+
+def class_group(classroom_id: int) -> str:
+    """Group name for the dashboards of classroom ``classroom_id``."""
+    return f"lab-class-{classroom_id}"
+
+
+Push = tuple[str, dict[str, Any]]
+
+
+def journal_pushes(
+    session_id: int, classroom_id: int, payloads: Sequence[dict[str, Any]], summary: dict[str, Any]
+) -> list[Push]:
+    """Build the messages for one session's newly committed journal rows.
+
+    ``payloads`` are :func:`labs.journal.event_payload` dicts in sequence order;
+    ``summary`` is the compact per-session state the class dashboard shows.
+    """
+    pushes: list[Push] = []
+    if payloads:
+        pushes.append(
+            (
+                session_group(session_id),
+                {"type": "journal.events", "session": session_id, "events": list(payloads)},
+            )
+        )
+    pushes.append(
+        (class_group(classroom_id), {"type": "class.session", "session": session_id, **summary})
+    )
+    return pushes
+
+
+async def asend_all(pushes: Iterable[Push]) -> None:
+    """Send every push concurrently on the running loop.
+
+    A failed send is logged, never raised: the journal is already committed, and a page
+    that missed a push catches up from the database on its next reconnect.
+    """
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    results = await asyncio.gather(
+        *(layer.group_send(group, message) for group, message in pushes), return_exceptions=True
+    )
+    for result in results:
+        if isinstance(result, BaseException):
+            logger.warning("channel layer send failed: %r", result)
+
+
+def send_all(pushes: Iterable[Push]) -> None:
+    """Synchronous :func:`asend_all` for request code (call it from ``on_commit``)."""
+    pushes = list(pushes)
+    if pushes:
+        async_to_sync(asend_all)(pushes)

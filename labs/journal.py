@@ -1,0 +1,376 @@
+"""The journal: every engine event becomes one ``JournalEvent`` row, then a push.
+
+Two ways in, one way down:
+
+- :func:`append_entries` is the only code that assigns sequence numbers and inserts rows. It
+  reserves a block of numbers per session under a row lock (``select_for_update`` on
+  PostgreSQL; SQLite's IMMEDIATE transactions serialise writers already), so numbers are unique
+  and gap-free per session whichever process writes.
+- Request code (a student changing a setting, an instructor injecting a fault) calls
+  :func:`record` inside its transaction; the push goes out on commit.
+- A burst on a worker hands its events to the process's :class:`JournalWriter` instead. The
+  engine's sink only appends to an in-memory queue (about a microsecond), so journaling never
+  sits on the clock path of the burst: the timings a student sees are the configured latencies
+  and backoffs, not our inserts. The writer thread drains the queue in batches (one transaction
+  per batch, one push per session per batch), in the order the events were emitted.
+
+What a crash can lose: events still in the writer's queue when the process is killed. The
+writer starts a batch the moment one event is queued, so that window is one insert long
+(milliseconds); rows already committed are never lost or duplicated, and sequence numbers are
+assigned only inside the committing transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import close_old_connections, connection, transaction
+from django.db.utils import DatabaseError, InterfaceError, OperationalError
+from django.utils import timezone
+
+from labs import broadcast
+from labs.models import JournalEvent, LabSession
+
+logger = logging.getLogger(__name__)
+
+#: Kinds the Django side adds to the engine's own (labs.engine.events.EVENT_KINDS).
+LAB_EVENT_KINDS = (
+    "dependency_set",
+    "policy_set",
+    "fault_injected",
+    "fault_restored",
+    "breaker_forced",
+    "session_reset",
+    "state_restored",
+    "burst_queued",
+    "burst_interrupted",
+    "burst_failed",
+    "scenario_assigned",
+)
+
+
+@dataclass(slots=True)
+class Entry:
+    """One journal row waiting for its sequence number."""
+
+    session_id: int
+    classroom_id: int
+    kind: str
+    message: str
+    burst_id: int | None = None
+    t_ms: float = 0.0
+    call_no: int | None = None
+    attempt_no: int | None = None
+    outcome: str = ""
+    error: str = ""
+    latency_ms: float | None = None
+    backoff_ms: float | None = None
+    state_from: str = ""
+    state_to: str = ""
+    actor_id: int | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    # Wall time when the event was handed over (push latency is measured from here).
+    emitted: float = 0.0
+
+
+def entry_from_event(event, *, session_id: int, classroom_id: int, burst_id: int | None) -> Entry:
+    """Adapt an engine :class:`~labs.engine.events.Event` to a journal :class:`Entry`."""
+    data = dict(event.data) if event.data else {}
+    if event.reason:
+        data.setdefault("reason", event.reason)
+    return Entry(
+        session_id=session_id,
+        classroom_id=classroom_id,
+        kind=event.kind,
+        message=event.explain,
+        burst_id=burst_id,
+        t_ms=event.at_ms,
+        call_no=event.call,
+        attempt_no=event.attempt,
+        outcome=event.outcome or "",
+        error=event.error or "",
+        latency_ms=event.latency_ms,
+        backoff_ms=event.backoff_ms,
+        state_from=event.state_from or "",
+        state_to=event.state_to or "",
+        data=data,
+        emitted=time.time(),
+    )
+
+
+def event_payload(row: JournalEvent, emitted: float | None = None) -> dict[str, Any]:
+    """The JSON form of a journal row, as pushed to pages and exported."""
+    payload = {
+        "seq": row.seq,
+        "kind": row.kind,
+        "burst": row.burst_id,
+        "t_ms": row.t_ms,
+        "at": row.created_at.isoformat(),
+        "call": row.call_no,
+        "attempt": row.attempt_no,
+        "outcome": row.outcome,
+        "error": row.error,
+        "latency_ms": row.latency_ms,
+        "backoff_ms": row.backoff_ms,
+        "state_from": row.state_from,
+        "state_to": row.state_to,
+        "actor": row.actor_id,
+        "message": row.message,
+        "data": row.data,
+    }
+    if emitted:
+        payload["emitted"] = emitted
+    return payload
+
+
+def append_entries(entries: Sequence[Entry]) -> list[tuple[Entry, JournalEvent]]:
+    """Assign sequence numbers and insert ``entries``, keeping their order per session.
+
+    Must run inside a transaction (it takes a row lock per session until commit). Returns the
+    (entry, row) pairs in input order. Raises LabSession.DoesNotExist if a session is gone.
+    """
+    per_session: dict[int, list[Entry]] = defaultdict(list)
+    for entry in entries:
+        per_session[entry.session_id].append(entry)
+    rows: dict[int, JournalEvent] = {}
+    now = timezone.now()
+    # Lock sessions in id order, so two writers never wait on each other in a cycle.
+    for session_id in sorted(per_session):
+        batch = per_session[session_id]
+        next_seq = (
+            LabSession.objects.select_for_update()
+            .values_list("next_seq", flat=True)
+            .get(pk=session_id)
+        )
+        LabSession.objects.filter(pk=session_id).update(next_seq=next_seq + len(batch))
+        for offset, entry in enumerate(batch):
+            rows[id(entry)] = JournalEvent(
+                session_id=session_id,
+                seq=next_seq + offset,
+                burst_id=entry.burst_id,
+                kind=entry.kind,
+                created_at=now,
+                t_ms=entry.t_ms,
+                call_no=entry.call_no,
+                attempt_no=entry.attempt_no,
+                outcome=entry.outcome,
+                error=entry.error,
+                latency_ms=entry.latency_ms,
+                backoff_ms=entry.backoff_ms,
+                state_from=entry.state_from,
+                state_to=entry.state_to,
+                actor_id=entry.actor_id,
+                message=entry.message,
+                data=entry.data,
+            )
+    JournalEvent.objects.bulk_create(rows.values())
+    return [(entry, rows[id(entry)]) for entry in entries]
+
+
+def pushes_for(written: Iterable[tuple[Entry, JournalEvent]]) -> list[broadcast.Push]:
+    """The channel-layer messages announcing freshly committed rows (one per session)."""
+    per_session: dict[int, list[tuple[Entry, JournalEvent]]] = defaultdict(list)
+    for entry, row in written:
+        per_session[entry.session_id].append((entry, row))
+    pushes: list[broadcast.Push] = []
+    for session_id, pairs in per_session.items():
+        payloads = [event_payload(row, entry.emitted) for entry, row in pairs]
+        pushes.extend(
+            broadcast.journal_pushes(
+                session_id, pairs[0][0].classroom_id, payloads, class_summary(payloads)
+            )
+        )
+    return pushes
+
+
+def class_summary(payloads: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What a class dashboard needs from a batch of one session's events: deltas, not rows."""
+    summary: dict[str, Any] = {
+        "last_seq": payloads[-1]["seq"] if payloads else None,
+        "calls": 0,
+        "attempts": 0,
+        "fast_fails": 0,
+        "successes": 0,
+    }
+    for p in payloads:
+        kind = p["kind"]
+        if kind == "attempt":
+            summary["attempts"] += 1
+        elif kind == "call_result":
+            summary["calls"] += 1
+            if p["outcome"] == "success":
+                summary["successes"] += 1
+            elif p["outcome"].startswith("rejected_"):
+                summary["fast_fails"] += 1
+        if p["state_to"]:
+            summary["state"] = p["state_to"]
+        if kind == "burst_start":
+            summary["activity"] = "bursting"
+        elif kind in ("burst_end", "burst_interrupted", "burst_failed"):
+            summary["activity"] = "idle"
+            if kind == "burst_end":
+                summary["burst_summary"] = p["data"].get("summary")
+        elif kind in ("dependency_set", "fault_injected", "fault_restored", "session_reset"):
+            mode = p["data"].get("mode")
+            if mode:
+                summary["mode"] = mode
+    return summary
+
+
+def record(entries: Sequence[Entry]) -> list[JournalEvent]:
+    """Journal ``entries`` from request code: rows now, pushes after the commit.
+
+    Call it inside the service's ``transaction.atomic()`` so the rows commit or roll back with
+    the change they describe.
+    """
+    if not entries:
+        return []
+    with transaction.atomic():
+        written = append_entries(entries)
+        pushes = pushes_for(written)
+        transaction.on_commit(lambda: broadcast.send_all(pushes))
+    return [row for _, row in written]
+
+
+# --- The writer ---------------------------------------------------------------------------
+
+
+class _Flush:
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
+AfterWrite = Callable[[Sequence[tuple[Entry, JournalEvent]]], None]
+
+
+class JournalWriter:
+    """Takes journal entries off a burst's timing path; writes and pushes them in batches.
+
+    ``submit`` is cheap and thread-safe. One daemon thread per writer drains the queue: it
+    blocks for the first entry, takes everything else already queued (up to ``max_batch``),
+    writes it in one transaction and then pushes it. Order is the order of ``submit`` calls.
+    A database error is retried with capped backoff until the batch is written: a burst's
+    events are never dropped because the database was briefly locked.
+
+    ``after_write`` (optional) runs in the writer thread inside the batch's transaction, after
+    the inserts; the burst runner uses it to store the breaker snapshot when a batch contains a
+    transition.
+    """
+
+    def __init__(self, *, max_batch: int = 2000, after_write: AfterWrite | None = None) -> None:
+        self._queue: queue.SimpleQueue[Entry | _Flush | None] = queue.SimpleQueue()
+        self._max_batch = max_batch
+        self._after_write = after_write
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.written = 0  # rows written so far (for benchmarks and tests)
+
+    def submit(self, entry: Entry) -> None:
+        """Queue one entry (never blocks, never touches the database)."""
+        if self._thread is None:
+            self._start()
+        self._queue.put(entry)
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until everything submitted before this call is committed and pushed."""
+        if self._thread is None:
+            return True
+        marker = _Flush()
+        self._queue.put(marker)
+        return marker.done.wait(timeout)
+
+    def _start(self) -> None:
+        with self._start_lock:
+            if self._thread is None:
+                thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
+                thread.start()
+                self._thread = thread
+
+    def _run(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        while True:
+            first = self._queue.get()
+            batch: list[Entry] = []
+            flushes: list[_Flush] = []
+            item: Entry | _Flush | None = first
+            while True:
+                if isinstance(item, _Flush):
+                    flushes.append(item)
+                elif item is not None:
+                    batch.append(item)
+                if len(batch) >= self._max_batch:
+                    break
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            if batch:
+                self._write(batch)
+            for marker in flushes:
+                marker.done.set()
+
+    def _write(self, batch: list[Entry]) -> None:
+        delay = 0.02
+        while True:
+            try:
+                close_old_connections()
+                with transaction.atomic():
+                    written = append_entries(batch)
+                    if self._after_write is not None:
+                        self._after_write(written)
+                break
+            except LabSession.DoesNotExist:
+                # The session was deleted mid-burst (an admin cleaning up): nothing to keep.
+                written = self._write_surviving(batch)
+                break
+            except (OperationalError, InterfaceError, DatabaseError) as exc:
+                logger.warning("journal batch of %d not written yet (%s); retrying", len(batch), exc)
+                connection.close()
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        self.written += len(written)
+        pushes = pushes_for(written)
+        if pushes and self._loop is not None:
+            try:
+                self._loop.run_until_complete(broadcast.asend_all(pushes))
+            except Exception:  # a push is best effort: pages catch up from the journal
+                logger.exception("journal push failed")
+
+    def _write_surviving(self, batch: list[Entry]) -> list[tuple[Entry, JournalEvent]]:
+        alive = set(
+            LabSession.objects.filter(pk__in={e.session_id for e in batch}).values_list(
+                "pk", flat=True
+            )
+        )
+        kept = [e for e in batch if e.session_id in alive]
+        if not kept:
+            return []
+        with transaction.atomic():
+            return append_entries(kept)
+
+
+_writer: JournalWriter | None = None
+_writer_lock = threading.Lock()
+
+
+def get_writer() -> JournalWriter:
+    """This process's writer (created on first use)."""
+    global _writer
+    if _writer is None:
+        with _writer_lock:
+            if _writer is None:
+                from labs.runtime import store_snapshots_after_write
+
+                _writer = JournalWriter(after_write=store_snapshots_after_write)
+    return _writer

@@ -1,0 +1,212 @@
+"""Adapts the engine to lab sessions: one Redis store per session, engine objects built from
+the session's settings, and the breaker snapshot kept in the database.
+
+The engine knows nothing about Django; this module is where a ``LabSession`` row becomes a
+``GuardedClient`` with a ``RedisStore`` namespaced ``fl:s<id>``. Breaker state lives in Redis
+(shared by every worker); the database keeps a snapshot written on every transition and at
+the end of every burst, so if Redis loses a session's keys the state can be put back.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import redis
+from django.conf import settings
+
+from labs.engine import (
+    Breaker,
+    FakeDependency,
+    GuardedClient,
+    RedisStore,
+    SystemClock,
+    parse_dependency,
+    parse_policy,
+)
+from labs.models import LabSession
+
+if TYPE_CHECKING:
+    from labs.journal import Entry
+    from labs.models import JournalEvent
+
+_client: redis.Redis | None = None
+_client_lock = threading.Lock()
+
+#: Wall time: breaker timestamps are shared by processes (and machines) and shown in browsers.
+CLOCK = SystemClock(source="wall")
+
+
+def engine_redis() -> redis.Redis:
+    """The process-wide Redis client for engine stores (thread-safe connection pool)."""
+    global _client
+    if _client is None:
+        with _client_lock:
+            if _client is None:
+                _client = redis.Redis.from_url(
+                    settings.LAB_ENGINE_REDIS_URL, health_check_interval=30
+                )
+    return _client
+
+
+def namespace(session_id: int) -> str:
+    """Redis key namespace of one session's engine state."""
+    return f"fl:s{session_id}"
+
+
+def session_store(session_id: int) -> RedisStore:
+    """The engine store holding one session's breaker, dependency and budget state."""
+    return RedisStore(
+        engine_redis(), namespace(session_id), probe_lease_ms=settings.LAB_PROBE_LEASE_MS
+    )
+
+
+@dataclass
+class SessionEngine:
+    """The engine objects for one session, wired to one store, clock and sink."""
+
+    store: RedisStore
+    breaker: Breaker
+    dependency: FakeDependency
+    client: GuardedClient
+    rng: random.Random
+
+
+def build_engine(
+    session: LabSession, *, sink=None, rng: random.Random | None = None, clock=CLOCK
+) -> SessionEngine:
+    """Engine objects for ``session``'s current settings.
+
+    ``rng`` defaults to one seeded from the session's seed and burst count, so a burst can be
+    replayed. Raises labs.engine.ValidationError if the stored settings are invalid (they
+    never are: services validate before they save).
+    """
+    if rng is None:
+        rng = random.Random(f"{session.seed}:{session.burst_count}")
+    store = session_store(session.pk)
+    dependency = FakeDependency(
+        parse_dependency(session.dependency), store=store, clock=clock, rng=rng
+    )
+    policy = parse_policy(session.policy)
+    breaker = Breaker(policy.breaker, store=store, clock=clock, rng=rng, sink=sink)
+    client = GuardedClient(
+        policy, breaker=breaker, dependency=dependency, clock=clock, rng=rng, sink=sink,
+        store=store,
+    )  # fmt: skip
+    return SessionEngine(
+        store=store, breaker=breaker, dependency=dependency, client=client, rng=rng
+    )
+
+
+def breaker_view(session: LabSession) -> dict[str, Any]:
+    """The breaker as a page shows it, read from Redis (the live truth) at now.
+
+    Call :func:`labs.services.lab.session_ensure_state` first if Redis may have lost the
+    session (it restores the snapshot and journals that it did).
+    """
+    breaker = build_engine(session).breaker
+    view = breaker.snapshot()
+    view["state"] = breaker.state()
+    return view
+
+
+def save_snapshot(session_id: int) -> None:
+    """Copy the session's Redis engine state into ``LabSession.breaker_snapshot``."""
+    store = session_store(session_id)
+    if not store.has_state():
+        return
+    exported = store.export_state()
+    state = _state_of(exported)
+    LabSession.objects.filter(pk=session_id).update(
+        breaker_snapshot={"store": exported, "state": state}
+    )
+
+
+def _state_of(exported: dict[str, Any]) -> str:
+    breaker = exported.get("breaker") or {}
+    state = breaker.get("state", "closed")
+    return state if state in ("closed", "open", "half_open") else "closed"
+
+
+def restore_if_lost(session: LabSession) -> bool:
+    """Put the database snapshot back into Redis if Redis has lost this session's state.
+
+    Returns True when it restored something (the caller journals it). A session with no
+    snapshot yet (nothing ever happened) has nothing to restore.
+    """
+    store = session_store(session.pk)
+    if store.has_state():
+        return False
+    exported = (session.breaker_snapshot or {}).get("store")
+    if not exported:
+        return False
+    store.import_state(exported)
+    return True
+
+
+def store_snapshots_after_write(written: Sequence[tuple[Entry, JournalEvent]]) -> None:
+    """Journal-writer hook: after a batch with a transition or a burst end, snapshot.
+
+    Runs in the writer thread inside the batch's transaction, so the snapshot commits with the
+    rows that describe the change.
+    """
+    sessions = {
+        entry.session_id
+        for entry, _ in written
+        if entry.kind in ("transition", "burst_end") or entry.state_to
+    }
+    for session_id in sessions:
+        save_snapshot(session_id)
+
+
+# --- Dependency changes reach running bursts at call boundaries -----------------------------
+#
+# The dependency's *state* (flaky counter, outage start) already lives in the store. Its
+# *settings* are the session's; a change (a student's click, an instructor's class-wide fault
+# or its expiry) is published to ``fl:s<id>:dependency_config`` after the commit. A running
+# burst reads that key once per finished call (from its journal sink, which sees every
+# call_result) and swaps its FakeDependency when it changed: a change never lands in the middle
+# of an attempt, and costs one GET per call, not per attempt.
+
+
+def dependency_config_key(session_id: int) -> str:
+    return f"{namespace(session_id)}:dependency_config"
+
+
+def publish_dependency(session_id: int, dependency: dict[str, Any]) -> None:
+    """Make ``dependency`` the settings running bursts of the session switch to."""
+    engine_redis().set(dependency_config_key(session_id), json.dumps(dependency, sort_keys=True))
+
+
+class DependencyWatch:
+    """Swaps a running burst's dependency when the session's settings change (thread-safe)."""
+
+    def __init__(self, session: LabSession, engine: SessionEngine, rng: random.Random) -> None:
+        self._key = dependency_config_key(session.pk)
+        self._engine = engine
+        self._rng = rng
+        self._current = json.dumps(session.dependency, sort_keys=True).encode()
+        self._lock = threading.Lock()
+        self.swaps = 0
+
+    def check(self) -> bool:
+        """Apply a published change, if any; True when the dependency was swapped."""
+        raw = engine_redis().get(self._key)
+        if raw is None or raw == self._current:
+            return False
+        with self._lock:
+            if raw == self._current:
+                return False
+            config = parse_dependency(json.loads(raw))
+            dependency = FakeDependency(
+                config, store=self._engine.store, clock=CLOCK, rng=self._rng
+            )
+            self._engine.client.dependency = dependency
+            self._engine.dependency = dependency
+            self._current = raw
+            self.swaps += 1
+            return True

@@ -1,0 +1,330 @@
+"""Burst lifecycle: start (web), run (worker), heartbeat and reaping (any process).
+
+A burst is a row that moves QUEUED -> RUNNING -> DONE | FAILED | INTERRUPTED, each move a
+conditional UPDATE so two processes can never both make it (healthchecks-style claims):
+
+- :func:`burst_start` refuses a second active burst in the same session twice over: a check
+  under the session's row lock, and the partial unique index ``one_active_burst_per_session``
+  for whatever slips past it. The task is enqueued on commit, so a rollback enqueues nothing.
+- :func:`burst_run` claims QUEUED -> RUNNING; a redelivered message finds nothing to claim and
+  does nothing. Calls have side effects on the dependency (a flaky counter going down), so a
+  burst is never re-run, only ever marked.
+- While a burst runs, its worker process touches ``heartbeat_at`` every second. A RUNNING burst
+  whose heartbeat is older than ``LAB_BURST_STALE_SECONDS`` belonged to a worker that died:
+  :func:`bursts_reap_stale` (called before every start, by every worker's heartbeat thread and
+  when a page loads) marks it INTERRUPTED and journals that, so the session can burst again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, close_old_connections, transaction
+from django.utils import timezone
+
+from labs import journal, runtime
+from labs.engine import Problem
+from labs.models import Burst, LabSession
+
+logger = logging.getLogger(__name__)
+
+BURST_SIZE_RANGE = (1, 20)
+BURST_CONCURRENCY_RANGE = (1, 10)
+
+
+class BurstRefused(Exception):
+    """A burst that cannot start; ``str()`` is a sentence for the student."""
+
+    status = 400
+
+
+class BurstAlreadyRunning(BurstRefused):
+    status = 409
+
+
+class BurstInvalid(BurstRefused):
+    """Size or concurrency out of range; ``problems`` name the fields."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("; ".join(str(p) for p in problems))
+        self.problems = problems
+
+
+def validate_burst(size: object, concurrency: object) -> list[Problem]:
+    """Problems with a burst's size and concurrency (empty when both are fine)."""
+    problems = []
+    for field, value, (low, high) in (
+        ("size", size, BURST_SIZE_RANGE),
+        ("concurrency", concurrency, BURST_CONCURRENCY_RANGE),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int):
+            problems.append(
+                Problem(field, f"must be a whole number between {low} and {high} (got {value!r})")
+            )
+        elif not low <= value <= high:
+            problems.append(Problem(field, f"must be between {low} and {high} (got {value})"))
+    return problems
+
+
+def burst_start(*, session: LabSession, user, size: int, concurrency: int = 1) -> Burst:
+    """Queue a burst of ``size`` calls with ``concurrency`` callers in ``session``.
+
+    Reserves the call numbers (``first_call_no``..), journals ``burst_queued`` and enqueues
+    ``labs.tasks.run_burst`` after commit. Raises BurstInvalid (400) for bad numbers and
+    BurstAlreadyRunning (409) when the session already has a queued or running burst.
+    """
+    from labs.tasks import run_burst
+
+    problems = validate_burst(size, concurrency)
+    if problems:
+        raise BurstInvalid(problems)
+    bursts_reap_stale(session_id=session.pk)
+    try:
+        with transaction.atomic():
+            locked = LabSession.objects.select_for_update().get(pk=session.pk)
+            if locked.bursts.filter(status__in=Burst.ACTIVE_STATUSES).exists():
+                raise BurstAlreadyRunning(_already_running_message())
+            locked.burst_count += 1
+            first_call = locked.next_call_no
+            locked.next_call_no += size
+            locked.save(update_fields=["burst_count", "next_call_no", "updated_at"])
+            burst = Burst.objects.create(
+                session=locked,
+                number=locked.burst_count,
+                size=size,
+                concurrency=concurrency,
+                first_call_no=first_call,
+                created_by=user if getattr(user, "is_authenticated", False) else None,
+            )
+            journal.record(
+                [
+                    journal.Entry(
+                        session_id=locked.pk,
+                        classroom_id=locked.classroom_id,
+                        burst_id=burst.pk,
+                        kind="burst_queued",
+                        actor_id=getattr(user, "pk", None),
+                        message=(
+                            f"burst {burst.number} queued: {size} call(s) from call "
+                            f"{first_call}, {concurrency} caller(s) at once"
+                        ),
+                        data={"size": size, "concurrency": concurrency, "burst": burst.number},
+                    )
+                ]
+            )
+            transaction.on_commit(lambda: run_burst.delay(burst.pk))
+    except IntegrityError as exc:
+        # Another request created the active burst between our check and our insert.
+        if "one_active_burst_per_session" in str(exc) or "UNIQUE" in str(exc).upper():
+            raise BurstAlreadyRunning(_already_running_message()) from exc
+        raise
+    return burst
+
+
+def _already_running_message() -> str:
+    return (
+        "A burst is already running in this session; wait for it to finish "
+        "(the journal shows its progress) before starting another."
+    )
+
+
+# --- On the worker --------------------------------------------------------------------------
+
+WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+_running: set[int] = set()
+_running_lock = threading.Lock()
+_heartbeat_thread: threading.Thread | None = None
+
+
+def burst_run(*, burst_id: int) -> str:
+    """Run a queued burst to its end on this worker; returns the final status.
+
+    Claims the burst first (QUEUED -> RUNNING); if the claim fails (a redelivered message, a
+    burst already reaped) it does nothing and returns "skipped". Every engine event goes to
+    the process's journal writer; the row is marked DONE only after all its events are
+    committed. An exception in the engine marks the burst FAILED with the error journaled.
+    """
+    now = timezone.now()
+    claimed = Burst.objects.filter(pk=burst_id, status=Burst.Status.QUEUED).update(
+        status=Burst.Status.RUNNING, started_at=now, heartbeat_at=now, worker=WORKER_ID
+    )
+    if not claimed:
+        logger.info("burst %s not queued any more; nothing to do", burst_id)
+        return "skipped"
+    _ensure_heartbeat()
+    with _running_lock:
+        _running.add(burst_id)
+    burst = Burst.objects.select_related("session").get(pk=burst_id)
+    session = burst.session
+    writer = journal.get_writer()
+
+    watch: runtime.DependencyWatch | None = None
+
+    def sink(event) -> None:
+        writer.submit(
+            journal.entry_from_event(
+                event, session_id=session.pk, classroom_id=session.classroom_id, burst_id=burst_id
+            )
+        )
+        if event.kind == "call_result" and watch is not None:
+            watch.check()
+
+    try:
+        if runtime.restore_if_lost(session):
+            writer.submit(_restored_entry(session, burst_id))
+        engine = runtime.build_engine(session, sink=sink)
+        watch = runtime.DependencyWatch(session, engine, engine.rng)
+        result = engine.client.run_burst(
+            burst.size,
+            concurrency=burst.concurrency,
+            first_call=burst.first_call_no,
+            burst=burst.number,
+        )
+        writer.flush()
+        status = Burst.Status.DONE
+        Burst.objects.filter(pk=burst_id, status=Burst.Status.RUNNING).update(
+            status=status, finished_at=timezone.now(), summary=result.summary()
+        )
+    except Exception as exc:
+        logger.exception("burst %s failed", burst_id)
+        writer.submit(
+            journal.Entry(
+                session_id=session.pk,
+                classroom_id=session.classroom_id,
+                burst_id=burst_id,
+                kind="burst_failed",
+                message=f"burst {burst.number} stopped by an error in the lab: {exc}",
+                emitted=time.time(),
+            )
+        )
+        writer.flush()
+        status = Burst.Status.FAILED
+        Burst.objects.filter(pk=burst_id, status=Burst.Status.RUNNING).update(
+            status=status, finished_at=timezone.now(), error=repr(exc)
+        )
+    finally:
+        with _running_lock:
+            _running.discard(burst_id)
+    return status
+
+
+def _restored_entry(session: LabSession, burst_id: int | None) -> journal.Entry:
+    state = (session.breaker_snapshot or {}).get("state", "closed")
+    return journal.Entry(
+        session_id=session.pk,
+        classroom_id=session.classroom_id,
+        burst_id=burst_id,
+        kind="state_restored",
+        state_to=state,
+        message=(
+            f"Redis had lost this session's breaker state; restored it from the database "
+            f"snapshot (breaker {state.replace('_', '-').upper()})"
+        ),
+        emitted=time.time(),
+    )
+
+
+def _ensure_heartbeat() -> None:
+    global _heartbeat_thread
+    with _running_lock:
+        if _heartbeat_thread is None:
+            _heartbeat_thread = threading.Thread(
+                target=_heartbeat_loop, name="burst-heartbeat", daemon=True
+            )
+            _heartbeat_thread.start()
+
+
+def _heartbeat_loop() -> None:
+    interval = settings.LAB_BURST_HEARTBEAT_SECONDS
+    last_reap = 0.0
+    while True:
+        time.sleep(interval)
+        with _running_lock:
+            ids = list(_running)
+        if not ids:
+            # Idle: nothing to vouch for. Bursts of dead workers are reaped before every
+            # start and on page loads anyway.
+            continue
+        try:
+            close_old_connections()
+            Burst.objects.filter(pk__in=ids, status=Burst.Status.RUNNING).update(
+                heartbeat_at=timezone.now()
+            )
+            if time.monotonic() - last_reap > settings.LAB_BURST_STALE_SECONDS:
+                last_reap = time.monotonic()
+                bursts_reap_stale()
+        except Exception:  # the heartbeat must outlive a database hiccup
+            logger.exception("burst heartbeat failed")
+
+
+# --- Anywhere ------------------------------------------------------------------------------
+
+
+def bursts_reap_stale(*, session_id: int | None = None) -> int:
+    """Mark bursts whose worker died as INTERRUPTED (and stuck queued ones as FAILED).
+
+    A RUNNING burst is stale when its heartbeat is older than ``LAB_BURST_STALE_SECONDS``; a
+    QUEUED one when no worker claimed it within ``LAB_BURST_QUEUE_TIMEOUT_SECONDS``. Each mark
+    is a conditional update, so concurrent reapers journal each burst once. Returns how many
+    bursts it marked.
+    """
+    now = timezone.now()
+    running = Burst.objects.filter(
+        status=Burst.Status.RUNNING,
+        heartbeat_at__lt=now - timedelta(seconds=settings.LAB_BURST_STALE_SECONDS),
+    )
+    queued = Burst.objects.filter(
+        status=Burst.Status.QUEUED,
+        created_at__lt=now - timedelta(seconds=settings.LAB_BURST_QUEUE_TIMEOUT_SECONDS),
+    )
+    if session_id is not None:
+        running = running.filter(session_id=session_id)
+        queued = queued.filter(session_id=session_id)
+    marked = 0
+    for burst in running.select_related("session"):
+        marked += _mark(
+            burst,
+            Burst.Status.RUNNING,
+            Burst.Status.INTERRUPTED,
+            "burst_interrupted",
+            f"burst {burst.number} interrupted: its worker ({burst.worker or 'unknown'}) stopped "
+            "responding. It is not re-run (calls change the dependency); start a new burst.",
+        )
+    for burst in queued.select_related("session"):
+        marked += _mark(
+            burst,
+            Burst.Status.QUEUED,
+            Burst.Status.FAILED,
+            "burst_failed",
+            f"burst {burst.number} was never picked up by a worker; is the worker running?",
+        )
+    return marked
+
+
+def _mark(burst: Burst, old: str, new: str, kind: str, message: str) -> int:
+    with transaction.atomic():
+        changed = Burst.objects.filter(pk=burst.pk, status=old).update(
+            status=new, finished_at=timezone.now(), error=message
+        )
+        if changed:
+            journal.record(
+                [
+                    journal.Entry(
+                        session_id=burst.session_id,
+                        classroom_id=burst.session.classroom_id,
+                        burst_id=burst.pk,
+                        kind=kind,
+                        message=message,
+                        data={"burst": burst.number},
+                    )
+                ]
+            )
+    if changed:
+        runtime.save_snapshot(burst.session_id)
+    return changed

@@ -1,0 +1,144 @@
+"""Real parts for integration tests: a real Redis, real Celery workers, the real test database.
+
+- ``celery_worker``: Celery's own embedded test worker (``celery.contrib.testing.worker``), with
+  the thread pool the lab uses in production, consuming from the real Redis broker.
+- ``worker_process``: a separate ``celery worker`` OS process (the command from
+  ``lab_project.processes``), for tests that must kill a worker.
+- Redis databases of the test run (REDIS_DB_BASE=8: broker, channel layer, engine, cache) are
+  flushed before each test, so no test sees another's breaker.
+
+Tests using these need ``@pytest.mark.django_db(transaction=True)``: workers use their own
+database connections, so nothing may hide inside a test transaction.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import connection
+
+from lab_project.processes import worker_cmd
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _flush_test_redis() -> None:
+    base = settings.REDIS_DB_BASE
+    assert base >= 8, "tests must never flush a development Redis database"
+    for db in range(base, base + 4):
+        redis.Redis.from_url(settings.REDIS_URL, db=db).flushdb()
+
+
+@pytest.fixture(autouse=True)
+def _clean_redis():
+    _flush_test_redis()
+    yield
+
+
+@pytest.fixture
+def celery_worker(transactional_db):
+    """An embedded Celery worker (thread pool) running for the length of one test."""
+    from celery.contrib.testing.worker import start_worker
+
+    from lab_project.celery import app
+    from labs.journal import get_writer
+
+    with start_worker(
+        app, pool="threads", concurrency=16, perform_ping_check=False, shutdown_timeout=30
+    ) as worker:
+        yield worker
+        get_writer().flush()
+    get_writer().flush()
+
+
+def subprocess_env() -> dict[str, str]:
+    """Environment for a worker or daphne started by a test: same Redis dbs, same test db."""
+    env = dict(os.environ)
+    env["REDIS_DB_BASE"] = str(settings.REDIS_DB_BASE)
+    env["PYTHONUNBUFFERED"] = "1"
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        env["LAB_SQLITE_PATH"] = str(db["NAME"])
+        env.pop("DATABASE_URL", None)
+    else:
+        env["DATABASE_URL"] = (
+            f"postgres://{db['USER'] or ''}{':' + db['PASSWORD'] if db['PASSWORD'] else ''}"
+            f"@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+        )
+    bin_dir = str(Path(sys.executable).parent)
+    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+    return env
+
+
+class WorkerProcess:
+    """A ``celery worker`` OS process started by a test."""
+
+    def __init__(self, log_path: Path, concurrency: int = 8) -> None:
+        self.log_path = log_path
+        self.log = open(log_path, "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [*worker_cmd(concurrency), "--without-heartbeat", "--without-gossip",
+             "--without-mingle", "-n", f"test-{os.getpid()}-{time.monotonic_ns()}@%h"],
+            cwd=ROOT, env=subprocess_env(), stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        self.wait_ready()
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited early:\n{self.log_path.read_text()}")
+            if b"ready." in self.log_path.read_bytes():
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"worker not ready after {timeout}s:\n{self.log_path.read_text()}")
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: no shutdown handler runs."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.log.close()
+
+
+@pytest.fixture
+def worker_process(transactional_db, tmp_path):
+    """Factory: start a separate worker process; every one started is stopped at teardown."""
+    started: list[WorkerProcess] = []
+
+    def start(concurrency: int = 8) -> WorkerProcess:
+        worker = WorkerProcess(tmp_path / f"worker-{len(started)}.log", concurrency)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, message: str = ""):
+    """Poll ``predicate`` until it returns something truthy; fail the test on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout}s waiting for {message or predicate}")

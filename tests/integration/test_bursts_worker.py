@@ -1,0 +1,169 @@
+"""Bursts through a real Celery worker and a real Redis (DESIGN section 3, issue 4)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import connections, transaction
+
+from labs import runtime
+from labs.journal import get_writer
+from labs.models import Burst, JournalEvent, LabSession
+from labs.services import bursts, lab
+from tests.conftest import make_classroom, make_scenario, make_student, tour_script
+from tests.integration.conftest import wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+def new_session(script: dict | None = None, username: str = "alice") -> LabSession:
+    scenario = make_scenario(f"s-{username}", script=script or tour_script())
+    room = make_classroom(f"Class {username}", join_code=None or _code(username))
+    room.scenarios.add(scenario)
+    student = make_student(username, room)
+    return lab.session_open(user=student, classroom=room, scenario=scenario)
+
+
+def _code(seed: str) -> str:
+    return (seed.upper() + "XXXXXXXX")[:8].replace("_", "X")
+
+
+def finished(burst: Burst, timeout: float = 60.0) -> Burst:
+    def done():
+        burst.refresh_from_db()
+        return burst if burst.status not in Burst.ACTIVE_STATUSES else None
+
+    return wait_for(done, timeout, message=f"burst {burst.pk} to finish")
+
+
+def attempts_of(burst: Burst) -> list[int]:
+    """Attempts per call of one burst, from the journal."""
+    calls: dict[int, int] = {}
+    for ev in JournalEvent.objects.filter(burst=burst).order_by("seq"):
+        if ev.kind == "call_result":
+            calls[ev.call_no] = ev.data["attempts"]
+    return [calls[c] for c in sorted(calls)]
+
+
+def test_redelivered_burst_message_does_nothing(celery_worker):
+    session = new_session()
+    burst = bursts.burst_start(session=session, user=session.owner, size=2)
+    finished(burst)
+    rows = JournalEvent.objects.filter(session=session).count()
+    assert bursts.burst_run(burst_id=burst.pk) == "skipped"
+    get_writer().flush()
+    assert JournalEvent.objects.filter(session=session).count() == rows
+
+
+def test_ten_threads_starting_a_burst_at_once_start_exactly_one(celery_worker):
+    session = new_session(tour_script(dependency={"mode": "healthy", "latency_ms": 50}))
+    barrier = threading.Barrier(10)
+    started, refused, errors = [], [], []
+
+    def click():
+        try:
+            barrier.wait()
+            started.append(bursts.burst_start(session=session, user=session.owner, size=4))
+        except bursts.BurstAlreadyRunning as exc:
+            refused.append(str(exc))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=click) for _ in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(started) == 1
+    assert len(refused) == 9
+    assert all("already running" in message for message in refused)
+    assert finished(started[0]).status == Burst.Status.DONE
+    assert Burst.objects.filter(session=session).count() == 1
+
+
+def test_rolled_back_transaction_enqueues_nothing(transactional_db):
+    session = new_session()
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        bursts.burst_start(session=session, user=session.owner, size=3)
+        raise RuntimeError("the request failed after queueing")
+    assert broker.llen("celery") == 0
+    assert not Burst.objects.filter(session=session).exists()
+    # The rolled-back reservation left the call numbers as they were.
+    session.refresh_from_db()
+    assert session.next_call_no == 1
+
+
+def test_committed_burst_is_enqueued_on_the_broker(transactional_db):
+    session = new_session()
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    bursts.burst_start(session=session, user=session.owner, size=3)
+    assert broker.llen("celery") == 1
+
+
+def test_bad_burst_size_is_refused_with_field_and_range(transactional_db):
+    session = new_session()
+    with pytest.raises(bursts.BurstInvalid) as info:
+        bursts.burst_start(session=session, user=session.owner, size=21, concurrency=0)
+    message = str(info.value)
+    assert "size: must be between 1 and 20 (got 21)" in message
+    assert "concurrency: must be between 1 and 10 (got 0)" in message
+    assert not Burst.objects.exists()
+
+
+def test_worker_killed_mid_burst_marks_it_interrupted_and_the_next_burst_runs(
+    worker_process, settings
+):
+    # Slow attempts so the kill lands mid-burst. Only the victim consumes the queue.
+    session = new_session(tour_script(dependency={"mode": "healthy", "latency_ms": 200}))
+    victim = worker_process()
+    burst = bursts.burst_start(session=session, user=session.owner, size=20)
+    wait_for(
+        lambda: JournalEvent.objects.filter(burst=burst, kind="attempt").count() >= 3,
+        message="a few attempts journaled",
+    )
+    victim.kill()
+    settings.LAB_BURST_STALE_SECONDS = 2
+    time.sleep(2.5)
+    assert bursts.bursts_reap_stale(session_id=session.pk) == 1
+    burst.refresh_from_db()
+    assert burst.status == Burst.Status.INTERRUPTED
+    events = JournalEvent.objects.filter(session=session)
+    assert events.filter(kind="burst_interrupted", burst=burst).count() == 1
+    pairs = list(events.filter(kind="attempt").values_list("call_no", "attempt_no"))
+    assert len(pairs) == len(set(pairs)), "an attempt was journaled twice"
+    assert 3 <= len(pairs) < 20
+    # The session can burst again straight away, on a fresh worker.
+    worker_process()
+    session.refresh_from_db()
+    nxt = bursts.burst_start(session=session, user=session.owner, size=2)
+    assert finished(nxt).status == Burst.Status.DONE
+    assert nxt.first_call_no == 21
+
+
+def test_redis_losing_the_breaker_restores_it_from_the_snapshot(celery_worker):
+    script = tour_script(dependency={"mode": "down", "latency_ms": 1})
+    script["policy"]["breaker"]["cooldown_ms"] = 60000
+    session = new_session(script)
+    first = finished(bursts.burst_start(session=session, user=session.owner, size=6))
+    assert attempts_of(first) == [4, 4, 4, 0, 0, 0]
+    session.refresh_from_db()
+    assert session.breaker_snapshot["state"] == "open"
+
+    redis.Redis.from_url(settings.LAB_ENGINE_REDIS_URL).flushdb()
+    assert not runtime.session_store(session.pk).has_state()
+
+    second = finished(bursts.burst_start(session=session, user=session.owner, size=2))
+    restored = JournalEvent.objects.filter(session=session, kind="state_restored")
+    assert restored.count() == 1
+    assert restored.get().burst_id == second.pk
+    # Still open: both calls fail fast without touching the dependency.
+    assert attempts_of(second) == [0, 0]
+    assert runtime.session_store(session.pk).has_state()
