@@ -68,13 +68,17 @@ def format_table(out: dict[str, Any]) -> str:
             f"{_ms(c['backoff_ms']):>10}  {_ms(c['start_ms']):>9}  {_ms(c['end_ms']):>9}"
         )
     lines.append("")
-    head = f"{'burst':>5}  {'calls':>5}  {'ok':>3}  {'failed':>6}  {'fast':>4}  {'attempts':<22} {'backoff ms':>10}  {'wall ms':>9}"
+    width = max([len("attempts")] + [len(str(b["attempts"])) for b in out["bursts"]])
+    head = (
+        f"{'burst':>5}  {'calls':>5}  {'ok':>3}  {'failed':>6}  {'fast':>4}  "
+        f"{'attempts':<{width}}  {'backoff ms':>10}  {'wall ms':>9}"
+    )
     lines += [head, "-" * len(head)]
     for b in out["bursts"]:
-        attempts = str(b["attempts"])
         lines.append(
             f"{b['burst']:>5}  {b['calls']:>5}  {b['succeeded']:>3}  {b['failed']:>6}  "
-            f"{b['fast_failed']:>4}  {attempts:<22} {_ms(b['backoff_ms_total']):>10}  {_ms(b['wall_ms']):>9}"
+            f"{b['fast_failed']:>4}  {b['attempts']!s:<{width}}  "
+            f"{_ms(b['backoff_ms_total']):>10}  {_ms(b['wall_ms']):>9}"
         )
     lines.append("")
     if out["transitions"]:

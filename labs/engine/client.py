@@ -165,7 +165,7 @@ class GuardedClient:
         self.dependency = dependency
         self.clock = clock
         self.rng = rng
-        self.sink = sink or null_sink
+        self.sink = sink if sink is not None else null_sink
         budget_store = store if store is not None else breaker.store
         self.budget = (
             RetryBudget(policy.retry_budget, store=budget_store) if policy.retry_budget else None

@@ -30,3 +30,16 @@ def namespace(redis_client):
     keys = list(redis_client.scan_iter(match=f"{ns}:*"))
     if keys:
         redis_client.delete(*keys)
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store(request):
+    """The same behaviour tests run on both stores."""
+    from labs.engine import MemoryStore, RedisStore
+
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    client = request.getfixturevalue("redis_client")
+    ns = request.getfixturevalue("namespace")
+    yield RedisStore(client, ns)

@@ -1,0 +1,257 @@
+"""The Redis store against a real Redis: round trips, processes, leases, generations."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+import pytest
+
+from labs.engine import (
+    Breaker,
+    BreakerConfig,
+    FakeDependency,
+    MemoryStore,
+    RedisStore,
+    RetryBudget,
+    RetryBudgetConfig,
+    SystemClock,
+    VirtualClock,
+    parse_dependency,
+    run_scenario,
+)
+from labs.engine.scenario import EngineExecutor
+
+from .helpers import REDIS_URL, ROOT, load_scenario
+
+WORKER = ROOT / "tests" / "engine" / "probe_worker.py"
+
+
+def _env():
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+@pytest.fixture
+def counting_client():
+    redis = pytest.importorskip("redis")
+
+    class CountingRedis(redis.Redis):
+        commands: list[str]
+
+        def execute_command(self, *args, **options):
+            self.commands.append(str(args[0]))
+            return super().execute_command(*args, **options)
+
+    client = CountingRedis.from_url(REDIS_URL)
+    client.commands = []
+    yield client
+    client.close()
+
+
+def test_every_decision_record_attempt_and_budget_move_is_one_round_trip(
+    counting_client, namespace
+):
+    clock = VirtualClock()
+    store = RedisStore(counting_client, namespace)
+    breaker = Breaker(BreakerConfig(failure_threshold=1, cooldown_ms=100), store=store, clock=clock)
+    dep = FakeDependency(
+        parse_dependency({"mode": "down"}), store=store, clock=clock, rng=random.Random()
+    )
+    budget = RetryBudget(RetryBudgetConfig(), store=store)
+    operations = [
+        breaker.allow,
+        lambda: breaker.record(breaker.allow(), "failure"),  # two: allow, then record
+        breaker.allow,  # rejected while open
+        dep.attempt,
+        budget.deposit,
+        budget.try_withdraw,
+    ]
+    for op in operations:  # warm up: the first EVALSHA of each script may need a SCRIPT LOAD
+        op()
+    breaker.reset("again")
+    counting_client.commands.clear()
+    expected = [1, 2, 1, 1, 1, 1]
+    for op, n in zip(operations, expected, strict=True):
+        before = len(counting_client.commands)
+        op()
+        assert len(counting_client.commands) - before == n, counting_client.commands[before:]
+    clock.advance(0.1)
+    before = len(counting_client.commands)
+    probe = breaker.allow()  # open -> half-open and a lease, still one round trip
+    assert probe.probe and len(counting_client.commands) - before == 1
+    assert set(counting_client.commands) == {"EVALSHA"}
+
+
+def test_fifty_callers_in_two_processes_just_after_cooldown_make_exactly_one_probe(
+    redis_client, namespace
+):
+    clock = SystemClock("wall")
+    store = RedisStore(redis_client, namespace)
+    breaker = Breaker(
+        BreakerConfig(failure_threshold=1, cooldown_ms=1000), store=store, clock=clock
+    )
+    FakeDependency(
+        parse_dependency({"mode": "healthy"}), store=store, clock=clock, rng=random.Random()
+    ).arm()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), "crowd", REDIS_URL, namespace, "25", str(1 + 25 * i)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=_env(),
+        )
+        for i in range(2)
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout.readline().strip() == "ready"
+        breaker.record(breaker.allow(), "failure")  # open now, for 1000 ms
+        open_until = breaker.snapshot()["open_until_ms"] / 1000
+        start = open_until + 0.005  # everybody arrives just after the cooldown
+        for proc in procs:
+            proc.stdin.write(f"{start}\n")
+            proc.stdin.flush()
+        results = []
+        for proc in procs:
+            out, _ = proc.communicate(timeout=60)
+            results += json.loads(out.strip().splitlines()[-1])
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    assert len(results) == 50
+    reached = [r for r in results if r[2] > 0]
+    assert len(reached) == 1, reached
+    assert reached[0][1] == "success"
+    assert sorted(r[1] for r in results if r[2] == 0) == ["rejected_half_open"] * 49
+    assert store.export_state()["dependency"]["attempts"] == 1
+    assert breaker.state() == "closed"
+
+
+def test_a_killed_probe_holder_blocks_probes_until_its_lease_expires_and_not_after(
+    redis_client, namespace
+):
+    lease_ms = 800
+    clock = SystemClock("wall")
+    store = RedisStore(redis_client, namespace, probe_lease_ms=lease_ms)
+    breaker = Breaker(BreakerConfig(failure_threshold=1, cooldown_ms=100), store=store, clock=clock)
+    breaker.record(breaker.allow(), "failure")
+    time.sleep(0.11)
+    holder = subprocess.Popen(
+        [sys.executable, str(WORKER), "holder", REDIS_URL, namespace, str(lease_ms)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=_env(),
+    )
+    try:
+        line = holder.stdout.readline().strip()
+        assert line.startswith("probe "), line
+        holder.kill()  # dies mid-call: its result is never recorded
+        holder.wait(timeout=10)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    lease_key = f"{namespace}:probe:{line.split()[1]}"
+    assert breaker.state() == "half_open"
+    blocked = 0
+    while redis_client.pttl(lease_key) > 30:  # still leased (with margin for the round trip)
+        rejection = breaker.allow()
+        assert not rejection and rejection.reason == "half_open"
+        blocked += 1
+        time.sleep(0.02)
+    assert blocked > 5
+    while redis_client.exists(lease_key):
+        time.sleep(0.002)
+    probe = breaker.allow(call=100)  # the very first ask after expiry gets the slot
+    assert probe and probe.probe
+    breaker.record(probe, "success")
+    assert breaker.state() == "closed"
+
+
+def test_a_stale_generation_changes_nothing_in_redis(redis_client, namespace):
+    clock = VirtualClock()
+    store = RedisStore(redis_client, namespace)
+    breaker = Breaker(BreakerConfig(failure_threshold=1, cooldown_ms=100), store=store, clock=clock)
+    early = breaker.allow()
+    breaker.record(breaker.allow(), "failure")
+    clock.advance(0.1)
+    probe = breaker.allow()
+    raw_before = {
+        k: redis_client.hgetall(k) for k in store.all_keys() if redis_client.type(k) == b"hash"
+    }
+    assert breaker.record(early, "success").applied is False
+    assert breaker.record(early, "failure").applied is False
+    raw_after = {
+        k: redis_client.hgetall(k) for k in store.all_keys() if redis_client.type(k) == b"hash"
+    }
+    assert raw_after == raw_before
+    assert breaker.snapshot()["probes_in_flight"] == 1
+    breaker.record(probe, "success")
+    assert breaker.state() == "closed"
+
+
+def test_the_tour_on_redis_matches_the_tour_in_memory(redis_client, namespace):
+    in_memory = run_scenario(load_scenario("tour"))
+    on_redis = run_scenario(
+        load_scenario("tour"),
+        executor=EngineExecutor(seed=7, store=RedisStore(redis_client, namespace)),
+    )
+    assert on_redis == in_memory
+
+
+def test_state_exports_from_redis_and_imports_into_memory_and_back(redis_client, namespace):
+    clock = VirtualClock()
+    redis_store = RedisStore(redis_client, namespace)
+    config = BreakerConfig(kind="rolling_ratio", min_calls=10, window_ms=1000, buckets=4)
+    breaker = Breaker(config, store=redis_store, clock=clock)
+    for outcome in ["failure", "success", "failure"]:
+        breaker.record(breaker.allow(), outcome)
+        clock.advance(0.3)
+    FakeDependency(
+        parse_dependency({"mode": "flaky", "fail_count": 4}),
+        store=redis_store,
+        clock=clock,
+        rng=random.Random(),
+    ).arm()
+    RetryBudget(RetryBudgetConfig(token_ratio=0.5, max_tokens=3), store=redis_store).try_withdraw()
+    exported = redis_store.export_state()
+    assert json.loads(json.dumps(exported)) == exported
+    memory = MemoryStore()
+    memory.import_state(exported)
+    assert memory.export_state() == exported
+    redis_store.clear()
+    assert not redis_store.has_state()
+    redis_store.import_state(memory.export_state())
+    assert redis_store.export_state() == exported
+    assert (
+        Breaker(config, store=redis_store, clock=clock).snapshot()["window_failures"] == 0
+    )  # time window
+    assert redis_store.export_state()["window"]["buckets"]
+
+
+def test_clear_deletes_every_key_of_the_namespace_and_nothing_else(redis_client, namespace):
+    other = RedisStore(redis_client, namespace + "x")
+    store = RedisStore(redis_client, namespace)
+    clock = VirtualClock()
+    for s in (store, other):
+        b = Breaker(BreakerConfig(failure_threshold=1, cooldown_ms=100), store=s, clock=clock)
+        b.record(b.allow(), "failure")
+    clock.advance(0.1)
+    Breaker(BreakerConfig(), store=store, clock=clock).allow()  # a probe lease
+    assert len(list(redis_client.scan_iter(match=f"{namespace}:*"))) >= 2
+    store.clear()
+    assert list(redis_client.scan_iter(match=f"{namespace}:*")) == []
+    assert other.has_state()
+    other.clear()
+
+
+def test_namespace_must_be_plain():
+    with pytest.raises(ValueError):
+        RedisStore(object(), "fl:{s1}")
