@@ -1,0 +1,247 @@
+"""Bursts on a real worker: honest timing and 100 sessions at once.
+
+    .venv/bin/python benchmarks/burst_bench.py [--sessions 100] [--calls 20]
+
+Uses its own SQLite file (or DATABASE_URL) and Redis databases 4..7, migrates, starts one real
+``celery worker`` process (the command ``make run`` uses) and prints:
+
+(a) the tour's wall time per burst against the sum of its configured sleeps, the cost added per
+    attempt, and the same burst with a naive synchronous sink (an INSERT plus an
+    ``async_to_sync(group_send)`` per event on the timing path) for comparison;
+(b) N sessions each starting a C-call burst at the same moment on the one worker: completion,
+    lost and duplicated events (journal against the events the engine must emit), p50/p99
+    slowdown against each burst's theoretical time, and journal rows written per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
+os.environ["REDIS_DB_BASE"] = os.environ.get("BENCH_REDIS_DB_BASE", "4")
+if "DATABASE_URL" not in os.environ:
+    os.environ["LAB_SQLITE_PATH"] = str(Path(tempfile.gettempdir()) / "failurelab-bench.sqlite3")
+
+
+def pct(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def setup_django():
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    if "LAB_SQLITE_PATH" in os.environ:
+        Path(os.environ["LAB_SQLITE_PATH"]).unlink(missing_ok=True)
+    call_command("migrate", verbosity=0)
+    import redis
+    from django.conf import settings
+
+    for db in range(settings.REDIS_DB_BASE, settings.REDIS_DB_BASE + 4):
+        redis.Redis.from_url(settings.REDIS_URL, db=db).flushdb()
+
+
+def start_worker(concurrency: int):
+    from lab_project.processes import worker_cmd
+
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env["PATH"]
+    log = open(Path(tempfile.gettempdir()) / "failurelab-bench-worker.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [*worker_cmd(concurrency), "--without-heartbeat", "--without-gossip", "--without-mingle"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while b"ready." not in Path(log.name).read_bytes():
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise SystemExit("worker did not start; see " + log.name)
+        time.sleep(0.1)
+    return proc
+
+
+def make_sessions(n: int, script: dict):
+    from django.contrib.auth import get_user_model
+
+    from labs.models import Classroom, Membership, Scenario
+    from labs.services.lab import session_open
+
+    room = Classroom.objects.create(name=f"bench {time.monotonic_ns()}")
+    scenario = Scenario.objects.create(slug=f"bench-{time.monotonic_ns()}", title="bench", script=script)
+    room.scenarios.add(scenario)
+    sessions = []
+    for i in range(n):
+        user = get_user_model().objects.create_user(f"bench-{room.pk}-{i}", password=None)
+        Membership.objects.create(user=user, classroom=room, role=Membership.Role.STUDENT)
+        sessions.append(session_open(user=user, classroom=room, scenario=scenario))
+    return sessions
+
+
+def tour_part(args) -> None:
+    from labs.engine import run_scenario
+    from labs.scenario_runner import WorkerExecutor
+
+    script = {
+        "name": "tour", "seed": 7,
+        "dependency": {"mode": "flaky", "fail_count": 3, "latency_ms": 5},
+        "policy": {"max_attempts": 4, "backoff_base_ms": 25, "backoff_cap_ms": 500,
+                   "jitter": "none", "nesting": "breaker_outside",
+                   "breaker": {"kind": "consecutive", "failure_threshold": 3,
+                               "cooldown_ms": 2000}},
+        "steps": [{"burst": 6}, {"set_dependency": {"mode": "down"}}, {"burst": 6},
+                  {"set_dependency": {"mode": "healthy"}}, {"wait_ms": 2000}, {"burst": 1}],
+    }  # fmt: skip
+    rows = []
+    for _ in range(args.tour_runs):
+        session = make_sessions(1, script)[0]
+        out = run_scenario(script, executor=WorkerExecutor(session, user=session.owner))
+        for i, burst in enumerate(out["bursts"]):
+            sleeps = sum(burst["attempts"]) * 5 + burst["backoff_ms_total"]
+            rows.append((i + 1, burst["wall_ms"], sleeps, sum(burst["attempts"])))
+    print("(a) the tour on a real worker (engine wall time of each burst; "
+          f"{args.tour_runs} runs, median)")  # fmt: skip
+    print(f"{'burst':>5} {'configured sleeps ms':>21} {'wall ms':>9} {'over':>7} {'added/attempt ms':>17}")
+    for b in (1, 2, 3):
+        mine = [r for r in rows if r[0] == b]
+        wall = statistics.median(r[1] for r in mine)
+        sleeps = mine[0][2]
+        attempts = mine[0][3]
+        added = (wall - sleeps) / attempts if attempts else float("nan")
+        print(f"{b:>5} {sleeps:>21.1f} {wall:>9.1f} {100 * (wall - sleeps) / sleeps:>6.2f}% {added:>17.3f}")
+    total_s = sum(statistics.median(r[1] for r in rows if r[0] == b) for b in (1, 2, 3))
+    total_c = sum(next(r[2] for r in rows if r[0] == b) for b in (1, 2, 3))
+    print(f"{'all':>5} {total_c:>21.1f} {total_s:>9.1f} {100 * (total_s - total_c) / total_c:>6.2f}%")
+    print("    seed 000's Go lab: burst 1 in 237 ms against 220 ms of sleeps (7.7 % over)")
+    naive_part(script)
+
+
+def naive_part(script) -> None:
+    """Burst 1 of the tour in this process with the journal on the timing path, both ways."""
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    from labs import journal, runtime
+    from labs.broadcast import session_group
+
+    layer = get_channel_layer()
+    results = {}
+    for label in ("writer (off the path)", "naive INSERT + group_send"):
+        walls = []
+        for _ in range(5):
+            session = make_sessions(1, script)[0]
+            writer = journal.get_writer()
+            if label.startswith("naive"):
+                def sink(event, session=session):
+                    rows = journal.record([journal.entry_from_event(
+                        event, session_id=session.pk, classroom_id=session.classroom_id,
+                        burst_id=None)])
+                    async_to_sync(layer.group_send)(
+                        session_group(session.pk),
+                        {"type": "journal.events", "events": [journal.event_payload(rows[0])]})
+            else:
+                def sink(event, session=session, writer=writer):
+                    writer.submit(journal.entry_from_event(
+                        event, session_id=session.pk, classroom_id=session.classroom_id,
+                        burst_id=None))
+            engine = runtime.build_engine(session, sink=sink, rng=random.Random(1))
+            engine.dependency.arm()
+            result = engine.client.run_burst(6, first_call=1, burst=1)
+            writer.flush()
+            walls.append(result.wall_ms)
+        results[label] = statistics.median(walls)
+    print("\n    burst 1 of the tour in-process (220 ms of configured sleeps, 9 attempts):")
+    for label, wall in results.items():
+        print(f"    {label:<28} {wall:8.1f} ms  added {(wall - 220) / 9:6.3f} ms/attempt")
+
+
+def crowd_part(args) -> None:
+    from labs.models import Burst, JournalEvent
+    from labs.services.bursts import burst_start
+
+    latency = args.latency_ms
+    script = {
+        "name": "crowd", "seed": 1,
+        "dependency": {"mode": "healthy", "latency_ms": latency},
+        "policy": {"max_attempts": 4},
+        "steps": [{"burst": args.calls}],
+    }  # fmt: skip
+    sessions = make_sessions(args.sessions, script)
+    barrier = threading.Barrier(args.sessions)
+    started = [None] * args.sessions
+
+    def go(i):
+        from django.db import connections
+
+        barrier.wait()
+        started[i] = burst_start(session=sessions[i], user=sessions[i].owner, size=args.calls)
+        connections.close_all()
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(args.sessions)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ids = [b.pk for b in started]
+    while Burst.objects.filter(pk__in=ids, status__in=Burst.ACTIVE_STATUSES).exists():
+        time.sleep(0.05)
+    elapsed = time.monotonic() - t0
+    bursts = list(Burst.objects.filter(pk__in=ids))
+    done = sum(b.status == Burst.Status.DONE for b in bursts)
+    theoretical = args.calls * latency
+    slowdowns = [b.summary["wall_ms"] / theoretical for b in bursts if b.summary]
+    expected = args.calls * 2 + 2  # burst_start, attempt + call_result per call, burst_end
+    lost = dup = 0
+    for b in bursts:
+        rows = list(JournalEvent.objects.filter(burst=b).exclude(kind="burst_queued")
+                    .values_list("kind", "call_no", "attempt_no"))  # fmt: skip
+        lost += max(0, expected - len(rows))
+        keyed = [r for r in rows if r[0] == "attempt"]
+        dup += len(keyed) - len(set(keyed)) + max(0, len(rows) - expected)
+    total_rows = JournalEvent.objects.filter(burst_id__in=ids).count()
+    first = min(b.started_at for b in bursts)
+    last = max(b.finished_at for b in bursts)
+    span = (last - first).total_seconds()
+    print(f"\n(b) {args.sessions} sessions each start a {args.calls}-call burst at once on one "
+          f"worker (threads pool, concurrency {args.concurrency}); healthy, {latency} ms per "
+          f"attempt, theoretical {theoretical} ms per burst")  # fmt: skip
+    print(f"{'completed':>10} {'lost':>5} {'dup':>4} {'slowdown p50':>13} {'p99':>6} "
+          f"{'rows/s':>8} {'first start to last end':>24}")
+    print(f"{done:>6}/{len(bursts):<3} {lost:>5} {dup:>4} {pct(slowdowns, .5):>12.2f}x "
+          f"{pct(slowdowns, .99):>5.2f}x {total_rows / span:>8.0f} {span:>22.2f} s")
+    print(f"    (wall clock from the first click to the last burst done: {elapsed:.2f} s)")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=100)
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--latency-ms", type=int, default=20)
+    parser.add_argument("--concurrency", type=int, default=128)
+    parser.add_argument("--tour-runs", type=int, default=3)
+    args = parser.parse_args()
+    setup_django()
+    worker = start_worker(args.concurrency)
+    try:
+        tour_part(args)
+        crowd_part(args)
+    finally:
+        os.killpg(worker.pid, 15)
+        worker.wait(30)
+
+
+if __name__ == "__main__":
+    main()
