@@ -1,0 +1,178 @@
+"""The README's first command, `make run`, on a fresh copy of the repository.
+
+It must create the virtual environment, install requirements.txt, migrate, load the demo
+data, start a private Redis, a Celery worker and daphne, answer on the login page (and let a
+demo student in), and on Ctrl-C stop every process it started. Slow (the venv is built from
+scratch; pip's cache helps), so it has a generous timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.cookiejar
+import io
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tarfile
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+START_TIMEOUT_S = 360
+STOP_TIMEOUT_S = 60
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def copy_repository(target: Path) -> None:
+    """The committed tree (HEAD), exactly what a fresh clone has: neither the work in progress
+    of a shared working tree nor ignored files (``.venv``, ``db/``) come along."""
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", "HEAD"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(target, filter="data")
+
+
+def processes_under(marker: str) -> list[tuple[int, str]]:
+    """Live processes whose command line or working directory mentions ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(entry / "cwd")
+            state = next(
+                line for line in (entry / "status").read_text().splitlines()
+                if line.startswith("State:")
+            )  # fmt: skip
+        except (OSError, StopIteration):
+            continue
+        if "Z" in state.split()[1]:
+            continue  # a zombie is already dead
+        if marker in cmdline or cwd.startswith(marker):
+            found.append((int(entry.name), cmdline.strip()))
+    return found
+
+
+def clean_environment(copy: Path, port: int) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DJANGO_", "LAB_", "REDIS_", "DATABASE_", "PYTEST", "CELERY_"))
+        and k not in {"VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"}
+    }
+    # As a new user's shell: no project venv on PATH.
+    env["PATH"] = os.pathsep.join(
+        p for p in env.get("PATH", "").split(os.pathsep) if ".venv" not in p
+    )
+    env["LAB_PORT"] = str(port)
+    env["LAB_PRIVATE_REDIS"] = "1"  # exercise starting (and stopping) our own Redis
+    return env
+
+
+def wait_for_login_page(url: str, proc: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"make run exited early ({proc.returncode}):\n{log.read_text()[-4000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=3) as response:  # noqa: S310 (localhost)
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    pytest.fail(f"no 200 from {url} in {START_TIMEOUT_S} s:\n{log.read_text()[-4000:]}")
+
+
+def log_in_as_demo_student(base: str) -> str:
+    """Log in through the real login form; returns the home page's HTML."""
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    login_url = base + "accounts/login/"
+    page = opener.open(login_url, timeout=10).read().decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    body = urllib.parse.urlencode(
+        {"csrfmiddlewaretoken": token, "username": "student1", "password": "failurelab"}
+    ).encode()
+    request = urllib.request.Request(login_url, data=body, headers={"Referer": login_url})  # noqa: S310
+    with opener.open(request, timeout=10) as response:
+        return response.read().decode()
+
+
+@pytest.mark.timeout(START_TIMEOUT_S + STOP_TIMEOUT_S + 60)
+def test_make_run_starts_the_lab_and_ctrl_c_stops_everything(tmp_path):
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    copy = tmp_path / "fresh-failure-lab"
+    copy.mkdir()
+    copy_repository(copy)
+    assert not (copy / ".venv").exists()
+    marker = str(copy)
+    port = free_port()
+    log = tmp_path / "make-run.log"
+
+    with log.open("wb") as out:
+        # A new session: make and the run script form the "terminal's" process group.
+        proc = subprocess.Popen(
+            ["make", "run"],
+            cwd=copy,
+            env=clean_environment(copy, port),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    try:
+        base = f"http://127.0.0.1:{port}/"
+        wait_for_login_page(base + "accounts/login/", proc, log)
+        assert (copy / ".venv" / "bin" / "python").exists()
+
+        home = log_in_as_demo_student(base)
+        assert "Resilience 101" in home
+        assert "Signed in as" in home
+
+        started = processes_under(marker)
+        names = " ".join(cmd for _, cmd in started)
+        assert "redis-server" in names and "celery" in names and "daphne" in names, started
+
+        output = log.read_text()
+        assert f"http://localhost:{port}/" in output
+        for login in ("student1", "instructor", "admin", "failurelab"):
+            assert login in output
+
+        # Ctrl-C in a terminal: SIGINT to the foreground process group.
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"make run did not stop after SIGINT:\n{log.read_text()[-4000:]}")
+
+        output = log.read_text()
+        assert "[lab] stopped" in output, output[-4000:]
+        deadline = time.monotonic() + 10
+        while processes_under(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert processes_under(marker) == []
+        with socket.socket() as sock:
+            assert sock.connect_ex(("127.0.0.1", port)) != 0, "daphne still listens"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for pid, _ in processes_under(marker):  # only what this test started
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
