@@ -244,10 +244,11 @@ def record(entries: Sequence[Entry]) -> list[JournalEvent]:
 
 
 class _Flush:
-    __slots__ = ("done",)
+    __slots__ = ("close", "done")
 
-    def __init__(self) -> None:
+    def __init__(self, close: bool = False) -> None:
         self.done = threading.Event()
+        self.close = close
 
 
 AfterWrite = Callable[[Sequence[tuple[Entry, JournalEvent]]], None]
@@ -289,11 +290,15 @@ class JournalWriter:
             self._start()
         self._queue.put(entry)
 
-    def flush(self, timeout: float = 30.0) -> bool:
-        """Wait until everything submitted before this call is committed and pushed."""
+    def flush(self, timeout: float = 30.0, *, close_connection: bool = False) -> bool:
+        """Wait until everything submitted before this call is committed and pushed.
+
+        With ``close_connection`` the writer thread also closes its database connection (a
+        test run does this before dropping its test database).
+        """
         if self._thread is None:
             return True
-        marker = _Flush()
+        marker = _Flush(close=close_connection)
         self._queue.put(marker)
         return marker.done.wait(timeout)
 
@@ -333,8 +338,13 @@ class JournalWriter:
                 except queue.Empty:
                     break
             if batch:
-                self._write(batch)
+                try:
+                    self._write(batch)
+                except Exception:  # never let the thread die: later batches must still land
+                    logger.exception("journal batch of %d lost", len(batch))
             for marker in flushes:
+                if marker.close:
+                    connection.close()
                 marker.done.set()
 
     def _write(self, batch: list[Entry]) -> None:

@@ -25,7 +25,7 @@ import time
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, close_old_connections, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from labs import journal, runtime
@@ -248,11 +248,10 @@ def _heartbeat_loop() -> None:
         with _running_lock:
             ids = list(_running)
         if not ids:
-            # Idle: nothing to vouch for. Bursts of dead workers are reaped before every
-            # start and on page loads anyway.
+            # Idle: nothing to vouch for. Bursts of dead workers are reaped before every start
+            # and on page loads anyway.
             continue
         try:
-            close_old_connections()
             Burst.objects.filter(pk__in=ids, status=Burst.Status.RUNNING).update(
                 heartbeat_at=timezone.now()
             )
@@ -261,6 +260,9 @@ def _heartbeat_loop() -> None:
                 bursts_reap_stale()
         except Exception:  # the heartbeat must outlive a database hiccup
             logger.exception("burst heartbeat failed")
+        finally:
+            # One short query a second does not need a connection held open between ticks.
+            connection.close()
 
 
 # --- Anywhere ------------------------------------------------------------------------------

@@ -43,6 +43,17 @@ def _clean_redis():
     yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _close_background_connections(django_db_setup, django_db_blocker):
+    """The journal writer thread keeps its own connection; close it before the test database
+    is dropped (PostgreSQL refuses to drop a database someone is connected to)."""
+    yield
+    from labs.journal import get_writer
+
+    with django_db_blocker.unblock():
+        get_writer().flush(close_connection=True)
+
+
 @pytest.fixture
 def celery_worker(transactional_db):
     """An embedded Celery worker (thread pool) running for the length of one test."""
