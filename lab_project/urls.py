@@ -10,5 +10,6 @@ admin.site.index_title = "Scenarios, classes and sessions"
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
+    path("experiments/", include("labs.experiments.urls")),
     path("", include("labs.urls")),
 ]

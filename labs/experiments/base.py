@@ -35,6 +35,7 @@ __all__ = [
     "Series",
     "check_fields",
     "fmt_number",
+    "plain_number",
     "ratio",
     "series",
 ]
@@ -82,7 +83,7 @@ class Param:
         if self.kind == "choice":
             return "one of " + ", ".join(self.choices)
         unit = f" {self.unit}" if self.unit else ""
-        span = f"between {_plain(self.min)} and {_plain(self.max)}{unit}"
+        span = f"between {plain_number(self.min)} and {plain_number(self.max)}{unit}"
         if self.kind == "int_list":
             return f"1 to {self.max_items} whole numbers separated by commas, each {span}"
         return span
@@ -152,7 +153,7 @@ class Param:
         return value, None
 
 
-def _plain(value: float | None) -> str:
+def plain_number(value: float | None) -> str:
     """A bound as the engine writes it: ``2000``, ``0.5`` (no thousands separator)."""
     if value is None:
         return "?"
@@ -353,7 +354,7 @@ class Experiment(Generic[P]):
     def parse(self, raw: Mapping[str, Any]) -> tuple[P | None, list[Problem]]:
         """Typed parameters from ``raw`` (missing keys take their defaults).
 
-        Returns ``(params, [])`` or ``(None, problems)``: unknown keys, malformed or
+        Returns ``(params, [])`` or ``(None, problems)``: unknown keys, malformed, empty or
         out-of-range values (one problem per field), then the cross-field rules of
         ``validate``. Nothing is half-applied.
         """
@@ -364,7 +365,7 @@ class Experiment(Generic[P]):
                 problems.append(Problem(key, f"unknown parameter (parameters: {known})"))
         values: dict[str, Any] = {}
         for name, spec in self.limits.items():
-            if name not in raw or raw[name] is None or raw[name] == "":
+            if raw.get(name) is None:  # missing: the default (an empty string is a problem)
                 continue
             value, problem = spec.parse(raw[name])
             if problem is not None:
