@@ -23,7 +23,15 @@ from django.utils.html import format_html
 from django.utils.text import slugify
 
 from labs.forms import RosterImportForm, ScenarioAdminForm
-from labs.models import Burst, Classroom, JournalEvent, LabSession, Membership, Scenario
+from labs.models import (
+    Burst,
+    ClassFault,
+    Classroom,
+    JournalEvent,
+    LabSession,
+    Membership,
+    Scenario,
+)
 from labs.selectors import scenario_run_virtual
 from labs.services.accounts import (
     RosterError,
@@ -470,6 +478,29 @@ class JournalEventAdmin(InstructorScopedAdmin):
     list_select_related = ["session__owner", "session__scenario", "session__classroom"]
     search_fields = ["session__owner__username", "message"]
     ordering = ["session", "-seq"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(ClassFault)
+class ClassFaultAdmin(InstructorScopedAdmin):
+    """Class-wide timed faults, read-only: the dashboard creates them, the restore task ends them."""
+
+    list_display = ["classroom", "mode", "duration_s", "status", "created_by", "restore_at"]
+    list_filter = ["status", ("classroom", admin.RelatedOnlyFieldListFilter)]
+    list_select_related = ["classroom", "created_by"]
+    readonly_fields = [f.name for f in ClassFault._meta.fields]
+
+    @admin.display(description="mode")
+    def mode(self, obj) -> str:
+        return (obj.changes or {}).get("mode", "")
 
     def has_add_permission(self, request):
         return False

@@ -104,3 +104,149 @@ def instructor_classes(*, user) -> list[Classroom]:
         .prefetch_related("scenarios")
         .order_by("name", "pk")
     )
+
+
+# --- Class dashboard (instructor view) --------------------------------------------------------
+
+#: Call outcomes that are fast-fails (the breaker answered; the dependency was not touched).
+FAST_FAIL_OUTCOMES = ("rejected_open", "rejected_half_open")
+
+
+@dataclass
+class DashboardRow:
+    """One student session as the class dashboard shows it (the JSON form is :meth:`as_dict`)."""
+
+    session_id: int
+    student: str
+    username: str
+    scenario: str
+    scenario_id: int
+    mode: str
+    state: str
+    bursting: bool
+    calls: int
+    attempts: int
+    fast_fails: int
+    successes: int
+    last_seq: int
+    last_summary: dict | None
+
+    @property
+    def activity(self) -> str:
+        return "bursting" if self.bursting else "idle"
+
+    def as_dict(self) -> dict:
+        return {
+            "session": self.session_id,
+            "student": self.student,
+            "username": self.username,
+            "scenario": self.scenario,
+            "scenario_id": self.scenario_id,
+            "mode": self.mode,
+            "state": self.state,
+            "activity": self.activity,
+            "calls": self.calls,
+            "attempts": self.attempts,
+            "fast_fails": self.fast_fails,
+            "successes": self.successes,
+            "last_seq": self.last_seq,
+            "burst_summary": self.last_summary,
+        }
+
+
+def _dashboard_queryset(classroom_id: int):
+    from django.db.models import Count, Exists, IntegerField, Max, OuterRef, Subquery
+    from django.db.models.fields.json import KT, JSONField
+
+    from labs.models import Burst, JournalEvent
+
+    def journal_total(aggregate, **conditions):
+        # A correlated subquery per total, not a JOIN + GROUP BY: each one is a range count on
+        # the (session, kind, outcome) index, so no journal row is read, only index entries.
+        rows = (
+            JournalEvent.objects.filter(session=OuterRef("pk"), **conditions)
+            .order_by()
+            .values("session")
+            .annotate(total=aggregate)
+            .values("total")
+        )
+        return Subquery(rows, output_field=IntegerField())
+
+    active = Burst.objects.filter(session=OuterRef("pk"), status__in=Burst.ACTIVE_STATUSES)
+    last_done = (
+        Burst.objects.filter(session=OuterRef("pk"), status=Burst.Status.DONE)
+        .order_by("-number")
+        .values("summary")[:1]
+    )
+    return (
+        LabSession.objects.filter(classroom_id=classroom_id)
+        .values(
+            "pk",
+            "owner__username",
+            "owner__first_name",
+            "owner__last_name",
+            "scenario_id",
+            "scenario__title",
+        )
+        .annotate(
+            mode=KT("dependency__mode"),
+            state=KT("breaker_snapshot__state"),
+            bursting=Exists(active),
+            last_summary=Subquery(last_done, output_field=JSONField()),
+            calls=journal_total(Count("*"), kind="call_result"),
+            attempts=journal_total(Count("*"), kind="attempt"),
+            fast_fails=journal_total(
+                Count("*"), kind="call_result", outcome__in=FAST_FAIL_OUTCOMES
+            ),
+            successes=journal_total(Count("*"), kind="call_result", outcome="success"),
+            last_seq=journal_total(Max("seq")),
+        )
+        .order_by("owner__username", "scenario__position", "pk")
+    )
+
+
+def class_dashboard_rows(*, classroom_id: int) -> list[DashboardRow]:
+    """Every lab session of a class with its live-ish state and journal totals, one query.
+
+    Totals (calls, attempts, fast-fails, successes) are counted from the journal, the source
+    of truth, so they agree with the exports. ``last_seq`` is the newest journal row the totals
+    include: the page applies a pushed delta only if it is newer, which makes the render and
+    the live updates add up exactly. The breaker state is the database snapshot (written with
+    every transition), not a Redis round trip per session.
+    """
+    import json
+
+    rows = []
+    for r in _dashboard_queryset(classroom_id):
+        summary = r["last_summary"]
+        if isinstance(summary, str):  # some backends hand a JSON subquery back as text
+            summary = json.loads(summary)
+        full_name = f"{r['owner__first_name']} {r['owner__last_name']}".strip()
+        state = r["state"] if r["state"] in ("closed", "open", "half_open") else "closed"
+        rows.append(
+            DashboardRow(
+                session_id=r["pk"],
+                student=full_name or r["owner__username"],
+                username=r["owner__username"],
+                scenario=r["scenario__title"],
+                scenario_id=r["scenario_id"],
+                mode=r["mode"] or "healthy",
+                state=state,
+                bursting=bool(r["bursting"]),
+                calls=r["calls"] or 0,
+                attempts=r["attempts"] or 0,
+                fast_fails=r["fast_fails"] or 0,
+                successes=r["successes"] or 0,
+                last_seq=r["last_seq"] or 0,
+                last_summary=summary or None,
+            )
+        )
+    return rows
+
+
+def state_counts(rows: list[DashboardRow]) -> dict[str, int]:
+    """How many sessions are in each breaker state (every state present, zeros included)."""
+    counts = {"closed": 0, "open": 0, "half_open": 0}
+    for row in rows:
+        counts[row.state] = counts.get(row.state, 0) + 1
+    return counts

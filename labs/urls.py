@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from labs.views import accounts, lab
+from labs.views import accounts, instructor, lab
 
 app_name = "labs"
 
@@ -15,4 +15,26 @@ urlpatterns = [
         name="session_open",
     ),
     path("sessions/<int:pk>/", lab.session_detail, name="session_detail"),
+    path("classes/<int:pk>/dashboard/", instructor.class_dashboard, name="class_dashboard"),
+    path(
+        "classes/<int:pk>/dashboard/dependency/",
+        instructor.class_set_dependency,
+        name="class_set_dependency",
+    ),
+    path("classes/<int:pk>/dashboard/reset/", instructor.class_reset, name="class_reset"),
+    path(
+        "classes/<int:pk>/dashboard/scenario/",
+        instructor.class_assign_scenario,
+        name="class_assign_scenario",
+    ),
+    path(
+        "classes/<int:pk>/export/journal.<str:fmt>",
+        instructor.class_export_journal,
+        name="class_export_journal",
+    ),
+    path(
+        "classes/<int:pk>/export/summary.csv",
+        instructor.class_export_summary,
+        name="class_export_summary",
+    ),
 ]

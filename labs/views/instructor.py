@@ -1,0 +1,350 @@
+"""The instructor's class dashboard: a live grid of every session, class-wide actions, exports.
+
+Every view starts from ``Classroom.objects.for_instructor(user)``: a class the user does not
+teach (a student included) is a 404, the same as a missing one, so class ids do not leak. The
+page is rendered from one query (``labs.selectors.class_dashboard_rows``) and kept live by the
+``ws/classes/<id>/`` websocket (``labs.dashboard_consumer``); nothing polls.
+
+The action views call ``labs.services.classroom``. htmx requests get the ``action-result``
+partial; a refused action answers 422 with the problems (field and range), a permission
+problem 404. Without JavaScript the forms post normally and redirect back (or re-render the
+page with the problems).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.utils.text import slugify
+from django.views.decorators.http import require_GET, require_POST
+
+from labs.engine import LIMITS, MODES
+from labs.journal import event_payload
+from labs.models import Classroom, JournalEvent, LabSession, Scenario
+from labs.selectors import class_dashboard_rows, state_counts
+from labs.services import classroom as class_services
+from labs.services.lab import SettingsInvalid
+
+TEMPLATE = "labs/dashboard.html"
+EXPORT_CHUNK = 2000
+
+#: Dependency parameters the class-wide form offers: (field, LIMITS path, label).
+FAULT_PARAMS: tuple[tuple[str, str, str], ...] = (
+    ("fail_count", "dependency.fail_count", "Flaky: failing attempts"),
+    ("rate", "dependency.rate", "Error rate: failure probability"),
+    ("down_for_ms", "dependency.down_for_ms", "Outage: down for (ms)"),
+    ("retry_after_ms", "dependency.retry_after_ms", "Rate limited: 429s for (ms)"),
+    ("latency_ms", "dependency.latency_ms", "Latency per attempt (ms)"),
+    ("error", "dependency.error", "Failure kind"),
+)
+
+
+def taught_classroom(user, pk: int) -> Classroom:
+    """The class ``pk`` if ``user`` teaches it, else 404 (students included)."""
+    return get_object_or_404(Classroom.objects.for_instructor(user), pk=pk)
+
+
+# --- the page --------------------------------------------------------------------------------
+
+
+def _coerce(raw: str, path: str) -> Any:
+    """A posted string as the JSON value the engine validates. Text that does not parse is
+    passed on as typed, so the engine's message names the field, its range and the value."""
+    text = raw.strip()
+    limit = LIMITS[path]
+    if limit.type == "choice":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    if limit.type == "number":
+        return value
+    return int(value) if value.is_integer() else text
+
+
+def fault_changes(post) -> tuple[dict[str, Any], Any]:
+    """(dependency changes, duration) from the class-wide form: blank fields are not sent."""
+    changes: dict[str, Any] = {"mode": post.get("mode", "").strip()}
+    for name, path, _label in FAULT_PARAMS:
+        raw = post.get(name, "")
+        if raw.strip():
+            changes[name] = _coerce(raw, path)
+    raw_duration = post.get("duration_s", "").strip()
+    duration: Any = None
+    if raw_duration:
+        try:
+            duration = int(raw_duration)
+        except ValueError:
+            duration = raw_duration  # refused by the service, naming the field and range
+    return changes, duration
+
+
+def _fault_fields() -> list[dict[str, Any]]:
+    fields = []
+    for name, path, label in FAULT_PARAMS:
+        limit = LIMITS[path]
+        fields.append(
+            {
+                "name": name,
+                "label": label,
+                "help": limit.describe(),
+                "choices": limit.choices if limit.type == "choice" else None,
+                "min": limit.min,
+                "max": limit.max,
+                "step": "any" if limit.type == "number" else "1",
+            }
+        )
+    return fields
+
+
+def page_context(request: HttpRequest, classroom: Classroom, **extra) -> dict[str, Any]:
+    rows = class_dashboard_rows(classroom_id=classroom.pk)
+    low, high = class_services.FAULT_DURATION_RANGE_S
+    context = {
+        "classroom": classroom,
+        "rows": rows,
+        "rows_json": [r.as_dict() for r in rows],
+        "counts": state_counts(rows),
+        "bursting": sum(1 for r in rows if r.bursting),
+        "modes": MODES,
+        "fault_fields": _fault_fields(),
+        "duration_range": (low, high),
+        "fault": class_services.active_fault(classroom=classroom),
+        "assignable": Scenario.objects.active().exclude(pk__in=classroom.scenarios.values("pk")),
+        "scenarios": classroom.scenarios.all(),
+        "ws_path": f"/ws/classes/{classroom.pk}/",
+        "problems": [],
+    }
+    context.update(extra)
+    return context
+
+
+@login_required
+@require_GET
+def class_dashboard(request: HttpRequest, pk: int) -> HttpResponse:
+    """The live grid of every lab session in a class the user teaches."""
+    classroom = taught_classroom(request.user, pk)
+    # Backstop for a lost restore task: a fault whose time has passed ends now.
+    class_services.classroom_faults_restore_due()
+    return render(request, TEMPLATE, page_context(request, classroom))
+
+
+# --- class-wide actions ----------------------------------------------------------------------
+
+
+def _answer(
+    request: HttpRequest,
+    classroom: Classroom,
+    *,
+    message: str = "",
+    problems: Iterable[str] = (),
+    status: int = 200,
+) -> HttpResponse:
+    problems = list(problems)
+    if request.htmx:
+        context = {
+            "classroom": classroom,
+            "message": message,
+            "problems": problems,
+            "fault": class_services.active_fault(classroom=classroom),
+        }
+        return render(request, f"{TEMPLATE}#action-result", context, status=status)
+    if problems:
+        context = page_context(request, classroom, problems=problems)
+        return render(request, TEMPLATE, context, status=status)
+    messages.success(request, message)
+    return redirect("labs:class_dashboard", pk=classroom.pk)
+
+
+@login_required
+@require_POST
+def class_set_dependency(request: HttpRequest, pk: int) -> HttpResponse:
+    """Put every session of the class into one dependency mode, optionally for a while."""
+    classroom = taught_classroom(request.user, pk)
+    changes, duration = fault_changes(request.POST)
+    try:
+        result = class_services.classroom_set_dependency(
+            classroom=classroom, user=request.user, changes=changes, duration_s=duration
+        )
+    except SettingsInvalid as exc:
+        return _answer(request, classroom, problems=[str(p) for p in exc.problems], status=422)
+    what = changes["mode"].replace("_", " ")
+    if duration:
+        what += f" for {duration} s (then each session's previous mode comes back)"
+    return _answer(request, classroom, message=result.describe(f"{what}: applied to"))
+
+
+@login_required
+@require_POST
+def class_reset(request: HttpRequest, pk: int) -> HttpResponse:
+    """Reset every session of the class; sessions with a burst running are skipped."""
+    classroom = taught_classroom(request.user, pk)
+    result = class_services.classroom_reset(classroom=classroom, user=request.user)
+    return _answer(request, classroom, message=result.describe("reset"))
+
+
+@login_required
+@require_POST
+def class_assign_scenario(request: HttpRequest, pk: int) -> HttpResponse:
+    """Assign an active scenario to the class (journaled in every session of the class)."""
+    classroom = taught_classroom(request.user, pk)
+    raw = request.POST.get("scenario", "").strip()
+    scenario = Scenario.objects.filter(pk=int(raw)).first() if raw.isdigit() else None
+    if scenario is None:
+        return _answer(
+            request,
+            classroom,
+            problems=["scenario: choose one of the listed scenarios"],
+            status=422,
+        )
+    try:
+        result = class_services.classroom_assign_scenario(
+            classroom=classroom, user=request.user, scenario=scenario
+        )
+    except SettingsInvalid as exc:
+        return _answer(request, classroom, problems=[str(p) for p in exc.problems], status=422)
+    if not result.changed and classroom.scenarios.filter(pk=scenario.pk).exists():
+        message = f"\u201c{scenario.title}\u201d is assigned to the class"
+    else:
+        message = result.describe(f"\u201c{scenario.title}\u201d assigned; announced in")
+    return _answer(request, classroom, message=message)
+
+
+# --- exports ---------------------------------------------------------------------------------
+
+
+class _Echo:
+    """A file-like object whose write returns the line (csv.writer into a generator)."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+JOURNAL_COLUMNS = [
+    "session", "student", "scenario", "seq", "at", "kind", "burst", "call", "attempt",
+    "outcome", "error", "latency_ms", "backoff_ms", "state_from", "state_to", "actor",
+    "message", "data",
+]  # fmt: skip
+
+SUMMARY_COLUMNS = [
+    "session", "student", "username", "scenario", "breaker_state", "mode", "activity",
+    "calls", "attempts", "fast_fails", "successes", "last_burst_calls",
+    "last_burst_succeeded", "last_burst_fast_failed", "last_burst_attempts",
+    "last_burst_wall_ms", "last_seq",
+]  # fmt: skip
+
+
+def _class_journal(classroom: Classroom) -> Iterator[dict[str, Any]]:
+    """Every journal row of the class as export dicts, streamed from the database."""
+    sessions = {
+        s.pk: s
+        for s in LabSession.objects.filter(classroom=classroom).select_related("owner", "scenario")
+    }
+    actor_ids = (
+        JournalEvent.objects.filter(session__in=list(sessions), actor__isnull=False)
+        .order_by()
+        .values("actor_id")
+        .distinct()
+    )
+    actors = dict(get_user_model().objects.filter(pk__in=actor_ids).values_list("pk", "username"))
+    rows = (
+        JournalEvent.objects.filter(session__in=list(sessions))
+        .order_by("session_id", "seq")
+        .iterator(chunk_size=EXPORT_CHUNK)
+    )
+    for row in rows:
+        session = sessions[row.session_id]
+        payload = event_payload(row)
+        payload["actor"] = actors.get(row.actor_id, "") if row.actor_id else ""
+        yield {
+            "session": session.pk,
+            "student": session.owner.get_username(),
+            "scenario": session.scenario.slug,
+            **payload,
+        }
+
+
+def _filename(classroom: Classroom, what: str, ext: str) -> str:
+    stamp = timezone.now().strftime("%Y%m%d-%H%M")
+    return f"{slugify(classroom.name) or 'class'}-{what}-{stamp}.{ext}"
+
+
+def _streaming(chunks: Iterable[str], content_type: str, filename: str) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(chunks, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@login_required
+@require_GET
+def class_export_journal(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
+    """The whole class's journal, streamed as CSV or JSON (``fmt``), oldest first per session."""
+    classroom = taught_classroom(request.user, pk)
+    if fmt == "csv":
+
+        def csv_lines() -> Iterator[str]:
+            writer = csv.writer(_Echo())
+            yield writer.writerow(JOURNAL_COLUMNS)
+            for item in _class_journal(classroom):
+                values = {**item, "data": json.dumps(item["data"], separators=(",", ":"))}
+                yield writer.writerow(
+                    ["" if values[c] is None else values[c] for c in JOURNAL_COLUMNS]
+                )
+
+        return _streaming(
+            csv_lines(), "text/csv; charset=utf-8", _filename(classroom, "journal", "csv")
+        )
+    if fmt == "json":
+
+        def json_chunks() -> Iterator[str]:
+            yield "["
+            first = True
+            for item in _class_journal(classroom):
+                yield ("\n" if first else ",\n") + json.dumps(item, separators=(",", ":"))
+                first = False
+            yield "\n]\n"
+
+        return _streaming(
+            json_chunks(), "application/json", _filename(classroom, "journal", "json")
+        )
+    return HttpResponse("format must be csv or json", status=404, content_type="text/plain")
+
+
+@login_required
+@require_GET
+def class_export_summary(request: HttpRequest, pk: int) -> HttpResponse:
+    """One summary row per student session, as CSV."""
+    classroom = taught_classroom(request.user, pk)
+    rows = class_dashboard_rows(classroom_id=classroom.pk)
+
+    def lines() -> Iterator[str]:
+        writer = csv.writer(_Echo())
+        yield writer.writerow(SUMMARY_COLUMNS)
+        for r in rows:
+            last = r.last_summary or {}
+            yield writer.writerow(
+                [
+                    r.session_id, r.student, r.username, r.scenario, r.state, r.mode,
+                    r.activity, r.calls, r.attempts, r.fast_fails, r.successes,
+                    last.get("calls", ""), last.get("succeeded", ""),
+                    last.get("fast_failed", ""), last.get("attempts_total", ""),
+                    last.get("wall_ms", ""), r.last_seq,
+                ]
+            )  # fmt: skip
+
+    return _streaming(lines(), "text/csv; charset=utf-8", _filename(classroom, "summary", "csv"))

@@ -1,0 +1,301 @@
+/* Class dashboard: keeps the server-rendered grid live from ws/classes/<id>/.
+ *
+ * The model (one entry per session) is updated as messages arrive (cheap arithmetic); the DOM
+ * is written at most once per animation frame, only for rows that changed, so a hundred
+ * sessions bursting at once cost one layout per frame, not one per message.
+ *
+ * Exactness: every row carries `base` (the journal sequence number its totals include, from
+ * the server render or the websocket's snapshot). An update adds its deltas only when its
+ * last_seq is past `base` (a writer batch is one transaction, so it is wholly before or wholly
+ * after a snapshot). State, mode and activity take the newest value by last_seq, so two
+ * updates delivered out of order cannot leave an old state on screen.
+ */
+(function () {
+  "use strict";
+
+  const root = document.getElementById("dashboard");
+  if (!root) return;
+
+  const tbody = document.getElementById("dash-rows");
+  const template = document.getElementById("row-template");
+  const statusEl = document.getElementById("live-status");
+  const shownEl = document.getElementById("shown-count");
+  const filterText = document.getElementById("filter-text");
+  const filterState = document.getElementById("filter-state");
+  const filterActivity = document.getElementById("filter-activity");
+  const sortSelect = document.getElementById("sort-key");
+  const sessionUrl = root.dataset.sessionUrl; // ".../sessions/0/"
+
+  const STATE_LABEL = { closed: "closed", open: "open", half_open: "half-open" };
+  const STATE_ORDER = { open: 0, half_open: 1, closed: 2 };
+  const NUMERIC = new Set(["calls", "attempts", "fast_fails"]);
+  const LIVE_FIELDS = ["state", "mode", "activity", "burst_summary"];
+
+  /** @type {Map<number, object>} */
+  const rows = new Map();
+  const dirty = new Set();
+  let frame = 0;
+  let orderDirty = true;
+  let sortKey = "student";
+  let sortDesc = false;
+
+  function entry(data, el) {
+    const e = { data: Object.assign({}, data), base: data.last_seq || 0, seq: {}, el: el };
+    LIVE_FIELDS.forEach(function (f) { e.seq[f] = e.base; });
+    return e;
+  }
+
+  // --- initial model from the server render -------------------------------------------------
+  const initial = JSON.parse(document.getElementById("dashboard-rows").textContent);
+  initial.forEach(function (data) {
+    rows.set(data.session, entry(data, document.getElementById("row-" + data.session)));
+  });
+
+  // --- rendering ------------------------------------------------------------------------------
+  function summaryText(s) {
+    if (!s) return null;
+    return (s.succeeded ?? 0) + "/" + (s.calls ?? 0) + " ok, " + (s.fast_failed ?? 0) +
+      " fast-failed, " + (s.attempts_total ?? 0) + " attempts, " + Math.round(s.wall_ms ?? 0) + " ms";
+  }
+
+  function createRow(e) {
+    const tr = template.content.firstElementChild.cloneNode(true);
+    tr.id = "row-" + e.data.session;
+    tr.dataset.session = e.data.session;
+    const link = tr.querySelector('[data-field="student"]');
+    link.href = sessionUrl.replace(/0\/$/, e.data.session + "/");
+    link.title = "Open " + e.data.student + "'s lab page (read-only, live)";
+    tr.querySelector('[data-field="scenario"]').textContent = e.data.scenario || "";
+    tbody.appendChild(tr);
+    const empty = document.getElementById("no-sessions");
+    if (empty) empty.remove();
+    return tr;
+  }
+
+  function setText(el, text) {
+    if (el && el.textContent !== text) el.textContent = text;
+  }
+
+  function paintRow(e) {
+    if (!e.el) e.el = createRow(e);
+    const d = e.data;
+    const tr = e.el;
+    const changed = tr.dataset.state !== d.state || tr.dataset.activity !== d.activity ||
+      tr.dataset.mode !== d.mode;
+    tr.dataset.state = d.state;
+    tr.dataset.activity = d.activity;
+    tr.dataset.mode = d.mode;
+    setText(tr.querySelector('[data-field="student"]'), d.student);
+    const state = tr.querySelector('[data-field="state"]');
+    state.className = "breaker breaker-" + d.state;
+    setText(state, STATE_LABEL[d.state] || d.state);
+    setText(tr.querySelector('[data-field="mode"]'), (d.mode || "").replace("_", " "));
+    const activity = tr.querySelector('[data-field="activity"]');
+    activity.className = "activity activity-" + d.activity;
+    setText(activity, d.activity);
+    const summary = summaryText(d.burst_summary);
+    const cell = tr.querySelector('[data-field="summary"]');
+    if (summary) setText(cell, summary);
+    NUMERIC.forEach(function (f) { setText(tr.querySelector('[data-field="' + f + '"]'), String(d[f])); });
+    if (changed) {
+      tr.classList.remove("flash");
+      void tr.offsetWidth; // restart the animation
+      tr.classList.add("flash");
+    }
+  }
+
+  function compare(a, b) {
+    const x = a.data, y = b.data;
+    let r = 0;
+    if (sortKey === "state") r = STATE_ORDER[x.state] - STATE_ORDER[y.state];
+    else if (NUMERIC.has(sortKey)) r = y[sortKey] - x[sortKey]; // most first
+    else r = String(x[sortKey] || "").localeCompare(String(y[sortKey] || ""));
+    if (sortDesc) r = -r;
+    return r || x.student.localeCompare(y.student) || x.session - y.session;
+  }
+
+  function visible(e) {
+    const d = e.data;
+    const text = filterText.value.trim().toLowerCase();
+    if (filterState.value && d.state !== filterState.value) return false;
+    if (filterActivity.value && d.activity !== filterActivity.value) return false;
+    if (text && !(d.student + " " + d.username + " " + d.scenario).toLowerCase().includes(text)) {
+      return false;
+    }
+    return true;
+  }
+
+  function paintCounts() {
+    const counts = { closed: 0, open: 0, half_open: 0, bursting: 0, total: 0 };
+    let shown = 0;
+    rows.forEach(function (e) {
+      counts[e.data.state] = (counts[e.data.state] || 0) + 1;
+      if (e.data.activity === "bursting") counts.bursting += 1;
+      counts.total += 1;
+      const show = visible(e);
+      if (e.el && e.el.hidden === show) e.el.hidden = !show;
+      if (show) shown += 1;
+    });
+    Object.keys(counts).forEach(function (k) {
+      setText(root.querySelector('[data-count="' + k + '"]'), String(counts[k]));
+    });
+    setText(shownEl, shown === counts.total ? "" : shown + " of " + counts.total + " shown");
+  }
+
+  function paintOrder() {
+    const ordered = Array.from(rows.values()).sort(compare);
+    let node = tbody.firstElementChild;
+    ordered.forEach(function (e) {
+      if (!e.el) return;
+      if (e.el !== node) tbody.insertBefore(e.el, node);
+      else node = node.nextElementSibling;
+    });
+  }
+
+  function flush() {
+    frame = 0;
+    dirty.forEach(function (id) {
+      const e = rows.get(id);
+      if (e) paintRow(e);
+    });
+    const anyChanged = dirty.size > 0;
+    dirty.clear();
+    if (orderDirty || (anyChanged && sortKey !== "student")) paintOrder();
+    orderDirty = false;
+    paintCounts();
+  }
+
+  function schedule() {
+    if (!frame) frame = window.requestAnimationFrame(flush);
+  }
+
+  // --- model updates ----------------------------------------------------------------------------
+  let refreshAsked = 0;
+
+  function applySnapshot(list) {
+    const seen = new Set();
+    list.forEach(function (data) {
+      seen.add(data.session);
+      const old = rows.get(data.session);
+      const e = entry(data, old ? old.el : document.getElementById("row-" + data.session));
+      rows.set(data.session, e);
+      dirty.add(data.session);
+    });
+    rows.forEach(function (e, id) {
+      if (!seen.has(id)) {
+        if (e.el) e.el.remove();
+        rows.delete(id);
+      }
+    });
+    orderDirty = true;
+    schedule();
+  }
+
+  function applyUpdate(msg) {
+    const e = rows.get(msg.session);
+    if (!e) {
+      // A session opened after the snapshot: ask for a fresh one (the server throttles).
+      if (Date.now() - refreshAsked > 1000 && socket && socket.readyState === 1) {
+        refreshAsked = Date.now();
+        socket.send(JSON.stringify({ type: "refresh" }));
+      }
+      return;
+    }
+    const seq = msg.last_seq || 0;
+    const d = e.data;
+    if (seq > e.base) {
+      d.calls += msg.calls || 0;
+      d.attempts += msg.attempts || 0;
+      d.fast_fails += msg.fast_fails || 0;
+      d.successes += msg.successes || 0;
+    }
+    LIVE_FIELDS.forEach(function (f) {
+      if (msg[f] !== undefined && msg[f] !== null && seq > e.seq[f]) {
+        d[f] = msg[f];
+        e.seq[f] = seq;
+      }
+    });
+    if (seq > d.last_seq) d.last_seq = seq;
+    dirty.add(msg.session);
+    schedule();
+  }
+
+  // --- the socket ------------------------------------------------------------------------------
+  let socket = null;
+  let retry = 0;
+
+  function setStatus(state, text) {
+    statusEl.dataset.state = state;
+    setText(statusEl, text);
+  }
+
+  function connect() {
+    const scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
+    socket = new WebSocket(scheme + window.location.host + root.dataset.wsPath);
+    socket.addEventListener("open", function () {
+      retry = 0;
+      setStatus("live", "Live");
+    });
+    socket.addEventListener("message", function (event) {
+      let msg;
+      try { msg = JSON.parse(event.data); } catch (err) { return; }
+      if (msg.type === "snapshot") applySnapshot(msg.rows);
+      else if (msg.type === "session") applyUpdate(msg);
+    });
+    socket.addEventListener("close", function (event) {
+      socket = null;
+      if (event.code === 4403) {
+        setStatus("refused", "Not allowed: you do not teach this class.");
+        return;
+      }
+      retry = Math.min(retry + 1, 6);
+      const delay = Math.min(15000, 500 * 2 ** retry);
+      setStatus("offline", "Reconnecting… (the grid catches up when the connection is back)");
+      window.setTimeout(connect, delay);
+    });
+  }
+
+  // --- sorting and filtering --------------------------------------------------------------------
+  function resort(key, toggle) {
+    if (toggle && key === sortKey) sortDesc = !sortDesc;
+    else { sortKey = key; sortDesc = false; }
+    sortSelect.value = sortKey;
+    // Numbers sort most-first, text A-Z; a second click on a header reverses.
+    const descending = NUMERIC.has(sortKey) !== sortDesc;
+    root.querySelectorAll(".sort-button").forEach(function (b) {
+      const th = b.closest("th");
+      if (b.dataset.sort === sortKey) th.setAttribute("aria-sort", descending ? "descending" : "ascending");
+      else th.removeAttribute("aria-sort");
+    });
+    orderDirty = true;
+    schedule();
+  }
+
+  root.querySelectorAll(".sort-button").forEach(function (button) {
+    button.addEventListener("click", function () { resort(button.dataset.sort, true); });
+  });
+  sortSelect.addEventListener("change", function () { resort(sortSelect.value, false); });
+  [filterText, filterState, filterActivity].forEach(function (el) {
+    el.addEventListener("input", schedule);
+    el.addEventListener("change", schedule);
+  });
+
+  // Refusals (422) carry the problems to show: let htmx swap them in like a success.
+  document.body.addEventListener("htmx:beforeSwap", function (event) {
+    const status = event.detail.xhr.status;
+    if (status === 422 || status === 409) {
+      event.detail.shouldSwap = true;
+      event.detail.isError = false;
+    }
+  });
+
+  // The fault banner goes away when its time is up (the restore shows in the rows anyway).
+  function expireBanner() {
+    const banner = document.querySelector(".fault-banner");
+    if (banner && Date.parse(banner.dataset.restoreAt) <= Date.now()) banner.remove();
+  }
+  window.setInterval(expireBanner, 1000);
+
+  schedule();
+  connect();
+})();
