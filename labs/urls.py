@@ -15,6 +15,13 @@ urlpatterns = [
         name="session_open",
     ),
     path("sessions/<int:pk>/", lab.session_detail, name="session_detail"),
+    path("sessions/<int:pk>/dependency/", lab.session_dependency, name="session_dependency"),
+    path("sessions/<int:pk>/policy/", lab.session_policy, name="session_policy"),
+    path("sessions/<int:pk>/bursts/", lab.session_burst, name="session_burst"),
+    path("sessions/<int:pk>/reset/", lab.session_reset, name="session_reset"),
+    path("sessions/<int:pk>/breaker/", lab.session_breaker, name="session_breaker"),
+    path("sessions/<int:pk>/journal/", lab.session_journal, name="session_journal"),
+    path("sessions/<int:pk>/export.<str:fmt>", lab.session_export, name="session_export"),
     path("classes/<int:pk>/dashboard/", instructor.class_dashboard, name="class_dashboard"),
     path(
         "classes/<int:pk>/dashboard/dependency/",

@@ -1,0 +1,398 @@
+"""Forms of the live lab page: the dependency, the client policy and a burst.
+
+The engine is the one validator (``labs.engine.LIMITS`` through the services): these forms only
+turn posted strings into the JSON types the engine expects and map the engine's problems back
+onto the fields they name. A value that does not even parse is handed to the engine as typed,
+so a wrong number and a number out of range get the same kind of message, naming the field and
+its allowed range (``must be an integer between 1 and 5 (got '2.5')``).
+
+Only fields present in the POST are changes: a scenario step's "Do it" button posts just
+``mode=down``, the full form posts every field. A nullable field posted blank means "off".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django import forms
+from django.http import QueryDict
+
+from labs.engine import LIMITS, Limit, Problem
+
+# (form field name, path in LIMITS, label)
+DEPENDENCY_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("latency_ms", "dependency.latency_ms", "Latency per attempt"),
+    ("error", "dependency.error", "Failure kind"),
+    ("fail_count", "dependency.fail_count", "Flaky: failing attempts"),
+    ("rate", "dependency.rate", "Error rate: failure probability"),
+    ("down_for_ms", "dependency.down_for_ms", "Outage: down for"),
+    ("retry_after_ms", "dependency.retry_after_ms", "Rate limited: 429s for"),
+    ("outcomes", "dependency.outcomes", "Script: outcomes in order"),
+)
+
+#: Which parameters matter for each mode (the page highlights them; all are always sent).
+MODE_PARAMS: dict[str, tuple[str, ...]] = {
+    "healthy": ("latency_ms",),
+    "flaky": ("latency_ms", "fail_count", "error"),
+    "down": ("latency_ms", "error"),
+    "slow": ("latency_ms",),
+    "error_rate": ("latency_ms", "rate", "error"),
+    "outage": ("latency_ms", "down_for_ms", "error"),
+    "rate_limited": ("latency_ms", "retry_after_ms"),
+    "script": ("latency_ms", "outcomes", "error"),
+}
+
+MODE_LABELS: dict[str, str] = {
+    "healthy": "Healthy",
+    "flaky": "Flaky",
+    "down": "Down",
+    "slow": "Slow",
+    "error_rate": "Error rate",
+    "outage": "Outage",
+    "rate_limited": "Rate limited",
+    "script": "Script",
+}
+
+POLICY_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("max_attempts", "policy.max_attempts", "Max attempts per call"),
+    ("backoff_base_ms", "policy.backoff_base_ms", "Backoff base"),
+    ("backoff_cap_ms", "policy.backoff_cap_ms", "Backoff cap"),
+    ("jitter", "policy.jitter", "Jitter"),
+    ("nesting", "policy.nesting", "Nesting"),
+    ("deadline_ms", "policy.deadline_ms", "Per-call deadline"),
+    ("attempt_timeout_ms", "policy.attempt_timeout_ms", "Attempt timeout"),
+    ("breaker_kind", "policy.breaker.kind", "Breaker kind"),
+    ("breaker_failure_threshold", "policy.breaker.failure_threshold", "Failure threshold K"),
+    ("breaker_cooldown_ms", "policy.breaker.cooldown_ms", "Cooldown"),
+    ("breaker_cooldown_jitter_pct", "policy.breaker.cooldown_jitter_pct", "Cooldown jitter"),
+    ("breaker_half_open_max_probes", "policy.breaker.half_open_max_probes", "Half-open probes"),
+    ("breaker_success_threshold", "policy.breaker.success_threshold", "Successes to close"),
+    ("breaker_failure_ratio", "policy.breaker.failure_ratio", "Rolling: failure ratio"),
+    ("breaker_min_calls", "policy.breaker.min_calls", "Rolling: minimum calls"),
+    ("breaker_window_ms", "policy.breaker.window_ms", "Rolling: time window"),
+    ("breaker_buckets", "policy.breaker.buckets", "Rolling: buckets"),
+    ("breaker_window_calls", "policy.breaker.window_calls", "Rolling: count window"),
+    ("budget_token_ratio", "policy.retry_budget.token_ratio", "Retry budget: token ratio"),
+    ("budget_max_tokens", "policy.retry_budget.max_tokens", "Retry budget: ceiling"),
+)
+
+#: Policy fields grouped for the page (legend, field names).
+POLICY_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "Retries",
+        ("max_attempts", "backoff_base_ms", "backoff_cap_ms", "jitter", "nesting"),
+    ),
+    (
+        "Circuit breaker",
+        (
+            "breaker_kind",
+            "breaker_failure_threshold",
+            "breaker_cooldown_ms",
+            "breaker_cooldown_jitter_pct",
+            "breaker_half_open_max_probes",
+            "breaker_success_threshold",
+            "breaker_failure_ratio",
+            "breaker_min_calls",
+            "breaker_window_ms",
+            "breaker_buckets",
+            "breaker_window_calls",
+        ),
+    ),
+    ("Retry budget", ("budget", "budget_token_ratio", "budget_max_tokens")),
+    ("Time limits", ("deadline_ms", "attempt_timeout_ms")),
+)
+
+BURST_SIZE = LIMITS["steps[].burst"]
+BURST_CONCURRENCY = LIMITS["steps[].concurrency"]
+
+
+def describe_limit(path: str) -> str:
+    """The allowed values of one setting, for the page (``between 1 and 5``)."""
+    limit = LIMITS[path]
+    if path == "policy.backoff_cap_ms":
+        return f"between the backoff base and {int(limit.max or 0)} ms"
+    if path == "dependency.outcomes":
+        return f"1 to 100 of {', '.join(limit.choices)}, separated by commas"
+    text = limit.describe()
+    if limit.nullable:
+        text = text.replace("null (off)", "blank (off)")
+    return text
+
+
+def coerce(raw: str, limit: Limit) -> Any:
+    """A posted string as the JSON value the engine validates; unparsable text is kept as a
+    string so the engine's message shows it (``(got 'abc')``)."""
+    text = raw.strip()
+    if limit.type == "choice":
+        return text
+    if limit.type == "list":
+        return [token.strip() for token in text.replace(";", ",").split(",") if token.strip()]
+    if text == "":
+        return None if limit.nullable else text
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    if limit.type == "number":
+        try:
+            value = float(text)
+        except ValueError:
+            return text
+        return value
+    try:
+        # "250.0" is a whole number typed with a decimal point: accept it as 250.
+        value = float(text)
+    except ValueError:
+        return text
+    return int(value) if value.is_integer() else text
+
+
+def _field_for(name: str, path: str, label: str) -> forms.Field:
+    limit = LIMITS[path]
+    help_text = describe_limit(path)
+    if limit.note and path != "policy.backoff_cap_ms":
+        help_text += f"; {limit.note}"
+    if limit.type == "choice":
+        return forms.ChoiceField(
+            label=label,
+            choices=[(c, c.replace("_", " ")) for c in limit.choices],
+            required=False,
+            help_text=help_text,
+        )
+    if limit.type == "list":
+        return forms.CharField(
+            label=label,
+            required=False,
+            help_text=help_text,
+            widget=forms.TextInput(attrs={"placeholder": "fail, fail, ok", "spellcheck": "false"}),
+        )
+    attrs: dict[str, Any] = {"min": _num(limit.min), "max": _num(limit.max), "inputmode": "decimal"}
+    attrs["step"] = "any" if limit.type == "number" else "1"
+    if limit.nullable:
+        attrs["placeholder"] = "off"
+    return forms.CharField(
+        label=f"{label} ({limit.unit})" if limit.unit and limit.unit != "calls" else label,
+        required=False,
+        help_text=help_text,
+        widget=forms.NumberInput(attrs=attrs),
+    )
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return ""
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _describe_error(field: forms.Field, name: str) -> None:
+    """Point the input at its range and its error, so a screen reader reads both."""
+    field.widget.attrs["aria-describedby"] = f"id_{name}_helptext id_{name}_error"
+
+
+class _EngineForm(forms.Form):
+    """A form whose values are checked by the engine; ``changes()`` is what to send it."""
+
+    #: (field name, LIMITS path, label)
+    spec: tuple[tuple[str, str, str], ...] = ()
+    #: the problem path prefix the engine uses for these fields ("dependency." / "policy.")
+    prefix_path = ""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        for name, path, label in self.spec:
+            self.fields[name] = _field_for(name, path, label)
+        self._paths = {path: name for name, path, _ in self.spec}
+        self._posted: set[str] = set(self.data.keys()) if self.is_bound else set()
+
+    @classmethod
+    def initial_from(cls, settings: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_post(cls, post, current: dict[str, Any]):
+        """A bound form showing the posted values over the current settings (so a refused
+        form re-renders whole), whose ``changes()`` are only what was posted."""
+        data = QueryDict(mutable=True)
+        for key, value in cls.initial_from(current).items():
+            data[key] = "" if value is None else str(value)
+        for key in post:
+            data.setlist(key, post.getlist(key))
+        form = cls(data)
+        form._posted = set(post.keys())
+        return form
+
+    def posted(self, name: str) -> bool:
+        return name in self._posted
+
+    def raw(self, name: str) -> str:
+        value = self.data.get(name, "")
+        return value if isinstance(value, str) else str(value)
+
+    def add_problems(self, problems: Iterable[Problem]) -> None:
+        """Put each engine problem beside the field it names (or above the form)."""
+        for problem in problems:
+            name = self.field_for_path(problem.field)
+            if name is None:
+                self.add_error(None, str(problem))
+            else:
+                self.add_error(name, f"{self.fields[name].label}: {problem.message}")
+                _describe_error(self.fields[name], name)
+
+    def field_for_path(self, path: str) -> str | None:
+        bare = path.split("[", 1)[0]
+        if not bare.startswith(self.prefix_path):
+            return self._extra_path(bare)
+        return self._paths.get(bare) or self._extra_path(bare)
+
+    def _extra_path(self, path: str) -> str | None:
+        return None
+
+    def problems_summary(self) -> list[str]:
+        """Every error message of the form, for the page's error summary."""
+        messages = [str(m) for m in self.non_field_errors()]
+        for name in self.fields:
+            messages += [str(m) for m in self.errors.get(name, [])]
+        return messages
+
+
+class DependencyForm(_EngineForm):
+    """The fake dependency: a submit button per mode (``mode``) and its parameters."""
+
+    spec = DEPENDENCY_FIELDS
+    prefix_path = "dependency."
+
+    mode = forms.ChoiceField(
+        choices=[(m, MODE_LABELS[m]) for m in LIMITS["dependency.mode"].choices],
+        required=False,
+        help_text=describe_limit("dependency.mode"),
+    )
+
+    @classmethod
+    def initial_from(cls, dependency: dict[str, Any]) -> dict[str, Any]:
+        initial = {name: dependency.get(name) for name, _, _ in cls.spec}
+        initial["mode"] = dependency.get("mode", "healthy")
+        initial["outcomes"] = ", ".join(dependency.get("outcomes") or [])
+        return initial
+
+    def changes(self) -> dict[str, Any]:
+        """The posted settings, coerced for the engine (only the posted keys)."""
+        changes: dict[str, Any] = {}
+        if self.posted("mode"):
+            changes["mode"] = self.raw("mode").strip()
+        for name, path, _ in self.spec:
+            if self.posted(name):
+                changes[name] = coerce(self.raw(name), LIMITS[path])
+        return changes
+
+    def _extra_path(self, path: str) -> str | None:
+        return "mode" if path == "dependency.mode" else None
+
+
+class PolicyForm(_EngineForm):
+    """Every client policy setting of DESIGN section 4."""
+
+    spec = POLICY_FIELDS
+    prefix_path = "policy."
+
+    budget = forms.ChoiceField(
+        label="Retry budget",
+        choices=[("off", "off"), ("on", "on")],
+        required=False,
+        help_text="off, or on with the token ratio and ceiling below",
+    )
+
+    @classmethod
+    def initial_from(cls, policy: dict[str, Any]) -> dict[str, Any]:
+        breaker = policy.get("breaker") or {}
+        budget = policy.get("retry_budget")
+        initial: dict[str, Any] = {}
+        for name, path, _ in cls.spec:
+            parts = path.split(".")
+            if parts[1] == "breaker":
+                initial[name] = breaker.get(parts[2])
+            elif parts[1] == "retry_budget":
+                initial[name] = (budget or {}).get(parts[2], LIMITS[path].default)
+            else:
+                initial[name] = policy.get(parts[1])
+        initial["budget"] = "on" if budget else "off"
+        return initial
+
+    def changes(self) -> dict[str, Any]:
+        """The posted policy as a nested change set for ``session_set_policy``."""
+        changes: dict[str, Any] = {}
+        breaker: dict[str, Any] = {}
+        budget: dict[str, Any] = {}
+        for name, path, _ in self.spec:
+            if not self.posted(name):
+                continue
+            value = coerce(self.raw(name), LIMITS[path])
+            parts = path.split(".")
+            if parts[1] == "breaker":
+                breaker[parts[2]] = value
+            elif parts[1] == "retry_budget":
+                budget[parts[2]] = value
+            else:
+                changes[parts[1]] = value
+        if breaker:
+            changes["breaker"] = breaker
+        if self.posted("budget"):
+            switch = self.raw("budget").strip()
+            if switch == "off":
+                changes["retry_budget"] = None
+            elif switch == "on":
+                changes["retry_budget"] = budget
+            else:
+                changes["retry_budget"] = switch  # the engine names it
+        elif budget:
+            changes["retry_budget"] = budget
+        return changes
+
+    def _extra_path(self, path: str) -> str | None:
+        return "budget" if path == "policy.retry_budget" else None
+
+
+class BurstForm(forms.Form):
+    """Run burst: how many calls, by how many concurrent callers."""
+
+    size = forms.CharField(
+        label="Calls in the burst",
+        required=False,
+        help_text=describe_limit("steps[].burst"),
+        widget=forms.NumberInput(
+            attrs={"min": _num(BURST_SIZE.min), "max": _num(BURST_SIZE.max), "step": "1"}
+        ),
+    )
+    concurrency = forms.CharField(
+        label="Concurrent callers",
+        required=False,
+        help_text=describe_limit("steps[].concurrency"),
+        widget=forms.NumberInput(
+            attrs={
+                "min": _num(BURST_CONCURRENCY.min),
+                "max": _num(BURST_CONCURRENCY.max),
+                "step": "1",
+            }
+        ),
+    )
+
+    def values(self) -> tuple[Any, Any]:
+        """(size, concurrency) as ints where they parse, else as typed (the service names
+        the problem); a missing concurrency means one caller."""
+        size = coerce(str(self.data.get("size", "")), BURST_SIZE)
+        concurrency = (
+            coerce(str(self.data.get("concurrency", "")), BURST_CONCURRENCY)
+            if "concurrency" in self.data
+            else 1
+        )
+        return size, concurrency
+
+    def add_problems(self, problems: Iterable[Problem]) -> None:
+        for problem in problems:
+            if problem.field in self.fields:
+                self.add_error(
+                    problem.field, f"{self.fields[problem.field].label}: {problem.message}"
+                )
+                _describe_error(self.fields[problem.field], problem.field)
+            else:
+                self.add_error(None, str(problem))

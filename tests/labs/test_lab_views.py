@@ -1,0 +1,528 @@
+"""The live lab page over HTTP (Django test client): who may see and drive a session, refused
+input that changes nothing, the burst refusals, read-only watching, paging and exports.
+
+Requests run the real services (Redis for the breaker); Celery tasks and websocket pushes are
+queued with ``on_commit`` and never fire inside these test transactions, so a burst started
+here stays QUEUED, which is exactly what the 409 test needs.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+from django.urls import reverse
+
+from labs import journal, runtime
+from labs.engine import LIMITS
+from labs.models import Burst, JournalEvent, LabSession
+from labs.services import lab
+from tests.conftest import make_instructor, make_scenario, make_student, tour_script
+from tests.integration.conftest import _flush_test_redis
+
+pytestmark = pytest.mark.django_db
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_redis():
+    # Session ids are reused between tests (rolled-back inserts), so their Redis keys must go.
+    _flush_test_redis()
+
+
+@pytest.fixture
+def session(student, classroom, scenario) -> LabSession:
+    return lab.session_open(user=student, classroom=classroom, scenario=scenario)
+
+
+@pytest.fixture
+def owner_client(client, student):
+    client.force_login(student)
+    return client
+
+
+def url(name: str, session: LabSession, *args) -> str:
+    return reverse(f"labs:{name}", args=[session.pk, *args])
+
+
+def journal_count(session: LabSession) -> int:
+    return JournalEvent.objects.filter(session=session).count()
+
+
+def add_rows(session: LabSession, count: int) -> None:
+    journal.record(
+        [
+            journal.Entry(
+                session_id=session.pk,
+                classroom_id=session.classroom_id,
+                kind="policy_set",
+                message=f"row {i + 1}",
+            )
+            for i in range(count)
+        ]
+    )
+
+
+def seqs_in(html: str) -> list[int]:
+    import re
+
+    return [int(s) for s in re.findall(r'id="ev-(\d+)"', html)]
+
+
+# --- who may see it -----------------------------------------------------------------------
+
+
+def test_owner_sees_the_live_page_with_every_control_enabled(owner_client, session):
+    response = owner_client.get(url("session_detail", session))
+    assert response.status_code == 200
+    assert response.context["read_only"] is False
+    html = response.content.decode()
+    for needle in (
+        'id="breaker-badge"',
+        'id="burst-summary"',
+        'id="dependency-form"',
+        'id="policy-form"',
+        'id="burst-form"',
+        'id="journal-rows"',
+        'id="timeline-chart"',
+        'id="reset-session"',
+        'id="force-open"',
+        'id="force-close"',
+        f'data-ws-path="/ws/sessions/{session.pk}/"',
+        "js/lab.js",
+    ):
+        assert needle in html, needle
+    assert "disabled" not in html.split('id="burst-form"')[1].split("</form>")[0]
+    assert "CLOSED" in html
+
+
+def test_every_policy_setting_shows_its_allowed_range(owner_client, session):
+    html = owner_client.get(url("session_detail", session)).content.decode()
+    assert "Allowed: between 1 and 5" in html  # max attempts
+    assert "Allowed: between 100 and 60000 ms" in html  # cooldown
+    assert "Allowed: between the backoff base and 2000 ms" in html  # cap
+    assert "Allowed: one of none, full, equal, decorrelated, proportional" in html
+    assert "Allowed: blank (off) or between 0 and 10000 ms" in html  # deadline
+    for name in (
+        "max_attempts", "backoff_base_ms", "backoff_cap_ms", "jitter", "nesting", "deadline_ms",
+        "attempt_timeout_ms", "breaker_kind", "breaker_failure_threshold", "breaker_cooldown_ms",
+        "breaker_cooldown_jitter_pct", "breaker_half_open_max_probes",
+        "breaker_success_threshold", "breaker_failure_ratio", "breaker_min_calls",
+        "breaker_window_ms", "breaker_window_calls", "budget", "budget_token_ratio",
+        "budget_max_tokens", "latency_ms", "fail_count", "size", "concurrency",
+    ):  # fmt: skip
+        assert f'<label for="id_{name}">' in html, name
+
+
+def test_another_student_gets_404_everywhere(client, session, other_student):
+    client.force_login(other_student)
+    assert client.get(url("session_detail", session)).status_code == 404
+    assert client.get(url("session_journal", session) + "?before=5").status_code == 404
+    assert client.get(url("session_export", session, "csv")).status_code == 404
+    assert client.get(url("session_export", session, "json")).status_code == 404
+    before = journal_count(session)
+    for name, data in (
+        ("session_dependency", {"mode": "down"}),
+        ("session_policy", {"max_attempts": "2"}),
+        ("session_burst", {"size": "6"}),
+        ("session_reset", {}),
+        ("session_breaker", {"action": "open"}),
+    ):
+        assert client.post(url(name, session), data, **HTMX).status_code == 404, name
+    assert journal_count(session) == before
+    assert not Burst.objects.filter(session=session).exists()
+
+
+def test_a_classmate_who_does_not_own_the_session_gets_404(client, session, classroom):
+    classmate = make_student("carol", classroom)
+    client.force_login(classmate)
+    assert client.get(url("session_detail", session)).status_code == 404
+
+
+def test_anonymous_visitor_is_sent_to_the_login_page(client, session):
+    for response in (
+        client.get(url("session_detail", session)),
+        client.post(url("session_burst", session), {"size": "6"}),
+        client.get(url("session_export", session, "csv")),
+    ):
+        assert response.status_code == 302
+        assert response["Location"].startswith(reverse("login"))
+    assert not Burst.objects.filter(session=session).exists()
+
+
+# --- read only ------------------------------------------------------------------------------
+
+
+def test_instructor_of_the_class_watches_read_only(client, session, instructor):
+    client.force_login(instructor)
+    response = client.get(url("session_detail", session))
+    assert response.status_code == 200
+    assert response.context["read_only"] is True
+    html = response.content.decode()
+    assert "Read only." in html
+    for form_id in ("burst-form", "dependency-form", "policy-form"):
+        form = html.split(f'id="{form_id}"')[1].split("</form>")[0]
+        assert "<fieldset disabled" in form or '<fieldset class="policy-fields" disabled' in form
+    for button in ("reset-session", "force-open", "force-close"):
+        assert f'id="{button}" disabled' in html
+    assert "Do it" not in html  # the checklist offers no actions to a watcher
+
+
+def test_write_views_refuse_a_watcher_with_403_and_change_nothing(client, session, instructor):
+    client.force_login(instructor)
+    before = (session.dependency, session.policy, journal_count(session))
+    for name, data in (
+        ("session_dependency", {"mode": "down"}),
+        ("session_policy", {"max_attempts": "2"}),
+        ("session_burst", {"size": "6"}),
+        ("session_reset", {}),
+        ("session_breaker", {"action": "open"}),
+    ):
+        assert client.post(url(name, session), data, **HTMX).status_code == 403, name
+    session.refresh_from_db()
+    assert (session.dependency, session.policy, journal_count(session)) == before
+    assert runtime.breaker_view(session)["state"] == "closed"
+
+
+def test_instructor_of_another_class_gets_404(client, session, other_instructor):
+    client.force_login(other_instructor)
+    assert client.get(url("session_detail", session)).status_code == 404
+
+
+def test_superuser_watches_read_only(client, session, superuser):
+    client.force_login(superuser)
+    response = client.get(url("session_detail", session))
+    assert response.status_code == 200
+    assert response.context["read_only"] is True
+
+
+# --- bad input changes nothing --------------------------------------------------------------
+
+
+def test_out_of_range_dependency_value_is_shown_beside_its_field_and_changes_nothing(
+    owner_client, session
+):
+    before = (dict(session.dependency), journal_count(session))
+    response = owner_client.post(
+        url("session_dependency", session), {"mode": "flaky", "fail_count": "500"}, **HTMX
+    )
+    assert response.status_code == 422
+    html = response.content.decode()
+    assert html.lstrip().startswith('<form id="dependency-form"')
+    field = html.split('data-field="fail_count"')[1].split('<div class="field')[0]
+    assert "Flaky: failing attempts: must be between 1 and 100 (got 500)" in field
+    assert "Allowed: between 1 and 100" in field
+    assert 'value="500"' in field  # what the student typed stays in the field
+    assert 'aria-invalid="true"' in field
+    session.refresh_from_db()
+    assert (session.dependency, journal_count(session)) == before
+
+
+def test_every_bad_policy_field_is_named_and_nothing_is_half_applied(owner_client, session):
+    before = (dict(session.policy), journal_count(session))
+    response = owner_client.post(
+        url("session_policy", session),
+        {
+            "max_attempts": "9",  # bad
+            "breaker_cooldown_ms": "50",  # bad
+            "backoff_base_ms": "100",
+            "backoff_cap_ms": "40",  # bad: below the base
+            "breaker_failure_threshold": "5",  # fine, but must not be applied alone
+        },
+        **HTMX,
+    )
+    assert response.status_code == 422
+    html = response.content.decode()
+    assert "Max attempts per call: must be between 1 and 5 (got 9)" in html
+    assert "Cooldown (ms): must be between 100 and 60000 ms (got 50)" in html
+    assert "Backoff cap (ms): must be between backoff_base_ms (100) and 2000 ms (got 40)" in html
+    session.refresh_from_db()
+    assert (session.policy, journal_count(session)) == before
+
+
+def test_text_where_a_number_belongs_is_refused_with_the_range(owner_client, session):
+    response = owner_client.post(
+        url("session_policy", session), {"max_attempts": "lots", "deadline_ms": "2.5x"}, **HTMX
+    )
+    assert response.status_code == 422
+    html = response.content.decode()
+    assert (
+        "Max attempts per call: must be an integer between 1 and 5 (got &#x27;lots&#x27;)" in html
+    )
+    assert "Per-call deadline (ms): must be an integer null (off) or between 0 and 10000 ms" in html
+
+
+def test_unknown_mode_is_refused(owner_client, session):
+    response = owner_client.post(url("session_dependency", session), {"mode": "exploding"}, **HTMX)
+    assert response.status_code == 422
+    assert "must be one of healthy, flaky, down" in response.content.decode()
+    session.refresh_from_db()
+    assert session.dependency["mode"] == "flaky"
+
+
+def test_without_javascript_a_refused_form_renders_the_whole_page(owner_client, session):
+    response = owner_client.post(url("session_policy", session), {"max_attempts": "0"})
+    assert response.status_code == 422
+    html = response.content.decode()
+    assert "<html" in html and "must be between 1 and 5 (got 0)" in html
+
+
+# --- good input -----------------------------------------------------------------------------
+
+
+def test_mode_button_sets_the_dependency_and_journals_it(owner_client, session, student):
+    response = owner_client.post(
+        url("session_dependency", session),
+        {"mode": "down", "latency_ms": "40", "error": "500"},
+        **HTMX,
+    )
+    assert response.status_code == 200
+    assert "Dependency set." in response.content.decode()
+    session.refresh_from_db()
+    assert session.dependency["mode"] == "down"
+    assert session.dependency["latency_ms"] == 40
+    assert session.dependency["error"] == "500"
+    row = JournalEvent.objects.filter(session=session).order_by("-seq").first()
+    assert row.kind == "dependency_set" and row.actor == student
+
+
+def test_apply_parameters_keeps_the_mode(owner_client, session):
+    owner_client.post(url("session_dependency", session), {"fail_count": "7"}, **HTMX)
+    session.refresh_from_db()
+    assert session.dependency["mode"] == "flaky"
+    assert session.dependency["fail_count"] == 7
+
+
+def test_policy_form_sets_nested_breaker_budget_and_turns_deadline_off(owner_client, session):
+    owner_client.post(url("session_policy", session), {"deadline_ms": "800"}, **HTMX)
+    response = owner_client.post(
+        url("session_policy", session),
+        {
+            "max_attempts": "3",
+            "breaker_cooldown_ms": "5000",
+            "budget": "on",
+            "budget_token_ratio": "0.2",
+            "budget_max_tokens": "5",
+            "deadline_ms": "",
+        },
+        **HTMX,
+    )
+    assert response.status_code == 200
+    session.refresh_from_db()
+    assert session.policy["max_attempts"] == 3
+    assert session.policy["breaker"]["cooldown_ms"] == 5000
+    assert session.policy["breaker"]["failure_threshold"] == 3  # untouched
+    assert session.policy["retry_budget"] == {"token_ratio": 0.2, "max_tokens": 5}
+    assert session.policy["deadline_ms"] is None
+    owner_client.post(url("session_policy", session), {"budget": "off"}, **HTMX)
+    session.refresh_from_db()
+    assert session.policy["retry_budget"] is None
+
+
+def test_without_javascript_a_good_form_redirects_back_to_the_page(owner_client, session):
+    response = owner_client.post(url("session_dependency", session), {"mode": "healthy"})
+    assert response.status_code == 302
+    assert response["Location"] == url("session_detail", session)
+
+
+# --- bursts --------------------------------------------------------------------------------
+
+
+def test_run_burst_queues_one(owner_client, session):
+    response = owner_client.post(url("session_burst", session), {"size": "6"}, **HTMX)
+    assert response.status_code == 200
+    assert "Burst 1 queued: 6 calls." in response.content.decode()
+    burst = Burst.objects.get(session=session)
+    assert (burst.size, burst.concurrency, burst.status) == (6, 1, "queued")
+
+
+def test_bad_burst_numbers_answer_400_with_the_ranges_and_start_nothing(owner_client, session):
+    response = owner_client.post(
+        url("session_burst", session), {"size": "50", "concurrency": "0"}, **HTMX
+    )
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "Calls in the burst: must be between 1 and 20 (got 50)" in html
+    assert "Concurrent callers: must be between 1 and 10 (got 0)" in html
+    assert not Burst.objects.filter(session=session).exists()
+    response = owner_client.post(url("session_burst", session), {"size": "six"}, **HTMX)
+    assert response.status_code == 400
+    assert "must be a whole number between 1 and 20 (got &#x27;six&#x27;)" in (
+        response.content.decode()
+    )
+
+
+def test_second_burst_while_one_is_running_answers_409_with_the_sentence(owner_client, session):
+    assert (
+        owner_client.post(url("session_burst", session), {"size": "6"}, **HTMX).status_code == 200
+    )
+    rows = journal_count(session)
+    response = owner_client.post(url("session_burst", session), {"size": "6"}, **HTMX)
+    assert response.status_code == 409
+    assert "A burst is already running in this session" in response.content.decode()
+    assert Burst.objects.filter(session=session).count() == 1
+    assert journal_count(session) == rows
+
+
+def test_reset_is_refused_while_a_burst_runs(owner_client, session):
+    owner_client.post(url("session_policy", session), {"max_attempts": "2"}, **HTMX)
+    owner_client.post(url("session_burst", session), {"size": "6"}, **HTMX)
+    response = owner_client.post(url("session_reset", session), **HTMX)
+    assert response.status_code == 409
+    assert "A burst is running" in response.content.decode()
+    session.refresh_from_db()
+    assert session.policy["max_attempts"] == 2
+
+
+def test_reset_puts_the_scenario_settings_back_and_refreshes_the_forms(owner_client, session):
+    owner_client.post(url("session_policy", session), {"max_attempts": "2"}, **HTMX)
+    response = owner_client.post(url("session_reset", session), **HTMX)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "Session reset" in html
+    assert 'id="policy-form"' in html and 'hx-swap-oob="true"' in html
+    session.refresh_from_db()
+    assert session.policy["max_attempts"] == 4
+
+
+def test_force_open_and_close_move_the_breaker(owner_client, session):
+    response = owner_client.post(url("session_breaker", session), {"action": "open"}, **HTMX)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "Breaker forced OPEN." in html
+    assert 'id="breaker-badge"' in html and 'data-state="open"' in html
+    assert runtime.breaker_view(session)["state"] == "open"
+    owner_client.post(url("session_breaker", session), {"action": "closed"}, **HTMX)
+    assert runtime.breaker_view(session)["state"] == "closed"
+    kinds = list(JournalEvent.objects.filter(session=session).values_list("kind", flat=True))
+    assert kinds.count("transition") == 2
+
+
+def test_force_with_an_unknown_action_is_refused(owner_client, session):
+    response = owner_client.post(url("session_breaker", session), {"action": "explode"}, **HTMX)
+    assert response.status_code == 400
+    assert runtime.breaker_view(session)["state"] == "closed"
+
+
+# --- journal and scenario --------------------------------------------------------------------
+
+
+def test_journal_shows_newest_100_first_and_pages_to_older_rows(owner_client, session):
+    add_rows(session, 250)
+    response = owner_client.get(url("session_detail", session))
+    html = response.content.decode()
+    page = seqs_in(html)
+    assert page == list(range(250, 150, -1))
+    assert response.context["last_seq"] == 250
+    assert "?before=151" in html
+    older = owner_client.get(url("session_journal", session) + "?before=151", **HTMX)
+    assert older.status_code == 200
+    assert seqs_in(older.content.decode()) == list(range(150, 50, -1))
+    assert 'hx-swap-oob="beforeend:#journal-rows"' in older.content.decode()
+    oldest = owner_client.get(url("session_journal", session) + "?before=51", **HTMX)
+    assert seqs_in(oldest.content.decode()) == list(range(50, 0, -1))
+    assert "That is the first row of the journal." in oldest.content.decode()
+    assert owner_client.get(url("session_journal", session) + "?before=x").status_code == 400
+
+
+def test_each_journal_row_carries_its_explanation(owner_client, session):
+    owner_client.post(url("session_dependency", session), {"mode": "down"}, **HTMX)
+    html = owner_client.get(url("session_detail", session)).content.decode()
+    assert "dependency set by alice: down: every attempt fails with 503" in html
+
+
+def test_scenario_instructions_are_markdown_sanitised(client, classroom, factory):
+    scenario = make_scenario(
+        "md",
+        script=tour_script(name="md"),
+        instructions="## Try it\n\n**Break** it.<script>alert(1)</script>"
+        '<a href="javascript:alert(1)" onclick="x()">bad</a>',
+    )
+    classroom.scenarios.add(scenario)
+    student = make_student("dave", classroom)
+    session = lab.session_open(user=student, classroom=classroom, scenario=scenario)
+    client.force_login(student)
+    html = client.get(url("session_detail", session)).content.decode()
+    instructions = html.split('class="instructions"')[1].split("</div>")[0]
+    assert "<h2>Try it</h2>" in instructions and "<strong>Break</strong>" in instructions
+    assert "<script" not in instructions and "javascript:" not in instructions
+    assert "onclick" not in instructions
+
+
+def test_scenario_steps_are_a_checklist_with_actions(owner_client, session):
+    html = owner_client.get(url("session_detail", session)).content.decode()
+    assert html.count('class="step-check"') == 6
+    assert "Run a burst of 6 calls." in html
+    assert "Set the dependency to down." in html
+    assert "Wait 2 s" in html and 'data-step-wait="2000"' in html
+    assert 'hx-vals="{&quot;mode&quot;: &quot;down&quot;}"' in html
+
+
+def test_session_open_applies_the_scenario_presets(owner_client, session):
+    html = owner_client.get(url("session_detail", session)).content.decode()
+    assert 'id="mode-flaky"' in html
+    flaky = html.split('id="mode-flaky"')[1].split(">")[0]
+    assert 'aria-pressed="true"' in flaky
+    assert 'name="fail_count" value="3"' in html
+
+
+# --- exports -------------------------------------------------------------------------------
+
+
+def test_csv_export_has_every_row_oldest_first(owner_client, session):
+    add_rows(session, 3)
+    response = owner_client.get(url("session_export", session, "csv"))
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/csv")
+    assert "attachment" in response["Content-Disposition"]
+    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert [int(r["seq"]) for r in rows] == [1, 2, 3]
+    assert rows[0]["message"] == "row 1" and rows[0]["kind"] == "policy_set"
+
+
+def test_json_export_matches_the_journal(owner_client, session):
+    add_rows(session, 2)
+    owner_client.post(url("session_dependency", session), {"mode": "down"}, **HTMX)
+    data = json.loads(owner_client.get(url("session_export", session, "json")).content)
+    assert data["session"] == session.pk
+    assert [e["seq"] for e in data["events"]] == [1, 2, 3]
+    assert data["events"][2]["kind"] == "dependency_set"
+    assert data["events"][2]["data"]["mode"] == "down"
+
+
+def test_instructor_may_export_a_student_session(client, session, classroom):
+    add_rows(session, 1)
+    teacher = make_instructor("teacher_x", classroom)
+    client.force_login(teacher)
+    assert client.get(url("session_export", session, "json")).status_code == 200
+
+
+def test_unknown_export_format_is_404(owner_client, session):
+    assert owner_client.get(url("session_export", session, "xml")).status_code == 404
+
+
+def test_csv_export_neutralises_spreadsheet_formulas(owner_client, session):
+    journal.record(
+        [
+            journal.Entry(
+                session_id=session.pk,
+                classroom_id=session.classroom_id,
+                kind="policy_set",
+                message="=HYPERLINK(1)",
+            )
+        ]
+    )
+    body = b"".join(owner_client.get(url("session_export", session, "csv")).streaming_content)
+    assert "'=HYPERLINK(1)" in body.decode()
+
+
+def test_limits_drive_the_form_ranges():
+    from labs.forms_lab import PolicyForm
+
+    form = PolicyForm()
+    widget = form.fields["breaker_cooldown_ms"].widget
+    limit = LIMITS["policy.breaker.cooldown_ms"]
+    assert (widget.attrs["min"], widget.attrs["max"]) == (str(limit.min), str(limit.max))
