@@ -12,7 +12,7 @@ from typing import Any
 
 from labs.experiments.base import Chart, fmt_number
 
-__all__ = ["PALETTE", "layout", "nice_ticks"]
+__all__ = ["DASHES", "PALETTE", "layout", "nice_step", "nice_ticks"]
 
 #: Series colours (Okabe-Ito, readable by colour-blind people) and dash patterns, so lines
 #: stay apart in print and in greyscale too.
@@ -22,13 +22,20 @@ DASHES = ("", "6 3", "2 3", "8 3 2 3", "1 2", "10 4")
 _MARGIN = {"left": 64, "right": 16, "top": 16, "bottom": 48}
 
 
+def nice_step(span: float, count: int = 5) -> float:
+    """A round step (1, 2, 2.5 or 5 times a power of ten) giving about ``count`` ticks."""
+    if span <= 0 or not math.isfinite(span):
+        return 1.0
+    raw = span / count
+    magnitude = 10 ** math.floor(math.log10(raw))
+    return next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+
+
 def nice_ticks(high: float, count: int = 5) -> list[float]:
     """Round tick values from 0 to at least ``high`` (about ``count`` of them)."""
     if high <= 0 or not math.isfinite(high):
         return [0.0, 1.0]
-    raw = high / count
-    magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    step = nice_step(high, count)
     ticks = [0.0]
     while ticks[-1] < high - 1e-9:
         ticks.append(round(ticks[-1] + step, 10))
@@ -76,9 +83,11 @@ def layout(chart: Chart, width: int = 720, height: int = 300) -> dict[str, Any]:
         def xpos(v: float) -> float:
             return round(x0 + (x1 - x0) * (v - lo) / span, 2)
 
-        for t in nice_ticks(hi - lo):
-            if lo + t <= hi + 1e-9:
-                x_ticks.append({"pos": xpos(lo + t), "label": _label(lo + t)})
+        step = nice_step(hi - lo, 6)
+        tick = math.ceil(lo / step - 1e-9) * step
+        while tick <= hi + 1e-9:
+            x_ticks.append({"pos": xpos(tick), "label": _label(tick)})
+            tick = round(tick + step, 10)
         for si, s in enumerate(chart.series):
             points = " ".join(f"{xpos(x)},{ypos(v)}" for x, v in zip(xs, s.values, strict=True))
             series_out.append(_series_style(si, s.name, points=points))

@@ -1,0 +1,187 @@
+"""Browser tests: the real site on daphne, driven by headless Chromium (Playwright, sync API).
+
+Fixtures, meant for every e2e test (experiments, the live lab page, ...):
+
+- ``daphne_server`` (session): starts ``daphne`` with the command of
+  :func:`lab_project.processes.daphne_cmd` on a free port, pointed at pytest-django's test
+  database (SQLite: ``LAB_SQLITE_PATH``; PostgreSQL: ``DATABASE_URL`` with the test database
+  name) and at the test run's Redis databases (``REDIS_DB_BASE``); waits until
+  ``/accounts/login/`` answers; yields the base URL (``http://127.0.0.1:PORT``); terminates
+  daphne at the end of the session. Its output goes to ``artifacts/e2e/daphne.log``.
+- ``browser`` (session): Debian's ``/usr/bin/chromium``, headless. Browsers are never
+  downloaded; without that binary the e2e tests are skipped.
+- ``page`` (per test): a fresh browser context (own cookies) and page; at teardown a
+  screenshot is saved to ``artifacts/e2e/<test name>.png``.
+- ``login(page, base_url, username, password)``: logs in through the real login form.
+
+Tests that use ``daphne_server`` need ``@pytest.mark.django_db(transaction=True)`` (daphne
+reads the database through its own connection, so data must be committed) and the ``e2e``
+mark. Create users with the helpers of ``tests/conftest.py`` (``make_user``, ...).
+
+Playwright's sync API keeps an asyncio loop running in the test thread while the browser is
+up, and Django refuses ORM calls when it sees one (``SynchronousOnlyOperation``). The
+``browser`` fixture therefore sets ``DJANGO_ALLOW_ASYNC_UNSAFE`` while it lives (as
+pytest-django's docs advise for Playwright), and e2e tests are moved to the end of the run so
+that no other test (an async channels test, say) ever runs beside that loop. Daphne itself
+never gets the variable.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lab_project.processes import daphne_cmd
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "artifacts" / "e2e"
+CHROMIUM = os.environ.get("LAB_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+#: How long to wait for daphne to answer, and for page events by default (ms for Playwright).
+SERVER_START_TIMEOUT = 60.0
+PAGE_TIMEOUT_MS = 15_000
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run e2e tests last (see the module docstring: the browser's event loop)."""
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def server_env() -> dict[str, str]:
+    """Environment for a server process started by a test: the test database, the test
+    run's Redis databases, and this virtualenv's scripts first on PATH."""
+    from django.conf import settings
+    from django.db import connection
+
+    env = dict(os.environ)
+    env["REDIS_DB_BASE"] = os.environ.get("REDIS_DB_BASE", str(settings.REDIS_DB_BASE))
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        env["LAB_SQLITE_PATH"] = str(db["NAME"])
+        env.pop("DATABASE_URL", None)
+    else:
+        password = f":{db['PASSWORD']}" if db["PASSWORD"] else ""
+        env["DATABASE_URL"] = (
+            f"postgres://{db['USER'] or ''}{password}@{db['HOST'] or '127.0.0.1'}:"
+            f"{db['PORT'] or 5432}/{db['NAME']}"
+        )
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def _wait_until_answering(url: str, proc: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"daphne exited with {proc.returncode}:\n{log.read_text()}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 (our server)
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"daphne did not answer {url} within {SERVER_START_TIMEOUT}s:\n{log.read_text()}")
+
+
+@pytest.fixture(scope="session")
+def daphne_server(django_db_setup) -> Iterator[str]:
+    """The site served by daphne on a free port; yields its base URL."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    host, port = "127.0.0.1", _free_port()
+    log_path = ARTIFACTS / "daphne.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            daphne_cmd(host, port), cwd=ROOT, env=server_env(), stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        try:
+            base_url = f"http://{host}:{port}"
+            _wait_until_answering(f"{base_url}/accounts/login/", proc, log_path)
+            yield base_url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Chromium from the system (never downloaded)."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set LAB_CHROMIUM)")
+    from playwright.sync_api import sync_playwright
+
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(
+                executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+            )
+            try:
+                yield chromium
+            finally:
+                chromium.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture
+def page(browser, request):
+    """A page in a fresh context; a screenshot of it lands in artifacts/e2e/ at teardown."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(PAGE_TIMEOUT_MS)
+    pg = context.new_page()
+    try:
+        yield pg
+    finally:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)
+        try:
+            pg.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+        finally:
+            context.close()
+
+
+def login(page, base_url: str, username: str, password: str) -> None:
+    """Log in through the login form; fails the test if the login is refused."""
+    page.goto(f"{base_url}/accounts/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    with page.expect_navigation():
+        page.click("button[type=submit]")
+    if "/accounts/login/" in page.url:
+        raise AssertionError(f"login as {username!r} was refused (still on {page.url})")
