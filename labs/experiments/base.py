@@ -90,7 +90,7 @@ class Param:
 
     def format(self, value: Any) -> str:
         """``value`` as it is written in a form field or on a command line."""
-        if self.kind == "int_list":
+        if self.kind == "int_list" and isinstance(value, (list, tuple)):
             return ",".join(str(v) for v in value)
         if isinstance(value, float) and value.is_integer():
             return str(int(value))
