@@ -7,6 +7,9 @@ half-open probe gets exactly one attempt.
 ``retry_outside`` (seed 003): the retry loop is outside; every *attempt* asks the breaker
 first and reports to it. A rejection ends the call (an open breaker is never retried), and
 an attempt whose failure opens the breaker ends the call at once, without a useless sleep.
+In ``breaker_outside`` too, a call whose retries were admitted while the breaker was closed
+checks the breaker before each retry and stops if other callers' results have moved it out
+of CLOSED (only with concurrent callers; a sequential burst never sees it).
 
 Classification: a 400 is the caller's fault, so it is not retried and the breaker ignores
 it; 503, 500, timeout and 429 are retried and counted. Before each retry the client
@@ -214,8 +217,22 @@ class GuardedClient:
         previous: float | None = None
         attempts = 0
         probe = outer.probe if outer is not None else False
+        error: str | None = None
         for n in range(1, limit + 1):
             permit = outer
+            if outer is not None and n > 1 and self.breaker.state() != "closed":
+                # Another caller's result moved the breaker while this call was backing off.
+                return self._done(
+                    call_no,
+                    burst,
+                    start,
+                    n - 1,
+                    "failure",
+                    backoff_total,
+                    error,
+                    probe,
+                    "the breaker left CLOSED meanwhile; an open breaker is never retried",
+                )
             if outer is None:
                 allowed = self.breaker.allow(call=call_no, burst=burst)
                 if isinstance(allowed, Rejection):

@@ -208,7 +208,7 @@ def test_rolling_ratio_over_a_time_window_forgets_old_buckets(store):
 
 
 def test_cooldown_jitter_only_lengthens_the_cooldown(store):
-    breaker, clock, _ = make(store, failure_threshold=1, cooldown_ms=1000, cooldown_jitter_pct=50)
+    breaker, _, _ = make(store, failure_threshold=1, cooldown_ms=1000, cooldown_jitter_pct=50)
     fail_calls(breaker, 1)
     left = breaker.snapshot()["open_for_ms"]
     assert 1000 <= left <= 1500

@@ -61,7 +61,7 @@ def test_error_rate_is_seeded():
 
 
 def test_outage_is_down_for_a_while_after_it_was_set(store):
-    d, clock = dep(store=store, mode="outage", down_for_ms=100, latency_ms=30)
+    d, _ = dep(store=store, mode="outage", down_for_ms=100, latency_ms=30)
     d.arm()
     assert answers(d, 4) == [(False, "503")] * 3 + [(True, None)]  # answers at 30, 60, 90, 120 ms
 

@@ -1,0 +1,153 @@
+"""Memory and Redis stores implement the same state machine: same inputs, same decisions."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from labs.engine import BreakerConfig, MemoryStore, RedisStore
+from labs.engine.stores.base import BreakerSpec
+
+#: Decision codes met by the generated sequences (checked by the last test of this module).
+COVERED: set[str] = set()
+LEASE_MS = 10**8  # no lease expires during a test: memory leases run on virtual time, Redis on real
+
+configs = st.one_of(
+    st.builds(
+        BreakerConfig,
+        kind=st.just("consecutive"),
+        failure_threshold=st.integers(1, 4),
+        half_open_max_probes=st.integers(1, 3),
+        success_threshold=st.integers(1, 3),
+    ),
+    st.builds(
+        BreakerConfig,
+        kind=st.just("rolling_ratio"),
+        failure_ratio=st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0]),
+        min_calls=st.integers(1, 5),
+        window_calls=st.one_of(st.none(), st.integers(1, 6)),
+        window_ms=st.sampled_from([100, 1000, 3000]),
+        buckets=st.integers(1, 6),
+        half_open_max_probes=st.integers(1, 3),
+        success_threshold=st.integers(1, 3),
+    ),
+)
+
+outcome = st.sampled_from("ffffssi")  # failures are what make a breaker move
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("call"), outcome),  # allow, then record at once
+        st.tuples(st.just("call"), outcome),
+        st.tuples(st.just("call"), outcome),
+        st.tuples(st.just("call"), outcome),
+        st.tuples(st.just("advance"), st.sampled_from([100_000, 1_000_000, 2_000_000])),
+        st.tuples(st.just("allow")),  # hold the permit: a call in flight
+        st.tuples(st.just("allow")),
+        st.tuples(st.just("record"), st.integers(0, 50), outcome),
+        st.tuples(st.just("advance"), st.sampled_from([0, 1, 50_000, 99_999, 100_000, 400_000])),
+        st.tuples(st.just("advance"), st.integers(0, 3_000_000)),
+        st.tuples(st.just("read")),
+        st.tuples(st.just("force"), st.sampled_from(["open", "closed", "reset", "reset"])),
+    ),
+    min_size=25,
+    max_size=80,
+)
+
+
+@pytest.fixture(scope="module")
+def module_redis():
+    redis = pytest.importorskip("redis")
+    from .helpers import REDIS_URL
+
+    client = redis.Redis.from_url(REDIS_URL)
+    client.ping()
+    yield client
+    client.close()
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(config=configs, ops=operations, cooldown_us=st.sampled_from([100_000, 1_000_000, 2_000_000]))
+def test_memory_and_redis_stores_make_identical_decisions(module_redis, config, ops, cooldown_us):
+    spec = BreakerSpec.of(config)
+    memory = MemoryStore(probe_lease_ms=LEASE_MS)
+    redis_store = RedisStore(
+        module_redis, f"fldiff:{uuid.uuid4().hex[:10]}", probe_lease_ms=LEASE_MS
+    )
+    now = 1_000_000
+    permits: list[tuple[int, int, str, str]] = []  # generation, slot, memory token, redis token
+    seen = COVERED
+    try:
+        for op in ops:
+            if op[0] in ("allow", "call"):
+                m = memory.breaker_allow(spec, now)
+                r = redis_store.breaker_allow(spec, now)
+                assert m._replace(token="") == r._replace(token=""), op
+                seen.add(f"allow{m.code}")
+                if m.code in (0, 1):
+                    permits.append((m.generation, m.slot, m.token, r.token))
+                    if op[0] == "call":
+                        op = ("record", len(permits) - 1, op[1])
+            if op[0] == "record" and permits:
+                gen, slot, m_token, r_token = permits.pop(op[1] % len(permits))
+                m = memory.breaker_record(spec, gen, slot, m_token, op[2], now, cooldown_us)
+                r = redis_store.breaker_record(spec, gen, slot, r_token, op[2], now, cooldown_us)
+                assert m == r, op
+                seen.add(f"record{m.code}")
+            elif op[0] == "advance":
+                now += op[1]
+            elif op[0] == "read":
+                assert memory.breaker_read(spec, now) == redis_store.breaker_read(spec, now)
+            elif op[0] == "force":
+                assert memory.breaker_force(op[1], now) == redis_store.breaker_force(op[1], now)
+        assert memory.breaker_read(spec, now) == redis_store.breaker_read(spec, now)
+    finally:
+        redis_store.clear()
+
+
+def test_the_generated_sequences_reach_every_decision():
+    wanted = {f"allow{c}" for c in range(4)} | {f"record{c}" for c in range(5)}
+    assert wanted - COVERED == set()
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    fail_count=st.integers(0, 5),
+    steps=st.lists(st.one_of(st.just("step"), st.just("arm"), st.integers(0, 10**6)), max_size=30),
+    budget_ops=st.lists(st.sampled_from(["deposit", "withdraw"]), max_size=30),
+    ratio=st.integers(0, 1_000_000),
+    ceiling=st.integers(1_000_000, 5_000_000),
+)
+def test_dependency_and_budget_state_agree_too(
+    module_redis, fail_count, steps, budget_ops, ratio, ceiling
+):
+    memory = MemoryStore()
+    redis_store = RedisStore(module_redis, f"fldiff:{uuid.uuid4().hex[:10]}")
+    now = 5_000_000
+    try:
+        for step in steps:
+            if step == "arm":
+                memory.dependency_arm(fail_count, now)
+                redis_store.dependency_arm(fail_count, now)
+            elif step == "step":
+                assert memory.dependency_step(fail_count, now) == redis_store.dependency_step(
+                    fail_count, now
+                )
+            else:
+                now += step
+        for op in budget_ops:
+            if op == "deposit":
+                assert memory.budget_deposit(ratio, ceiling) == redis_store.budget_deposit(
+                    ratio, ceiling
+                )
+            else:
+                assert memory.budget_withdraw(ceiling) == redis_store.budget_withdraw(ceiling)
+        assert memory.export_state() == redis_store.export_state()
+    finally:
+        redis_store.clear()
