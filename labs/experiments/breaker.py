@@ -51,7 +51,7 @@ from labs.experiments.base import (
 __all__ = ["LIMITS", "MAX_CALLS", "BreakerParams", "run", "validate"]
 
 #: callers x duration / think time (the most calls a run can make) is capped here.
-MAX_CALLS = 20_000
+MAX_CALLS = 10_000
 _CHART_POINTS = 100
 
 

@@ -55,7 +55,7 @@ _ENGINE_JITTER = {"exponential": "none", "full": "full", "equal": "equal", "deco
 #: What a re-run of the study's simulator gave at 100 clients (calls).
 STUDY_CALLS_AT_100 = {"none": 2424, "exponential": 1858, "decorrelated": 1006, "equal": 811, "full": 797}
 #: trials x the sum of N^2 over the clients list is capped here (no backoff costs ~N^2/4 writes).
-MAX_WORK = 400_000
+MAX_WORK = 300_000
 
 
 @dataclass(frozen=True)

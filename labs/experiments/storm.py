@@ -45,10 +45,12 @@ from labs.experiments.base import (
     series,
 )
 
-__all__ = ["LIMITS", "MAX_BINS", "StormParams", "run", "validate"]
+__all__ = ["LIMITS", "MAX_BINS", "MAX_RETRIES_TOTAL", "StormParams", "run", "validate"]
 
 #: The chart shows at most this many bins (each run's worst case is checked up front).
 MAX_BINS = 2000
+#: clients x retries (the retries of one run) is capped here, so a run stays around a second.
+MAX_RETRIES_TOTAL = 5000
 JITTERED = ("full", "equal", "decorrelated", "proportional")
 
 
@@ -83,7 +85,8 @@ LIMITS: dict[str, Param] = {
 
 
 def validate(params: StormParams) -> list[Problem]:
-    """Field ranges, cap >= base, and at most :data:`MAX_BINS` bins in the worst case."""
+    """Field ranges, cap >= base, the size of the run (clients x retries), and at most
+    :data:`MAX_BINS` bins in the worst case."""
     problems = check_fields(params, LIMITS)
     if problems:
         return problems
@@ -91,6 +94,15 @@ def validate(params: StormParams) -> list[Problem]:
         problems.append(
             Problem("cap_ms", f"must be between base_ms ({params.base_ms:g}) and 10000 ms "
                               f"(got {params.cap_ms:g})")
+        )
+        return problems
+    total = params.clients * params.retries
+    if total > MAX_RETRIES_TOTAL:
+        most = max(1, min(10, MAX_RETRIES_TOTAL // params.clients))
+        problems.append(
+            Problem("retries", f"must be between 1 and {most} with {params.clients} clients "
+                               f"(clients x retries is capped at {MAX_RETRIES_TOTAL:,}; "
+                               f"got {total:,})")
         )
         return problems
     longest = _longest_ms(params)

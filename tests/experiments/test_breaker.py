@@ -88,4 +88,4 @@ def test_a_run_too_long_is_refused_naming_duration_and_its_range():
     params, problems = EXPERIMENT.parse({"callers": 20, "think_ms": 1, "duration_ms": 60000})
     assert params is None
     (problem,) = problems
-    assert str(problem).startswith("duration_ms: must be between 100 and 1000 ms with 20 caller(s)")
+    assert str(problem).startswith("duration_ms: must be between 100 and 500 ms with 20 caller(s)")

@@ -99,3 +99,13 @@ def test_too_many_bins_is_refused_naming_bin_ms_and_its_range():
     (problem,) = problems
     assert problem.field == "bin_ms"
     assert "must be between" in problem.message and "and 1000 ms for this run" in problem.message
+
+
+def test_a_storm_too_large_is_refused_naming_retries_and_its_range():
+    params, problems = EXPERIMENT.parse({"clients": 1000, "retries": 10})
+    assert params is None
+    assert [str(p) for p in problems] == [
+        "retries: must be between 1 and 5 with 1000 clients (clients x retries is capped at "
+        "5,000; got 10,000)"
+    ]
+    assert EXPERIMENT.parse({"clients": 1000, "retries": 5})[1] == []
