@@ -54,7 +54,7 @@ def ensure_venv() -> Path:
     if not stamp.exists() or stamp.read_text().strip() != digest:
         _say("installing requirements.txt (the first time takes a few minutes)")
         subprocess.run(
-            [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
+            [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-qq",
              "-r", str(REQUIREMENTS)],
             check=True,
         )  # fmt: skip

@@ -12,10 +12,14 @@ import copy
 import importlib
 import os
 
-os.environ["REDIS_DB_BASE"] = os.environ.get("LAB_TEST_REDIS_DB_BASE", "8")
-
 import pytest
 from django.conf import settings
+
+# LAB_TEST_REDIS_DB_BASE (8..12) lets two test runs on one machine keep apart; never below 8.
+_test_base = os.environ.get("LAB_TEST_REDIS_DB_BASE", "8")
+if not _test_base.isdigit() or not 8 <= int(_test_base) <= 12:
+    raise RuntimeError(f"LAB_TEST_REDIS_DB_BASE must be 8..12, got {_test_base!r}")
+os.environ["REDIS_DB_BASE"] = _test_base
 
 _REDIS_SETTINGS = (
     "REDIS_URL",

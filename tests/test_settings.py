@@ -138,9 +138,12 @@ def test_redis_uses_separate_databases_from_the_base(monkeypatch, tmp_path):
 
 
 def test_tests_use_redis_databases_from_eight(settings):
-    assert settings.REDIS_DB_BASE == 8
-    assert settings.CELERY_BROKER_URL.endswith("/8")
-    assert settings.LAB_ENGINE_REDIS_URL.endswith("/10")
+    base = int(os.environ.get("LAB_TEST_REDIS_DB_BASE", "8"))
+    assert base >= 8
+    assert base == settings.REDIS_DB_BASE
+    assert os.environ["REDIS_DB_BASE"] == str(base)  # inherited by test subprocesses
+    assert settings.CELERY_BROKER_URL.endswith(f"/{base}")
+    assert settings.LAB_ENGINE_REDIS_URL.endswith(f"/{base + 2}")
 
 
 def test_celery_worker_pool_is_threads_sized_for_sleeping_bursts(monkeypatch, tmp_path):
