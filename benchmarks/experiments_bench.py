@@ -29,8 +29,14 @@ HEADLINES = {
     "storm": ("burst_none", "burst_jitter", "peak_none", "peak_jitter"),
     "breaker": ("sick_none", "sick_breaker", "waiting_none", "waiting_breaker", "rejected"),
     "deadline": ("wasted_per_tier", "wasted_deadline", "saved"),
-    "contention": ("calls_none", "calls_exponential", "calls_full", "calls_equal",
-                   "calls_decorrelated", "slowest"),
+    "contention": (
+        "calls_none",
+        "calls_exponential",
+        "calls_full",
+        "calls_equal",
+        "calls_decorrelated",
+        "slowest",
+    ),
 }
 
 
@@ -38,8 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7, help="timed runs per experiment (default 7)")
     args = parser.parse_args(argv)
-    print(f"experiments at default size, median of {args.runs} runs after a warm-up "
-          f"(Python {platform.python_version()}, {platform.machine()})")
+    print(
+        f"experiments at default size, median of {args.runs} runs after a warm-up "
+        f"(Python {platform.python_version()}, {platform.machine()})"
+    )
     print()
     header = f"{'experiment':<14} {'median s':>9} {'min s':>7}  {'< 0.5 s':<7}  headline figures"
     print(header)
@@ -59,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         figures = "; ".join(
             f"{result.figure(key).label}: {result.figure(key).text}" for key in HEADLINES[name]
         )
-        print(f"{name:<14} {median:>9.3f} {min(times):>7.3f}  {'yes' if fast else 'NO':<7}  {figures}")
+        print(
+            f"{name:<14} {median:>9.3f} {min(times):>7.3f}  {'yes' if fast else 'NO':<7}  {figures}"
+        )
     return 0 if all_fast else 1
 
 

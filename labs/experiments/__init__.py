@@ -23,4 +23,6 @@ def get(name: str) -> Experiment:
     try:
         return EXPERIMENTS[name]
     except KeyError:
-        raise KeyError(f"unknown experiment {name!r} (experiments: {', '.join(EXPERIMENTS)})") from None
+        raise KeyError(
+            f"unknown experiment {name!r} (experiments: {', '.join(EXPERIMENTS)})"
+        ) from None

@@ -75,17 +75,55 @@ class AmplificationParams:
 
 LIMITS: dict[str, Param] = {
     "tiers": Param("tiers", "Tiers", 3, 1, 6, help="services in the chain in front of the leaf"),
-    "attempts": Param("attempts", "Attempts per call", 3, 1, 5,
-                      help="each tier tries the next one up to this many times"),
+    "attempts": Param(
+        "attempts",
+        "Attempts per call",
+        3,
+        1,
+        5,
+        help="each tier tries the next one up to this many times",
+    ),
     "requests": Param("requests", "User requests", 30, 1, 1000),
-    "budget_pct": Param("budget_pct", "Retry budget", 10.0, 0, 100, "%", kind="number",
-                        help="each call a tier receives earns this share of one retry"),
-    "budget_tokens": Param("budget_tokens", "Budget reserve", 10.0, 1, 100, "tokens",
-                           kind="number", help="a tier's bucket starts full at this many retries"),
-    "latency_ms": Param("latency_ms", "Leaf latency", 5.0, 0, 1000, "ms", kind="number",
-                        help="each failing leaf attempt takes this long"),
-    "backoff_base_ms": Param("backoff_base_ms", "Backoff base", 25.0, 0, 500, "ms", kind="number",
-                             help="a tier sleeps min(500, base x 2^(n-1)) after its n-th failure"),
+    "budget_pct": Param(
+        "budget_pct",
+        "Retry budget",
+        10.0,
+        0,
+        100,
+        "%",
+        kind="number",
+        help="each call a tier receives earns this share of one retry",
+    ),
+    "budget_tokens": Param(
+        "budget_tokens",
+        "Budget reserve",
+        10.0,
+        1,
+        100,
+        "tokens",
+        kind="number",
+        help="a tier's bucket starts full at this many retries",
+    ),
+    "latency_ms": Param(
+        "latency_ms",
+        "Leaf latency",
+        5.0,
+        0,
+        1000,
+        "ms",
+        kind="number",
+        help="each failing leaf attempt takes this long",
+    ),
+    "backoff_base_ms": Param(
+        "backoff_base_ms",
+        "Backoff base",
+        25.0,
+        0,
+        500,
+        "ms",
+        kind="number",
+        help="a tier sleeps min(500, base x 2^(n-1)) after its n-th failure",
+    ),
 }
 
 _BACKOFF_CAP_MS = 500.0
@@ -158,14 +196,18 @@ class _CountingLeaf:
         return self.dependency.attempt(timeout_ms)
 
 
-def _chain(params: AmplificationParams, budget: bool) -> tuple[list[_Tier], _CountingLeaf, VirtualClock]:
+def _chain(
+    params: AmplificationParams, budget: bool
+) -> tuple[list[_Tier], _CountingLeaf, VirtualClock]:
     """Build the tiers front to back: tier 1 receives the user requests."""
     clock = VirtualClock()
     rng = random.Random(0)  # no jitter: the rng is never drawn from
     leaf = _CountingLeaf(
         FakeDependency(
             DependencyConfig(mode="down", latency_ms=params.latency_ms),
-            store=MemoryStore(), clock=clock, rng=rng,
+            store=MemoryStore(),
+            clock=clock,
+            rng=rng,
         )
     )
     policy = Policy(
@@ -186,8 +228,12 @@ def _chain(params: AmplificationParams, budget: bool) -> tuple[list[_Tier], _Cou
         breaker = Breaker(BreakerConfig(), store=store, clock=clock, rng=rng)
         breaker.force_closed("retry amplification: breakers are not part of this experiment")
         client = GuardedClient(
-            policy, breaker=breaker, dependency=downstream,  # type: ignore[arg-type]
-            clock=clock, rng=rng, store=store,
+            policy,
+            breaker=breaker,
+            dependency=downstream,  # type: ignore[arg-type]
+            clock=clock,
+            rng=rng,
+            store=store,
         )
         tier = _Tier(client)
         tiers.append(tier)
@@ -235,8 +281,16 @@ def run(params: AmplificationParams) -> Result:
     for mode, label in _MODES:
         for tier in runs[mode]["tiers"]:  # type: ignore[attr-defined]
             rows.append({"mode": label, "tier": f"tier {tier['tier']}", **_without_tier(tier)})
-        rows.append({"mode": label, "tier": "leaf", "received": runs[mode]["leaf_hits"],
-                     "attempts": "", "retries": "", "budget_denied": ""})
+        rows.append(
+            {
+                "mode": label,
+                "tier": "leaf",
+                "received": runs[mode]["leaf_hits"],
+                "attempts": "",
+                "retries": "",
+                "budget_denied": "",
+            }
+        )
     labels = [f"tier {i}" for i in range(1, params.tiers + 1)] + ["leaf"]
     chart = Chart(
         key="calls_per_tier",
@@ -252,23 +306,40 @@ def run(params: AmplificationParams) -> Result:
     )
     figures = (
         Figure("leaf_hits", "Leaf hits without a budget", plain["leaf_hits"], seed="810"),  # type: ignore[arg-type]
-        Figure("factor", "Amplification (leaf hits per request)", round(factor, 1), "x", seed="27x"),
-        Figure("retries", "Retries made by the tiers, no budget", plain["retries"], seed="780 (60 + 180 + 540)"),  # type: ignore[arg-type]
-        Figure("leaf_hits_budget", f"Leaf hits with a {fmt_number(params.budget_pct)} % budget",
-               budgeted["leaf_hits"], seed="69"),  # type: ignore[arg-type]
+        Figure(
+            "factor", "Amplification (leaf hits per request)", round(factor, 1), "x", seed="27x"
+        ),
+        Figure(
+            "retries",
+            "Retries made by the tiers, no budget",
+            plain["retries"],
+            seed="780 (60 + 180 + 540)",
+        ),  # type: ignore[arg-type]
+        Figure(
+            "leaf_hits_budget",
+            f"Leaf hits with a {fmt_number(params.budget_pct)} % budget",
+            budgeted["leaf_hits"],
+            seed="69",
+        ),  # type: ignore[arg-type]
         Figure("fewer", "Fewer leaf hits with the budget", round(fewer, 1), "x", seed="11.7x"),
-        Figure("wait", "A user waits for the error (no budget / budget)",
-               f"{fmt_number(plain['wait_ms_per_request'])} / {fmt_number(budgeted['wait_ms_per_request'])}",  # type: ignore[arg-type]
-               "ms"),
+        Figure(
+            "wait",
+            "A user waits for the error (no budget / budget)",
+            f"{fmt_number(plain['wait_ms_per_request'])} / {fmt_number(budgeted['wait_ms_per_request'])}",  # type: ignore[arg-type]
+            "ms",
+        ),
     )
     return Result(
         experiment="amplification",
         params=EXPERIMENT.params_dict(params),
         figures=figures,
         columns=(
-            Column("mode", "Mode"), Column("tier", "Tier"),
-            Column("received", "Calls received"), Column("attempts", "Attempts sent on"),
-            Column("retries", "Retries"), Column("budget_denied", "Budget denials"),
+            Column("mode", "Mode"),
+            Column("tier", "Tier"),
+            Column("received", "Calls received"),
+            Column("attempts", "Attempts sent on"),
+            Column("retries", "Retries"),
+            Column("budget_denied", "Budget denials"),
         ),
         rows=tuple(rows),
         charts=(chart,),

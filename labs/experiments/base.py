@@ -131,7 +131,9 @@ class Param:
             text = raw.strip()
             if self.kind == "int_list":
                 try:
-                    value = [int(part) for part in text.replace(";", ",").split(",") if part.strip()]
+                    value = [
+                        int(part) for part in text.replace(";", ",").split(",") if part.strip()
+                    ]
                 except ValueError:
                     return None, self._problem(raw)
             elif self.kind in ("int", "number"):
@@ -165,9 +167,7 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return (
-        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    )
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _number_from_text(text: str, whole: bool) -> int | float | None:
@@ -306,17 +306,19 @@ class Result:
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form (the management command's ``--json`` output); infinite
         ratios (a zero denominator) become null."""
-        return _jsonable({
-            "experiment": self.experiment,
-            "params": self.params,
-            "figures": [f.to_dict() for f in self.figures],
-            "columns": [asdict(c) for c in self.columns],
-            "rows": [dict(r) for r in self.rows],
-            "charts": [c.to_dict() for c in self.charts],
-            "metrics": self.metrics,
-            "notes": list(self.notes),
-            "checksum": self.checksum(),
-        })
+        return _jsonable(
+            {
+                "experiment": self.experiment,
+                "params": self.params,
+                "figures": [f.to_dict() for f in self.figures],
+                "columns": [asdict(c) for c in self.columns],
+                "rows": [dict(r) for r in self.rows],
+                "charts": [c.to_dict() for c in self.charts],
+                "metrics": self.metrics,
+                "notes": list(self.notes),
+                "checksum": self.checksum(),
+            }
+        )
 
 
 def _jsonable(value: Any) -> Any:

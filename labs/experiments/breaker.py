@@ -72,17 +72,33 @@ class BreakerParams:
 
 LIMITS: dict[str, Param] = {
     "dead_ms": Param("dead_ms", "Dependency dead for", 5000.0, 0, 60000, "ms", kind="number"),
-    "hang_ms": Param("hang_ms", "A dead call hangs", 300.0, 1, 5000, "ms", kind="number",
-                     help="then answers 503"),
+    "hang_ms": Param(
+        "hang_ms", "A dead call hangs", 300.0, 1, 5000, "ms", kind="number", help="then answers 503"
+    ),
     "healthy_ms": Param("healthy_ms", "Healthy latency", 5.0, 0, 1000, "ms", kind="number"),
     "duration_ms": Param("duration_ms", "Run for", 8000.0, 100, 60000, "ms", kind="number"),
-    "think_ms": Param("think_ms", "Pause between calls", 10.0, 1, 1000, "ms", kind="number",
-                      help="each caller waits this long after every call"),
+    "think_ms": Param(
+        "think_ms",
+        "Pause between calls",
+        10.0,
+        1,
+        1000,
+        "ms",
+        kind="number",
+        help="each caller waits this long after every call",
+    ),
     "callers": Param("callers", "Callers", 1, 1, 20, help="closed loops calling at once"),
-    "failure_threshold": Param("failure_threshold", "Breaker threshold", 5, 1, 20,
-                               help="opens after this many consecutive failed calls"),
-    "cooldown_ms": Param("cooldown_ms", "Breaker cooldown", 2000.0, 100, 60000, "ms",
-                         kind="number"),
+    "failure_threshold": Param(
+        "failure_threshold",
+        "Breaker threshold",
+        5,
+        1,
+        20,
+        help="opens after this many consecutive failed calls",
+    ),
+    "cooldown_ms": Param(
+        "cooldown_ms", "Breaker cooldown", 2000.0, 100, 60000, "ms", kind="number"
+    ),
 }
 
 _MODES = (("none", "no breaker"), ("breaker", "breaker"))
@@ -116,11 +132,15 @@ class _DeadThenHealthy:
         self.dead_until = params.dead_ms / 1000
         self.down = FakeDependency(
             DependencyConfig(mode="down", latency_ms=params.hang_ms, error="503"),
-            store=store, clock=clock, rng=rng,
+            store=store,
+            clock=clock,
+            rng=rng,
         )
         self.healthy = FakeDependency(
             DependencyConfig(mode="healthy", latency_ms=params.healthy_ms),
-            store=store, clock=clock, rng=rng,
+            store=store,
+            clock=clock,
+            rng=rng,
         )
         self.sick_calls = 0
 
@@ -146,8 +166,11 @@ def _simulate(params: BreakerParams, with_breaker: bool) -> tuple[list[CallResul
     dependency = _DeadThenHealthy(params, clock)
     client = GuardedClient(
         Policy(max_attempts=1, breaker=config),
-        breaker=breaker, dependency=dependency,  # type: ignore[arg-type]
-        clock=clock, rng=rng, store=store,
+        breaker=breaker,
+        dependency=dependency,  # type: ignore[arg-type]
+        clock=clock,
+        rng=rng,
+        store=store,
     )
     numbers = itertools.count(1)
     end = params.duration_ms / 1000
@@ -165,7 +188,9 @@ def _simulate(params: BreakerParams, with_breaker: bool) -> tuple[list[CallResul
 
 def _metrics(results: list[CallResult], sick_calls: int, params: BreakerParams) -> dict[str, float]:
     failed = [r for r in results if r.attempts and r.outcome != "success"]
-    recovered = [r.end_ms for r in results if r.outcome == "success" and r.start_ms >= params.dead_ms]
+    recovered = [
+        r.end_ms for r in results if r.outcome == "success" and r.start_ms >= params.dead_ms
+    ]
     return {
         "calls": len(results),
         "reached": sum(1 for r in results if r.attempts),
@@ -178,11 +203,15 @@ def _metrics(results: list[CallResult], sick_calls: int, params: BreakerParams) 
     }
 
 
-def _waiting_curve(results: list[CallResult], params: BreakerParams) -> tuple[list[float], list[float]]:
+def _waiting_curve(
+    results: list[CallResult], params: BreakerParams
+) -> tuple[list[float], list[float]]:
     """Cumulative waiting time on failed calls, sampled at evenly spaced times."""
     step = params.duration_ms / _CHART_POINTS
     xs = [round(i * step, 3) for i in range(_CHART_POINTS + 1)]
-    done = sorted((r.end_ms, r.end_ms - r.start_ms) for r in results if r.attempts and r.outcome != "success")
+    done = sorted(
+        (r.end_ms, r.end_ms - r.start_ms) for r in results if r.attempts and r.outcome != "success"
+    )
     ys, total, i = [], 0.0, 0
     for x in xs:
         while i < len(done) and done[i][0] <= x:
@@ -213,23 +242,45 @@ def run(params: BreakerParams) -> Result:
         return "never" if value < 0 else fmt_number(value)
 
     figures = (
-        Figure("sick_none", "Calls into the dead dependency, no breaker", none["sick_calls"], seed="17"),
-        Figure("sick_breaker", "Calls into the dead dependency, breaker", brk["sick_calls"], seed="7"),
-        Figure("waiting_none", "Waiting on failures, no breaker", none["waiting_ms"], "ms", seed="5,291 ms"),
-        Figure("waiting_breaker", "Waiting on failures, breaker", brk["waiting_ms"], "ms", seed="2,173 ms"),
+        Figure(
+            "sick_none", "Calls into the dead dependency, no breaker", none["sick_calls"], seed="17"
+        ),
+        Figure(
+            "sick_breaker", "Calls into the dead dependency, breaker", brk["sick_calls"], seed="7"
+        ),
+        Figure(
+            "waiting_none",
+            "Waiting on failures, no breaker",
+            none["waiting_ms"],
+            "ms",
+            seed="5,291 ms",
+        ),
+        Figure(
+            "waiting_breaker",
+            "Waiting on failures, breaker",
+            brk["waiting_ms"],
+            "ms",
+            seed="2,173 ms",
+        ),
         Figure("rejected", "Immediate rejections (breaker)", brk["rejected"], seed="407"),
-        Figure("recovered", "First success after recovery (no breaker / breaker)",
-               f"{first(none['first_success_ms'])} / {first(brk['first_success_ms'])}", "ms"),
+        Figure(
+            "recovered",
+            "First success after recovery (no breaker / breaker)",
+            f"{first(none['first_success_ms'])} / {first(brk['first_success_ms'])}",
+            "ms",
+        ),
     )
     return Result(
         experiment="breaker",
         params=EXPERIMENT.params_dict(params),
         figures=figures,
         columns=(
-            Column("mode", "Mode"), Column("calls", "Calls"),
+            Column("mode", "Mode"),
+            Column("calls", "Calls"),
             Column("sick_calls", "Reached the dead dependency"),
             Column("waiting_ms", "Waiting on failures (ms)"),
-            Column("rejected", "Rejected at once"), Column("succeeded", "Succeeded"),
+            Column("rejected", "Rejected at once"),
+            Column("succeeded", "Succeeded"),
             Column("first_success_ms", "First success after recovery (ms)"),
         ),
         rows=rows,

@@ -72,8 +72,16 @@ def layout(chart: Chart, width: int = 720, height: int = 300) -> dict[str, Any]:
             for gi, v in enumerate(s.values):
                 left = x0 + group_w * gi + group_w * 0.1 + bar_w * si
                 top = ypos(v)
-                bars.append({"x": round(left, 2), "y": top, "w": round(bar_w, 2),
-                             "h": round(y1 - top, 2), "value": fmt_number(v), "label": chart.x[gi]})
+                bars.append(
+                    {
+                        "x": round(left, 2),
+                        "y": top,
+                        "w": round(bar_w, 2),
+                        "h": round(y1 - top, 2),
+                        "value": fmt_number(v),
+                        "label": chart.x[gi],
+                    }
+                )
             series_out.append(_series_style(si, s.name, bars=bars))
     else:
         xs = [float(x) for x in chart.x]

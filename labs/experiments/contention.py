@@ -51,9 +51,20 @@ _LABELS = {
     "equal": "equal jitter",
     "decorrelated": "decorrelated jitter",
 }
-_ENGINE_JITTER = {"exponential": "none", "full": "full", "equal": "equal", "decorrelated": "decorrelated"}
+_ENGINE_JITTER = {
+    "exponential": "none",
+    "full": "full",
+    "equal": "equal",
+    "decorrelated": "decorrelated",
+}
 #: What a re-run of the study's simulator gave at 100 clients (calls).
-STUDY_CALLS_AT_100 = {"none": 2424, "exponential": 1858, "decorrelated": 1006, "equal": 811, "full": 797}
+STUDY_CALLS_AT_100 = {
+    "none": 2424,
+    "exponential": 1858,
+    "decorrelated": 1006,
+    "equal": 811,
+    "full": 797,
+}
 #: trials x the sum of N^2 over the clients list is capped here (no backoff costs ~N^2/4 writes).
 MAX_WORK = 300_000
 
@@ -73,14 +84,37 @@ class ContentionParams:
 
 
 LIMITS: dict[str, Param] = {
-    "clients": Param("clients", "Clients (N values)", (10, 20, 50, 100, 150, 200), 2, 500,
-                     kind="int_list", max_items=12, help="one run per N and strategy"),
-    "focus": Param("focus", "Headline at N =", 100, 2, 500,
-                   help="the figures compare the strategies at this N (run too if not listed)"),
-    "base_ms": Param("base_ms", "Backoff base", 5.0, 0.1, 1000, "ms", kind="number",
-                     help="the n-th failure sleeps up to min(cap, base x 2^n)"),
-    "cap_ms": Param("cap_ms", "Backoff cap", 2000.0, 1, 60000, "ms", kind="number",
-                    help="at least the base"),
+    "clients": Param(
+        "clients",
+        "Clients (N values)",
+        (10, 20, 50, 100, 150, 200),
+        2,
+        500,
+        kind="int_list",
+        max_items=12,
+        help="one run per N and strategy",
+    ),
+    "focus": Param(
+        "focus",
+        "Headline at N =",
+        100,
+        2,
+        500,
+        help="the figures compare the strategies at this N (run too if not listed)",
+    ),
+    "base_ms": Param(
+        "base_ms",
+        "Backoff base",
+        5.0,
+        0.1,
+        1000,
+        "ms",
+        kind="number",
+        help="the n-th failure sleeps up to min(cap, base x 2^n)",
+    ),
+    "cap_ms": Param(
+        "cap_ms", "Backoff cap", 2000.0, 1, 60000, "ms", kind="number", help="at least the base"
+    ),
     "net_mean_ms": Param("net_mean_ms", "Network leg mean", 10.0, 0, 1000, "ms", kind="number"),
     "net_sd_ms": Param("net_sd_ms", "Network leg spread (sd)", 2.0, 0, 1000, "ms", kind="number"),
     "trials": Param("trials", "Trials per point", 1, 1, 20, help="results are averaged"),
@@ -99,13 +133,19 @@ def validate(params: ContentionParams) -> list[Problem]:
         return problems
     if params.cap_ms < params.base_ms:
         problems.append(
-            Problem("cap_ms", f"must be between base_ms ({params.base_ms:g}) and 60000 ms "
-                              f"(got {params.cap_ms:g})")
+            Problem(
+                "cap_ms",
+                f"must be between base_ms ({params.base_ms:g}) and 60000 ms "
+                f"(got {params.cap_ms:g})",
+            )
         )
     if params.net_mean_ms == 0 and params.net_sd_ms == 0:
         problems.append(
-            Problem("net_mean_ms", "must be above 0 when net_sd_ms is 0 (a network with no "
-                                   "delay never lets a write conflict; got 0)")
+            Problem(
+                "net_mean_ms",
+                "must be above 0 when net_sd_ms is 0 (a network with no "
+                "delay never lets a write conflict; got 0)",
+            )
         )
     work = params.trials * sum(n * n for n in _points(params))
     if work > MAX_WORK:
@@ -175,8 +215,13 @@ def run(params: ContentionParams) -> Result:
             for trial in range(params.trials):
                 rng = random.Random(f"contention:{params.seed}:{n}:{strategy}:{trial}")
                 c, t = simulate(
-                    n, strategy, rng, base_ms=params.base_ms, cap_ms=params.cap_ms,
-                    net_mean_ms=params.net_mean_ms, net_sd_ms=params.net_sd_ms,
+                    n,
+                    strategy,
+                    rng,
+                    base_ms=params.base_ms,
+                    cap_ms=params.cap_ms,
+                    net_mean_ms=params.net_mean_ms,
+                    net_sd_ms=params.net_sd_ms,
                 )
                 total_calls += c
                 total_time += t
@@ -186,36 +231,65 @@ def run(params: ContentionParams) -> Result:
     focus_calls = {s: calls[s][at] for s in STRATEGIES}
     focus_times = {s: times[s][at] for s in STRATEGIES}
     charts = (
-        Chart("calls", "Total calls (writes) to finish", "line", tuple(points), "clients (N)",
-              "calls", tuple(series(_LABELS[s], calls[s]) for s in STRATEGIES)),
-        Chart("time", "Time until the last client is done", "line", tuple(points), "clients (N)",
-              "completion (ms)", tuple(series(_LABELS[s], times[s]) for s in STRATEGIES)),
+        Chart(
+            "calls",
+            "Total calls (writes) to finish",
+            "line",
+            tuple(points),
+            "clients (N)",
+            "calls",
+            tuple(series(_LABELS[s], calls[s]) for s in STRATEGIES),
+        ),
+        Chart(
+            "time",
+            "Time until the last client is done",
+            "line",
+            tuple(points),
+            "clients (N)",
+            "completion (ms)",
+            tuple(series(_LABELS[s], times[s]) for s in STRATEGIES),
+        ),
     )
     rows = []
     for i, n in enumerate(points):
         for s in STRATEGIES:
-            rows.append({
-                "clients": n, "strategy": _LABELS[s], "calls": calls[s][i],
-                "per_client": round(calls[s][i] / n, 2), "completion_ms": round(times[s][i], 1),
-            })
+            rows.append(
+                {
+                    "clients": n,
+                    "strategy": _LABELS[s],
+                    "calls": calls[s][i],
+                    "per_client": round(calls[s][i] / n, 2),
+                    "completion_ms": round(times[s][i], 1),
+                }
+            )
     slowest = max(STRATEGIES, key=lambda s: focus_times[s])
     figures = [
-        Figure(f"calls_{s}", f"Calls at N = {params.focus}, {_LABELS[s]}", round(focus_calls[s]),
-               seed=f"{STUDY_CALLS_AT_100[s]:,} (study re-run)" if params.focus == 100 else "")
+        Figure(
+            f"calls_{s}",
+            f"Calls at N = {params.focus}, {_LABELS[s]}",
+            round(focus_calls[s]),
+            seed=f"{STUDY_CALLS_AT_100[s]:,} (study re-run)" if params.focus == 100 else "",
+        )
         for s in STRATEGIES
     ]
     figures.append(
-        Figure("slowest", f"Slowest to complete at N = {params.focus}",
-               f"{_LABELS[slowest]} ({fmt_number(round(focus_times[slowest]))} ms)",
-               seed="exponential (study)")
+        Figure(
+            "slowest",
+            f"Slowest to complete at N = {params.focus}",
+            f"{_LABELS[slowest]} ({fmt_number(round(focus_times[slowest]))} ms)",
+            seed="exponential (study)",
+        )
     )
     return Result(
         experiment="contention",
         params=EXPERIMENT.params_dict(params),
         figures=tuple(figures),
         columns=(
-            Column("clients", "N"), Column("strategy", "Strategy"), Column("calls", "Calls"),
-            Column("per_client", "Calls per client"), Column("completion_ms", "Completion (ms)"),
+            Column("clients", "N"),
+            Column("strategy", "Strategy"),
+            Column("calls", "Calls"),
+            Column("per_client", "Calls per client"),
+            Column("completion_ms", "Completion (ms)"),
         ),
         rows=tuple(rows),
         charts=charts,
@@ -244,7 +318,7 @@ EXPERIMENT: Experiment[ContentionParams] = Experiment(
     limits=LIMITS,
     validate=validate,
     run=run,
-    models="The AWS \"Exponential Backoff And Jitter\" simulation: N clients, one row, "
+    models='The AWS "Exponential Backoff And Jitter" simulation: N clients, one row, '
     "optimistic concurrency, five retry strategies, N from 10 to 200.",
     seed_text="A re-run of the study at 100 clients: about 2,424 calls with no backoff, 1,858 "
     "exponential, 1,006 decorrelated, 811 equal, 797 full jitter.",

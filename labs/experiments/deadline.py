@@ -81,14 +81,30 @@ class DeadlineParams:
 
 LIMITS: dict[str, Param] = {
     "requests": Param("requests", "Requests", 100, 1, 1000),
-    "client_timeout_ms": Param("client_timeout_ms", "Client timeout", 100.0, 1, 10000, "ms",
-                               kind="number"),
-    "server_work_ms": Param("server_work_ms", "Server work per request", 500.0, 1, 10000, "ms",
-                            kind="number"),
-    "workers": Param("workers", "Server workers", 4, 1, 100,
-                     help="requests beyond this wait in the server's queue"),
-    "interval_ms": Param("interval_ms", "Time between requests", 0.0, 0, 1000, "ms",
-                         kind="number", help="0 sends them all at once"),
+    "client_timeout_ms": Param(
+        "client_timeout_ms", "Client timeout", 100.0, 1, 10000, "ms", kind="number"
+    ),
+    "server_work_ms": Param(
+        "server_work_ms", "Server work per request", 500.0, 1, 10000, "ms", kind="number"
+    ),
+    "workers": Param(
+        "workers",
+        "Server workers",
+        4,
+        1,
+        100,
+        help="requests beyond this wait in the server's queue",
+    ),
+    "interval_ms": Param(
+        "interval_ms",
+        "Time between requests",
+        0.0,
+        0,
+        1000,
+        "ms",
+        kind="number",
+        help="0 sends them all at once",
+    ),
 }
 
 
@@ -209,12 +225,29 @@ def run(params: DeadlineParams) -> Result:
         series=tuple(series(label, curve(key)) for key, label in _MODES),
     )
     figures = (
-        Figure("wasted_per_tier", "Wasted server work, per-tier timeouts", tier["wasted_ms"], "ms", seed="50,000 ms"),
+        Figure(
+            "wasted_per_tier",
+            "Wasted server work, per-tier timeouts",
+            tier["wasted_ms"],
+            "ms",
+            seed="50,000 ms",
+        ),
         Figure("unreceived", "Complete responses nobody receives", tier["unreceived"], seed="100"),
         Figure("client_timeouts", "Client-side timeouts", tier["client_timeouts"], seed="100"),
-        Figure("wasted_deadline", "Wasted server work, propagated deadline", dl["wasted_ms"], "ms",
-               seed="not measured (issue: >= 95 % less)"),
-        Figure("saved", "Less wasted work with the deadline", round(saved_pct, 1), "%", seed="issue: >= 95 %"),
+        Figure(
+            "wasted_deadline",
+            "Wasted server work, propagated deadline",
+            dl["wasted_ms"],
+            "ms",
+            seed="not measured (issue: >= 95 % less)",
+        ),
+        Figure(
+            "saved",
+            "Less wasted work with the deadline",
+            round(saved_pct, 1),
+            "%",
+            seed="issue: >= 95 %",
+        ),
         Figure("dropped", "Requests dropped unstarted (deadline)", dl["dropped"]),
     )
     return Result(
@@ -222,10 +255,14 @@ def run(params: DeadlineParams) -> Result:
         params=EXPERIMENT.params_dict(params),
         figures=figures,
         columns=(
-            Column("mode", "Server"), Column("client_timeouts", "Client timeouts"),
-            Column("answered", "Answered in time"), Column("unreceived", "Responses nobody receives"),
-            Column("cancelled", "Cancelled at the deadline"), Column("dropped", "Dropped unstarted"),
-            Column("wasted_ms", "Wasted work (ms)"), Column("busy_until_ms", "Server busy until (ms)"),
+            Column("mode", "Server"),
+            Column("client_timeouts", "Client timeouts"),
+            Column("answered", "Answered in time"),
+            Column("unreceived", "Responses nobody receives"),
+            Column("cancelled", "Cancelled at the deadline"),
+            Column("dropped", "Dropped unstarted"),
+            Column("wasted_ms", "Wasted work (ms)"),
+            Column("busy_until_ms", "Server busy until (ms)"),
         ),
         rows=tuple({"mode": label, **stats[key]} for key, label in _MODES),
         charts=(chart,),

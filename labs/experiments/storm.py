@@ -71,14 +71,32 @@ class StormParams:
 LIMITS: dict[str, Param] = {
     "clients": Param("clients", "Clients", 200, 1, 1000),
     "retries": Param("retries", "Retries per client", 4, 1, 10),
-    "base_ms": Param("base_ms", "Backoff base", 100.0, 1, 1000, "ms", kind="number",
-                     help="sleep after the n-th failure: min(cap, base x 2^(n-1))"),
-    "cap_ms": Param("cap_ms", "Backoff cap", 2000.0, 1, 10000, "ms", kind="number",
-                    help="at least the base"),
-    "jitter": Param("jitter", "Jitter (for the jittered run)", "full", kind="choice",
-                    choices=JITTERED),
-    "latency_ms": Param("latency_ms", "Failure latency", 50.0, 0, 1000, "ms", kind="number",
-                        help="each failing attempt takes this long"),
+    "base_ms": Param(
+        "base_ms",
+        "Backoff base",
+        100.0,
+        1,
+        1000,
+        "ms",
+        kind="number",
+        help="sleep after the n-th failure: min(cap, base x 2^(n-1))",
+    ),
+    "cap_ms": Param(
+        "cap_ms", "Backoff cap", 2000.0, 1, 10000, "ms", kind="number", help="at least the base"
+    ),
+    "jitter": Param(
+        "jitter", "Jitter (for the jittered run)", "full", kind="choice", choices=JITTERED
+    ),
+    "latency_ms": Param(
+        "latency_ms",
+        "Failure latency",
+        50.0,
+        0,
+        1000,
+        "ms",
+        kind="number",
+        help="each failing attempt takes this long",
+    ),
     "bin_ms": Param("bin_ms", "Bin width", 20.0, 1, 1000, "ms", kind="number"),
     "seed": Param("seed", "Seed", 7, 0, 999_999_999),
 }
@@ -92,26 +110,35 @@ def validate(params: StormParams) -> list[Problem]:
         return problems
     if params.cap_ms < params.base_ms:
         problems.append(
-            Problem("cap_ms", f"must be between base_ms ({params.base_ms:g}) and 10000 ms "
-                              f"(got {params.cap_ms:g})")
+            Problem(
+                "cap_ms",
+                f"must be between base_ms ({params.base_ms:g}) and 10000 ms "
+                f"(got {params.cap_ms:g})",
+            )
         )
         return problems
     total = params.clients * params.retries
     if total > MAX_RETRIES_TOTAL:
         most = max(1, min(10, MAX_RETRIES_TOTAL // params.clients))
         problems.append(
-            Problem("retries", f"must be between 1 and {most} with {params.clients} clients "
-                               f"(clients x retries is capped at {MAX_RETRIES_TOTAL:,}; "
-                               f"got {total:,})")
+            Problem(
+                "retries",
+                f"must be between 1 and {most} with {params.clients} clients "
+                f"(clients x retries is capped at {MAX_RETRIES_TOTAL:,}; "
+                f"got {total:,})",
+            )
         )
         return problems
     longest = _longest_ms(params)
     smallest_bin = math.ceil(longest / MAX_BINS)
     if longest / params.bin_ms > MAX_BINS:
         problems.append(
-            Problem("bin_ms", f"must be between {smallest_bin} and 1000 ms for this run "
-                              f"(at most {MAX_BINS} bins over up to {longest:g} ms; "
-                              f"got {params.bin_ms:g})")
+            Problem(
+                "bin_ms",
+                f"must be between {smallest_bin} and 1000 ms for this run "
+                f"(at most {MAX_BINS} bins over up to {longest:g} ms; "
+                f"got {params.bin_ms:g})",
+            )
         )
     return problems
 
@@ -155,7 +182,10 @@ def _simulate(params: StormParams, jitter: str) -> list[tuple[float, int]]:
             policy,
             breaker=breaker,
             dependency=FakeDependency(dependency, store=store, clock=clock, rng=rng),
-            clock=clock, rng=rng, sink=sink, store=store,
+            clock=clock,
+            rng=rng,
+            sink=sink,
+            store=store,
         )
         callers.append(lambda client=client, number=i + 1: client.call(number))
     clock.run_concurrently(callers)
@@ -165,8 +195,15 @@ def _simulate(params: StormParams, jitter: str) -> list[tuple[float, int]]:
 
 def _stats(arrivals: list[tuple[float, int]], bin_ms: float) -> dict[str, float | int | list[int]]:
     if not arrivals:
-        return {"arrivals": 0, "peak": 0, "mean": 0.0, "burst": 0.0, "duration_ms": 0.0,
-                "peak_at_ms": 0.0, "bins": []}
+        return {
+            "arrivals": 0,
+            "peak": 0,
+            "mean": 0.0,
+            "burst": 0.0,
+            "duration_ms": 0.0,
+            "peak_at_ms": 0.0,
+            "bins": [],
+        }
     last = arrivals[-1][0]
     nbins = int(last // bin_ms) + 1
     bins = [0] * nbins
@@ -211,34 +248,67 @@ def run(params: StormParams) -> Result:
             times = [at for at, n in raw[key] if n == retry]
             if not times:
                 continue
-            rows.append({
-                "mode": label, "retry": retry, "arrivals": len(times),
-                "first_ms": round(times[0], 1), "last_ms": round(times[-1], 1),
-                "spread_ms": round(times[-1] - times[0], 1),
-            })
+            rows.append(
+                {
+                    "mode": label,
+                    "retry": retry,
+                    "arrivals": len(times),
+                    "first_ms": round(times[0], 1),
+                    "last_ms": round(times[-1], 1),
+                    "spread_ms": round(times[-1] - times[0], 1),
+                }
+            )
     figures = (
-        Figure("burst_none", "Burst factor without jitter (peak / mean)", round(plain["burst"], 1), "x", seed="19.6x"),  # type: ignore[arg-type]
-        Figure("burst_jitter", f"Burst factor with {params.jitter} jitter", round(jittered["burst"], 1), "x", seed="5.3x"),  # type: ignore[arg-type]
-        Figure("peak_none", f"Peak per {params.bin_ms:g} ms without jitter", plain["peak"], seed="185"),  # type: ignore[arg-type]
-        Figure("peak_jitter", f"Peak per {params.bin_ms:g} ms with jitter", jittered["peak"], seed="65"),  # type: ignore[arg-type]
-        Figure("mean", "Mean per bin (no jitter / jitter)", f"{plain['mean']:.1f} / {jittered['mean']:.1f}", seed="9.4 / 12.3"),
-        Figure("duration", "Storm lasts (no jitter / jitter)",
-               f"{plain['duration_ms']:,.0f} / {jittered['duration_ms']:,.0f}", "ms", seed="1,694 / 1,302 ms"),
+        Figure(
+            "burst_none",
+            "Burst factor without jitter (peak / mean)",
+            round(plain["burst"], 1),
+            "x",
+            seed="19.6x",
+        ),  # type: ignore[arg-type]
+        Figure(
+            "burst_jitter",
+            f"Burst factor with {params.jitter} jitter",
+            round(jittered["burst"], 1),
+            "x",
+            seed="5.3x",
+        ),  # type: ignore[arg-type]
+        Figure(
+            "peak_none", f"Peak per {params.bin_ms:g} ms without jitter", plain["peak"], seed="185"
+        ),  # type: ignore[arg-type]
+        Figure(
+            "peak_jitter", f"Peak per {params.bin_ms:g} ms with jitter", jittered["peak"], seed="65"
+        ),  # type: ignore[arg-type]
+        Figure(
+            "mean",
+            "Mean per bin (no jitter / jitter)",
+            f"{plain['mean']:.1f} / {jittered['mean']:.1f}",
+            seed="9.4 / 12.3",
+        ),
+        Figure(
+            "duration",
+            "Storm lasts (no jitter / jitter)",
+            f"{plain['duration_ms']:,.0f} / {jittered['duration_ms']:,.0f}",
+            "ms",
+            seed="1,694 / 1,302 ms",
+        ),
     )
     return Result(
         experiment="storm",
         params=EXPERIMENT.params_dict(params),
         figures=figures,
         columns=(
-            Column("mode", "Mode"), Column("retry", "Retry"), Column("arrivals", "Arrivals"),
-            Column("first_ms", "First (ms)"), Column("last_ms", "Last (ms)"),
+            Column("mode", "Mode"),
+            Column("retry", "Retry"),
+            Column("arrivals", "Arrivals"),
+            Column("first_ms", "First (ms)"),
+            Column("last_ms", "Last (ms)"),
             Column("spread_ms", "Spread (ms)"),
         ),
         rows=tuple(rows),
         charts=(chart,),
-        metrics={
-            key: {k: v for k, v in stats[key].items() if k != "bins"} for key, _ in modes
-        } | {
+        metrics={key: {k: v for k, v in stats[key].items() if k != "bins"} for key, _ in modes}
+        | {
             "burst_cut": ratio(plain["burst"], jittered["burst"]),  # type: ignore[arg-type]
             "peak_cut": ratio(plain["peak"], jittered["peak"]),  # type: ignore[arg-type]
         },

@@ -107,7 +107,9 @@ def _wait_until_answering(url: str, proc: subprocess.Popen, log: Path) -> None:
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
         time.sleep(0.2)
-    raise RuntimeError(f"daphne did not answer {url} within {SERVER_START_TIMEOUT}s:\n{log.read_text()}")
+    raise RuntimeError(
+        f"daphne did not answer {url} within {SERVER_START_TIMEOUT}s:\n{log.read_text()}"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -118,8 +120,12 @@ def daphne_server(django_db_setup) -> Iterator[str]:
     log_path = ARTIFACTS / "daphne.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            daphne_cmd(host, port), cwd=ROOT, env=server_env(), stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            daphne_cmd(host, port),
+            cwd=ROOT,
+            env=server_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         try:
             base_url = f"http://{host}:{port}"

@@ -14,9 +14,19 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 CHANGES = {
     "amplification": ("tiers", "4", "0", "tiers: must be between 1 and 6 (got 0)"),
     "storm": ("clients", "100", "100000", "clients: must be between 1 and 1000 (got 100000)"),
-    "breaker": ("cooldown_ms", "1000", "-5", "cooldown_ms: must be between 100 and 60000 ms (got -5)"),
+    "breaker": (
+        "cooldown_ms",
+        "1000",
+        "-5",
+        "cooldown_ms: must be between 100 and 60000 ms (got -5)",
+    ),
     "deadline": ("workers", "1", "0", "workers: must be between 1 and 100 (got 0)"),
-    "contention": ("clients", "10,20,50", "1", "clients: must be 1 to 12 whole numbers separated by commas, each between 2 and 500 (got 1)"),
+    "contention": (
+        "clients",
+        "10,20,50",
+        "1",
+        "clients: must be 1 to 12 whole numbers separated by commas, each between 2 and 500 (got 1)",
+    ),
 }
 
 
@@ -45,7 +55,9 @@ def test_change_a_parameter_rerun_and_the_chart_changes(daphne_server, page, nam
     page.evaluate("window.__sameDocument = true")
 
     page.fill(f"#id_{field}", value)
-    with page.expect_response(lambda r: r.url.endswith(f"/experiments/{name}/") and r.request.method == "POST"):
+    with page.expect_response(
+        lambda r: r.url.endswith(f"/experiments/{name}/") and r.request.method == "POST"
+    ):
         page.click("#experiment-form button[type=submit]")
     page.wait_for_function(
         "old => document.querySelector('#results').dataset.checksum !== old", arg=before["results"]
@@ -53,7 +65,9 @@ def test_change_a_parameter_rerun_and_the_chart_changes(daphne_server, page, nam
     after = _chart_state(page)
     assert after["chart"] != before["chart"]
     assert after["drawing"] != before["drawing"]
-    assert page.evaluate("window.__sameDocument === true"), "the form did a full page load, not htmx"
+    assert page.evaluate("window.__sameDocument === true"), (
+        "the form did a full page load, not htmx"
+    )
     assert page.input_value(f"#id_{field}") == value
 
     # Out of range: nothing runs, the message names the field and its range beside it.

@@ -20,7 +20,11 @@ def result():
 
 
 def test_defaults_are_the_issues():
-    assert (AmplificationParams().tiers, AmplificationParams().attempts, AmplificationParams().requests) == (3, 3, 30)
+    assert (
+        AmplificationParams().tiers,
+        AmplificationParams().attempts,
+        AmplificationParams().requests,
+    ) == (3, 3, 30)
     assert AmplificationParams().budget_pct == 10
 
 
@@ -62,14 +66,22 @@ def test_leaf_hits_are_requests_times_attempts_to_the_tiers():
 
 @settings(max_examples=25, deadline=None)
 @given(
-    tiers=st.integers(1, 4), attempts=st.integers(1, 4), requests=st.integers(1, 20),
-    budget_pct=st.floats(0, 100), budget_tokens=st.floats(1, 100),
+    tiers=st.integers(1, 4),
+    attempts=st.integers(1, 4),
+    requests=st.integers(1, 20),
+    budget_pct=st.floats(0, 100),
+    budget_tokens=st.floats(1, 100),
 )
 def test_the_budget_never_adds_hits_and_never_goes_below_one_attempt_per_call(
     tiers, attempts, requests, budget_pct, budget_tokens
 ):
-    params = AmplificationParams(tiers=tiers, attempts=attempts, requests=requests,
-                                 budget_pct=budget_pct, budget_tokens=budget_tokens)
+    params = AmplificationParams(
+        tiers=tiers,
+        attempts=attempts,
+        requests=requests,
+        budget_pct=budget_pct,
+        budget_tokens=budget_tokens,
+    )
     metrics = EXPERIMENT.run(params).metrics
     assert metrics["leaf_hits"] == requests * attempts**tiers
     assert requests <= metrics["leaf_hits_budget"] <= metrics["leaf_hits"]

@@ -75,7 +75,10 @@ def test_several_callers():
         ({"dead_ms": -1}, "dead_ms: must be between 0 and 60000 ms (got -1)"),
         ({"callers": 0}, "callers: must be between 1 and 20 (got 0)"),
         ({"cooldown_ms": 50}, "cooldown_ms: must be between 100 and 60000 ms (got 50)"),
-        ({"failure_threshold": "x"}, "failure_threshold: must be a whole number between 1 and 20 (got 'x')"),
+        (
+            {"failure_threshold": "x"},
+            "failure_threshold: must be a whole number between 1 and 20 (got 'x')",
+        ),
     ],
 )
 def test_bad_input_is_refused(raw, message):

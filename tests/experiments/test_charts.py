@@ -27,8 +27,15 @@ def test_line_points_stay_inside_the_plot_area():
 
 
 def test_bars_one_group_per_category():
-    chart = Chart("b", "T", "bar", ("t1", "leaf"), "x", "y",
-                  (Series("a", (30.0, 810.0)), Series("b", (30.0, 71.0))))
+    chart = Chart(
+        "b",
+        "T",
+        "bar",
+        ("t1", "leaf"),
+        "x",
+        "y",
+        (Series("a", (30.0, 810.0)), Series("b", (30.0, 71.0))),
+    )
     geo = layout(chart)
     assert [t["label"] for t in geo["x_ticks"]] == ["t1", "leaf"]
     assert len(geo["series"]) == 2 and len(geo["series"][0]["bars"]) == 2

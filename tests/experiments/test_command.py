@@ -28,7 +28,7 @@ def test_table_output_shows_figures_beside_the_seed_and_the_table():
     assert text.startswith("Retry amplification\n")
     assert "Leaf hits without a budget" in text
     figure_line = next(line for line in text.splitlines() if line.startswith("Leaf hits without"))
-    assert figure_line.split() [-2:] == ["810", "810"]
+    assert figure_line.split()[-2:] == ["810", "810"]
     assert "Budget denials" in text  # the per-tier table
     assert "chart calls_per_tier" in text
 
@@ -68,7 +68,10 @@ def test_bad_parameters_raise_command_error_with_returncode_2_one_line_per_probl
 def _manage(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "manage.py", "experiment", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 

@@ -45,7 +45,11 @@ def test_calls_are_close_to_the_study_rerun(result):
 
 def test_pinned_default_calls(result):
     assert result.metrics["focus_calls"] == {
-        "none": 2436, "exponential": 1849, "full": 798, "equal": 803, "decorrelated": 991,
+        "none": 2436,
+        "exponential": 1849,
+        "full": 798,
+        "equal": 803,
+        "decorrelated": 991,
     }
 
 
@@ -62,7 +66,11 @@ def test_two_line_charts_over_every_n(result):
     assert calls_chart.kind == time_chart.kind == "line"
     assert calls_chart.x == (10, 20, 50, 100, 150, 200)
     assert [s.name for s in calls_chart.series] == [
-        "no backoff", "exponential", "full jitter", "equal jitter", "decorrelated jitter",
+        "no backoff",
+        "exponential",
+        "full jitter",
+        "equal jitter",
+        "decorrelated jitter",
     ]
     assert len(result.rows) == 6 * 5
 
@@ -90,13 +98,25 @@ def test_same_seed_same_numbers(result):
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        ({"clients": "1"}, "clients: must be 1 to 12 whole numbers separated by commas, each between 2 and 500 (got 1)"),
-        ({"clients": 5}, "clients: must be 1 to 12 whole numbers separated by commas, each between 2 and 500 (got 5)"),
-        ({"clients": "10,x"}, "clients: must be 1 to 12 whole numbers separated by commas, each between 2 and 500 (got '10,x')"),
+        (
+            {"clients": "1"},
+            "clients: must be 1 to 12 whole numbers separated by commas, each between 2 and 500 (got 1)",
+        ),
+        (
+            {"clients": 5},
+            "clients: must be 1 to 12 whole numbers separated by commas, each between 2 and 500 (got 5)",
+        ),
+        (
+            {"clients": "10,x"},
+            "clients: must be 1 to 12 whole numbers separated by commas, each between 2 and 500 (got '10,x')",
+        ),
         ({"focus": 1000}, "focus: must be between 2 and 500 (got 1000)"),
         ({"trials": 0}, "trials: must be between 1 and 20 (got 0)"),
         ({"net_sd_ms": -2}, "net_sd_ms: must be between 0 and 1000 ms (got -2)"),
-        ({"base_ms": 100, "cap_ms": 10}, "cap_ms: must be between base_ms (100) and 60000 ms (got 10)"),
+        (
+            {"base_ms": 100, "cap_ms": 10},
+            "cap_ms: must be between base_ms (100) and 60000 ms (got 10)",
+        ),
     ],
 )
 def test_bad_input_is_refused(raw, message):

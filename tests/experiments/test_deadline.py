@@ -74,7 +74,10 @@ def test_chart_is_cumulative_waste(result):
     ("raw", "message"),
     [
         ({"requests": 0}, "requests: must be between 1 and 1000 (got 0)"),
-        ({"client_timeout_ms": -100}, "client_timeout_ms: must be between 1 and 10000 ms (got -100)"),
+        (
+            {"client_timeout_ms": -100},
+            "client_timeout_ms: must be between 1 and 10000 ms (got -100)",
+        ),
         ({"server_work_ms": 0}, "server_work_ms: must be between 1 and 10000 ms (got 0)"),
         ({"workers": 101}, "workers: must be between 1 and 100 (got 101)"),
         ({"interval_ms": -1}, "interval_ms: must be between 0 and 1000 ms (got -1)"),

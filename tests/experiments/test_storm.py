@@ -83,8 +83,14 @@ def test_other_jitters_run(jitter):
         ({"clients": 0}, "clients: must be between 1 and 1000 (got 0)"),
         ({"retries": 11}, "retries: must be between 1 and 10 (got 11)"),
         ({"base_ms": -1}, "base_ms: must be between 1 and 1000 ms (got -1)"),
-        ({"jitter": "none"}, "jitter: must be one of full, equal, decorrelated, proportional (got 'none')"),
-        ({"base_ms": 500, "cap_ms": 100}, "cap_ms: must be between base_ms (500) and 10000 ms (got 100)"),
+        (
+            {"jitter": "none"},
+            "jitter: must be one of full, equal, decorrelated, proportional (got 'none')",
+        ),
+        (
+            {"base_ms": 500, "cap_ms": 100},
+            "cap_ms: must be between base_ms (500) and 10000 ms (got 100)",
+        ),
     ],
 )
 def test_bad_input_is_refused(raw, message):

@@ -46,8 +46,11 @@ def _numeric(name):
     ]
 
 
-@pytest.mark.parametrize(("name", "spec"), [c for n in ALL for c in _numeric(n)],
-                         ids=lambda v: v if isinstance(v, str) else v.name)
+@pytest.mark.parametrize(
+    ("name", "spec"),
+    [c for n in ALL for c in _numeric(n)],
+    ids=lambda v: v if isinstance(v, str) else v.name,
+)
 def test_every_numeric_field_refuses_values_past_either_end_with_its_range(name, spec):
     experiment = EXPERIMENTS[name]
     unit = f" {spec.unit}" if spec.unit else ""
@@ -99,14 +102,33 @@ def test_param_parses_strings_and_values(spec, raw, value):
 @pytest.mark.parametrize(
     ("spec", "raw", "message"),
     [
-        (Param("n", "N", 1, 1, 10), "7.5", "n: must be a whole number between 1 and 10 (got '7.5')"),
+        (
+            Param("n", "N", 1, 1, 10),
+            "7.5",
+            "n: must be a whole number between 1 and 10 (got '7.5')",
+        ),
         (Param("n", "N", 1, 1, 10), True, "n: must be a whole number between 1 and 10 (got True)"),
         (Param("n", "N", 1, 1, 10), "", "n: must be a whole number between 1 and 10 (got '')"),
-        (Param("x", "X", 1.0, 0, 10, "ms", kind="number"), "nan", "x: must be a number between 0 and 10 ms (got 'nan')"),
-        (Param("x", "X", 1.0, 0, 10, "ms", kind="number"), "inf", "x: must be a number between 0 and 10 ms (got 'inf')"),
-        (Param("l", "L", (2,), 2, 9, kind="int_list", max_items=2), "2,3,4",
-         "l: must be 1 to 2 whole numbers separated by commas, each between 2 and 9 (got 2,3,4)"),
-        (Param("l", "L", (2,), 2, 9, kind="int_list"), "", "l: must be 1 to 12 whole numbers separated by commas, each between 2 and 9 (got )"),
+        (
+            Param("x", "X", 1.0, 0, 10, "ms", kind="number"),
+            "nan",
+            "x: must be a number between 0 and 10 ms (got 'nan')",
+        ),
+        (
+            Param("x", "X", 1.0, 0, 10, "ms", kind="number"),
+            "inf",
+            "x: must be a number between 0 and 10 ms (got 'inf')",
+        ),
+        (
+            Param("l", "L", (2,), 2, 9, kind="int_list", max_items=2),
+            "2,3,4",
+            "l: must be 1 to 2 whole numbers separated by commas, each between 2 and 9 (got 2,3,4)",
+        ),
+        (
+            Param("l", "L", (2,), 2, 9, kind="int_list"),
+            "",
+            "l: must be 1 to 12 whole numbers separated by commas, each between 2 and 9 (got )",
+        ),
     ],
 )
 def test_param_refuses_junk_with_field_and_range(spec, raw, message):

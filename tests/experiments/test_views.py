@@ -108,7 +108,9 @@ def test_out_of_range_input_runs_nothing_and_shows_the_range_beside_the_field(cl
     assert "Nothing was run" in html
     assert _checksum(html) == ""
     assert 'data-chart="' not in html
-    tiers_field = re.search(r'<div class="field has-error">\s*<label for="id_tiers">.*?</div>', html, re.S)
+    tiers_field = re.search(
+        r'<div class="field has-error">\s*<label for="id_tiers">.*?</div>', html, re.S
+    )
     assert tiers_field, "the tiers field is not marked as in error"
     assert "tiers: must be between 1 and 6 (got 0)" in tiers_field.group(0)
     assert 'aria-invalid="true"' in tiers_field.group(0)
@@ -121,10 +123,22 @@ def test_out_of_range_input_runs_nothing_and_shows_the_range_beside_the_field(cl
     [
         ("storm", {"clients": "100000"}, "clients: must be between 1 and 1000 (got 100000)"),
         ("breaker", {"hang_ms": "-5"}, "hang_ms: must be between 1 and 5000 ms (got -5)"),
-        ("deadline", {"client_timeout_ms": "-1"}, "client_timeout_ms: must be between 1 and 10000 ms (got -1)"),
+        (
+            "deadline",
+            {"client_timeout_ms": "-1"},
+            "client_timeout_ms: must be between 1 and 10000 ms (got -1)",
+        ),
         ("contention", {"clients": "10,abc"}, "clients: must be 1 to 12 whole numbers"),
-        ("storm", {"jitter": "sometimes"}, "jitter: must be one of full, equal, decorrelated, proportional"),
-        ("amplification", {"tiers": ""}, "tiers: must be a whole number between 1 and 6 (got &#x27;&#x27;)"),
+        (
+            "storm",
+            {"jitter": "sometimes"},
+            "jitter: must be one of full, equal, decorrelated, proportional",
+        ),
+        (
+            "amplification",
+            {"tiers": ""},
+            "tiers: must be a whole number between 1 and 6 (got &#x27;&#x27;)",
+        ),
     ],
 )
 def test_each_page_refuses_bad_input_with_field_and_range(client_in, name, data, message):

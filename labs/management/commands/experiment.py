@@ -36,13 +36,18 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", choices=list(EXPERIMENTS), help="which experiment")
         parser.add_argument("--json", action="store_true", help="print the result as JSON")
-        group = parser.add_argument_group("experiment parameters (each applies to the named experiments)")
+        group = parser.add_argument_group(
+            "experiment parameters (each applies to the named experiments)"
+        )
         for name, owners in _ALL_PARAMS.items():
             flags = [f"--{name}"]
             if "_" in name:
                 flags.append(f"--{name.replace('_', '-')}")
             group.add_argument(
-                *flags, dest=f"param_{name}", metavar="VALUE", default=None,
+                *flags,
+                dest=f"param_{name}",
+                metavar="VALUE",
+                default=None,
                 help=f"({', '.join(owners)})",
             )
 
@@ -90,7 +95,9 @@ def format_result(title: str, result: Result) -> str:
     lines += _table(headers, rows)
     for chart in result.charts:
         lines.append("")
-        lines.append(f"chart {chart.key}: {chart.title} ({len(chart.x)} points, checksum {chart.checksum()})")
+        lines.append(
+            f"chart {chart.key}: {chart.title} ({len(chart.x)} points, checksum {chart.checksum()})"
+        )
     for note in result.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)
