@@ -1,7 +1,11 @@
-"""Websocket routes, served by lab_project/asgi.py behind origin validation and auth.
+"""Websocket routes, served by lab_project/asgi.py behind origin validation and auth."""
 
-Placeholder from the platform: the lab engineer owns this file and adds the lab session and
-class dashboard consumers here.
-"""
+from django.urls import path
 
-websocket_urlpatterns: list = []
+from labs.consumers import LabSessionConsumer
+from labs.dashboard_consumer import ClassDashboardConsumer
+
+websocket_urlpatterns: list = [
+    path("ws/sessions/<int:session_id>/", LabSessionConsumer.as_asgi()),
+    path("ws/classes/<int:classroom_id>/", ClassDashboardConsumer.as_asgi()),
+]

@@ -1,0 +1,307 @@
+"""Websocket consumers: the live lab page of one session.
+
+``LabSessionConsumer`` (``ws/sessions/<id>/?after=<seq>``):
+
+1. The user must be allowed to see the session (``LabSession.objects.visible_to``); anyone
+   else, anonymous included, is accepted and at once closed with code 4403, so the browser
+   sees why (a socket refused before ``accept`` reaches the page as a bare 1006).
+2. It joins ``lab-session-<id>`` *before* reading the journal, then replays every row after
+   the client's ``after`` in order, then forwards live pushes. A row committed between the
+   join and the replay arrives twice (replay and push): the consumer remembers the last
+   sequence number it sent and drops anything at or below it, and if a push skips numbers
+   (a message the channel layer dropped) it reads the missing rows from the database first.
+   So each connection delivers every row exactly once, in order, with no gap.
+3. Messages to the browser are JSON: ``{"type": "events", "events": [...]}`` where each
+   event is the journal payload plus ``html`` (the row, rendered with the page's own
+   ``journal-row`` partial) and ``fragments`` (``{"id", "html"}`` to swap by DOM id: the
+   breaker badge after a state change, re-read from Redis so it carries ``open_until_ms``;
+   the burst summary when a burst is queued, starts or ends). ``{"type": "state"}`` on
+   connect carries the current badge.
+4. Messages from the browser: ``{"type": "ping"}`` (answered with a pong) and
+   ``{"type": "resync", "after": N}``. Anything else is logged and ignored: it never closes
+   this socket, let alone anyone else's.
+
+The ORM and Redis are only reached through ``database_sync_to_async``; rendering a row needs
+neither and happens on the event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.template.loader import get_template
+
+from labs import broadcast
+from labs.journal import event_payload
+from labs.models import Burst, JournalEvent, LabSession
+
+logger = logging.getLogger(__name__)
+
+CLOSE_FORBIDDEN = 4403
+#: Rows per replay message.
+REPLAY_CHUNK = 200
+#: A client further behind than this reloads the page instead (it shows the newest rows).
+MAX_REPLAY = 5000
+
+SUMMARY_KINDS = ("burst_queued", "burst_start", "burst_end", "burst_interrupted", "burst_failed")
+TEMPLATE = "labs/session.html"
+
+
+def _template(partial: str):
+    # The cached loader keeps parsed templates, so this is a dictionary lookup after the first.
+    return get_template(f"{TEMPLATE}#{partial}")
+
+
+def render_row(payload: dict[str, Any]) -> str:
+    """One journal row, exactly as the page renders it."""
+    return _template("journal-row").render({"e": payload}).strip()
+
+
+def render_badge(view: dict[str, Any]) -> str:
+    return _template("breaker-badge").render({"breaker": view}).strip()
+
+
+def render_summary(summary: dict[str, Any] | None) -> str:
+    return _template("burst-summary").render({"summary": summary}).strip()
+
+
+# --- sync helpers (run through database_sync_to_async) ----------------------------------------
+
+
+def visible_session_id(user, session_id: int) -> tuple[int, int] | None:
+    """(session id, last seq) if ``user`` may see the session, else None."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    row = (
+        LabSession.objects.visible_to(user)
+        .filter(pk=session_id)
+        .values_list("pk", "next_seq")
+        .first()
+    )
+    return (row[0], row[1] - 1) if row else None
+
+
+def rows_after(session_id: int, after: int, limit: int) -> list[dict[str, Any]]:
+    rows = JournalEvent.objects.filter(session_id=session_id).after(after)[:limit]
+    return [event_payload(row) for row in rows]
+
+
+def count_after(session_id: int, after: int) -> int:
+    return JournalEvent.objects.filter(session_id=session_id, seq__gt=after).count()
+
+
+def badge_view(session_id: int) -> dict[str, Any] | None:
+    """The breaker as the badge shows it (Redis, at now), or None if the session is gone."""
+    from labs.views.lab import breaker_for_page
+
+    session = LabSession.objects.filter(pk=session_id).first()
+    return breaker_for_page(session) if session else None
+
+
+def summaries_for(burst_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """Burst facts the summary panel needs, by burst id."""
+    return {
+        b["pk"]: {
+            "id": b["pk"],
+            "number": b["number"],
+            "size": b["size"],
+            "concurrency": b["concurrency"],
+            "status": b["status"],
+            "error": b["error"],
+        }
+        for b in Burst.objects.filter(pk__in=burst_ids).values(
+            "pk", "number", "size", "concurrency", "status", "error"
+        )
+    }
+
+
+def summary_fragment(event: dict[str, Any], burst: dict[str, Any]) -> str:
+    """The summary panel as of ``event`` (not as of now: a replay must add up)."""
+    from labs.views.lab import summary_from_end_event
+
+    kind = event["kind"]
+    zero = {
+        "calls": 0, "succeeded": 0, "failed": 0, "fast_failed": 0, "attempts_total": 0,
+        "backoff_ms_total": 0, "wall_ms": None,
+    }  # fmt: skip
+    if kind == "burst_end":
+        return render_summary(summary_from_end_event(burst, event))
+    if kind in ("burst_queued", "burst_start"):
+        status = "queued" if kind == "burst_queued" else "running"
+        return render_summary(burst | zero | {"status": status, "error": ""})
+    # interrupted / failed: keep the counts the page has, say how it ended
+    return ""
+
+
+class LabSessionConsumer(AsyncWebsocketConsumer):
+    """Live journal, badge and summary of one lab session (see the module docstring)."""
+
+    session_id: int | None = None
+    group: str | None = None
+    last_seq: int = 0
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        try:
+            session_id = int(self.scope["url_route"]["kwargs"]["session_id"])
+        except (KeyError, TypeError, ValueError):
+            session_id = 0
+        found = await database_sync_to_async(visible_session_id)(user, session_id)
+        if found is None:
+            await self.accept()
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.session_id, newest = found
+        # Join first: a row committed from now on is pushed to us, and every row committed
+        # before is in the database for the replay below. Overlap is dropped by seq.
+        self.group = broadcast.session_group(self.session_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        after = self._after_from_query()
+        # A client claiming rows we never wrote (a stale tab after a database reset) is
+        # treated as knowing everything so far; nothing is replayed to it twice.
+        self.last_seq = min(after, newest)
+        await self._catch_up()
+        await self._send_state()
+
+    async def disconnect(self, code: int) -> None:
+        if self.group:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    # -- from the browser ------------------------------------------------------------------
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None):
+        if self.session_id is None:
+            return
+        try:
+            message = json.loads(text_data) if text_data is not None else None
+            kind = message.get("type") if isinstance(message, dict) else None
+            if kind == "ping":
+                await self._send({"type": "pong", "last_seq": self.last_seq})
+            elif kind == "resync":
+                after = message.get("after")
+                if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+                    raise ValueError(f"resync needs a non-negative integer 'after' (got {after!r})")
+                # Replay from what the client says it has; rows it has twice it drops by seq.
+                self.last_seq = min(self.last_seq, after)
+                await self._catch_up()
+            else:
+                raise ValueError(f"unknown message {_clip(text_data or bytes_data)}")
+        except Exception as exc:  # a bad message must never take the socket down
+            logger.warning(
+                "lab session %s: ignored a malformed websocket message from user %s: %s",
+                self.session_id,
+                getattr(self.scope.get("user"), "pk", None),
+                exc,
+            )
+
+    # -- from the channel layer ------------------------------------------------------------
+
+    async def journal_events(self, message: dict[str, Any]) -> None:
+        """Newly committed journal rows of this session (``labs.broadcast``)."""
+        try:
+            events = [
+                e
+                for e in message.get("events") or []
+                if isinstance(e, dict) and isinstance(e.get("seq"), int)
+            ]
+            events.sort(key=lambda e: e["seq"])
+            fresh = [e for e in events if e["seq"] > self.last_seq]
+            if not fresh:
+                return
+            if fresh[0]["seq"] > self.last_seq + 1:
+                # A push went missing (channel layer capacity, expiry): read the gap.
+                await self._catch_up(upto=fresh[0]["seq"] - 1)
+                fresh = [e for e in fresh if e["seq"] > self.last_seq]
+            if fresh:
+                await self._send_events(fresh)
+        except Exception:
+            logger.exception("lab session %s: could not forward journal events", self.session_id)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _after_from_query(self) -> int:
+        raw = self.scope.get("query_string", b"").decode("latin-1")
+        values = parse_qs(raw).get("after") or ["0"]
+        try:
+            after = int(values[0])
+        except ValueError:
+            logger.warning("lab session %s: ignored malformed after=%r", self.session_id, values[0])
+            return 0
+        return max(after, 0)
+
+    async def _catch_up(self, upto: int | None = None) -> None:
+        """Send every row after ``last_seq`` (up to ``upto``) from the database, in order."""
+        assert self.session_id is not None
+        behind = await database_sync_to_async(count_after)(self.session_id, self.last_seq)
+        if behind > MAX_REPLAY:
+            await self._send({"type": "reload", "reason": f"{behind} rows behind"})
+            return
+        while True:
+            rows = await database_sync_to_async(rows_after)(
+                self.session_id, self.last_seq, REPLAY_CHUNK
+            )
+            if upto is not None:
+                rows = [r for r in rows if r["seq"] <= upto]
+            if not rows:
+                return
+            await self._send_events(rows)
+            if len(rows) < REPLAY_CHUNK:
+                return
+
+    async def _send_events(self, events: list[dict[str, Any]]) -> None:
+        """Render and send ``events`` (seq order, all after ``last_seq``)."""
+        assert self.session_id is not None
+        out = []
+        burst_ids = sorted(
+            {e["burst"] for e in events if e.get("kind") in SUMMARY_KINDS and e.get("burst")}
+        )
+        bursts = await database_sync_to_async(summaries_for)(burst_ids) if burst_ids else {}
+        last_state_change = max(
+            (i for i, e in enumerate(events) if e.get("state_to")), default=None
+        )
+        for i, event in enumerate(events):
+            item = dict(event)
+            item["html"] = render_row(event)
+            fragments = []
+            burst = bursts.get(event.get("burst"))
+            if burst and event.get("kind") in SUMMARY_KINDS:
+                html = summary_fragment(event, burst)
+                if html:
+                    fragments.append({"id": "burst-summary", "html": html})
+            if i == last_state_change:
+                view = await database_sync_to_async(badge_view)(self.session_id)
+                if view is not None:
+                    fragments.append({"id": "breaker-badge", "html": render_badge(view)})
+            if fragments:
+                item["fragments"] = fragments
+            out.append(item)
+        await self._send({"type": "events", "events": out})
+        self.last_seq = events[-1]["seq"]
+
+    async def _send_state(self) -> None:
+        assert self.session_id is not None
+        view = await database_sync_to_async(badge_view)(self.session_id)
+        fragments = [{"id": "breaker-badge", "html": render_badge(view)}] if view else []
+        await self._send(
+            {
+                "type": "state",
+                "last_seq": self.last_seq,
+                "server_now_ms": round(time.time() * 1000),
+                "fragments": fragments,
+            }
+        )
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        await self.send(text_data=json.dumps(message, default=str))
+
+
+def _clip(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -1,0 +1,415 @@
+"""The lab session websocket through the real ASGI application (origin check, session-cookie
+auth, URL routing) and the real channels-redis layer (the settings' Redis, not the in-memory
+layer): who may connect, replay after a sequence number, live pushes from services and from a
+real Celery worker, duplicates and gaps, and malformed client messages.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.db import transaction
+from django.test import Client
+
+from lab_project.asgi import application
+from labs import broadcast, consumers, journal
+from labs.models import Burst, JournalEvent, LabSession
+from labs.services import bursts, lab
+from tests.conftest import make_classroom, make_instructor, make_scenario, make_student
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+TIMEOUT = 5
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    # Sessions are logged in with force_login; nobody types a password here.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def world(db):
+    scenario = make_scenario("tour", title="The tour")
+    room = make_classroom("Resilience A", join_code="CLASSA01")
+    room.scenarios.add(scenario)
+    other_room = make_classroom("Resilience B", join_code="CLASSB02")
+    other_room.scenarios.add(scenario)
+    alice = make_student("alice", room)
+    session = lab.session_open(user=alice, classroom=room, scenario=scenario)
+    return {
+        "session": session,
+        "alice": alice,
+        "bob": make_student("bob", other_room),
+        "carol": make_student("carol", room),  # same class, not hers
+        "teacher": make_instructor("teacher", room),
+    }
+
+
+def cookie_for(user) -> str:
+    """A real logged-in session cookie, as a browser would send it."""
+    client = Client()
+    client.force_login(user)
+    return client.cookies[settings.SESSION_COOKIE_NAME].value
+
+
+def socket(session_id: int, user=None, *, after: int | None = None, origin="http://localhost"):
+    headers = [(b"origin", origin.encode()), (b"host", b"localhost")]
+    if user is not None:
+        headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie_for(user)}".encode()))
+    path = f"/ws/sessions/{session_id}/" + (f"?after={after}" if after is not None else "")
+    return WebsocketCommunicator(application, path, headers=headers)
+
+
+def add_rows(session: LabSession, count: int, *, push: bool = True) -> list[int]:
+    entries = [
+        journal.Entry(
+            session_id=session.pk,
+            classroom_id=session.classroom_id,
+            kind="policy_set",
+            message=f"row {i}",
+        )
+        for i in range(count)
+    ]
+    if push:
+        return [row.seq for row in journal.record(entries)]
+    with transaction.atomic():  # rows without a push: what a lost channel message leaves
+        return [row.seq for _, row in journal.append_entries(entries)]
+
+
+async def receive(comm: WebsocketCommunicator, timeout: float = TIMEOUT) -> dict:
+    return json.loads(await comm.receive_from(timeout))
+
+
+async def receive_events(comm: WebsocketCommunicator, until, timeout: float = 30) -> list[dict]:
+    """Every event pushed until ``until(event)`` is true for one of them."""
+    events: list[dict] = []
+    while True:
+        message = await receive(comm, timeout)
+        if message["type"] != "events":
+            continue
+        events.extend(message["events"])
+        if any(until(e) for e in message["events"]):
+            return events
+
+
+def run(coroutine_function) -> None:
+    async_to_sync(coroutine_function)()
+
+
+# --- who may connect ------------------------------------------------------------------------
+
+
+def test_owner_connects_and_gets_the_current_breaker_badge(world):
+    comm = socket(world["session"].pk, world["alice"])
+
+    async def scenario():
+        connected, _ = await comm.connect(TIMEOUT)
+        assert connected
+        state = await receive(comm)
+        assert state["type"] == "state"
+        assert state["last_seq"] == 0
+        (badge,) = state["fragments"]
+        assert badge["id"] == "breaker-badge"
+        assert 'data-state="closed"' in badge["html"]
+        await comm.disconnect()
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("who", ["bob", "carol", None])
+def test_anyone_who_may_not_see_the_session_is_closed_with_4403(world, who):
+    comm = socket(world["session"].pk, world[who] if who else None)
+
+    async def scenario():
+        connected, _ = await comm.connect(TIMEOUT)
+        assert connected  # accepted so that the close code reaches the browser
+        assert await comm.receive_output(TIMEOUT) == {"type": "websocket.close", "code": 4403}
+        await comm.disconnect()
+
+    run(scenario)
+
+
+def test_unknown_session_is_closed_with_4403(world):
+    comm = socket(world["session"].pk + 1000, world["alice"])
+
+    async def scenario():
+        await comm.connect(TIMEOUT)
+        assert (await comm.receive_output(TIMEOUT))["code"] == 4403
+        await comm.disconnect()
+
+    run(scenario)
+
+
+def test_a_page_from_another_origin_is_refused(world):
+    comm = socket(world["session"].pk, world["alice"], origin="http://evil.example")
+
+    async def scenario():
+        connected, _ = await comm.connect(TIMEOUT)
+        assert not connected
+        await comm.disconnect()
+
+    run(scenario)
+
+
+def test_the_class_instructor_may_watch(world):
+    comm = socket(world["session"].pk, world["teacher"])
+
+    async def scenario():
+        connected, _ = await comm.connect(TIMEOUT)
+        assert connected
+        assert (await receive(comm))["type"] == "state"
+        await comm.disconnect()
+
+    run(scenario)
+
+
+# --- replay -----------------------------------------------------------------------------------
+
+
+def test_replays_every_row_after_the_given_seq_in_order_then_the_state(world):
+    session = world["session"]
+    add_rows(session, 5)
+    comm = socket(session.pk, world["alice"], after=2)
+
+    async def scenario():
+        assert (await comm.connect(TIMEOUT))[0]
+        replay = await receive(comm)
+        assert replay["type"] == "events"
+        assert [e["seq"] for e in replay["events"]] == [3, 4, 5]
+        for event in replay["events"]:
+            # the row rendered with the page's own partial
+            assert event["html"].startswith(f'<li id="ev-{event["seq"]}" class="journal-row')
+            assert event["message"] in event["html"]
+        state = await receive(comm)
+        assert state["type"] == "state" and state["last_seq"] == 5
+        assert await comm.receive_nothing(0.3)
+        await comm.disconnect()
+
+    run(scenario)
+
+
+def test_long_replays_come_in_chunks_without_a_gap(world):
+    session = world["session"]
+    add_rows(session, consumers.REPLAY_CHUNK + 50)
+    comm = socket(session.pk, world["alice"], after=0)
+
+    async def scenario():
+        assert (await comm.connect(TIMEOUT))[0]
+        seqs = []
+        while True:
+            message = await receive(comm)
+            if message["type"] == "state":
+                break
+            seqs += [e["seq"] for e in message["events"]]
+        assert seqs == list(range(1, consumers.REPLAY_CHUNK + 51))
+        await comm.disconnect()
+
+    run(scenario)
+
+
+def test_an_after_beyond_the_journal_replays_nothing(world):
+    session = world["session"]
+    add_rows(session, 3)
+    comm = socket(session.pk, world["alice"], after=999)
+
+    async def scenario():
+        assert (await comm.connect(TIMEOUT))[0]
+        state = await receive(comm)
+        assert state["type"] == "state" and state["last_seq"] == 3
+        await comm.disconnect()
+
+    run(scenario)
+
+
+# --- live pushes -------------------------------------------------------------------------------
+
+
+def test_a_service_call_is_pushed_live_to_every_watcher(world):
+    session, alice = world["session"], world["alice"]
+    mine = socket(session.pk, alice, after=0)
+    teachers = socket(session.pk, world["teacher"], after=0)
+
+    async def scenario():
+        for comm in (mine, teachers):
+            assert (await comm.connect(TIMEOUT))[0]
+            assert (await receive(comm))["type"] == "state"
+        await database_sync_to_async(lab.session_set_dependency)(
+            session=session, user=alice, changes={"mode": "down"}
+        )
+        for comm in (mine, teachers):
+            pushed = await receive(comm)
+            assert pushed["type"] == "events"
+            (event,) = pushed["events"]
+            assert event["seq"] == 1 and event["kind"] == "dependency_set"
+            assert "dependency set by alice: down" in event["html"]
+        for comm in (mine, teachers):
+            await comm.disconnect()
+
+    run(scenario)
+
+
+def test_a_burst_on_a_real_worker_streams_every_event_in_order_with_badge_and_summary(
+    world, worker_process
+):
+    # A worker in its own process, as in production (an embedded worker would share this
+    # process's channel layer object between two event loops).
+    worker_process()
+    session, alice = world["session"], world["alice"]
+    lab.session_set_dependency(session=session, user=alice, changes={"mode": "down"})
+    comm = socket(session.pk, alice, after=1)
+
+    async def scenario():
+        assert (await comm.connect(TIMEOUT))[0]
+        assert (await receive(comm))["type"] == "state"
+        await database_sync_to_async(bursts.burst_start)(session=session, user=alice, size=6)
+        events = await receive_events(comm, lambda e: e["kind"] == "burst_end")
+        seqs = [e["seq"] for e in events]
+        assert seqs == list(range(2, 2 + len(seqs)))  # no gap, no duplicate, in order
+        kinds = [e["kind"] for e in events]
+        assert kinds[0] == "burst_queued" and kinds[1] == "burst_start"
+        assert kinds.count("attempt") == 12 and kinds.count("rejected") == 3
+        (transition,) = [e for e in events if e["kind"] == "transition"]
+        assert (transition["state_from"], transition["state_to"]) == ("closed", "open")
+        (badge,) = [f for f in transition["fragments"] if f["id"] == "breaker-badge"]
+        assert 'data-state="open"' in badge["html"]
+        until = re.search(r'data-open-until-ms="([\d.]+)"', badge["html"])
+        assert until and float(until.group(1)) > transition["t_ms"]
+        summaries = {
+            e["kind"]: f["html"]
+            for e in events
+            for f in e.get("fragments", [])
+            if f["id"] == "burst-summary"
+        }
+        assert set(summaries) == {"burst_queued", "burst_start", "burst_end"}
+        assert 'data-status="running"' in summaries["burst_start"]
+        assert 'data-stat="fast_failed">3<' in summaries["burst_end"]
+        assert all(e.get("emitted") for e in events if e["kind"] == "attempt")
+        await comm.disconnect()
+
+    run(scenario)
+    db_seqs = list(JournalEvent.objects.filter(session=session).values_list("seq", flat=True))
+    assert sorted(db_seqs) == list(range(1, len(db_seqs) + 1))
+    assert Burst.objects.get(session=session).status == "done"
+
+
+# --- duplicates, gaps, resync ------------------------------------------------------------------
+
+
+def test_a_push_repeating_rows_is_dropped_and_a_gap_is_read_from_the_database(world):
+    session = world["session"]
+    add_rows(session, 2)
+    comm = socket(session.pk, world["alice"], after=2)
+    layer = get_channel_layer()
+    group = broadcast.session_group(session.pk)
+
+    async def scenario():
+        assert (await comm.connect(TIMEOUT))[0]
+        assert (await receive(comm))["type"] == "state"
+        # an old push arriving late: nothing is sent again
+        old = await database_sync_to_async(consumers.rows_after)(session.pk, 0, 10)
+        await layer.group_send(
+            group, {"type": "journal.events", "session": session.pk, "events": old}
+        )
+        assert await comm.receive_nothing(0.5)
+        # rows 3 and 4 were written but their push was lost; row 5's push arrives
+        await database_sync_to_async(add_rows)(session, 3, push=False)
+        newest = await database_sync_to_async(consumers.rows_after)(session.pk, 4, 10)
+        await layer.group_send(
+            group, {"type": "journal.events", "session": session.pk, "events": newest}
+        )
+        message = await receive(comm)
+        assert [e["seq"] for e in message["events"]] == [3, 4]  # read from the database
+        message = await receive(comm)
+        assert [e["seq"] for e in message["events"]] == [5]
+        assert await comm.receive_nothing(0.3)
+        await comm.disconnect()
+
+    run(scenario)
+
+
+def test_resync_replays_after_the_given_seq(world):
+    session = world["session"]
+    add_rows(session, 4)
+    comm = socket(session.pk, world["alice"], after=4)
+
+    async def scenario():
+        assert (await comm.connect(TIMEOUT))[0]
+        assert (await receive(comm))["type"] == "state"
+        await comm.send_json_to({"type": "resync", "after": 2})
+        message = await receive(comm)
+        assert [e["seq"] for e in message["events"]] == [3, 4]
+        await comm.disconnect()
+
+    run(scenario)
+
+
+# --- bad input from the browser ---------------------------------------------------------------
+
+
+def test_malformed_messages_are_logged_and_ignored_and_nobody_is_disconnected(
+    world, caplog, monkeypatch
+):
+    monkeypatch.setattr(consumers.logger, "propagate", True)  # let caplog see the warnings
+    session, alice = world["session"], world["alice"]
+    sender = socket(session.pk, alice, after=0)
+    bystander = socket(session.pk, world["teacher"], after=0)
+
+    async def scenario():
+        for comm in (sender, bystander):
+            assert (await comm.connect(TIMEOUT))[0]
+            assert (await receive(comm))["type"] == "state"
+        for junk in (
+            "not json at all",
+            "[1, 2, 3]",
+            '{"type": "explode"}',
+            '{"no_type": true}',
+            '{"type": "resync", "after": "yesterday"}',
+            '{"type": "resync", "after": -5}',
+            '{"type": "resync", "after": true}',
+            "null",
+            "{" * 5000,
+        ):
+            await sender.send_to(text_data=junk)
+        await sender.send_to(bytes_data=b"\x00\xff binary")
+        assert await sender.receive_nothing(0.5)  # no reply, and above all no close
+        assert await bystander.receive_nothing(0.1)
+        await sender.send_json_to({"type": "ping"})
+        assert (await receive(sender))["type"] == "pong"
+        await database_sync_to_async(lab.session_set_dependency)(
+            session=session, user=alice, changes={"mode": "healthy"}
+        )
+        for comm in (sender, bystander):
+            (event,) = (await receive(comm))["events"]
+            assert event["kind"] == "dependency_set"
+        for comm in (sender, bystander):
+            await comm.disconnect()
+
+    with caplog.at_level("WARNING", logger="labs.consumers"):
+        run(scenario)
+    ignored = [r for r in caplog.records if "ignored a malformed websocket message" in r.message]
+    assert len(ignored) == 10
+
+
+def test_a_malformed_after_in_the_url_replays_from_the_start(world, caplog, monkeypatch):
+    monkeypatch.setattr(consumers.logger, "propagate", True)
+    session = world["session"]
+    add_rows(session, 2)
+    comm = socket(session.pk, world["alice"])
+    comm.scope["query_string"] = b"after=%3Cscript%3E"
+
+    async def scenario():
+        assert (await comm.connect(TIMEOUT))[0]
+        assert [e["seq"] for e in (await receive(comm))["events"]] == [1, 2]
+        await comm.disconnect()
+
+    with caplog.at_level("WARNING", logger="labs.consumers"):
+        run(scenario)
+    assert any("malformed after" in r.message for r in caplog.records)
