@@ -29,6 +29,7 @@ from labs.engine.config import BreakerConfig
 from labs.engine.events import Event, Sink, fmt_ms, fmt_seconds
 from labs.engine.stores.base import (
     ADMIT,
+    APPLIED,
     CLOSED,
     OPENED,
     PROBE,
@@ -150,6 +151,9 @@ class Breaker:
         self._now = clock.now
         self._allow = store.breaker_allow
         self._record = store.breaker_record
+        self._jitter_pct = config.cooldown_jitter_pct
+        self._plain: Permit | None = None
+        self._door = getattr(store, "breaker_door", None)
 
     # -- the two steps -----------------------------------------------------------------------
 
@@ -160,43 +164,47 @@ class Breaker:
         are outstanding (leases; a lease whose holder vanished expires after the store's
         ``probe_lease_ms``). An open breaker never admits a call.
         """
+        if self._door is not None:
+            # Hot path: a store that can tell "closed" without the time (MemoryStore) spares
+            # the clock read; an unlabelled permit is immutable, so one per generation will do.
+            door = self._door()
+            if door is not None:
+                gen = door[1]
+                if call is None and burst is None:
+                    permit = self._plain
+                    if permit is None or permit.generation != gen:
+                        permit = self._plain = Permit(gen)
+                    return permit
+                return Permit(gen, False, -1, "", call, burst)
         now = self._now()
-        reply = self._allow(self._spec, round(now * 1e6))
-        if reply.moved:
+        code, gen, slot, token, open_until_us, moved = self._allow(self._spec, int(now * 1e6 + 0.5))
+        if code == ADMIT and not moved:
+            return Permit(gen, False, -1, "", call, burst)
+        if moved:
             cooldown = fmt_ms(self.config.cooldown_ms)
             self._transition(
-                now,
-                OPEN,
-                HALF_OPEN,
-                f"cooldown of {cooldown} elapsed",
-                call,
-                burst,
-                reply.generation,
+                now, OPEN, HALF_OPEN, f"cooldown of {cooldown} elapsed", call, burst, gen
             )
-        code = reply.code
         if code == ADMIT:
-            return Permit(reply.generation, False, -1, "", call, burst)
+            return Permit(gen, False, -1, "", call, burst)
         if code == PROBE:
-            return Permit(reply.generation, True, reply.slot, reply.token, call, burst)
+            return Permit(gen, True, slot, token, call, burst)
         if code == REJECT_OPEN:
-            if reply.open_until_us < 0:
+            if open_until_us < 0:
                 return Rejection(
-                    "open",
-                    reply.generation,
-                    None,
-                    "rejected: breaker forced OPEN; dependency not called",
+                    "open", gen, None, "rejected: breaker forced OPEN; dependency not called"
                 )
-            left = max(0.0, reply.open_until_us / 1000 - now * 1000)
+            left = max(0.0, open_until_us / 1000 - now * 1000)
             return Rejection(
                 "open",
-                reply.generation,
+                gen,
                 left,
                 f"rejected: breaker OPEN for another {fmt_seconds(left)}; dependency not called",
             )
         probes = self.config.half_open_max_probes
         return Rejection(
             "half_open",
-            reply.generation,
+            gen,
             None,
             f"rejected: breaker HALF-OPEN with {probes} probe{'s' if probes > 1 else ''} "
             "already in flight; dependency not called",
@@ -212,26 +220,31 @@ class Breaker:
         code = _OUTCOME_CODE.get(outcome)
         if code is None:
             raise ValueError(f"outcome must be success, failure or ignored (got {outcome!r})")
-        now = self._now()
         cooldown_us = self._cooldown_us
-        if code == "f" and self.config.cooldown_jitter_pct:
-            cooldown_us = round(
-                cooldown_us * (1 + self.rng.random() * self.config.cooldown_jitter_pct / 100)
-            )
+        if code == "f" or permit.probe or self._spec[0]:
+            now = self._now()
+            if code == "f" and self._jitter_pct:
+                cooldown_us = round(cooldown_us * (1 + self.rng.random() * self._jitter_pct / 100))
+        else:
+            # A success (or ignored) of a closed-state permit under a consecutive breaker can
+            # neither move the breaker nor feed a time window: the time is not needed.
+            now = 0.0
         reply = self._record(
             self._spec,
             permit.generation,
             permit.slot,
             permit.token,
             code,
-            round(now * 1e6),
+            int(now * 1e6 + 0.5),
             cooldown_us,
         )
-        rc = reply.code
+        rc = reply[0]
+        if rc == APPLIED:
+            return _COUNTED
         if rc == STALE:
             return _STALE
         if rc == OPENED:
-            cooldown = fmt_ms((reply.open_until_us - round(now * 1e6)) / 1000)
+            cooldown = fmt_ms((reply.open_until_us - int(now * 1e6 + 0.5)) / 1000)
             if self._spec.rolling:
                 ratio = reply.a / reply.b if reply.b else 0.0
                 why = (
@@ -250,7 +263,7 @@ class Breaker:
                 reply.generation,
             )
         elif rc == REOPENED:
-            cooldown = fmt_ms((reply.open_until_us - round(now * 1e6)) / 1000)
+            cooldown = fmt_ms((reply.open_until_us - int(now * 1e6 + 0.5)) / 1000)
             what = f"probe call #{permit.call}" if permit.call is not None else "probe"
             detail = f" ({error})" if error else ""
             self._transition(
@@ -280,7 +293,7 @@ class Breaker:
 
     def state(self) -> str:
         """``"closed"``, ``"open"`` or ``"half_open"`` as read at the clock's now."""
-        now_us = round(self._now() * 1e6)
+        now_us = int(self._now() * 1e6 + 0.5)
         return effective_state(self.store.breaker_read(self._spec, now_us), now_us)
 
     def snapshot(self) -> dict[str, Any]:
@@ -290,7 +303,7 @@ class Breaker:
         window_successes, window_failures, half_open_successes, opened_at_ms, open_until_ms,
         open_for_ms (cooldown left), probes_in_flight, and the config.
         """
-        now_us = round(self._now() * 1e6)
+        now_us = int(self._now() * 1e6 + 0.5)
         f = self.store.breaker_read(self._spec, now_us)
         state = effective_state(f, now_us)
         stored_open = f["state"] == "open" and not f["forced"]
@@ -325,7 +338,7 @@ class Breaker:
 
     def _force(self, action: str, reason: str) -> None:
         now = self._now()
-        before, gen = self.store.breaker_force(action, round(now * 1e6))
+        before, gen = self.store.breaker_force(action, int(now * 1e6 + 0.5))
         after = OPEN if action == "open" else STATE_CLOSED
         label = {"open": "forced open", "closed": "forced closed", "reset": "reset"}[action]
         self._transition(now, before, after, f"{label}: {reason}", None, None, gen)

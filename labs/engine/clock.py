@@ -84,17 +84,15 @@ class SystemClock:
     uses ``"wall"`` for that reason, and because the browser shows cooldown countdowns.
     """
 
-    __slots__ = ("_now", "source")
+    now: Callable[[], float]
+    """Seconds from the chosen source (``time.monotonic`` or ``time.time`` itself: it is on
+    every breaker decision's hot path, so no Python-level wrapper sits in between)."""
 
     def __init__(self, source: Literal["monotonic", "wall"] = "monotonic") -> None:
         if source not in ("monotonic", "wall"):
             raise ValueError(f"source must be 'monotonic' or 'wall' (got {source!r})")
         self.source = source
-        self._now = time.monotonic if source == "monotonic" else time.time
-
-    def now(self) -> float:
-        """Seconds from the chosen source."""
-        return self._now()
+        self.now = time.monotonic if source == "monotonic" else time.time
 
     def sleep(self, seconds: float) -> None:
         """Really sleep. Raises ValueError for a negative duration."""

@@ -62,7 +62,7 @@ class FakeDependency:
 
         Called when the dependency is (re)set; without it, the first attempt arms lazily.
         """
-        self.store.dependency_arm(self._fail_left, round(self.clock.now() * 1e6))
+        self.store.dependency_arm(self._fail_left, int(self.clock.now() * 1e6 + 0.5))
 
     def attempt(self, timeout_ms: float | None = None) -> AttemptResult:
         """One attempt: sleep the latency, then answer (one store operation).
@@ -77,7 +77,7 @@ class FakeDependency:
         took = timeout_ms if timed_out and timeout_ms is not None else latency
         if took:
             self.clock.sleep(took / 1000)
-        now_us = round(self.clock.now() * 1e6)
+        now_us = int(self.clock.now() * 1e6 + 0.5)
         left, started_us, position = self.store.dependency_step(self._fail_left, now_us)
         error, retry_after = self._answer(left, started_us, position, now_us)
         if timed_out:

@@ -57,7 +57,13 @@ class MemoryStore:
         self.probe_lease_ms = int(probe_lease_ms)
         self._lock = threading.Lock()
         self._tokens = itertools.count(1)
-        self._b: dict[str, Any] = {}
+        self._b: dict[str, Any] = dict(_FRESH)
+        self._b_written = False  # has_state / export: a fresh breaker is no state at all
+        # Replies that do not change within a generation, reused on the hot path. ``_door``
+        # is the admit reply while the breaker is closed, None otherwise: reading it is one
+        # atomic attribute load, so a closed breaker admits without taking the lock.
+        self._door: AllowReply | None = AllowReply(ADMIT, 0, -1, "", 0, False)
+        self._applied = RecordReply(APPLIED, 0, 0, 0, 0)
         self._buckets: dict[int, list[int]] = {}
         self._calls: deque[str] = deque()
         self._probes: dict[int, tuple[str, int]] = {}  # slot -> (token, expires_at_us)
@@ -66,29 +72,35 @@ class MemoryStore:
 
     # -- breaker -----------------------------------------------------------------------------
 
+    def breaker_door(self) -> AllowReply | None:
+        """The admit reply if the breaker is closed right now (no lock, no clock), else None.
+
+        Optional store method: :class:`~labs.engine.breaker.Breaker` uses it as a fast path.
+        """
+        return self._door
+
     def breaker_allow(self, spec: BreakerSpec, now_us: int) -> AllowReply:
         """Admission decision (see :class:`~labs.engine.stores.base.AllowReply`)."""
+        door = self._door
+        if door is not None:
+            return door
         with self._lock:
+            if self._door is not None:
+                return self._door
             b = self._b
-            if not b:
-                return AllowReply(ADMIT, 0, -1, "", 0, False)
-            forced = b["forced"]
             gen = b["gen"]
+            state = b["state"]
+            forced = b["forced"]
             if forced == "open":
                 return AllowReply(REJECT_OPEN, gen, -1, "", -1, False)
-            if forced == "closed":
-                return AllowReply(ADMIT, gen, -1, "", 0, False)
-            state = b["state"]
             moved = False
             if state == "open":
                 if now_us < b["open_until"]:
                     return AllowReply(REJECT_OPEN, gen, -1, "", b["open_until"], False)
                 gen += 1
                 b.update(state="half_open", gen=gen, ho_succ=0)
-                state = "half_open"
+                self._sync()
                 moved = True
-            if state == "closed":
-                return AllowReply(ADMIT, gen, -1, "", 0, moved)
             probes = self._probes
             for slot in range(spec.max_probes):
                 lease = probes.get(slot)
@@ -115,24 +127,26 @@ class MemoryStore:
                 if lease is not None and lease[0] == token:
                     del self._probes[slot]
             b = self._b
-            if not b:
-                b.update(_FRESH)
             gen = b["gen"]
             if generation != gen:
                 return RecordReply(STALE, gen, 0, 0, 0)
-            if b["forced"] or outcome == "i":
-                return RecordReply(APPLIED, gen, 0, 0, 0)
+            applied = self._applied
+            if outcome == "i" or b["forced"]:
+                return applied
             state = b["state"]
             if state == "closed":
-                if not spec.rolling:
+                if not spec[0]:  # consecutive (spec.rolling, read by index on the hot path)
                     if outcome == "s":
-                        b["streak"] = 0
-                        return RecordReply(APPLIED, gen, 0, 0, 0)
+                        if b["streak"]:
+                            b["streak"] = 0
+                        return applied
+                    self._b_written = True
                     streak = b["streak"] + 1
                     if streak >= spec.failure_threshold:
                         return self._open(OPENED, now_us, cooldown_us, streak, 0)
                     b["streak"] = streak
                     return RecordReply(APPLIED, gen, streak, 0, 0)
+                self._b_written = True
                 successes, failures = self._window_add(spec, outcome, now_us)
                 total = successes + failures
                 if total >= spec.min_calls and failures * 1_000_000 >= spec.ratio_ppm * total:
@@ -147,7 +161,9 @@ class MemoryStore:
                     b.update(state="closed", gen=gen, streak=0, ho_succ=0, win_s=0, win_f=0)
                     self._buckets.clear()
                     self._calls.clear()
+                    self._sync()
                     return RecordReply(CLOSED, gen, succ, 0, 0)
+                self._b_written = True
                 b["ho_succ"] = succ
                 return RecordReply(APPLIED, gen, succ, 0, 0)
             return RecordReply(APPLIED, gen, 0, 0, 0)
@@ -168,7 +184,17 @@ class MemoryStore:
         )
         self._buckets.clear()
         self._calls.clear()
+        self._sync()
         return RecordReply(code, gen, a, c, until)
+
+    def _sync(self) -> None:
+        """After a transition: refresh the cached replies (call with the lock held)."""
+        b = self._b
+        gen = b["gen"]
+        self._b_written = True
+        self._applied = RecordReply(APPLIED, gen, 0, 0, 0)
+        closed = (b["state"] == "closed" and not b["forced"]) or b["forced"] == "closed"
+        self._door = AllowReply(ADMIT, gen, -1, "", 0, False) if closed else None
 
     def _window_add(self, spec: BreakerSpec, outcome: str, now_us: int) -> tuple[int, int]:
         b = self._b
@@ -199,7 +225,7 @@ class MemoryStore:
     def breaker_force(self, action: str, now_us: int) -> tuple[str, int]:
         """Force open / closed (until reset), or reset; returns (state before, generation)."""
         with self._lock:
-            b = self._b or dict(_FRESH)
+            b = self._b
             before = effective_state(b, now_us)
             gen = b["gen"] + 1
             fresh = dict(_FRESH, gen=gen)
@@ -213,12 +239,13 @@ class MemoryStore:
             self._buckets.clear()
             self._calls.clear()
             self._probes.clear()
+            self._sync()
             return before, gen
 
     def breaker_read(self, spec: BreakerSpec, now_us: int) -> dict[str, Any]:
         """Stored breaker fields plus ``probes_in_flight`` (live leases)."""
         with self._lock:
-            fields = dict(self._b or _FRESH)
+            fields = dict(self._b)
             fields["probes_in_flight"] = sum(
                 1 for _, expires in self._probes.values() if expires > now_us
             )
@@ -268,7 +295,7 @@ class MemoryStore:
         """JSON-serialisable copy of everything (the document of :func:`to_doc`)."""
         with self._lock:
             return to_doc(
-                self._b or None,
+                self._b if self._b_written else None,
                 {str(k): list(v) for k, v in self._buckets.items()},
                 list(self._calls),
                 dict(self._dep) if self._dep is not None else None,
@@ -279,7 +306,9 @@ class MemoryStore:
         """Replace everything with an exported state; probe leases start empty."""
         breaker, buckets, calls, dep, budget = from_doc(state)
         with self._lock:
-            self._b = breaker or {}
+            self._b = dict(_FRESH, **(breaker or {}))
+            self._sync()
+            self._b_written = breaker is not None
             self._buckets = {int(k): list(v) for k, v in buckets.items()}
             self._calls = deque(calls)
             self._dep = dep
@@ -289,12 +318,14 @@ class MemoryStore:
     def has_state(self) -> bool:
         """Whether any breaker, dependency or budget state exists."""
         with self._lock:
-            return bool(self._b) or self._dep is not None or self._budget is not None
+            return self._b_written or self._dep is not None or self._budget is not None
 
     def clear(self) -> None:
         """Forget everything."""
         with self._lock:
-            self._b = {}
+            self._b = dict(_FRESH)
+            self._sync()
+            self._b_written = False
             self._buckets.clear()
             self._calls.clear()
             self._probes.clear()
