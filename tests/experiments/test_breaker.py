@@ -38,7 +38,7 @@ def test_breaker_cuts_calls_into_the_dependency_and_waiting_at_least_in_half(res
 
 def test_pinned_breaker_figures(result):
     brk = result.metrics["breaker"]
-    # 5 failures open it; one probe at 3.54 s fails; the probe at 5.85 s finds it healthy.
+    # 5 failures open it; one probe at 3.54 s fails; the probe at 5.84 s finds it healthy.
     assert brk["sick_calls"] == 6
     assert brk["waiting_ms"] == 1800
     assert brk["rejected"] == 398  # seed 004: 407
