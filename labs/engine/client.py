@@ -372,10 +372,8 @@ class GuardedClient:
             None,
             burst,
             None,
-            f"burst {burst if burst is not None else ''} starts: {size} call{'s' if size > 1 else ''}"
-            f" by {concurrency} caller{'s' if concurrency > 1 else ''}".replace(
-                "burst  ", "burst "
-            ),
+            f"{'burst' if burst is None else f'burst {burst}'} starts: {size} "
+            f"call{'s' if size > 1 else ''} by {concurrency} caller{'s' if concurrency > 1 else ''}",
             data={"size": size, "concurrency": concurrency, "first_call": first_call},
         )
         results: list[CallResult] = []

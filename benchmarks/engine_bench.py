@@ -1,0 +1,315 @@
+"""Engine benchmark: prints one table, the engine beside pybreaker.
+
+    .venv/bin/python benchmarks/engine_bench.py [--redis-url URL] [--quick] [--no-real]
+
+Rows:
+
+* in-memory admitted call: ``allow()`` + ``record(permit, "success")`` on a closed breaker
+  (MemoryStore, SystemClock), timed in batches of 10 calls; beside it pybreaker's in-memory
+  ``CircuitBreaker.call(f)``. Target: median <= 2 us.
+* Redis decision and Redis record: one ``allow()`` / one ``record()`` against a RedisStore
+  (each one EVALSHA); beside them pybreaker's ``call(f)`` with ``CircuitRedisStorage`` (its
+  decision and record together). The "round trips" column counts Redis commands per
+  operation. Target: median <= 150 us each.
+* the tour (scenarios/tour.json) in virtual time. Target: < 5 ms.
+* 200 cooperative callers on a VirtualClock (flaky dependency, up to 4 attempts each).
+* the tour with --real: wall time against the sum of configured sleeps (2810 ms).
+
+Numbers are per operation, in microseconds unless the row says ms. A benchmark informs; no
+test asserts on these figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from labs.engine import (  # noqa: E402
+    Breaker,
+    BreakerConfig,
+    DependencyConfig,
+    FakeDependency,
+    GuardedClient,
+    MemoryStore,
+    RedisStore,
+    SystemClock,
+    VirtualClock,
+    parse_policy,
+    run_scenario,
+)
+
+TOUR = json.loads((ROOT / "scenarios" / "tour.json").read_text())
+TOUR_SLEEPS_MS = 2810  # 21 attempts x 5 ms + 700 ms backoff + 2000 ms wait + 5 ms probe
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def batches(op: Callable[[], object], n_batches: int, per_batch: int = 10) -> list[float]:
+    """Per-operation time (us) of each batch of ``per_batch`` operations."""
+    clock = time.perf_counter_ns
+    out = []
+    for _ in range(n_batches // 10):  # warm-up
+        op()
+    for _ in range(n_batches):
+        start = clock()
+        for _ in range(per_batch):
+            op()
+        out.append((clock() - start) / per_batch / 1000)
+    return out
+
+
+def singles(op: Callable[[], object], n: int) -> list[float]:
+    """Time (us) of each single operation."""
+    clock = time.perf_counter_ns
+    for _ in range(min(200, n)):
+        op()
+    out = []
+    for _ in range(n):
+        start = clock()
+        op()
+        out.append((clock() - start) / 1000)
+    return out
+
+
+def counted(client, op: Callable[[], object], n: int = 50) -> float:
+    """Redis commands per operation."""
+    original = client.execute_command
+    count = 0
+
+    def counting(*args, **kwargs):
+        nonlocal count
+        count += 1
+        return original(*args, **kwargs)
+
+    client.execute_command = counting
+    try:
+        for _ in range(n):
+            op()
+    finally:
+        client.execute_command = original
+    return count / n
+
+
+def bench_memory(n: int) -> dict:
+    import pybreaker
+
+    breaker = Breaker(BreakerConfig(), store=MemoryStore(), clock=SystemClock())
+
+    def ours() -> None:
+        breaker.record(breaker.allow(), "success")
+
+    calls = iter(range(10**9))
+
+    def ours_labelled() -> None:
+        breaker.record(breaker.allow(call=next(calls)), "success")
+
+    theirs_breaker = pybreaker.CircuitBreaker(fail_max=3, reset_timeout=2)
+
+    def nothing() -> None:
+        return None
+
+    def theirs() -> None:
+        theirs_breaker.call(nothing)
+
+    return {
+        "ours": batches(ours, n),
+        "ours_labelled": batches(ours_labelled, n),
+        "pybreaker": batches(theirs, n),
+    }
+
+
+def bench_redis(url: str, n: int) -> dict:
+    import pybreaker
+    import redis
+
+    client = redis.Redis.from_url(url)
+    client.ping()
+    ns = f"flbench:{uuid.uuid4().hex[:8]}"
+    store = RedisStore(client, ns)
+    breaker = Breaker(BreakerConfig(), store=store, clock=SystemClock("wall"))
+    permits = []
+
+    def decide() -> None:
+        permits.append(breaker.allow())
+
+    pings = singles(client.ping, n)
+    decisions = singles(decide, n)
+    records = []
+    clock = time.perf_counter_ns
+    for permit in permits[-n:]:
+        start = clock()
+        breaker.record(permit, "success")
+        records.append((clock() - start) / 1000)
+    ours_trips = (
+        counted(client, lambda: permits.append(breaker.allow())),
+        counted(client, lambda: breaker.record(permits.pop(), "success")),
+    )
+
+    theirs_ns = f"flbench-pyb:{uuid.uuid4().hex[:8]}"
+    storage = pybreaker.CircuitRedisStorage(pybreaker.STATE_CLOSED, client, namespace=theirs_ns)
+    theirs_breaker = pybreaker.CircuitBreaker(fail_max=3, reset_timeout=2, state_storage=storage)
+
+    def theirs() -> None:
+        theirs_breaker.call(lambda: None)
+
+    theirs_calls = singles(theirs, n)
+    theirs_trips = counted(client, theirs)
+
+    store.clear()
+    keys = list(client.scan_iter(match=f"pybreaker:{theirs_ns}*")) + list(
+        client.scan_iter(match=f"{theirs_ns}*")
+    )
+    if keys:
+        client.delete(*keys)
+    client.close()
+    return {
+        "ping": pings,
+        "decide": decisions,
+        "record": records,
+        "trips": ours_trips,
+        "pybreaker": theirs_calls,
+        "pybreaker_trips": theirs_trips,
+    }
+
+
+def bench_tour(n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        run_scenario(TOUR)
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def bench_crowd(runs: int) -> list[float]:
+    """200 callers on one VirtualClock, each one call with up to 4 attempts (flaky, full jitter)."""
+    out = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        clock, store, rng = VirtualClock(), MemoryStore(), random.Random(1)
+        policy = parse_policy({"jitter": "full", "breaker": {"failure_threshold": 20}})
+        breaker = Breaker(policy.breaker, store=store, clock=clock, rng=rng)
+        dependency = FakeDependency(
+            DependencyConfig(mode="flaky", fail_count=300), store=store, clock=clock, rng=rng
+        )
+        client = GuardedClient(policy, breaker=breaker, dependency=dependency, clock=clock, rng=rng)
+        burst = client.run_burst(200, concurrency=200)
+        assert len(burst.calls) == 200
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def bench_real() -> tuple[float, list]:
+    start = time.perf_counter()
+    out = run_scenario(TOUR, real=True)
+    wall = (time.perf_counter() - start) * 1000
+    return wall, [b["attempts"] for b in out["bursts"]]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("ENGINE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/15"),
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer samples")
+    parser.add_argument("--no-real", action="store_true", help="skip the 2.8 s real-time tour")
+    args = parser.parse_args()
+    scale = 1 if args.quick else 5
+
+    memory = bench_memory(4000 * scale)
+    try:
+        red = bench_redis(args.redis_url, 1000 * scale)
+    except Exception as exc:  # report and go on: the other rows still mean something
+        print(f"(redis rows skipped: {exc})", file=sys.stderr)
+        red = None
+    tour = bench_tour(40 * scale)
+    crowd = bench_crowd(3 * scale)
+    real = None if args.no_real else bench_real()
+
+    rows = []
+
+    def row(name, ours, theirs, trips, target, unit="us"):
+        fmt = (lambda x: f"{x:.2f}") if unit == "us" else (lambda x: f"{x:.2f} ms")
+        rows.append(
+            (
+                name,
+                fmt(statistics.median(ours)),
+                fmt(pct(ours, 0.99)),
+                fmt(statistics.median(theirs)) if theirs else "-",
+                fmt(pct(theirs, 0.99)) if theirs else "-",
+                trips,
+                target,
+            )
+        )
+
+    row(
+        "in-memory admitted call (allow+record)",
+        memory["ours"],
+        memory["pybreaker"],
+        "0 / -",
+        "<= 2 us",
+    )
+    row("  same, labelled with call numbers", memory["ours_labelled"], None, "0", "")
+    if red:
+        trips = red["trips"]
+        row("Redis PING (the bare round trip, for scale)", red["ping"], None, "1", "")
+        row(
+            "Redis decision (allow)",
+            red["decide"],
+            red["pybreaker"],
+            f"{trips[0]:g} / {red['pybreaker_trips']:g}",
+            "<= 150 us",
+        )
+        row("Redis record", red["record"], None, f"{trips[1]:g}", "<= 150 us")
+    row("tour, virtual time", tour, None, "-", "< 5 ms", unit="ms")
+    row("200 callers x <= 4 attempts, virtual time", crowd, None, "-", "< 500 ms", unit="ms")
+
+    headers = (
+        "measurement",
+        "engine p50",
+        "engine p99",
+        "pybreaker p50",
+        "pybreaker p99",
+        "round trips (engine / pybreaker)",
+        "target",
+    )
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    print(line)
+    print("-" * len(line))
+    for r in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)))
+    print()
+    print(
+        "times in us per operation unless marked ms; in-memory rows timed in batches of 10 calls;"
+    )
+    print("pybreaker's Redis row is one whole call (its decision and its record together).")
+    if real:
+        wall, attempts = real
+        drift = (wall - TOUR_SLEEPS_MS) / TOUR_SLEEPS_MS * 100
+        print(
+            f"tour --real: {wall:.0f} ms wall vs {TOUR_SLEEPS_MS} ms of configured sleeps "
+            f"({drift:+.1f} %); attempts {attempts}"
+        )
+    print(
+        f"python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cpus"
+    )
+
+
+if __name__ == "__main__":
+    main()
