@@ -8,12 +8,12 @@ No Django import anywhere in this package. Typical use::
                              VirtualClock, parse_dependency, parse_policy)
 
     clock, store, rng = VirtualClock(), MemoryStore(), random.Random(7)
-    policy = parse_policy({"max_attempts": 4})
-    breaker = Breaker(policy.breaker, store=store, clock=clock, rng=rng, sink=print)
+    policy = parse_policy({"max_attempts": 4, "breaker": {"failure_threshold": 3}})
+    breaker = Breaker(policy.breaker, store=store, clock=clock, rng=rng)
     dependency = FakeDependency(parse_dependency({"mode": "flaky", "fail_count": 3}),
                                 store=store, clock=clock, rng=rng)
     client = GuardedClient(policy, breaker=breaker, dependency=dependency, clock=clock,
-                           rng=rng, sink=print)
+                           rng=rng, sink=lambda event: print(event.explain))
     print(client.run_burst(6).attempts)   # [4, 1, 1, 1, 1, 1]
 
 See docs/engine.md for the semantics, defaults and the scenario format.

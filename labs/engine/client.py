@@ -29,7 +29,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from labs.engine.breaker import Breaker, Permit, Rejection
+from labs.engine.breaker import Breaker, Outcome, Permit, Rejection
 from labs.engine.clock import Clock
 from labs.engine.config import Policy
 from labs.engine.dependency import AttemptResult, FakeDependency
@@ -145,6 +145,13 @@ def _r(x: float) -> float:
     return round(x, 3)
 
 
+def _verdict(ok: bool, error: str | None) -> Outcome:
+    """What the breaker is told: a 400 says nothing about the dependency's health."""
+    if ok:
+        return "success"
+    return "failure" if counts_against_dependency(error) else "ignored"
+
+
 class GuardedClient:
     """Calls ``dependency`` under ``policy``, guarded by ``breaker``; tells ``sink`` everything.
 
@@ -191,13 +198,8 @@ class GuardedClient:
             else:
                 limit = 1 if permit.probe else self.policy.max_attempts
                 result, why = self._loop(call_no, burst, start, limit, permit)
-                if result.outcome == "success":
-                    verdict = "success"
-                elif counts_against_dependency(result.error):
-                    verdict = "failure"
-                else:
-                    verdict = "ignored"
-                self.breaker.record(permit, verdict, error=result.error)  # type: ignore[arg-type]
+                verdict = _verdict(result.outcome == "success", result.error)
+                self.breaker.record(permit, verdict, error=result.error)
         else:
             result, why = self._loop(call_no, burst, start, self.policy.max_attempts, None)
         self._emit_result(result, why)
@@ -244,14 +246,10 @@ class GuardedClient:
             self._emit_attempt(call_no, burst, n, answer)
             opened = False
             if outer is None and permit is not None:
-                if answer.ok:
-                    verdict = "success"
-                elif counts_against_dependency(answer.error):
-                    verdict = "failure"
-                else:
-                    verdict = "ignored"
-                recorded = self.breaker.record(permit, verdict, error=answer.error)  # type: ignore[arg-type]
-                opened = recorded.transition == "open"
+                verdict = _verdict(answer.ok, answer.error)
+                opened = (
+                    self.breaker.record(permit, verdict, error=answer.error).transition == "open"
+                )
             if answer.ok:
                 return self._done(call_no, burst, start, n, "success", backoff_total, None, probe)
             error = answer.error

@@ -20,6 +20,8 @@ __all__ = [
     "ADMIT",
     "APPLIED",
     "CLOSED",
+    "DEFAULT_PROBE_LEASE_MS",
+    "MAX_PROBE_SLOTS",
     "OPENED",
     "PROBE",
     "REJECT_HALF_OPEN",
@@ -31,6 +33,8 @@ __all__ = [
     "RecordReply",
     "Store",
     "effective_state",
+    "from_doc",
+    "to_doc",
 ]
 
 # breaker_allow codes
@@ -106,7 +110,12 @@ class RecordReply(NamedTuple):
 
 
 class Store(Protocol):
-    """What :class:`Breaker`, :class:`FakeDependency` and :class:`RetryBudget` need."""
+    """What :class:`Breaker`, :class:`FakeDependency` and :class:`RetryBudget` need.
+
+    A store may also offer ``breaker_door() -> AllowReply | None``: the admit reply when the
+    breaker is closed, answered without the clock or a round trip (MemoryStore does; the
+    Breaker uses it as a fast path when present).
+    """
 
     probe_lease_ms: int
 
