@@ -3,7 +3,9 @@
 from django.urls import path
 
 from labs.consumers import LabSessionConsumer
+from labs.dashboard_consumer import ClassDashboardConsumer
 
 websocket_urlpatterns: list = [
     path("ws/sessions/<int:session_id>/", LabSessionConsumer.as_asgi()),
+    path("ws/classes/<int:classroom_id>/", ClassDashboardConsumer.as_asgi()),
 ]

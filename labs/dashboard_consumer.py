@@ -1,0 +1,112 @@
+"""The class dashboard's websocket: ``ws/classes/<id>/``.
+
+Only instructors of the class (``Classroom.objects.for_instructor``) are let in; anyone else,
+students included, is closed with code 4403 right after the handshake (accept, then close, so
+the browser sees the code rather than a bare handshake failure).
+
+Order matters: the consumer joins ``lab-class-<id>`` first, then sends a ``snapshot`` of every
+row (totals up to each session's ``last_seq``). A ``class.session`` update that arrives in
+between is forwarded too; the page adds an update's deltas only when its ``last_seq`` is past
+the snapshot's, so nothing is lost and nothing is counted twice.
+
+Messages to the page (JSON):
+
+- ``{"type": "snapshot", "rows": [row, ...], "at": epoch_s}``: see ``DashboardRow.as_dict``.
+- ``{"type": "session", "session": id, "last_seq", "calls", "attempts", "fast_fails",
+  "successes", optional "state", "activity", "mode", "burst_summary", "emitted"}``: one
+  ``class.session`` group message, as journal.py built it (deltas of one writer batch).
+
+The page may send ``{"type": "refresh"}`` (it saw a session it has no row for) and gets a new
+snapshot, at most one per ``REFRESH_INTERVAL_S``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from labs.broadcast import class_group
+
+CLOSE_FORBIDDEN = 4403
+REFRESH_INTERVAL_S = 1.0
+
+
+@database_sync_to_async
+def _teaches(user, classroom_id: int) -> bool:
+    from labs.models import Classroom
+
+    return Classroom.objects.for_instructor(user).filter(pk=classroom_id).exists()
+
+
+@database_sync_to_async
+def _snapshot(classroom_id: int) -> list[dict[str, Any]]:
+    from labs.selectors import class_dashboard_rows
+
+    return [row.as_dict() for row in class_dashboard_rows(classroom_id=classroom_id)]
+
+
+@database_sync_to_async
+def _last_burst_summary(session_id: int, last_seq: int) -> dict[str, Any] | None:
+    from labs.models import JournalEvent
+
+    row = (
+        JournalEvent.objects.filter(session_id=session_id, kind="burst_end", seq__lte=last_seq)
+        .order_by("-seq")
+        .values("data")
+        .first()
+    )
+    return row["data"] if row else None
+
+
+class ClassDashboardConsumer(AsyncJsonWebsocketConsumer):
+    """Forwards a class's ``class.session`` updates to one instructor's dashboard page."""
+
+    group: str | None = None
+    classroom_id: int = 0
+    _last_refresh = 0.0
+
+    async def connect(self) -> None:
+        self.classroom_id = int(self.scope["url_route"]["kwargs"]["classroom_id"])
+        user = self.scope.get("user")
+        await self.accept()
+        if user is None or not user.is_authenticated or not await _teaches(user, self.classroom_id):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.group = class_group(self.classroom_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self._send_snapshot()
+
+    async def disconnect(self, code: int) -> None:
+        if self.group is not None:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive_json(self, content: Any, **kwargs) -> None:
+        if self.group is None or not isinstance(content, dict):
+            return
+        due = time.monotonic() - self._last_refresh >= REFRESH_INTERVAL_S
+        if content.get("type") == "refresh" and due:
+            await self._send_snapshot()
+
+    async def _send_snapshot(self) -> None:
+        self._last_refresh = time.monotonic()
+        rows = await _snapshot(self.classroom_id)
+        await self.send_json({"type": "snapshot", "rows": rows, "at": time.time()})
+
+    async def class_session(self, event: dict[str, Any]) -> None:
+        """One session's compact update from the journal writer: forward it as it is."""
+        if self.group is None:
+            return
+        if (
+            event.get("activity") == "idle"
+            and not event.get("burst_summary")
+            and event.get("last_seq")
+        ):
+            # A burst ended but the update carries no summary: read it from the journal row
+            # (committed before the update was sent), so the row's "last burst" stays right.
+            summary = await _last_burst_summary(event["session"], event["last_seq"])
+            if summary:
+                event = {**event, "burst_summary": summary}
+        await self.send_json({**event, "type": "session"})
