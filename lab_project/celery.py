@@ -4,7 +4,7 @@ import os
 import sys
 
 from celery import Celery
-from celery.signals import worker_init
+from celery.signals import worker_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
 
@@ -20,3 +20,13 @@ def _short_gil_switch_interval(**kwargs) -> None:
     to every wake-up. 0.5 ms keeps the timings students see within a fraction of a millisecond
     of the configured sleeps (benchmarks/burst_bench.py measures it)."""
     sys.setswitchinterval(0.0005)
+
+
+@worker_ready.connect
+def _start_journal_writer(**kwargs) -> None:
+    """Boot the journal writer (a process of its own by default) before the first burst."""
+    from labs.journal import get_writer
+
+    writer = get_writer()
+    if hasattr(writer, "start"):
+        writer.start()

@@ -178,6 +178,13 @@ LAB_BURST_STALE_SECONDS = env_int("LAB_BURST_STALE_SECONDS", 5, min_value=2, max
 LAB_BURST_QUEUE_TIMEOUT_SECONDS = env_int(
     "LAB_BURST_QUEUE_TIMEOUT_SECONDS", 120, min_value=5, max_value=3600
 )
+# Where a worker's journal writer runs: "process" (its own process, so journaling never holds
+# the interpreter lock that waking bursts need) or "thread".
+LAB_JOURNAL_WRITER = env_str("LAB_JOURNAL_WRITER", "process")
+if LAB_JOURNAL_WRITER not in ("process", "thread"):
+    raise ImproperlyConfigured(
+        f"LAB_JOURNAL_WRITER must be 'process' or 'thread', got {LAB_JOURNAL_WRITER!r}"
+    )
 
 # --- Auth ----------------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

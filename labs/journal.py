@@ -244,11 +244,12 @@ def record(entries: Sequence[Entry]) -> list[JournalEvent]:
 
 
 class _Flush:
-    __slots__ = ("close", "done")
+    __slots__ = ("callback", "close", "done")
 
     def __init__(self, close: bool = False) -> None:
         self.done = threading.Event()
         self.close = close
+        self.callback: Callable[[], None] | None = None
 
 
 AfterWrite = Callable[[Sequence[tuple[Entry, JournalEvent]]], None]
@@ -302,6 +303,15 @@ class JournalWriter:
         self._queue.put(marker)
         return marker.done.wait(timeout)
 
+    def flush_async(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (in the writer thread) once everything submitted so far is
+        committed and pushed."""
+        marker = _Flush()
+        marker.callback = callback
+        if self._thread is None:
+            self._start()
+        self._queue.put(marker)
+
     def _start(self) -> None:
         with self._start_lock:
             if self._thread is None:
@@ -346,6 +356,8 @@ class JournalWriter:
                 if marker.close:
                     connection.close()
                 marker.done.set()
+                if marker.callback is not None:
+                    marker.callback()
 
     def _write(self, batch: list[Entry]) -> None:
         delay = 0.02
@@ -392,12 +404,28 @@ _writer_lock = threading.Lock()
 
 
 def get_writer() -> JournalWriter:
-    """This process's writer (created on first use)."""
+    """This process's writer: in a process of its own when ``LAB_JOURNAL_WRITER`` is
+    "process" (the default on workers: see labs.journal_process), else a thread."""
     global _writer
     if _writer is None:
         with _writer_lock:
             if _writer is None:
-                from labs.runtime import store_snapshots_after_write
+                from django.conf import settings
 
-                _writer = JournalWriter(after_write=store_snapshots_after_write)
+                if settings.LAB_JOURNAL_WRITER == "process":
+                    from labs.journal_process import JournalPipe
+
+                    _writer = JournalPipe()  # type: ignore[assignment]
+                else:
+                    from labs.runtime import store_snapshots_after_write
+
+                    _writer = JournalWriter(after_write=store_snapshots_after_write)
     return _writer
+
+
+def set_writer(writer: JournalWriter | None) -> JournalWriter | None:
+    """Replace this process's writer (benchmarks compare the two kinds); returns the old one."""
+    global _writer
+    with _writer_lock:
+        old, _writer = _writer, writer
+    return old

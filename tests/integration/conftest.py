@@ -50,8 +50,12 @@ def _close_background_connections(django_db_setup, django_db_blocker):
     yield
     from labs.journal import get_writer
 
+    writer = get_writer()
     with django_db_blocker.unblock():
-        get_writer().flush(close_connection=True)
+        if hasattr(writer, "stop"):
+            writer.stop()  # the writer process closes its connection as it exits
+        else:
+            writer.flush(close_connection=True)
 
 
 @pytest.fixture
