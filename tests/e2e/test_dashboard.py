@@ -1,0 +1,242 @@
+"""The instructor's class dashboard in headless Chromium against daphne, a real Celery worker
+and Redis.
+
+The dashboard is open while two students run bursts: both rows change live (bursting, totals,
+the breaker opening). The instructor puts the whole class into "down" from the dashboard:
+every row flips, and the fault shows in each student's journal (live on a student's open lab
+page). The instructor drills down into a student's lab page: read-only, and live. An
+instructor of another class is refused, over HTTP and over the websocket.
+
+Screenshots go to artifacts/e2e/dashboard-*.png.
+"""
+
+from __future__ import annotations
+
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from django.db import connections
+from playwright.sync_api import expect
+
+from labs.models import Burst, JournalEvent
+from labs.services import bursts, lab
+from tests.conftest import (
+    DEFAULT_PASSWORD,
+    make_classroom,
+    make_instructor,
+    make_scenario,
+    make_student,
+    tour_script,
+)
+from tests.e2e.conftest import ARTIFACTS, login
+from tests.integration.conftest import WorkerProcess, _flush_test_redis, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+LIVE_TIMEOUT_MS = 30_000
+
+
+@pytest.fixture
+def class_worker(transactional_db, tmp_path):
+    """A Celery worker process on the test database and the test run's Redis."""
+    _flush_test_redis()
+    worker = WorkerProcess(tmp_path / "worker.log")
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(tmp_path / "worker.log", ARTIFACTS / "dashboard-worker.log")
+
+
+@pytest.fixture
+def cohort(db):
+    """Class A (teacher_a; alice and bob with a session each) and class B (teacher_b)."""
+    scenario = make_scenario("tour", title="The tour", script=tour_script(
+        dependency={"mode": "healthy", "latency_ms": 150}))  # fmt: skip
+    room = make_classroom("Resilience A", join_code="CLASSA01")
+    room.scenarios.add(scenario)
+    other = make_classroom("Resilience B", join_code="CLASSB02")
+    other.scenarios.add(scenario)
+    make_instructor("teacher_a", room)
+    make_instructor("teacher_b", other)
+    sessions = [
+        lab.session_open(user=make_student(name, room), classroom=room, scenario=scenario)
+        for name in ("alice", "bob")
+    ]
+    return room, sessions
+
+
+def off_loop(fn, **kwargs):
+    """Call a service from another thread: services push to the channel layer on commit
+    (``async_to_sync``), which refuses to run beside Playwright's event loop in this thread."""
+
+    def call():
+        try:
+            return fn(**kwargs)
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(call).result()
+
+
+def shot(page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"dashboard-{name}.png"), full_page=True)
+
+
+def row_value(page, session_id: int, field: str) -> str:
+    return page.inner_text(f'#row-{session_id} [data-field="{field}"]').strip()
+
+
+def wait_row(page, session_id: int, js_condition: str, timeout: int = LIVE_TIMEOUT_MS) -> None:
+    """Wait until ``js_condition`` holds for the row ``r`` of ``session_id``."""
+    page.wait_for_function(
+        f"id => {{ const r = document.getElementById('row-' + id); return !!r && ({js_condition}); }}",
+        arg=session_id,
+        timeout=timeout,
+    )
+
+
+def burst_done(burst: Burst) -> None:
+    wait_for(
+        lambda: Burst.objects.get(pk=burst.pk).status == "done", timeout=60, message="burst end"
+    )
+
+
+def test_instructor_watches_two_students_burst_live_and_downs_the_whole_class(
+    browser, daphne_server, class_worker, cohort
+):
+    room, (alice, bob) = cohort
+    # The worker's journal writer may start on first use: warm it up, so the bursts below are
+    # journaled (and pushed) batch by batch while they run.
+    burst_done(off_loop(bursts.burst_start, session=alice, user=alice.owner, size=1))
+
+    teacher = browser.new_context(viewport={"width": 1400, "height": 1000})
+    student = browser.new_context(viewport={"width": 1400, "height": 1200})
+    other_student = browser.new_context()
+    teacher.set_default_timeout(20_000)
+    student.set_default_timeout(20_000)
+    page = teacher.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        login(page, daphne_server, "teacher_a", DEFAULT_PASSWORD)
+        page.click(f'a[href="/classes/{room.pk}/dashboard/"] >> nth=0')  # from the home page
+        page.wait_for_selector('#live-status[data-state="live"]')
+        assert page.inner_text('[data-count="total"]') == "2"
+        assert page.inner_text('[data-count="closed"]') == "2"
+        assert row_value(page, alice.pk, "calls") == "1"  # the warm-up burst
+
+        # 1. Two students burst at once: bob's dependency is down, so his breaker opens.
+        off_loop(
+            lab.session_set_dependency,
+            session=bob,
+            user=bob.owner,
+            changes={"mode": "down", "latency_ms": 100},
+        )
+        wait_row(page, bob.pk, "r.dataset.mode === 'down'")
+        runs = [
+            off_loop(bursts.burst_start, session=alice, user=alice.owner, size=8),
+            off_loop(bursts.burst_start, session=bob, user=bob.owner, size=6),
+        ]
+        for session in (alice, bob):
+            wait_row(page, session.pk, "r.dataset.activity === 'bursting'")
+        assert page.inner_text('[data-count="bursting"]') == "2"
+        wait_row(page, alice.pk, "Number(r.querySelector('[data-field=calls]').textContent) > 2")
+        shot(page, "1-bursting")
+        wait_row(page, bob.pk, "r.dataset.state === 'open'")
+        assert page.inner_text('[data-count="open"]') == "1"
+        for run in runs:
+            burst_done(run)
+        wait_row(page, alice.pk, "r.dataset.activity === 'idle'")
+        wait_row(page, bob.pk, "r.dataset.activity === 'idle'")
+        # The live totals are exactly the journal's.
+        wait_row(page, alice.pk, "r.querySelector('[data-field=calls]').textContent === '9'")
+        assert row_value(page, alice.pk, "attempts") == "9"
+        wait_row(page, bob.pk, "r.querySelector('[data-field=calls]').textContent === '6'")
+        assert row_value(page, bob.pk, "attempts") == "12"
+        assert row_value(page, bob.pk, "fast_fails") == "3"
+        assert "8/8 ok" in row_value(page, alice.pk, "summary")
+        assert "0/6 ok, 3 fast-failed, 12 attempts" in row_value(page, bob.pk, "summary")
+        shot(page, "2-after-bursts")
+
+        # Alice has her lab page open while the instructor acts.
+        alice_page = student.new_page()
+        login(alice_page, daphne_server, "alice", DEFAULT_PASSWORD)
+        alice_page.goto(f"{daphne_server}/sessions/{alice.pk}/")
+        alice_page.wait_for_selector('#live-status[data-state="live"]')
+
+        # 2. A class-wide "down": a bad duration is refused first and changes nothing.
+        page.select_option("#fault-mode", "down")
+        # The input's min/max stop this in the browser; the server must refuse it anyway.
+        page.evaluate("document.getElementById('fault-form').noValidate = true")
+        page.fill("#fault-duration", "7200")
+        page.click("#fault-submit")
+        expect(page.locator("#action-result")).to_contain_text(
+            "duration_s: must be between 1 and 3600 s (got 7200)"
+        )
+        expect(page.locator("#action-result")).to_contain_text("no session was changed")
+        assert not JournalEvent.objects.filter(kind="fault_injected").exists()
+        page.fill("#fault-duration", "")
+        page.click("#fault-submit")
+        expect(page.locator("#action-result")).to_contain_text("applied to 2 sessions")
+        for session in (alice, bob):
+            wait_row(page, session.pk, "r.dataset.mode === 'down'")
+            row = JournalEvent.objects.get(session=session, kind="fault_injected")
+            assert row.message.startswith("fault injected by teacher_a: down")
+        shot(page, "3-class-down")
+        # ... live in alice's open journal, and in bob's when he opens his page.
+        expect(
+            alice_page.locator(".journal-row", has_text="fault injected by teacher_a")
+        ).to_have_count(1)
+        alice_page.screenshot(path=str(ARTIFACTS / "dashboard-4-alice-journal.png"), full_page=True)
+        bob_page = other_student.new_page()
+        login(bob_page, daphne_server, "bob", DEFAULT_PASSWORD)
+        bob_page.goto(f"{daphne_server}/sessions/{bob.pk}/")
+        expect(
+            bob_page.locator(".journal-row", has_text="fault injected by teacher_a")
+        ).to_have_count(1)
+
+        # 3. Drill-down: the instructor opens alice's page from her row: read-only and live.
+        with page.expect_navigation():
+            page.click(f"#row-{alice.pk} a[data-field=student]")
+        page.wait_for_selector('#live-status[data-state="live"]')
+        expect(page.locator("#run-burst")).to_be_disabled()
+        before = page.locator(".journal-row").count()
+        burst_done(off_loop(bursts.burst_start, session=alice, user=alice.owner, size=2))
+        page.wait_for_function(
+            "n => document.querySelectorAll('.journal-row').length > n", arg=before + 5
+        )
+        shot(page, "5-drill-down-read-only")
+        assert not errors, errors
+    finally:
+        shot(page, "6-final")
+        for context in (teacher, student, other_student):
+            context.close()
+
+
+def test_instructor_of_another_class_is_refused_over_http_and_websocket(
+    browser, daphne_server, cohort
+):
+    room, _ = cohort
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        login(page, daphne_server, "teacher_b", DEFAULT_PASSWORD)
+        assert f"/classes/{room.pk}/dashboard/" not in page.content()  # not on their home page
+        response = page.goto(f"{daphne_server}/classes/{room.pk}/dashboard/")
+        assert response.status == 404
+        code = page.evaluate(
+            """path => new Promise(resolve => {
+                   const ws = new WebSocket('ws://' + location.host + path);
+                   ws.onclose = event => resolve(event.code);
+               })""",
+            f"/ws/classes/{room.pk}/",
+        )
+        assert code == 4403
+        shot(page, "7-other-instructor-refused")
+    finally:
+        context.close()
