@@ -175,6 +175,10 @@ def burst_run(*, burst_id: int) -> str:
         if event.kind == "call_result" and watch is not None:
             watch.check()
 
+    # A burst spends its time sleeping and never touches the database until it ends (the
+    # journal writer does the writing): give the connection back, so a worker running a
+    # hundred bursts does not hold a hundred PostgreSQL connections.
+    connection.close()
     try:
         if runtime.restore_if_lost(session):
             writer.submit(_restored_entry(session, burst_id))
@@ -211,6 +215,7 @@ def burst_run(*, burst_id: int) -> str:
     finally:
         with _running_lock:
             _running.discard(burst_id)
+        connection.close()
     return status
 
 
