@@ -63,9 +63,15 @@ def celery_worker(transactional_db):
     """An embedded Celery worker (thread pool) running for the length of one test."""
     from celery.contrib.testing.worker import start_worker
 
+    import labs.tasks  # noqa: F401 - registered before the worker starts
     from lab_project.celery import app
     from labs.journal import get_writer
 
+    # Import every task module now: WorkController iterates app.tasks while it starts, and a
+    # module with a shared_task imported meanwhile by another thread would change that dict
+    # under it ("dictionary changed size during iteration", seen once in a full run).
+    app.loader.import_default_modules()
+    app.finalize(auto=True)
     with start_worker(
         app, pool="threads", concurrency=16, perform_ping_check=False, shutdown_timeout=30
     ) as worker:
