@@ -118,7 +118,7 @@ def burst_start(*, session: LabSession, user, size: int, concurrency: int = 1) -
                     )
                 ]
             )
-            transaction.on_commit(lambda: run_burst.delay(burst.pk))
+            run_burst.delay_on_commit(burst.pk)
     except IntegrityError as exc:
         # Another request created the active burst between our check and our insert.
         if "one_active_burst_per_session" in str(exc) or "UNIQUE" in str(exc).upper():
