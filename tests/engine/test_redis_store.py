@@ -255,3 +255,13 @@ def test_clear_deletes_every_key_of_the_namespace_and_nothing_else(redis_client,
 def test_namespace_must_be_plain():
     with pytest.raises(ValueError):
         RedisStore(object(), "fl:{s1}")
+
+
+def test_a_script_redis_does_not_know_is_loaded_and_the_call_retried(redis_client, namespace):
+    store = RedisStore(redis_client, namespace)
+    breaker = Breaker(BreakerConfig(), store=store, clock=VirtualClock())
+    # As after a Redis restart (SCRIPT FLUSH would disturb other users of a shared server).
+    store._allow.sha = store._record.sha = "0" * 40
+    assert breaker.allow()
+    breaker.record(breaker.allow(), "failure")
+    assert breaker.snapshot()["failure_streak"] == 1

@@ -25,8 +25,17 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+try:
+    from redis.exceptions import NoScriptError
+except ImportError:  # pragma: no cover - without redis there is no RedisStore to use
+
+    class NoScriptError(Exception):  # type: ignore[no-redef]
+        """Placeholder so this module imports without redis installed."""
+
 
 from labs.engine.stores.base import (
     DEFAULT_PROBE_LEASE_MS,
@@ -80,13 +89,16 @@ class RedisStore:
         self._breaker_keys = [self.k_breaker, self.k_window, self.k_calls]
         self._token_prefix = uuid.uuid4().hex[:12]
         self._tokens = itertools.count(1)
-        scripts = {name: (_LUA / f"{name}.lua").read_text() for name in _SCRIPTS}
-        self._allow = client.register_script(scripts["allow"])
-        self._record = client.register_script(scripts["record"])
-        self._force = client.register_script(scripts["force"])
-        self._read = client.register_script(scripts["read"])
-        self._dependency = client.register_script(scripts["dependency"])
-        self._budget = client.register_script(scripts["budget"])
+        self._allow = _Script(client, "allow")
+        self._record = _Script(client, "record")
+        self._force = _Script(client, "force")
+        self._read = _Script(client, "read")
+        self._dependency = _Script(client, "dependency")
+        self._budget = _Script(client, "budget")
+        # Pre-encoded keys and per-config arguments: redis-py passes bytes through untouched,
+        # which is a measurable share of a decision's client-side cost.
+        self._bkeys = [k.encode() for k in (*self._breaker_keys, *self.k_probes)]
+        self._spec_args: dict[BreakerSpec, tuple[bytes, ...]] = {}
 
     def all_keys(self) -> list[str]:
         """Every key this store may write."""
@@ -98,8 +110,8 @@ class RedisStore:
         """Admission decision (one round trip)."""
         token = f"{self._token_prefix}:{next(self._tokens)}"
         code, gen, slot, until, moved = self._allow(
-            keys=[*self._breaker_keys, *self.k_probes[: spec.max_probes]],
-            args=[now_us, token, self.probe_lease_ms, spec.max_probes],
+            self._bkeys[: 3 + spec.max_probes],
+            (now_us, token, self.probe_lease_ms, spec.max_probes),
         )
         return AllowReply(code, gen, slot, token if code == 1 else "", until, bool(moved))
 
@@ -114,24 +126,24 @@ class RedisStore:
         cooldown_us: int,
     ) -> RecordReply:
         """Count one result and release its probe lease (one round trip)."""
+        static = self._spec_args.get(spec)
+        if static is None:
+            static = self._spec_args[spec] = tuple(
+                str(int(v)).encode()
+                for v in (
+                    spec.rolling,
+                    spec.failure_threshold,
+                    spec.ratio_ppm,
+                    spec.min_calls,
+                    spec.bucket_us,
+                    spec.buckets,
+                    spec.window_calls,
+                    spec.success_threshold,
+                )
+            )
         reply = self._record(
-            keys=[*self._breaker_keys, *self.k_probes[: max(spec.max_probes, slot + 1)]],
-            args=[
-                generation,
-                slot,
-                token or "-",
-                outcome,
-                now_us,
-                cooldown_us,
-                int(spec.rolling),
-                spec.failure_threshold,
-                spec.ratio_ppm,
-                spec.min_calls,
-                spec.bucket_us,
-                spec.buckets,
-                spec.window_calls,
-                spec.success_threshold,
-            ],
+            self._bkeys[: 3 + max(spec.max_probes, slot + 1)],
+            (generation, slot, token or "-", outcome, now_us, cooldown_us, *static),
         )
         return RecordReply(*reply)
 
@@ -139,12 +151,12 @@ class RedisStore:
         """Force open / closed (until reset), or reset (one round trip)."""
         if action not in ("open", "closed", "reset"):
             raise ValueError(f"unknown action {action!r}")
-        before, gen = self._force(keys=[*self._breaker_keys, *self.k_probes], args=[action, now_us])
+        before, gen = self._force(self._bkeys, (action, now_us))
         return _text(before), int(gen)
 
     def breaker_read(self, spec: BreakerSpec, now_us: int) -> dict[str, Any]:
         """Stored breaker fields plus ``probes_in_flight`` (one round trip)."""
-        f = self._read(keys=[self.k_breaker, *self.k_probes], args=[])
+        f = self._read([self.k_breaker, *self.k_probes], ())
         return {
             "state": _text(f[0]) or "closed",
             "gen": _int(f[1]),
@@ -172,21 +184,19 @@ class RedisStore:
 
     def dependency_step(self, fail_left: int, now_us: int) -> tuple[int, int, int]:
         """One attempt reaches the dependency (one round trip); arms lazily."""
-        left, started, attempts = self._dependency(
-            keys=[self.k_dependency], args=[now_us, int(fail_left)]
-        )
+        left, started, attempts = self._dependency((self.k_dependency,), (now_us, int(fail_left)))
         return int(left), int(started), int(attempts)
 
     # -- retry budget ------------------------------------------------------------------------
 
     def budget_deposit(self, ratio_micro: int, max_micro: int) -> int:
         """Deposit micro-tokens up to the ceiling (one round trip)."""
-        _, tokens = self._budget(keys=[self.k_budget], args=["deposit", ratio_micro, max_micro])
+        _, tokens = self._budget((self.k_budget,), ("deposit", ratio_micro, max_micro))
         return int(tokens)
 
     def budget_withdraw(self, max_micro: int) -> tuple[bool, int]:
         """Take one whole token if available (one round trip)."""
-        taken, tokens = self._budget(keys=[self.k_budget], args=["withdraw", 0, max_micro])
+        taken, tokens = self._budget((self.k_budget,), ("withdraw", 0, max_micro))
         return bool(taken), int(tokens)
 
     # -- whole state -------------------------------------------------------------------------
@@ -251,4 +261,20 @@ class RedisStore:
         return f"RedisStore(namespace={self.namespace!r})"
 
 
-_SCRIPTS = ("allow", "record", "force", "read", "dependency", "budget")
+class _Script:
+    """One Lua script of ``stores/lua``, registered with redis-py's ``register_script`` and
+    called as a single ``EVALSHA`` (if Redis lost the script, the registered object loads it
+    again and retries)."""
+
+    __slots__ = ("client", "registered", "sha")
+
+    def __init__(self, client: Any, name: str) -> None:
+        self.client = client
+        self.registered = client.register_script((_LUA / f"{name}.lua").read_text())
+        self.sha = self.registered.sha
+
+    def __call__(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        try:
+            return self.client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return self.registered(keys=list(keys), args=list(args))
