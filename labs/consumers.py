@@ -9,8 +9,11 @@
    the client's ``after`` in order, then forwards live pushes. A row committed between the
    join and the replay arrives twice (replay and push): the consumer remembers the last
    sequence number it sent and drops anything at or below it, and if a push skips numbers
-   (a message the channel layer dropped) it reads the missing rows from the database first.
-   So each connection delivers every row exactly once, in order, with no gap.
+   (a message the channel layer dropped: a full channel drops group messages silently) it
+   reads the missing rows from the database first. A dropped *last* push has no successor
+   to reveal the gap, so a second after the pushes stop (and on every client ping) the
+   consumer compares with the journal and sends what it lacks. So each connection delivers
+   every row exactly once, in order, with no gap that outlives a second.
 3. Messages to the browser are JSON: ``{"type": "events", "events": [...]}`` where each
    event is the journal payload plus ``html`` (the row, rendered with the page's own
    ``journal-row`` partial) and ``fragments`` (``{"id", "html"}`` to swap by DOM id: the
@@ -27,6 +30,7 @@ neither and happens on the event loop.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -40,6 +44,7 @@ from django.template.loader import get_template
 from labs import broadcast
 from labs.journal import event_payload
 from labs.models import Burst, JournalEvent, LabSession
+from labs.templatetags.lab_tags import journal_row
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +53,8 @@ CLOSE_FORBIDDEN = 4403
 REPLAY_CHUNK = 200
 #: A client further behind than this reloads the page instead (it shows the newest rows).
 MAX_REPLAY = 5000
+#: Quiet time after a push before checking the journal for rows whose push was dropped.
+SETTLE_SECONDS = 1.0
 
 SUMMARY_KINDS = ("burst_queued", "burst_start", "burst_end", "burst_interrupted", "burst_failed")
 TEMPLATE = "labs/session.html"
@@ -59,8 +66,10 @@ def _template(partial: str):
 
 
 def render_row(payload: dict[str, Any]) -> str:
-    """One journal row, exactly as the page renders it."""
-    return _template("journal-row").render({"e": payload}).strip()
+    """One journal row, exactly as the page renders it: the page's ``journal-row`` partial is
+    ``{% journal_row e %}``, and this calls the same function without the template machinery
+    (a row per event per watching page adds up; see lab_tags.journal_row)."""
+    return str(journal_row(payload))
 
 
 def render_badge(view: dict[str, Any]) -> str:
@@ -90,6 +99,11 @@ def visible_session_id(user, session_id: int) -> tuple[int, int] | None:
 def rows_after(session_id: int, after: int, limit: int) -> list[dict[str, Any]]:
     rows = JournalEvent.objects.filter(session_id=session_id).after(after)[:limit]
     return [event_payload(row) for row in rows]
+
+
+def newest_seq(session_id: int) -> int:
+    row = LabSession.objects.filter(pk=session_id).values_list("next_seq", flat=True).first()
+    return (row or 1) - 1
 
 
 def count_after(session_id: int, after: int) -> int:
@@ -145,6 +159,7 @@ class LabSessionConsumer(AsyncWebsocketConsumer):
     session_id: int | None = None
     group: str | None = None
     last_seq: int = 0
+    _settle_task: asyncio.Task | None = None
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -158,6 +173,9 @@ class LabSessionConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_FORBIDDEN)
             return
         self.session_id, newest = found
+        # Everything that sends rows holds this lock: handlers run one at a time anyway, but
+        # the settle timer runs beside them.
+        self._deliver_lock = asyncio.Lock()
         # Join first: a row committed from now on is pushed to us, and every row committed
         # before is in the database for the replay below. Overlap is dropped by seq.
         self.group = broadcast.session_group(self.session_id)
@@ -167,10 +185,13 @@ class LabSessionConsumer(AsyncWebsocketConsumer):
         # A client claiming rows we never wrote (a stale tab after a database reset) is
         # treated as knowing everything so far; nothing is replayed to it twice.
         self.last_seq = min(after, newest)
-        await self._catch_up()
+        async with self._deliver_lock:
+            await self._catch_up()
         await self._send_state()
 
     async def disconnect(self, code: int) -> None:
+        if self._settle_task is not None:
+            self._settle_task.cancel()
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
@@ -183,14 +204,17 @@ class LabSessionConsumer(AsyncWebsocketConsumer):
             message = json.loads(text_data) if text_data is not None else None
             kind = message.get("type") if isinstance(message, dict) else None
             if kind == "ping":
+                async with self._deliver_lock:
+                    await self._settle()
                 await self._send({"type": "pong", "last_seq": self.last_seq})
             elif kind == "resync":
                 after = message.get("after")
                 if isinstance(after, bool) or not isinstance(after, int) or after < 0:
                     raise ValueError(f"resync needs a non-negative integer 'after' (got {after!r})")
                 # Replay from what the client says it has; rows it has twice it drops by seq.
-                self.last_seq = min(self.last_seq, after)
-                await self._catch_up()
+                async with self._deliver_lock:
+                    self.last_seq = min(self.last_seq, after)
+                    await self._catch_up()
             else:
                 raise ValueError(f"unknown message {_clip(text_data or bytes_data)}")
         except Exception as exc:  # a bad message must never take the socket down
@@ -205,6 +229,8 @@ class LabSessionConsumer(AsyncWebsocketConsumer):
 
     async def journal_events(self, message: dict[str, Any]) -> None:
         """Newly committed journal rows of this session (``labs.broadcast``)."""
+        if self.session_id is None:
+            return
         try:
             events = [
                 e
@@ -212,17 +238,43 @@ class LabSessionConsumer(AsyncWebsocketConsumer):
                 if isinstance(e, dict) and isinstance(e.get("seq"), int)
             ]
             events.sort(key=lambda e: e["seq"])
-            fresh = [e for e in events if e["seq"] > self.last_seq]
-            if not fresh:
-                return
-            if fresh[0]["seq"] > self.last_seq + 1:
-                # A push went missing (channel layer capacity, expiry): read the gap.
-                await self._catch_up(upto=fresh[0]["seq"] - 1)
-                fresh = [e for e in fresh if e["seq"] > self.last_seq]
-            if fresh:
-                await self._send_events(fresh)
+            async with self._deliver_lock:
+                fresh = [e for e in events if e["seq"] > self.last_seq]
+                if fresh and fresh[0]["seq"] > self.last_seq + 1:
+                    # A push went missing (channel layer capacity, expiry): read the gap.
+                    await self._catch_up(upto=fresh[0]["seq"] - 1)
+                    fresh = [e for e in fresh if e["seq"] > self.last_seq]
+                if fresh:
+                    await self._send_events(fresh)
         except Exception:
             logger.exception("lab session %s: could not forward journal events", self.session_id)
+        self._arm_settle()
+
+    def _arm_settle(self) -> None:
+        """Check the journal once the pushes have been quiet for ``SETTLE_SECONDS``."""
+        if self._settle_task is not None:
+            self._settle_task.cancel()
+        self._settle_task = asyncio.ensure_future(self._settle_later())
+
+    async def _settle_later(self) -> None:
+        await asyncio.sleep(SETTLE_SECONDS)
+        try:
+            async with self._deliver_lock:
+                await self._settle()
+        except Exception:
+            logger.exception("lab session %s: journal check failed", self.session_id)
+
+    async def _settle(self) -> None:
+        """Send the rows whose push never came (must hold the deliver lock)."""
+        assert self.session_id is not None
+        newest = await database_sync_to_async(newest_seq)(self.session_id)
+        if newest > self.last_seq:
+            logger.info(
+                "lab session %s: %d row(s) arrived without a push; sent from the journal",
+                self.session_id,
+                newest - self.last_seq,
+            )
+            await self._catch_up()
 
     # -- internals -------------------------------------------------------------------------
 

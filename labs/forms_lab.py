@@ -113,7 +113,7 @@ def describe_limit(path: str) -> str:
     if path == "policy.backoff_cap_ms":
         return f"between the backoff base and {int(limit.max or 0)} ms"
     if path == "dependency.outcomes":
-        return f"1 to 100 of {', '.join(limit.choices)}, separated by commas"
+        return f"1 to 100 of {', '.join(limit.choices)}, comma-separated"
     text = limit.describe()
     if limit.nullable:
         text = text.replace("null (off)", "blank (off)")
@@ -150,9 +150,7 @@ def coerce(raw: str, limit: Limit) -> Any:
 
 def _field_for(name: str, path: str, label: str) -> forms.Field:
     limit = LIMITS[path]
-    help_text = describe_limit(path)
-    if limit.note and path != "policy.backoff_cap_ms":
-        help_text += f"; {limit.note}"
+    help_text = describe_limit(path)  # the labels already say what each setting does
     if limit.type == "choice":
         return forms.ChoiceField(
             label=label,

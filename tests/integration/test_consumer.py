@@ -335,6 +335,40 @@ def test_a_push_repeating_rows_is_dropped_and_a_gap_is_read_from_the_database(wo
     run(scenario)
 
 
+def test_rows_whose_last_push_was_dropped_arrive_a_second_later(world):
+    session = world["session"]
+    comm = socket(session.pk, world["alice"], after=0)
+
+    async def scenario():
+        assert (await comm.connect(TIMEOUT))[0]
+        assert (await receive(comm))["type"] == "state"
+        await database_sync_to_async(add_rows)(session, 1)  # pushed
+        assert [e["seq"] for e in (await receive(comm))["events"]] == [1]
+        await database_sync_to_async(add_rows)(session, 2, push=False)  # pushes lost
+        message = await receive(comm, timeout=consumers.SETTLE_SECONDS + 3)
+        assert [e["seq"] for e in message["events"]] == [2, 3]
+        await comm.disconnect()
+
+    run(scenario)
+
+
+def test_a_ping_also_checks_the_journal(world):
+    session = world["session"]
+    comm = socket(session.pk, world["alice"], after=0)
+
+    async def scenario():
+        assert (await comm.connect(TIMEOUT))[0]
+        assert (await receive(comm))["type"] == "state"
+        await database_sync_to_async(add_rows)(session, 2, push=False)
+        await comm.send_json_to({"type": "ping"})
+        assert [e["seq"] for e in (await receive(comm))["events"]] == [1, 2]
+        pong = await receive(comm)
+        assert pong == {"type": "pong", "last_seq": 2}
+        await comm.disconnect()
+
+    run(scenario)
+
+
 def test_resync_replays_after_the_given_seq(world):
     session = world["session"]
     add_rows(session, 4)

@@ -526,3 +526,14 @@ def test_limits_drive_the_form_ranges():
     widget = form.fields["breaker_cooldown_ms"].widget
     limit = LIMITS["policy.breaker.cooldown_ms"]
     assert (widget.attrs["min"], widget.attrs["max"]) == (str(limit.min), str(limit.max))
+
+
+def test_a_pushed_row_is_byte_for_byte_the_row_on_the_page(owner_client, session):
+    from labs.consumers import render_row
+    from labs.journal import event_payload
+
+    add_rows(session, 3)
+    owner_client.post(url("session_dependency", session), {"mode": "down"}, **HTMX)
+    html = owner_client.get(url("session_detail", session)).content.decode()
+    for row in JournalEvent.objects.filter(session=session):
+        assert render_row(event_payload(row)) in html
