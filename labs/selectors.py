@@ -135,6 +135,25 @@ class DashboardRow:
     def activity(self) -> str:
         return "bursting" if self.bursting else "idle"
 
+    @property
+    def state_label(self) -> str:
+        return self.state.replace("_", "-")
+
+    @property
+    def mode_label(self) -> str:
+        return self.mode.replace("_", " ")
+
+    @property
+    def summary_text(self) -> str:
+        """The last burst in one line (the page's JS writes the same words)."""
+        s = self.last_summary
+        if not s:
+            return ""
+        return (
+            f"{s.get('succeeded', 0)}/{s.get('calls', 0)} ok, {s.get('fast_failed', 0)} "
+            f"fast-failed, {s.get('attempts_total', 0)} attempts, {round(s.get('wall_ms', 0))} ms"
+        )
+
     def as_dict(self) -> dict:
         return {
             "session": self.session_id,

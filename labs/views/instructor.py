@@ -23,6 +23,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_POST
@@ -113,6 +114,7 @@ def _fault_fields() -> list[dict[str, Any]]:
 
 def page_context(request: HttpRequest, classroom: Classroom, **extra) -> dict[str, Any]:
     rows = class_dashboard_rows(classroom_id=classroom.pk)
+    scenarios = list(classroom.scenarios.all())
     low, high = class_services.FAULT_DURATION_RANGE_S
     context = {
         "classroom": classroom,
@@ -125,7 +127,10 @@ def page_context(request: HttpRequest, classroom: Classroom, **extra) -> dict[st
         "duration_range": (low, high),
         "fault": class_services.active_fault(classroom=classroom),
         "assignable": Scenario.objects.active().exclude(pk__in=classroom.scenarios.values("pk")),
-        "scenarios": classroom.scenarios.all(),
+        "scenarios": scenarios,
+        "multi_scenario": len(scenarios) > 1,
+        # One reverse() for the page, not one per row: /sessions/<id>/ is built in the loop.
+        "session_url_prefix": reverse("labs:session_detail", args=[0])[: -len("0/")],
         "ws_path": f"/ws/classes/{classroom.pk}/",
         "problems": [],
     }

@@ -1,0 +1,469 @@
+"""The class dashboard under load: server time with a big class, update latency with a busy one.
+
+    .venv/bin/python benchmarks/dashboard_bench.py [--students 100] [--rows 100000]
+        [--bursting 100] [--calls 10] [--requests 15]
+
+Uses its own SQLite file (or DATABASE_URL) and Redis databases 4..7 (``BENCH_REDIS_DB_BASE``;
+they are flushed), migrates, and prints one table:
+
+(a) server time of ``GET /classes/<id>/dashboard/`` for a class of ``--students`` students with
+    ``--rows`` journal rows between them (the Django test client, so it is the view, the one
+    query and the template: no network), median and p90 of ``--requests`` requests after two
+    warm-ups; the selector alone; and the same with the (session, kind, outcome) index
+    dropped, to show what it buys. Target: < 200 ms.
+(b) update latency: a real ``daphne`` and ``celery worker`` (the commands of
+    lab_project/processes.py), ``--bursting`` sessions of one class starting a burst of
+    ``--calls`` calls at the same moment, an instructor's websocket on ``ws/classes/<id>/``
+    (a minimal asyncio client, session cookie, the socket the page opens). For every ``session``
+    update the client receives, latency = receipt time minus the ``emitted`` stamp of the
+    OLDEST engine event the update covers (the worker stamps each event with the wall clock when
+    the engine hands it over; the stamps are read from the session groups, which carry them).
+    So it includes the journal writer's batching, INSERT and commit, the channel-layer hop,
+    the consumer and the websocket write. Target: p99 <= 500 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
+os.environ["REDIS_DB_BASE"] = os.environ.get("BENCH_REDIS_DB_BASE", "4")
+if "DATABASE_URL" not in os.environ:
+    os.environ["LAB_SQLITE_PATH"] = str(
+        Path(tempfile.gettempdir()) / "failurelab-dashboard-bench.sqlite3"
+    )
+LOGS = Path(tempfile.gettempdir())
+
+
+def pct(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def setup_django() -> None:
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    if "LAB_SQLITE_PATH" in os.environ:
+        for suffix in ("", "-wal", "-shm"):
+            Path(os.environ["LAB_SQLITE_PATH"] + suffix).unlink(missing_ok=True)
+    call_command("migrate", verbosity=0)
+    import redis
+    from django.conf import settings
+
+    for db in range(settings.REDIS_DB_BASE, settings.REDIS_DB_BASE + 4):
+        redis.Redis.from_url(settings.REDIS_URL, db=db).flushdb()
+
+
+def make_class(name: str, students: int, script: dict):
+    """A class with ``students`` students, each with an opened session; returns
+    (classroom, instructor, sessions)."""
+    from django.contrib.auth import get_user_model
+
+    from labs.models import Classroom, LabSession, Membership, Scenario
+    from labs.services.lab import _initial_settings
+
+    user_model = get_user_model()
+    room = Classroom.objects.create(name=name)
+    scenario = Scenario.objects.create(
+        slug=f"bench-{room.pk}", title=f"bench {room.pk}", script=script
+    )
+    room.scenarios.add(scenario)
+    teacher = user_model.objects.create_user(f"teacher-{room.pk}", password=None)
+    Membership.objects.create(user=teacher, classroom=room, role=Membership.Role.INSTRUCTOR)
+    users = user_model.objects.bulk_create(
+        [user_model(username=f"s{room.pk}-{i:03d}") for i in range(students)]
+    )
+    Membership.objects.bulk_create(
+        [Membership(user=u, classroom=room, role=Membership.Role.STUDENT) for u in users]
+    )
+    dependency, policy, seed = _initial_settings(scenario)
+    LabSession.objects.bulk_create(
+        [
+            LabSession(owner=u, classroom=room, scenario=scenario, dependency=dependency,
+                       policy=policy, seed=seed)
+            for u in users
+        ]
+    )  # fmt: skip
+    sessions = list(LabSession.objects.filter(classroom=room).order_by("pk"))
+    return room, teacher, sessions
+
+
+# --- (a) server time -----------------------------------------------------------------------------
+
+TOUR = {
+    "name": "bench", "seed": 7,
+    "dependency": {"mode": "flaky", "fail_count": 3, "latency_ms": 5},
+    "policy": {"max_attempts": 4, "backoff_base_ms": 25, "backoff_cap_ms": 500},
+    "steps": [{"burst": 6}],
+}  # fmt: skip
+
+
+def fill_journal(sessions, rows: int) -> None:
+    """``rows`` journal rows spread over ``sessions``, shaped like real bursts (burst rows with
+    summaries, attempts, sleeps, call results, transitions, fast-fails)."""
+    from labs.models import Burst, JournalEvent
+
+    rng = random.Random(7)
+    per_session = rows // len(sessions)
+    events, burst_rows = [], []
+    for session in sessions:
+        seq, call, number = 1, 1, 0
+        while seq <= per_session:
+            number += 1
+            burst_rows.append(
+                Burst(session=session, number=number, size=6, status="done",
+                      summary={"calls": 6, "succeeded": 4, "failed": 1, "fast_failed": 1,
+                               "attempts_total": 9, "wall_ms": 240.0})
+            )  # fmt: skip
+            for kind, outcome in [("burst_start", "")] + [
+                rng.choice(
+                    [("attempt", "ok"), ("attempt", "error"), ("sleep", ""),
+                     ("call_result", "success"), ("call_result", "failure"),
+                     ("call_result", "rejected_open"), ("transition", "")]
+                )
+                for _ in range(38)
+            ] + [("burst_end", "")]:  # fmt: skip
+                if seq > per_session:
+                    break
+                events.append(
+                    JournalEvent(
+                        session=session, seq=seq, kind=kind, outcome=outcome,
+                        call_no=call, attempt_no=1, t_ms=time.time() * 1000,
+                        latency_ms=5.0, message=f"{kind}: an explain sentence for the student",
+                        data={"attempts": 4} if kind == "call_result" else {},
+                    )
+                )  # fmt: skip
+                seq += 1
+                call += kind == "call_result"
+        session.next_seq = seq
+    Burst.objects.bulk_create(burst_rows, batch_size=2000)
+    JournalEvent.objects.bulk_create(events, batch_size=5000)
+    for session in sessions:
+        session.save(update_fields=["next_seq"])
+
+
+def time_requests(client, url: str, n: int) -> list[float]:
+    for _ in range(2):
+        assert client.get(url).status_code == 200
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        response = client.get(url)
+        times.append((time.perf_counter() - start) * 1000)
+        assert response.status_code == 200
+    return times
+
+
+def server_time_part(args) -> list[tuple[str, str, str, str]]:
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import setup_test_environment
+
+    from labs.selectors import class_dashboard_rows
+
+    setup_test_environment()
+    room, teacher, sessions = make_class("bench big class", args.students, TOUR)
+    fill_journal(sessions, args.rows)
+    client = Client()
+    client.force_login(teacher)
+    url = f"/classes/{room.pk}/dashboard/"
+    page = time_requests(client, url, args.requests)
+    selector = []
+    for _ in range(args.requests):
+        start = time.perf_counter()
+        class_dashboard_rows(classroom_id=room.pk)
+        selector.append((time.perf_counter() - start) * 1000)
+    with connection.cursor() as cursor:
+        cursor.execute("DROP INDEX journal_session_kind_outcome")
+    unindexed = time_requests(client, url, args.requests)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE INDEX journal_session_kind_outcome ON labs_journalevent "
+            "(session_id, kind, outcome)"
+        )
+    what = f"{args.students} students, {args.rows:,} journal rows"
+    return [
+        ("(a) dashboard GET, server time", what,
+         f"median {statistics.median(page):.1f} ms, p90 {pct(page, 0.9):.1f} ms", "< 200 ms"),
+        ("    the one query alone", what, f"median {statistics.median(selector):.1f} ms", ""),
+        ("    GET without the (session, kind, outcome) index", what,
+         f"median {statistics.median(unindexed):.1f} ms, p90 {pct(unindexed, 0.9):.1f} ms",
+         "(comparison)"),
+    ]  # fmt: skip
+
+
+# --- (b) update latency ------------------------------------------------------------------------
+
+
+def start(cmd: list[str], name: str, ready) -> subprocess.Popen:
+    """Start a server process; ``ready()`` says when it is up (90 s at most)."""
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env["PATH"]
+    env["PYTHONUNBUFFERED"] = "1"
+    log = open(LOGS / f"failurelab-dashboard-bench-{name}.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    deadline = time.monotonic() + 90
+    while not ready(Path(log.name)):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise SystemExit(f"{name} did not start; see {log.name}")
+        time.sleep(0.1)
+    return proc
+
+
+def answers(port: int) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/accounts/login/", timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait(5)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class MiniSocket:
+    """A minimal asyncio websocket client (RFC 6455: text frames, ping -> pong, close).
+
+    Not autobahn's asyncio client: daphne is an installed app, so Django's setup imports
+    autobahn for Twisted first and txaio then refuses asyncio in this process.
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def connect(cls, host: str, port: int, path: str, headers: dict[str, str]):
+        import base64
+
+        reader, writer = await asyncio.open_connection(host, port)
+        key = base64.b64encode(os.urandom(16)).decode()
+        lines = [f"GET {path} HTTP/1.1", f"Host: {host}:{port}", "Upgrade: websocket",
+                 "Connection: Upgrade", f"Sec-WebSocket-Key: {key}", "Sec-WebSocket-Version: 13",
+                 *(f"{k}: {v}" for k, v in headers.items())]  # fmt: skip
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
+        status = await reader.readline()
+        if b" 101 " not in status:
+            raise SystemExit(f"websocket refused: {status!r}")
+        while (await reader.readline()) not in (b"\r\n", b""):
+            pass
+        return cls(reader, writer)
+
+    async def receive(self) -> str | None:
+        """The next text message (None once the server closes)."""
+        import struct
+
+        while True:
+            head = await self.reader.readexactly(2)
+            opcode, length = head[0] & 0x0F, head[1] & 0x7F
+            if length == 126:
+                (length,) = struct.unpack("!H", await self.reader.readexactly(2))
+            elif length == 127:
+                (length,) = struct.unpack("!Q", await self.reader.readexactly(8))
+            payload = await self.reader.readexactly(length)
+            if opcode == 0x1:
+                return payload.decode()
+            if opcode == 0x8:
+                return None
+            if opcode == 0x9:  # ping: answer with a masked pong
+                mask = os.urandom(4)
+                body = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+                self.writer.write(bytes([0x8A, 0x80 | len(payload)]) + mask + body)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def watch(args, port: int, cookie: str, room, sessions, start_bursts) -> dict:
+    """Connect the dashboard socket and the stamp reader, start the bursts, collect."""
+    from channels.layers import get_channel_layer
+
+    from labs.broadcast import session_group
+
+    received: list[tuple[float, dict]] = []
+    socket = await MiniSocket.connect(
+        "127.0.0.1", port, f"/ws/classes/{room.pk}/",
+        {"Cookie": f"sessionid={cookie}", "Origin": f"http://127.0.0.1:{port}"},
+    )  # fmt: skip
+    snapshot = json.loads(await asyncio.wait_for(socket.receive(), 30))
+    assert snapshot["type"] == "snapshot", snapshot
+
+    async def read_dashboard():
+        while (text := await socket.receive()) is not None:
+            now = time.time()
+            message = json.loads(text)
+            if message["type"] == "session":
+                received.append((now, message))
+
+    dashboard = asyncio.create_task(read_dashboard())
+
+    # The emitted stamps: every engine event of every session, from its session group.
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    for session in sessions:
+        await layer.group_add(session_group(session.pk), channel)
+    emitted: dict[tuple[int, int], float] = {}
+
+    async def read_stamps():
+        while True:
+            message = await layer.receive(channel)
+            for event in message.get("events", []):
+                if event.get("emitted"):
+                    emitted[(message["session"], event["seq"])] = event["emitted"]
+
+    reader = asyncio.create_task(read_stamps())
+    last_seq = {s["session"]: s["last_seq"] for s in snapshot["rows"]}
+    started = time.time()
+    await asyncio.to_thread(start_bursts)
+    idle: set[int] = set()
+    deadline = time.monotonic() + 120
+    while len(idle) < len(sessions) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        idle = {m["session"] for _, m in received if m.get("activity") == "idle"}
+    wall = time.time() - started
+    await asyncio.sleep(1.0)  # stragglers of the stamp reader
+    reader.cancel()
+    dashboard.cancel()
+    socket.close()
+
+    latencies, unstamped = [], 0
+    for receipt, message in sorted(received, key=lambda r: r[1]["last_seq"]):
+        session_id = message["session"]
+        first = last_seq.get(session_id, 0) + 1
+        stamps = [
+            emitted[(session_id, seq)]
+            for seq in range(first, message["last_seq"] + 1)
+            if (session_id, seq) in emitted
+        ]
+        last_seq[session_id] = max(last_seq.get(session_id, 0), message["last_seq"])
+        if stamps:
+            latencies.append((receipt - min(stamps)) * 1000)
+        else:
+            unstamped += 1  # rows written by request code (burst_queued): no engine stamp
+    return {
+        "latencies": latencies,
+        "updates": len(received),
+        "unstamped": unstamped,
+        "idle": len(idle),
+        "wall": wall,
+        "events": len(emitted),
+    }
+
+
+def latency_part(args) -> list[tuple[str, str, str, str]]:
+    from django.test import Client
+
+    from lab_project.processes import daphne_cmd, worker_cmd
+    from labs.models import Burst
+    from labs.services.bursts import burst_start
+
+    script = {
+        "name": "bench-live", "seed": 7,
+        "dependency": {"mode": "flaky", "fail_count": 3, "latency_ms": 50},
+        "policy": {"max_attempts": 4, "backoff_base_ms": 25, "backoff_cap_ms": 500,
+                   "breaker": {"kind": "consecutive", "failure_threshold": 3}},
+        "steps": [{"burst": args.calls}],
+    }  # fmt: skip
+    room, teacher, sessions = make_class("bench busy class", args.bursting, script)
+    client = Client()
+    client.force_login(teacher)
+    cookie = client.cookies["sessionid"].value
+    port = free_port()
+    worker = start(
+        [*worker_cmd(128), "--without-heartbeat", "--without-gossip", "--without-mingle"],
+        "worker", lambda log: b"ready." in log.read_bytes(),
+    )  # fmt: skip
+    daphne = start(daphne_cmd("127.0.0.1", port), "daphne", lambda log: answers(port))
+    try:
+        # Warm the worker's journal writer up (it may start a process on first use).
+        warm = burst_start(session=sessions[0], user=sessions[0].owner, size=1)
+        deadline = time.monotonic() + 60
+        while Burst.objects.get(pk=warm.pk).status != "done" and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+        def start_bursts():
+            from django.db import connections
+
+            for session in sessions:
+                burst_start(session=session, user=session.owner, size=args.calls)
+            connections.close_all()
+
+        result = asyncio.run(watch(args, port, cookie, room, sessions, start_bursts))
+    finally:
+        stop(daphne)
+        stop(worker)
+    lat = result["latencies"]
+    what = f"{args.bursting} sessions x {args.calls} calls at once"
+    rows = [
+        ("(b) update latency, emit -> dashboard socket", what,
+         f"p50 {pct(lat, 0.5):.0f} ms, p99 {pct(lat, 0.99):.0f} ms, max {max(lat):.0f} ms",
+         "p99 <= 500 ms"),
+        ("    updates received / engine events", what,
+         f"{result['updates']} updates for {result['events']} events "
+         f"({result['events'] / max(1, result['updates']):.1f} events per update); "
+         f"{result['idle']}/{args.bursting} sessions back to idle in {result['wall']:.1f} s",
+         ""),
+    ]  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--students", type=int, default=100)
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--requests", type=int, default=15)
+    parser.add_argument("--bursting", type=int, default=100)
+    parser.add_argument("--calls", type=int, default=10)
+    parser.add_argument("--skip-latency", action="store_true")
+    args = parser.parse_args()
+    setup_django()
+    from django.db import connection
+
+    rows = server_time_part(args)
+    if not args.skip_latency:
+        rows += latency_part(args)
+    print(f"\ndashboard bench ({connection.vendor}, {os.cpu_count()} CPUs)")
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    header = ("measure", "load", "result", "target")
+    widths = [max(w, len(h)) for w, h in zip(widths, header, strict=True)]
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+    print("  ".join("-" * w for w in widths))
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+
+
+if __name__ == "__main__":
+    main()
