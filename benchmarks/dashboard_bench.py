@@ -20,6 +20,9 @@ they are flushed), migrates, and prints one table:
     the engine hands it over; the stamps are read from the session groups, which carry them).
     So it includes the journal writer's batching, INSERT and commit, the channel-layer hop,
     the consumer and the websocket write. Target: p99 <= 500 ms.
+(c) during (b), the real page in headless Chromium (Debian's /usr/bin/chromium; skipped
+    without it or with ``--skip-browser``): its long tasks (main-thread work over 50 ms), and
+    whether every row's totals equal the journal's once the storm is over.
 """
 
 from __future__ import annotations
@@ -336,13 +339,18 @@ async def watch(args, port: int, cookie: str, room, sessions, start_bursts) -> d
     for session in sessions:
         await layer.group_add(session_group(session.pk), channel)
     emitted: dict[tuple[int, int], float] = {}
+    direct: list[float] = []  # the same hop minus daphne: straight off the channel layer
 
     async def read_stamps():
         while True:
             message = await layer.receive(channel)
+            now = time.time()
+            stamps = [e["emitted"] for e in message.get("events", []) if e.get("emitted")]
             for event in message.get("events", []):
                 if event.get("emitted"):
                     emitted[(message["session"], event["seq"])] = event["emitted"]
+            if stamps:
+                direct.append((now - min(stamps)) * 1000)
 
     reader = asyncio.create_task(read_stamps())
     last_seq = {s["session"]: s["last_seq"] for s in snapshot["rows"]}
@@ -375,12 +383,74 @@ async def watch(args, port: int, cookie: str, room, sessions, start_bursts) -> d
             unstamped += 1  # rows written by request code (burst_queued): no engine stamp
     return {
         "latencies": latencies,
+        "direct": direct,
         "updates": len(received),
         "unstamped": unstamped,
         "idle": len(idle),
         "wall": wall,
         "events": len(emitted),
     }
+
+
+LONG_TASKS_JS = """
+window.__longTasks = [];
+new PerformanceObserver(list => list.getEntries().forEach(e => window.__longTasks.push(e.duration)))
+  .observe({type: "longtask", buffered: true});
+"""
+
+
+class BrowserWatch:
+    """The real dashboard page in headless Chromium during the storm (its own thread: the
+    Playwright sync API runs an event loop of its own). Afterwards it reads the page's long
+    tasks (main-thread work over 50 ms: what "melting the browser" looks like) and the totals
+    each row shows, for comparison with the journal."""
+
+    CHROMIUM = os.environ.get("LAB_CHROMIUM", "/usr/bin/chromium")
+    ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+
+    def __init__(self, url: str, cookie: str, port: int) -> None:
+        import threading
+
+        self.url, self.cookie, self.port = url, cookie, port
+        self.ready, self.done, self.finished = (threading.Event() for _ in range(3))
+        self.result: dict = {}
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        from playwright.sync_api import sync_playwright
+
+        try:
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.launch(
+                    executable_path=self.CHROMIUM, headless=True, args=self.ARGS
+                )
+                context = browser.new_context(viewport={"width": 1400, "height": 1000})
+                context.add_cookies([{"name": "sessionid", "value": self.cookie,
+                                      "domain": "127.0.0.1", "path": "/"}])  # fmt: skip
+                page = context.new_page()
+                page.add_init_script(LONG_TASKS_JS)
+                page.goto(self.url)
+                page.wait_for_selector('#live-status[data-state="live"]', timeout=30_000)
+                self.ready.set()
+                self.done.wait(300)
+                time.sleep(1.0)  # the last frames
+                self.result = page.evaluate(
+                    """() => ({
+                        long: window.__longTasks,
+                        rows: Array.from(document.querySelectorAll('#dash-rows tr')).map(r => [
+                          Number(r.dataset.session),
+                          ...['calls', 'attempts', 'fast_fails'].map(
+                            f => Number(r.querySelector('[data-field=' + f + ']').textContent))]),
+                    })"""
+                )
+                browser.close()
+        except Exception as exc:  # reported in the table, never fatal for (b)
+            self.result = {"error": repr(exc)}
+            self.ready.set()
+        finally:
+            self.finished.set()
 
 
 def latency_part(args) -> list[tuple[str, str, str, str]]:
@@ -421,7 +491,15 @@ def latency_part(args) -> list[tuple[str, str, str, str]]:
                 burst_start(session=session, user=session.owner, size=args.calls)
             connections.close_all()
 
+        browser = None
+        if not args.skip_browser and Path(BrowserWatch.CHROMIUM).exists():
+            browser = BrowserWatch(f"http://127.0.0.1:{port}/classes/{room.pk}/dashboard/",
+                                   cookie, port)  # fmt: skip
+            browser.ready.wait(90)
         result = asyncio.run(watch(args, port, cookie, room, sessions, start_bursts))
+        if browser is not None:
+            browser.done.set()
+            browser.finished.wait(60)
     finally:
         stop(daphne)
         stop(worker)
@@ -431,13 +509,39 @@ def latency_part(args) -> list[tuple[str, str, str, str]]:
         ("(b) update latency, emit -> dashboard socket", what,
          f"p50 {pct(lat, 0.5):.0f} ms, p99 {pct(lat, 0.99):.0f} ms, max {max(lat):.0f} ms",
          "p99 <= 500 ms"),
+        ("    for comparison: emit -> channel layer (no daphne)", what,
+         f"p50 {pct(result['direct'], 0.5):.0f} ms, p99 {pct(result['direct'], 0.99):.0f} ms",
+         ""),
         ("    updates received / engine events", what,
          f"{result['updates']} updates for {result['events']} events "
          f"({result['events'] / max(1, result['updates']):.1f} events per update); "
          f"{result['idle']}/{args.bursting} sessions back to idle in {result['wall']:.1f} s",
          ""),
     ]  # fmt: skip
+    if browser is not None:
+        rows.append(browser_row(browser.result, room, what))
     return rows
+
+
+def browser_row(result: dict, room, what: str) -> tuple[str, str, str, str]:
+    from labs.selectors import class_dashboard_rows
+
+    label = "(c) the page in Chromium during (b)"
+    if "error" in result:
+        return (label, what, f"not measured: {result['error']}", "")
+    truth = {
+        r.session_id: (r.calls, r.attempts, r.fast_fails)
+        for r in class_dashboard_rows(classroom_id=room.pk)
+    }
+    shown = {row[0]: tuple(row[1:]) for row in result["rows"]}
+    exact = sum(1 for sid, totals in truth.items() if shown.get(sid) == totals)
+    long = result["long"]
+    return (
+        label, what,
+        f"long tasks: {len(long)}, max {max(long, default=0):.0f} ms, "
+        f"total {sum(long):.0f} ms; rows equal to the journal: {exact}/{len(truth)}",
+        "rows exact",
+    )  # fmt: skip
 
 
 def main() -> None:
@@ -448,6 +552,7 @@ def main() -> None:
     parser.add_argument("--bursting", type=int, default=100)
     parser.add_argument("--calls", type=int, default=10)
     parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument("--skip-browser", action="store_true", help="no Chromium in (b)")
     args = parser.parse_args()
     setup_django()
     from django.db import connection

@@ -25,6 +25,8 @@
   const filterActivity = document.getElementById("filter-activity");
   const sortSelect = document.getElementById("sort-key");
   const sessionUrl = root.dataset.sessionUrl; // ".../sessions/0/"
+  const countEls = {};
+  root.querySelectorAll("[data-count]").forEach(function (el) { countEls[el.dataset.count] = el; });
 
   const STATE_LABEL = { closed: "closed", open: "open", half_open: "half-open" };
   const STATE_ORDER = { open: 0, half_open: 1, closed: 2 };
@@ -76,31 +78,41 @@
     if (el && el.textContent !== text) el.textContent = text;
   }
 
+  const reducedMotion = window.matchMedia("(prefers-reduced-motion: reduce)").matches;
+
+  function cellsOf(tr) {
+    const cells = {};
+    tr.querySelectorAll("[data-field]").forEach(function (el) { cells[el.dataset.field] = el; });
+    return cells;
+  }
+
   function paintRow(e) {
     if (!e.el) e.el = createRow(e);
+    if (!e.cells) e.cells = cellsOf(e.el);
     const d = e.data;
     const tr = e.el;
+    const c = e.cells;
     const changed = tr.dataset.state !== d.state || tr.dataset.activity !== d.activity ||
       tr.dataset.mode !== d.mode;
-    tr.dataset.state = d.state;
-    tr.dataset.activity = d.activity;
-    tr.dataset.mode = d.mode;
-    setText(tr.querySelector('[data-field="student"]'), d.student);
-    const state = tr.querySelector('[data-field="state"]');
-    state.className = "breaker breaker-" + d.state;
-    setText(state, STATE_LABEL[d.state] || d.state);
-    setText(tr.querySelector('[data-field="mode"]'), (d.mode || "").replace("_", " "));
-    const activity = tr.querySelector('[data-field="activity"]');
-    activity.className = "activity activity-" + d.activity;
-    setText(activity, d.activity);
-    const summary = summaryText(d.burst_summary);
-    const cell = tr.querySelector('[data-field="summary"]');
-    if (summary) setText(cell, summary);
-    NUMERIC.forEach(function (f) { setText(tr.querySelector('[data-field="' + f + '"]'), String(d[f])); });
     if (changed) {
-      tr.classList.remove("flash");
-      void tr.offsetWidth; // restart the animation
-      tr.classList.add("flash");
+      tr.dataset.state = d.state;
+      tr.dataset.activity = d.activity;
+      tr.dataset.mode = d.mode;
+      c.state.className = "breaker breaker-" + d.state;
+      c.activity.className = "activity activity-" + d.activity;
+    }
+    setText(c.student, d.student);
+    setText(c.state, STATE_LABEL[d.state] || d.state);
+    setText(c.mode, (d.mode || "").replace("_", " "));
+    setText(c.activity, d.activity);
+    const summary = summaryText(d.burst_summary);
+    if (summary) setText(c.summary, summary);
+    NUMERIC.forEach(function (f) { setText(c[f], String(d[f])); });
+    // Web Animations, not a class toggle: restarting a CSS animation needs a forced layout
+    // per row, which is what would make a hundred changing rows stutter.
+    if (changed && !reducedMotion && tr.animate) {
+      tr.animate([{ backgroundColor: "#fef9c3" }, { backgroundColor: "transparent" }],
+        { duration: 1200, easing: "ease-out" });
     }
   }
 
@@ -114,12 +126,19 @@
     return r || x.student.localeCompare(y.student) || x.session - y.session;
   }
 
-  function visible(e) {
+  function filters() {
+    return {
+      text: filterText.value.trim().toLowerCase(),
+      state: filterState.value,
+      activity: filterActivity.value,
+    };
+  }
+
+  function visible(e, f) {
     const d = e.data;
-    const text = filterText.value.trim().toLowerCase();
-    if (filterState.value && d.state !== filterState.value) return false;
-    if (filterActivity.value && d.activity !== filterActivity.value) return false;
-    if (text && !(d.student + " " + d.username + " " + d.scenario).toLowerCase().includes(text)) {
+    if (f.state && d.state !== f.state) return false;
+    if (f.activity && d.activity !== f.activity) return false;
+    if (f.text && !(d.student + " " + d.username + " " + d.scenario).toLowerCase().includes(f.text)) {
       return false;
     }
     return true;
@@ -127,17 +146,18 @@
 
   function paintCounts() {
     const counts = { closed: 0, open: 0, half_open: 0, bursting: 0, total: 0 };
+    const f = filters();
     let shown = 0;
     rows.forEach(function (e) {
       counts[e.data.state] = (counts[e.data.state] || 0) + 1;
       if (e.data.activity === "bursting") counts.bursting += 1;
       counts.total += 1;
-      const show = visible(e);
+      const show = visible(e, f);
       if (e.el && e.el.hidden === show) e.el.hidden = !show;
       if (show) shown += 1;
     });
     Object.keys(counts).forEach(function (k) {
-      setText(root.querySelector('[data-count="' + k + '"]'), String(counts[k]));
+      setText(countEls[k], String(counts[k]));
     });
     setText(shownEl, shown === counts.total ? "" : shown + " of " + counts.total + " shown");
   }
