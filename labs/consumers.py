@@ -17,15 +17,19 @@
 3. Messages to the browser are JSON: ``{"type": "events", "events": [...]}`` where each
    event is the journal payload plus ``html`` (the row, rendered with the page's own
    ``journal-row`` partial) and ``fragments`` (``{"id", "html"}`` to swap by DOM id: the
-   breaker badge after a state change, re-read from Redis so it carries ``open_until_ms``;
+   breaker badge after a state change or a burst's end, re-read from Redis so it carries
+   ``open_until_ms`` and the current failure streak;
    the burst summary when a burst is queued, starts or ends). ``{"type": "state"}`` on
    connect carries the current badge.
 4. Messages from the browser: ``{"type": "ping"}`` (answered with a pong) and
    ``{"type": "resync", "after": N}``. Anything else is logged and ignored: it never closes
    this socket, let alone anyone else's.
 
-The ORM and Redis are only reached through ``database_sync_to_async``; rendering a row needs
-neither and happens on the event loop.
+The ORM and Redis are only reached through ``database_sync_to_async``, as ``read`` below: these
+are plain reads, so they run in the thread pool (``thread_sensitive=False``) instead of queueing
+behind every other consumer's on the one shared sync thread. Rendering a row needs neither and
+happens on the event loop; a burst's summary panel is built from the events themselves when
+the consumer saw the burst queued, so most bursts cost no query at all.
 """
 
 from __future__ import annotations
@@ -80,7 +84,12 @@ def render_summary(summary: dict[str, Any] | None) -> str:
     return _template("burst-summary").render({"summary": summary}).strip()
 
 
-# --- sync helpers (run through database_sync_to_async) ----------------------------------------
+# --- sync helpers (run through ``read``) -------------------------------------------------------
+
+
+def read(function):
+    """``function`` as a coroutine run in the thread pool (read-only ORM/Redis work)."""
+    return database_sync_to_async(function, thread_sensitive=False)
 
 
 def visible_session_id(user, session_id: int) -> tuple[int, int] | None:
@@ -160,6 +169,8 @@ class LabSessionConsumer(AsyncWebsocketConsumer):
     group: str | None = None
     last_seq: int = 0
     _settle_task: asyncio.Task | None = None
+    #: burst id -> what the summary panel needs, learnt from burst_queued events
+    _bursts: dict[int, dict[str, Any]]
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -167,7 +178,7 @@ class LabSessionConsumer(AsyncWebsocketConsumer):
             session_id = int(self.scope["url_route"]["kwargs"]["session_id"])
         except (KeyError, TypeError, ValueError):
             session_id = 0
-        found = await database_sync_to_async(visible_session_id)(user, session_id)
+        found = await read(visible_session_id)(user, session_id)
         if found is None:
             await self.accept()
             await self.close(code=CLOSE_FORBIDDEN)
@@ -176,6 +187,7 @@ class LabSessionConsumer(AsyncWebsocketConsumer):
         # Everything that sends rows holds this lock: handlers run one at a time anyway, but
         # the settle timer runs beside them.
         self._deliver_lock = asyncio.Lock()
+        self._bursts = {}
         # Join first: a row committed from now on is pushed to us, and every row committed
         # before is in the database for the replay below. Overlap is dropped by seq.
         self.group = broadcast.session_group(self.session_id)
@@ -267,7 +279,7 @@ class LabSessionConsumer(AsyncWebsocketConsumer):
     async def _settle(self) -> None:
         """Send the rows whose push never came (must hold the deliver lock)."""
         assert self.session_id is not None
-        newest = await database_sync_to_async(newest_seq)(self.session_id)
+        newest = await read(newest_seq)(self.session_id)
         if newest > self.last_seq:
             logger.info(
                 "lab session %s: %d row(s) arrived without a push; sent from the journal",
@@ -291,14 +303,12 @@ class LabSessionConsumer(AsyncWebsocketConsumer):
     async def _catch_up(self, upto: int | None = None) -> None:
         """Send every row after ``last_seq`` (up to ``upto``) from the database, in order."""
         assert self.session_id is not None
-        behind = await database_sync_to_async(count_after)(self.session_id, self.last_seq)
+        behind = await read(count_after)(self.session_id, self.last_seq)
         if behind > MAX_REPLAY:
             await self._send({"type": "reload", "reason": f"{behind} rows behind"})
             return
         while True:
-            rows = await database_sync_to_async(rows_after)(
-                self.session_id, self.last_seq, REPLAY_CHUNK
-            )
+            rows = await read(rows_after)(self.session_id, self.last_seq, REPLAY_CHUNK)
             if upto is not None:
                 rows = [r for r in rows if r["seq"] <= upto]
             if not rows:
@@ -311,12 +321,30 @@ class LabSessionConsumer(AsyncWebsocketConsumer):
         """Render and send ``events`` (seq order, all after ``last_seq``)."""
         assert self.session_id is not None
         out = []
-        burst_ids = sorted(
-            {e["burst"] for e in events if e.get("kind") in SUMMARY_KINDS and e.get("burst")}
+        for event in events:
+            self._learn_burst(event)
+        unknown = sorted(
+            {
+                e["burst"]
+                for e in events
+                if e.get("kind") in SUMMARY_KINDS
+                and e.get("burst")
+                and e["burst"] not in self._bursts
+            }
         )
-        bursts = await database_sync_to_async(summaries_for)(burst_ids) if burst_ids else {}
+        if unknown:
+            self._bursts.update(await read(summaries_for)(unknown))
+        bursts = self._bursts
+        # The badge is re-read (Redis) once per message: after the last state change, or at
+        # a burst's end (its failure streak / window counts are then up to date).
         last_state_change = max(
-            (i for i, e in enumerate(events) if e.get("state_to")), default=None
+            (
+                i
+                for i, e in enumerate(events)
+                if e.get("state_to")
+                or e.get("kind") in ("burst_end", "burst_interrupted", "burst_failed")
+            ),
+            default=None,
         )
         for i, event in enumerate(events):
             item = dict(event)
@@ -328,18 +356,36 @@ class LabSessionConsumer(AsyncWebsocketConsumer):
                 if html:
                     fragments.append({"id": "burst-summary", "html": html})
             if i == last_state_change:
-                view = await database_sync_to_async(badge_view)(self.session_id)
+                view = await read(badge_view)(self.session_id)
                 if view is not None:
                     fragments.append({"id": "breaker-badge", "html": render_badge(view)})
             if fragments:
                 item["fragments"] = fragments
+            if event.get("kind") in ("burst_end", "burst_interrupted", "burst_failed"):
+                bursts.pop(event.get("burst"), None)
             out.append(item)
         await self._send({"type": "events", "events": out})
         self.last_seq = events[-1]["seq"]
 
+    def _learn_burst(self, event: dict[str, Any]) -> None:
+        """Remember a burst from its ``burst_queued`` row (it carries number, size and
+        concurrency), so its start and end need no query; forget it when it ends."""
+        burst_id = event.get("burst")
+        if event.get("kind") == "burst_queued" and burst_id:
+            data = event.get("data") or {}
+            if all(isinstance(data.get(k), int) for k in ("burst", "size", "concurrency")):
+                self._bursts[burst_id] = {
+                    "id": burst_id,
+                    "number": data["burst"],
+                    "size": data["size"],
+                    "concurrency": data["concurrency"],
+                    "status": "queued",
+                    "error": "",
+                }
+
     async def _send_state(self) -> None:
         assert self.session_id is not None
-        view = await database_sync_to_async(badge_view)(self.session_id)
+        view = await read(badge_view)(self.session_id)
         fragments = [{"id": "breaker-badge", "html": render_badge(view)}] if view else []
         await self._send(
             {
