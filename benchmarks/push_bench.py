@@ -1,0 +1,528 @@
+"""Event-to-browser latency of the live lab page, through a real daphne, worker and Redis.
+
+    .venv/bin/python benchmarks/push_bench.py [--sessions 1,30,100] [--calls 20]
+
+Starts its own ``daphne`` and ``celery worker`` (the commands of lab_project/processes.py, the
+ones ``make run`` uses) on its own SQLite file (or DATABASE_URL) and its own ``redis-server`` on
+a free port (``--shared-redis``: the machine's REDIS_URL, databases ``BENCH_REDIS_DB_BASE``,
+default 4..7; or ``BENCH_REDIS_URL``), migrates, creates one student and one lab session per simulated
+browser, logs each in with a real session cookie and opens the page's websocket
+(``ws/sessions/<id>/``) with the ``websockets`` client, exactly as lab.js does.
+
+Latency is measured per journal event: from the ``emitted`` stamp the worker puts on each engine
+event (wall clock, when the engine hands it over) to the moment the client has the websocket
+frame parsed (same machine, same clock). It therefore includes the journal writer's batch
+INSERT and commit, the channel-layer hop through Redis, the consumer rendering the row and the
+websocket write.
+
+Rows printed:
+
+- one session bursting, N rounds of one burst;
+- 30 and 100 sessions starting a burst at the same moment, N rounds;
+- catch-up: 30 sessions bursting while half of the clients drop their socket mid-burst and
+  reconnect with ``?after=<last seq>``: events lost (journal rows the client never got) and
+  duplicates (rows it got twice), which must both be 0.
+
+Targets (issue 5): p99 <= 25 ms for one session, <= 250 ms for 30 and 100 sessions, 0 lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
+os.environ["REDIS_DB_BASE"] = os.environ.get("BENCH_REDIS_DB_BASE", "4")
+_PRIVATE_REDIS = None
+if "--shared-redis" not in sys.argv and "BENCH_REDIS_URL" not in os.environ:
+    # A private redis-server on a free port: other benchmarks and test runs on this machine
+    # use the shared one (their brokers would steal our tasks and their flushes our keys).
+    import shutil
+    import socket as _socket
+
+    if shutil.which("redis-server"):
+        with _socket.socket() as _sock:
+            _sock.bind(("127.0.0.1", 0))
+            _redis_port = _sock.getsockname()[1]
+        _PRIVATE_REDIS = subprocess.Popen(
+            ["redis-server", "--port", str(_redis_port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        os.environ["REDIS_URL"] = f"redis://127.0.0.1:{_redis_port}"
+elif "BENCH_REDIS_URL" in os.environ:
+    os.environ["REDIS_URL"] = os.environ["BENCH_REDIS_URL"]
+if "DATABASE_URL" not in os.environ:
+    os.environ["LAB_SQLITE_PATH"] = str(
+        Path(tempfile.gettempdir()) / "failurelab-push-bench.sqlite3"
+    )
+
+BENCH_SCRIPT = {
+    "name": "push-bench",
+    "seed": 11,
+    # Some attempts fail, so a burst has attempts, backoff sleeps and call results to push.
+    "dependency": {"mode": "error_rate", "rate": 0.3, "latency_ms": 5},
+    "policy": {
+        "max_attempts": 4,
+        "backoff_base_ms": 10,
+        "backoff_cap_ms": 100,
+        "jitter": "none",
+        "breaker": {"kind": "consecutive", "failure_threshold": 20, "cooldown_ms": 100},
+    },
+    "steps": [{"burst": 20}],
+}
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+# --- setup --------------------------------------------------------------------------------
+
+
+def setup_django() -> None:
+    import django
+
+    if "LAB_SQLITE_PATH" in os.environ:
+        for suffix in ("", "-wal", "-shm"):
+            Path(os.environ["LAB_SQLITE_PATH"] + suffix).unlink(missing_ok=True)
+    django.setup()
+    import redis
+    from django.conf import settings
+    from django.core.management import call_command
+
+    if settings.REDIS_DB_BASE < 4 and _PRIVATE_REDIS is None:
+        sys.exit("BENCH_REDIS_DB_BASE must be 4 or more: 0..3 are a development instance's")
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            redis.Redis.from_url(settings.REDIS_URL).ping()
+            break
+        except redis.ConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    call_command("migrate", verbosity=0)
+    if "LAB_SQLITE_PATH" not in os.environ:
+        call_command("flush", interactive=False, verbosity=0)  # a bench database, emptied
+    for db in range(settings.REDIS_DB_BASE, settings.REDIS_DB_BASE + 4):
+        redis.Redis.from_url(settings.REDIS_URL, db=db).flushdb()
+
+
+def process_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["LAB_LOG_LEVEL"] = "WARNING"
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+class Processes:
+    """daphne and one worker, stopped (their whole process groups) on exit."""
+
+    def __init__(self, port: int, concurrency: int, logdir: Path) -> None:
+        from lab_project.processes import daphne_cmd, worker_cmd
+
+        self.logdir = logdir
+        self.procs: list[subprocess.Popen] = []
+        web = daphne_cmd("127.0.0.1", port)
+        if os.environ.get("BENCH_PROFILE_DAPHNE"):  # where the web process spends its CPU
+            web = [sys.executable, "-m", "cProfile", "-o", os.environ["BENCH_PROFILE_DAPHNE"],
+                   "-m", "daphne", *web[1:]]  # fmt: skip
+        for name, cmd in (
+            ("daphne", web),
+            ("worker", [*worker_cmd(concurrency), "-n", f"push-bench-{os.getpid()}@%h"]),
+        ):
+            log = open(logdir / f"{name}.log", "wb")  # noqa: SIM115
+            self.procs.append(
+                subprocess.Popen(
+                    cmd, cwd=ROOT, env=process_env(), stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )  # fmt: skip
+        self._wait_ready(port)
+
+    def _wait_ready(self, port: int) -> None:
+        import urllib.request
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for proc in self.procs:
+                if proc.poll() is not None:
+                    sys.exit(f"a server exited early; see {self.logdir}")
+            worker_ready = b"ready." in (self.logdir / "worker.log").read_bytes()
+            try:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{port}/accounts/login/", timeout=2
+                ) as response:
+                    if response.status == 200 and worker_ready:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        sys.exit(f"daphne or the worker did not start in 60 s; see {self.logdir}")
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time used so far by each server's whole process group (the worker's journal
+        writer process included)."""
+        tick = os.sysconf("SC_CLK_TCK")
+        out = {}
+        for name, proc in zip(("daphne", "worker"), self.procs, strict=True):
+            total = 0
+            for stat in Path("/proc").glob("[0-9]*/stat"):
+                try:
+                    fields = stat.read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                if int(fields[2]) == proc.pid:  # process group id
+                    total += int(fields[11]) + int(fields[12])
+            out[name] = total / tick
+        return out
+
+    def stop(self) -> None:
+        import signal
+
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+def make_sessions(count: int) -> list[tuple[int, str]]:
+    """``count`` students, each with a lab session; (session id, session cookie) each."""
+    from importlib import import_module
+
+    from django.conf import settings
+    from django.contrib.auth import (
+        BACKEND_SESSION_KEY,
+        HASH_SESSION_KEY,
+        SESSION_KEY,
+        get_user_model,
+    )
+
+    from labs.models import Classroom, Membership, Scenario
+    from labs.services.lab import session_open
+
+    scenario = Scenario.objects.create(slug="push-bench", title="Push bench", script=BENCH_SCRIPT)
+    room = Classroom.objects.create(name="Push bench")
+    room.scenarios.add(scenario)
+    store = import_module(settings.SESSION_ENGINE).SessionStore
+    out = []
+    for i in range(count):
+        user = get_user_model()(username=f"bench{i:03d}")
+        user.set_unusable_password()  # logged in below with a session, no hashing needed
+        user.save()
+        Membership.objects.create(user=user, classroom=room, role="student")
+        lab_session = session_open(user=user, classroom=room, scenario=scenario)
+        web = store()
+        web[SESSION_KEY] = str(user.pk)
+        web[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+        web[HASH_SESSION_KEY] = user.get_session_auth_hash()
+        web.save()
+        out.append((lab_session.pk, web.session_key))
+    return out
+
+
+# --- the simulated browsers -------------------------------------------------------------------
+
+
+@dataclass
+class Browser:
+    """One page's websocket: remembers every seq it got and the latency of live events."""
+
+    session_id: int
+    cookie: str
+    port: int
+    last_seq: int = 0
+    seqs: list[int] = field(default_factory=list)
+    latencies_ms: list[float] = field(default_factory=list)
+    connected: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task | None = None
+    stop: bool = False
+
+    async def run(self) -> None:
+        from websockets.asyncio.client import connect
+
+        while not self.stop:
+            url = f"ws://127.0.0.1:{self.port}/ws/sessions/{self.session_id}/?after={self.last_seq}"
+            try:
+                async with connect(
+                    url,
+                    origin=f"http://127.0.0.1:{self.port}",
+                    additional_headers={"Cookie": f"sessionid={self.cookie}"},
+                    max_size=None,
+                    ping_interval=None,
+                ) as ws:
+                    async for raw in ws:
+                        received = time.time()
+                        message = json.loads(raw)
+                        if message["type"] == "state":
+                            self.connected.set()
+                        elif message["type"] == "events":
+                            for event in message["events"]:
+                                self.seqs.append(event["seq"])
+                                self.last_seq = max(self.last_seq, event["seq"])
+                                if event.get("emitted"):
+                                    self.latencies_ms.append((received - event["emitted"]) * 1000)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # reconnect like the page does
+                if not self.stop:
+                    print(f"  session {self.session_id}: socket error {exc!r}; reconnecting")
+            self.connected.clear()
+            await asyncio.sleep(0.05)
+
+    def start(self) -> None:
+        self.task = asyncio.ensure_future(self.run())
+
+    async def drop(self) -> None:
+        """Lose the connection (as a page going offline does) and come back."""
+        if self.task:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        self.connected.clear()
+        await asyncio.sleep(random.uniform(0.1, 0.4))
+        self.start()
+
+    async def close(self) -> None:
+        self.stop = True
+        if self.task:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+
+async def layer_probe(session_ids: list[int], out: list[float]) -> None:
+    """Listen to the sessions' groups on the channel layer itself (no daphne): the part of
+    the latency spent before the consumer, in the worker's journal writer and Redis."""
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    for sid in session_ids:
+        await layer.group_add(f"lab-session-{sid}", channel)
+    try:
+        while True:
+            try:
+                message = await layer.receive(channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: S112 - an idle blocking read timing out; listen again
+                continue
+            received = time.time()
+            for event in message.get("events", []):
+                if event.get("emitted"):
+                    out.append((received - event["emitted"]) * 1000)
+    finally:
+        for sid in session_ids:
+            with contextlib.suppress(Exception):
+                await layer.group_discard(f"lab-session-{sid}", channel)
+
+
+def start_bursts(session_ids: list[int], calls: int) -> None:
+    """Queue one burst in each session at (nearly) the same moment, from threads."""
+    from django.db import connection
+
+    from labs.models import LabSession
+    from labs.services.bursts import burst_start
+
+    sessions = {s.pk: s for s in LabSession.objects.filter(pk__in=session_ids)}
+    barrier = threading.Barrier(len(session_ids))
+
+    def go(sid: int) -> None:
+        try:
+            barrier.wait()
+            burst_start(session=sessions[sid], user=sessions[sid].owner, size=calls)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=go, args=(sid,)) for sid in session_ids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def journal_seqs(session_ids: list[int]) -> dict[int, list[int]]:
+    from labs.models import JournalEvent
+
+    out: dict[int, list[int]] = {sid: [] for sid in session_ids}
+    for sid, seq in JournalEvent.objects.filter(session_id__in=session_ids).values_list(
+        "session_id", "seq"
+    ):
+        out[sid].append(seq)
+    return out
+
+
+def bursts_active(session_ids: list[int]) -> int:
+    from labs.models import Burst
+
+    return Burst.objects.filter(
+        session_id__in=session_ids, status__in=["queued", "running"]
+    ).count()
+
+
+async def run_scenario(
+    sessions: list[tuple[int, str]], port: int, rounds: int, calls: int, drop_half: bool = False
+) -> tuple[list[float], list[float], int, int, int]:
+    """Bursts in every session at once, ``rounds`` times; returns (latencies to the browser,
+    latencies to the channel layer, events, lost, duplicates)."""
+    browsers = [Browser(sid, cookie, port) for sid, cookie in sessions]
+    ids = [b.session_id for b in browsers]
+    layer_latencies: list[float] = []
+    probe = asyncio.ensure_future(layer_probe(ids, layer_latencies))
+    baseline = await asyncio.to_thread(journal_seqs, ids)
+    for b in browsers:
+        b.last_seq = max(baseline[b.session_id], default=0)
+        b.start()
+    await asyncio.wait_for(asyncio.gather(*(b.connected.wait() for b in browsers)), 60)
+    for _ in range(rounds):
+        await asyncio.to_thread(start_bursts, ids, calls)
+        if drop_half:
+            await asyncio.sleep(0.15)  # mid-burst
+            await asyncio.gather(*(b.drop() for b in browsers[: len(browsers) // 2]))
+        deadline = time.monotonic() + 120
+        while await asyncio.to_thread(bursts_active, ids):
+            if time.monotonic() > deadline:
+                sys.exit("bursts did not finish in 120 s; is the worker running?")
+            await asyncio.sleep(0.1)
+        # every page catches up with the journal (or the wait times out: losses counted below)
+        final = await asyncio.to_thread(journal_seqs, ids)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(
+            b.last_seq < max(final[b.session_id], default=0) for b in browsers
+        ):
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
+    final = await asyncio.to_thread(journal_seqs, ids)
+    lost = duplicates = 0
+    for b in browsers:
+        expected = {s for s in final[b.session_id] if s not in baseline[b.session_id]}
+        got = Counter(b.seqs)
+        lost += len(expected - set(got))
+        duplicates += sum(n - 1 for n in got.values() if n > 1)
+    latencies = [ms for b in browsers for ms in b.latencies_ms]
+    events = sum(len(b.seqs) for b in browsers)
+    await asyncio.gather(*(b.close() for b in browsers))
+    probe.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await probe
+    return latencies, layer_latencies, events, lost, duplicates
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", default="1,30,100", help="comma-separated session counts")
+    parser.add_argument("--calls", type=int, default=20, help="calls per burst (1..20)")
+    parser.add_argument("--rounds", type=int, default=0, help="bursts per session (0: auto)")
+    parser.add_argument("--port", type=int, default=0, help="daphne port (0: a free one)")
+    parser.add_argument("--worker-concurrency", type=int, default=128)
+    parser.add_argument(
+        "--shared-redis", action="store_true", help="use REDIS_URL, not a private redis-server"
+    )
+    args = parser.parse_args()
+    counts = [int(c) for c in args.sessions.split(",") if c.strip()]
+
+    setup_django()
+    import socket
+
+    from django.conf import settings
+    from django.db import connection
+
+    port = args.port
+    if not port:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+    logdir = Path(tempfile.mkdtemp(prefix="push-bench-"))
+    all_sessions = make_sessions(max([*counts, 30]))
+    connection.close()
+    db = "SQLite" if "sqlite" in settings.DATABASES["default"]["ENGINE"] else "PostgreSQL"
+    print(
+        f"push_bench: {db}, Redis {'private ' if _PRIVATE_REDIS else ''}{settings.REDIS_URL} "
+        f"dbs {settings.REDIS_DB_BASE}..{settings.REDIS_DB_BASE + 3}, "
+        f"journal writer {getattr(settings, 'LAB_JOURNAL_WRITER', 'thread')}, "
+        f"{args.calls} calls per burst, {os.cpu_count()} CPUs; logs in {logdir}"
+    )
+    procs = Processes(port, args.worker_concurrency, logdir)
+    rows = []
+    usage: list[str] = []
+    try:
+        for count in counts:
+            rounds = args.rounds or (10 if count == 1 else 3 if count <= 30 else 2)
+            target = 25 if count == 1 else 250
+            cpu_before, wall_before = procs.cpu_seconds(), time.monotonic()
+            latencies, layer, events, lost, dups = asyncio.run(
+                run_scenario(all_sessions[:count], port, rounds, args.calls)
+            )
+            cpu = procs.cpu_seconds()
+            wall = time.monotonic() - wall_before
+            usage.append(
+                f"{count:>3} sessions: {wall:5.1f} s wall; daphne "
+                f"{cpu['daphne'] - cpu_before['daphne']:5.1f} s CPU, worker "
+                f"{cpu['worker'] - cpu_before['worker']:5.1f} s CPU; load average "
+                f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+            )
+            rows.append((f"{count} session{'s' if count > 1 else ''} bursting", count, rounds,
+                         events, latencies, layer, lost, dups, f"p99 <= {target} ms"))  # fmt: skip
+        latencies, layer, events, lost, dups = asyncio.run(
+            run_scenario(all_sessions[:30], port, 2, args.calls, drop_half=True)
+        )
+        rows.append(("catch-up: 15 of 30 drop mid-burst", 30, 2, events, latencies, layer, lost,
+                     dups, "0 lost"))  # fmt: skip
+    finally:
+        procs.stop()
+        if _PRIVATE_REDIS is not None:
+            _PRIVATE_REDIS.terminate()
+
+    print_table(rows)
+    print()
+    print("CPU used by the servers during each scenario:")
+    for line in usage:
+        print("  " + line)
+
+
+def print_table(rows: list[tuple]) -> None:
+    def cells(values: list[float], q: tuple[float, ...], width: int) -> str:
+        if not values:
+            return " ".join(f"{'-':>{width}}" for _ in q)
+        return " ".join(f"{(max(values) if x == 1 else pct(values, x)):>{width}.1f}" for x in q)
+
+    head = f"{'scenario':<34} {'sess':>4} {'rnds':>4} {'events':>6} {'p50 ms':>7} {'p95 ms':>7} "
+    head += f"{'p99 ms':>7} {'max ms':>7} {'layer p50':>9} {'layer p99':>9} {'lost':>4} {'dup':>3}"
+    head += "  target"
+    print()
+    print("Latency from the engine emitting an event to a websocket client having it; 'layer':")
+    print("the same to the channel layer (worker journal writer + Redis, before daphne).")
+    print(head)
+    print("-" * len(head))
+    for name, count, rounds, events, lat, layer, lost, dups, target in rows:
+        print(
+            f"{name:<34} {count:>4} {rounds:>4} {events:>6} {cells(lat, (0.5, 0.95, 0.99, 1), 7)} "
+            f"{cells(layer, (0.5, 0.99), 9)} {lost:>4} {dups:>3}  {target}"
+        )
+
+
+if __name__ == "__main__":
+    main()
