@@ -444,8 +444,10 @@
             height: BAND_H, class: "tl-band tl-band-" + state
           }));
         }
-        var range = b.first + "–" + (b.first + Math.max(0, (b.size || 1) - 1));
-        var label = b.width > 170 ? "calls " + range + " · " + Math.round(b.end - b.start) + " ms" : range;
+        var last = b.first + Math.max(0, (b.size || 1) - 1);
+        var range = last === b.first ? String(b.first) : b.first + "–" + last;
+        var noun = last === b.first ? "call " : "calls ";
+        var label = b.width > 170 ? noun + range + " · " + Math.round(b.end - b.start) + " ms" : noun + range;
         g.appendChild(el("text", { x: b.x, y: 15, class: "tl-label" }, label + (b.done ? "" : " …")));
 
         var fastFails = 0;

@@ -23,6 +23,7 @@ screenshot is also written to docs/img/lab-page.png (the README's picture).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 
@@ -255,5 +256,29 @@ def test_a_student_of_another_class_can_open_neither_the_page_nor_the_websocket(
         assert code == 4403
         response = page.request.get(f"{daphne_server}/sessions/{session.pk}/export.json")
         assert response.status == 404
+    finally:
+        context.close()
+
+
+def test_scenario_steps_can_be_done_from_the_checklist_and_stay_ticked(
+    browser, daphne_server, tour
+):
+    session = tour
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    try:
+        login(page, daphne_server, "alice", DEFAULT_PASSWORD)
+        page.goto(f"{daphne_server}/sessions/{session.pk}/")
+        expect(page.locator('.step[data-step="1"]')).to_have_class(re.compile("is-current"))
+        page.check("#step-1")  # done by hand
+        page.locator('.step[data-step="2"] [data-step-do]').click()  # "Set the dependency to down"
+        expect(page.locator('#dependency-form [data-role="mode"]')).to_have_text("Down")
+        expect(page.locator("#step-2")).to_be_checked()
+        expect(page.locator('.step[data-step="3"]')).to_have_class(re.compile("is-current"))
+        page.reload()
+        expect(page.locator("#step-1")).to_be_checked()
+        expect(page.locator("#step-2")).to_be_checked()
+        session.refresh_from_db()
+        assert session.dependency["mode"] == "down"
     finally:
         context.close()
