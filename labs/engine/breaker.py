@@ -223,20 +223,15 @@ class Breaker:
         cooldown_us = self._cooldown_us
         if code == "f" or permit.probe or self._spec[0]:
             now = self._now()
+            now_us = int(now * 1e6 + 0.5)
             if code == "f" and self._jitter_pct:
                 cooldown_us = round(cooldown_us * (1 + self.rng.random() * self._jitter_pct / 100))
         else:
             # A success (or ignored) of a closed-state permit under a consecutive breaker can
             # neither move the breaker nor feed a time window: the time is not needed.
-            now = 0.0
+            now, now_us = 0.0, 0
         reply = self._record(
-            self._spec,
-            permit.generation,
-            permit.slot,
-            permit.token,
-            code,
-            int(now * 1e6 + 0.5),
-            cooldown_us,
+            self._spec, permit.generation, permit.slot, permit.token, code, now_us, cooldown_us
         )
         rc = reply[0]
         if rc == APPLIED:

@@ -239,3 +239,20 @@ def test_unknown_outcome_is_refused():
     breaker, _, _ = make(MemoryStore())
     with pytest.raises(ValueError):
         breaker.record(breaker.allow(), "meh")  # type: ignore[arg-type]
+
+
+def test_memory_store_counts_every_failure_under_real_threads():
+    import threading
+
+    breaker, _, _ = make(MemoryStore(), failure_threshold=10**6)
+
+    def hammer():
+        for _ in range(3000):
+            breaker.record(breaker.allow(), "failure")
+
+    threads = [threading.Thread(target=hammer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert breaker.snapshot()["failure_streak"] == 12000

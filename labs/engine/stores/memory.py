@@ -64,6 +64,9 @@ class MemoryStore:
         # atomic attribute load, so a closed breaker admits without taking the lock.
         self._door: AllowReply | None = AllowReply(ADMIT, 0, -1, "", 0, False)
         self._applied = RecordReply(APPLIED, 0, 0, 0, 0)
+        # ``_quiet`` is the applied reply while a success cannot change anything (closed, no
+        # failure streak), None otherwise: such a success is recorded without the lock.
+        self._quiet: RecordReply | None = self._applied
         self._buckets: dict[int, list[int]] = {}
         self._calls: deque[str] = deque()
         self._probes: dict[int, tuple[str, int]] = {}  # slot -> (token, expires_at_us)
@@ -121,6 +124,17 @@ class MemoryStore:
         cooldown_us: int,
     ) -> RecordReply:
         """Count one result (see :class:`~labs.engine.stores.base.RecordReply`)."""
+        quiet = self._quiet
+        # Consecutive kind (spec[0] is ``rolling``): a success in a closed breaker with no
+        # failure streak changes nothing, so it needs no lock.
+        if (
+            quiet is not None
+            and quiet[1] == generation
+            and outcome != "f"
+            and slot < 0
+            and not spec[0]
+        ):
+            return quiet
         with self._lock:
             if slot >= 0:
                 lease = self._probes.get(slot)
@@ -139,8 +153,11 @@ class MemoryStore:
                     if outcome == "s":
                         if b["streak"]:
                             b["streak"] = 0
+                            if not b["forced"]:
+                                self._quiet = applied
                         return applied
                     self._b_written = True
+                    self._quiet = None
                     streak = b["streak"] + 1
                     if streak >= spec.failure_threshold:
                         return self._open(OPENED, now_us, cooldown_us, streak, 0)
@@ -195,6 +212,7 @@ class MemoryStore:
         self._applied = RecordReply(APPLIED, gen, 0, 0, 0)
         closed = (b["state"] == "closed" and not b["forced"]) or b["forced"] == "closed"
         self._door = AllowReply(ADMIT, gen, -1, "", 0, False) if closed else None
+        self._quiet = self._applied if closed and not b["streak"] else None
 
     def _window_add(self, spec: BreakerSpec, outcome: str, now_us: int) -> tuple[int, int]:
         b = self._b
