@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from labs.engine import BreakerConfig, MemoryStore, RedisStore
@@ -21,7 +21,7 @@ configs = st.one_of(
         kind=st.just("consecutive"),
         failure_threshold=st.integers(1, 4),
         half_open_max_probes=st.integers(1, 3),
-        success_threshold=st.integers(1, 3),
+        success_threshold=st.sampled_from([1, 1, 2, 3]),
     ),
     st.builds(
         BreakerConfig,
@@ -32,11 +32,11 @@ configs = st.one_of(
         window_ms=st.sampled_from([100, 1000, 3000]),
         buckets=st.integers(1, 6),
         half_open_max_probes=st.integers(1, 3),
-        success_threshold=st.integers(1, 3),
+        success_threshold=st.sampled_from([1, 1, 2, 3]),
     ),
 )
 
-outcome = st.sampled_from("ffffssi")  # failures are what make a breaker move
+outcome = st.sampled_from("fffsssi")  # enough failures to open, successes to close
 operations = st.lists(
     st.one_of(
         st.tuples(st.just("call"), outcome),  # allow, then record at once
@@ -72,6 +72,36 @@ def module_redis():
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(config=configs, ops=operations, cooldown_us=st.sampled_from([100_000, 1_000_000, 2_000_000]))
+@example(  # every decision at least once, whatever the random draws
+    config=BreakerConfig(failure_threshold=1),
+    ops=[
+        ("call", "f"),  # opens
+        ("allow",),  # rejected: open
+        ("advance", 1_000_000),  # inclusive cooldown edge
+        ("allow",),  # the probe, held
+        ("allow",),  # rejected: half-open
+        ("record", 0, "s"),  # closes
+        ("call", "f"),  # opens again
+        ("advance", 1_000_000),
+        ("call", "f"),  # probe fails: re-opens
+        ("record", 0, "s"),  # nothing held: no-op
+        ("read",),
+    ],
+    cooldown_us=1_000_000,
+)
+@example(
+    config=BreakerConfig(kind="rolling_ratio", min_calls=2, window_ms=1000, buckets=4),
+    ops=[
+        ("allow",),
+        ("call", "f"),
+        ("record", 0, "s"),
+        ("call", "f"),
+        ("advance", 300_000),
+        ("call", "f"),
+        ("read",),
+    ],
+    cooldown_us=100_000,
+)
 def test_memory_and_redis_stores_make_identical_decisions(module_redis, config, ops, cooldown_us):
     spec = BreakerSpec.of(config)
     memory = MemoryStore(probe_lease_ms=LEASE_MS)

@@ -95,10 +95,12 @@ class RedisStore:
         self._read = _Script(client, "read")
         self._dependency = _Script(client, "dependency")
         self._budget = _Script(client, "budget")
-        # Pre-encoded keys and per-config arguments: redis-py passes bytes through untouched,
-        # which is a measurable share of a decision's client-side cost.
-        self._bkeys = [k.encode() for k in (*self._breaker_keys, *self.k_probes)]
-        self._spec_args: dict[BreakerSpec, tuple[bytes, ...]] = {}
+        # Keys and per-config arguments encoded once: packing the command is a measurable
+        # share of a decision's client-side cost, so the scripts also take few arguments.
+        self._b_breaker = self.k_breaker.encode()
+        self._b_probes = [k.encode() for k in self.k_probes]
+        self._b_record_keys = [k.encode() for k in self._breaker_keys]
+        self._b_specs: dict[BreakerSpec, bytes] = {}
 
     def all_keys(self) -> list[str]:
         """Every key this store may write."""
@@ -110,8 +112,8 @@ class RedisStore:
         """Admission decision (one round trip)."""
         token = f"{self._token_prefix}:{next(self._tokens)}"
         code, gen, slot, until, moved = self._allow(
-            self._bkeys[: 3 + spec.max_probes],
-            (now_us, token, self.probe_lease_ms, spec.max_probes),
+            (self._b_breaker, *self._b_probes[: spec.max_probes]),
+            (now_us, token, self.probe_lease_ms),
         )
         return AllowReply(code, gen, slot, token if code == 1 else "", until, bool(moved))
 
@@ -126,10 +128,10 @@ class RedisStore:
         cooldown_us: int,
     ) -> RecordReply:
         """Count one result and release its probe lease (one round trip)."""
-        static = self._spec_args.get(spec)
-        if static is None:
-            static = self._spec_args[spec] = tuple(
-                str(int(v)).encode()
+        packed = self._b_specs.get(spec)
+        if packed is None:
+            packed = self._b_specs[spec] = " ".join(
+                str(int(v))
                 for v in (
                     spec.rolling,
                     spec.failure_threshold,
@@ -140,18 +142,18 @@ class RedisStore:
                     spec.window_calls,
                     spec.success_threshold,
                 )
-            )
-        reply = self._record(
-            self._bkeys[: 3 + max(spec.max_probes, slot + 1)],
-            (generation, slot, token or "-", outcome, now_us, cooldown_us, *static),
-        )
+            ).encode()
+        keys = self._b_record_keys
+        if slot >= 0:
+            keys = [*keys, self._b_probes[slot]]
+        reply = self._record(keys, (generation, token or "-", outcome, now_us, cooldown_us, packed))
         return RecordReply(*reply)
 
     def breaker_force(self, action: str, now_us: int) -> tuple[str, int]:
         """Force open / closed (until reset), or reset (one round trip)."""
         if action not in ("open", "closed", "reset"):
             raise ValueError(f"unknown action {action!r}")
-        before, gen = self._force(self._bkeys, (action, now_us))
+        before, gen = self._force([*self._b_record_keys, *self._b_probes], (action, now_us))
         return _text(before), int(gen)
 
     def breaker_read(self, spec: BreakerSpec, now_us: int) -> dict[str, Any]:

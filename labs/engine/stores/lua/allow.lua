@@ -1,6 +1,6 @@
 -- Admission decision for one call. One atomic round trip.
--- KEYS[1] breaker hash, KEYS[2] window hash, KEYS[3] window list, KEYS[4..] probe slots
--- ARGV[1] now (us, caller's clock), ARGV[2] lease token, ARGV[3] lease (ms), ARGV[4] max probes
+-- KEYS[1] breaker hash, KEYS[2..] the probe slots (one per allowed probe)
+-- ARGV[1] now (us, caller's clock), ARGV[2] lease token, ARGV[3] lease (ms)
 -- Reply {code, generation, slot, open_until, moved}
 --   code 0 admit (closed), 1 probe (slot leased), 2 rejected open, 3 rejected half-open
 local b = KEYS[1]
@@ -23,9 +23,9 @@ if state == 'open' then
 end
 if state == 'closed' then return {0, gen, -1, 0, moved} end
 -- half-open: lease a free probe slot; a lease whose holder died expires by itself (PX)
-for i = 1, tonumber(ARGV[4]) do
-  if redis.call('SET', KEYS[3 + i], ARGV[2], 'NX', 'PX', ARGV[3]) then
-    return {1, gen, i - 1, 0, moved}
+for i = 2, #KEYS do
+  if redis.call('SET', KEYS[i], ARGV[2], 'NX', 'PX', ARGV[3]) then
+    return {1, gen, i - 2, 0, moved}
   end
 end
 return {3, gen, -1, 0, moved}

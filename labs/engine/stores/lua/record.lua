@@ -1,29 +1,28 @@
 -- Count one call result and release its probe lease. One atomic round trip.
--- KEYS[1] breaker hash, KEYS[2] window hash, KEYS[3] window list, KEYS[4..] probe slots
--- ARGV: 1 generation, 2 slot, 3 token, 4 outcome (s|f|i), 5 now_us, 6 cooldown_us,
---       7 rolling (0|1), 8 failure_threshold, 9 ratio_ppm, 10 min_calls, 11 bucket_us,
---       12 buckets, 13 window_calls, 14 success_threshold
+-- KEYS[1] breaker hash, KEYS[2] window hash, KEYS[3] window list,
+-- KEYS[4] (probes only) the permit's probe lease
+-- ARGV: 1 generation, 2 token, 3 outcome (s|f|i), 4 now_us, 5 cooldown_us,
+--       6 the breaker spec, space-separated: rolling (0|1), failure_threshold, ratio_ppm,
+--         min_calls, bucket_us, buckets, window_calls, success_threshold
 -- Reply {code, generation, a, b, open_until}
 --   code 0 stale, 1 applied, 2 opened, 3 closed, 4 re-opened
 local b = KEYS[1]
 local function num(x) return string.format('%.0f', x) end
 
-local slot = tonumber(ARGV[2])
-if slot >= 0 then
-  local key = KEYS[4 + slot]
-  if redis.call('GET', key) == ARGV[3] then redis.call('DEL', key) end
-end
+if KEYS[4] and redis.call('GET', KEYS[4]) == ARGV[2] then redis.call('DEL', KEYS[4]) end
 local f = redis.call('HMGET', b, 'state', 'gen', 'streak', 'ho_succ', 'forced', 'win_s', 'win_f')
 local gen = tonumber(f[2] or '0')
 if tonumber(ARGV[1]) ~= gen then return {0, gen, 0, 0, 0} end
-local outcome = ARGV[4]
+local outcome = ARGV[3]
 if (f[5] or '') ~= '' or outcome == 'i' then return {1, gen, 0, 0, 0} end
 local state = f[1] or 'closed'
-local now = tonumber(ARGV[5])
+local now = tonumber(ARGV[4])
+local spec = {}
+for v in string.gmatch(ARGV[6], '%S+') do spec[#spec + 1] = tonumber(v) end
 
 local function open(code, a, c)
   gen = gen + 1
-  local open_until = now + tonumber(ARGV[6])
+  local open_until = now + tonumber(ARGV[5])
   redis.call('HSET', b, 'state', 'open', 'gen', gen, 'opened_at', num(now),
     'open_until', num(open_until), 'streak', 0, 'ho_succ', 0, 'win_s', 0, 'win_f', 0)
   redis.call('DEL', KEYS[2], KEYS[3])
@@ -31,18 +30,18 @@ local function open(code, a, c)
 end
 
 if state == 'closed' then
-  if ARGV[7] == '0' then
+  if spec[1] == 0 then
     if outcome == 's' then
       redis.call('HSET', b, 'streak', 0)
       return {1, gen, 0, 0, 0}
     end
     local streak = tonumber(f[3] or '0') + 1
-    if streak >= tonumber(ARGV[8]) then return open(2, streak, 0) end
+    if streak >= spec[2] then return open(2, streak, 0) end
     redis.call('HSET', b, 'streak', streak)
     return {1, gen, streak, 0, 0}
   end
   local s, fl = 0, 0
-  local window_calls = tonumber(ARGV[13])
+  local window_calls = spec[7]
   if window_calls > 0 then
     s = tonumber(f[6] or '0')
     fl = tonumber(f[7] or '0')
@@ -52,8 +51,8 @@ if state == 'closed' then
     end
     redis.call('HSET', b, 'win_s', s, 'win_f', fl)
   else
-    local idx = math.floor(now / tonumber(ARGV[11]))
-    local oldest = idx - tonumber(ARGV[12])
+    local idx = math.floor(now / spec[5])
+    local oldest = idx - spec[6]
     redis.call('HINCRBY', KEYS[2], outcome .. ':' .. num(idx), 1)
     local all = redis.call('HGETALL', KEYS[2])
     for i = 1, #all, 2 do
@@ -67,7 +66,7 @@ if state == 'closed' then
     end
   end
   local total = s + fl
-  if total >= tonumber(ARGV[10]) and fl * 1000000 >= tonumber(ARGV[9]) * total then
+  if total >= spec[4] and fl * 1000000 >= spec[3] * total then
     return open(2, fl, total)
   end
   return {1, gen, fl, total, 0}
@@ -76,7 +75,7 @@ end
 if state == 'half_open' then
   if outcome == 'f' then return open(4, 0, 0) end
   local succ = tonumber(f[4] or '0') + 1
-  if succ >= tonumber(ARGV[14]) then
+  if succ >= spec[8] then
     gen = gen + 1
     redis.call('HSET', b, 'state', 'closed', 'gen', gen, 'streak', 0, 'ho_succ', 0,
       'win_s', 0, 'win_f', 0)
