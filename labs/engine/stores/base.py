@@ -98,8 +98,9 @@ class RecordReply(NamedTuple):
 
     ``code``: STALE (generation no longer current: nothing counted), APPLIED (counted, no
     transition), OPENED (closed -> open), CLOSED (half-open -> closed), REOPENED (half-open ->
-    open). ``a``/``b`` explain it: the failure streak, or failures/total of the window, or
-    the half-open successes. ``open_until_us`` is set when the breaker (re)opened.
+    open). For a transition, ``a``/``b`` explain it: the failure streak, or failures/total of
+    the window, or the half-open successes (0 for APPLIED and STALE). ``open_until_us`` is
+    set when the breaker (re)opened.
     """
 
     code: int

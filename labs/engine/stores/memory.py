@@ -162,13 +162,13 @@ class MemoryStore:
                     if streak >= spec.failure_threshold:
                         return self._open(OPENED, now_us, cooldown_us, streak, 0)
                     b["streak"] = streak
-                    return RecordReply(APPLIED, gen, streak, 0, 0)
+                    return applied
                 self._b_written = True
                 successes, failures = self._window_add(spec, outcome, now_us)
                 total = successes + failures
                 if total >= spec.min_calls and failures * 1_000_000 >= spec.ratio_ppm * total:
                     return self._open(OPENED, now_us, cooldown_us, failures, total)
-                return RecordReply(APPLIED, gen, failures, total, 0)
+                return applied
             if state == "half_open":
                 if outcome == "f":
                     return self._open(REOPENED, now_us, cooldown_us, 0, 0)
@@ -182,8 +182,8 @@ class MemoryStore:
                     return RecordReply(CLOSED, gen, succ, 0, 0)
                 self._b_written = True
                 b["ho_succ"] = succ
-                return RecordReply(APPLIED, gen, succ, 0, 0)
-            return RecordReply(APPLIED, gen, 0, 0, 0)
+                return applied
+            return applied
 
     def _open(self, code: int, now_us: int, cooldown_us: int, a: int, c: int) -> RecordReply:
         b = self._b

@@ -38,6 +38,8 @@ except ImportError:  # pragma: no cover - without redis there is no RedisStore t
 
 
 from labs.engine.stores.base import (
+    ADMIT,
+    APPLIED,
     DEFAULT_PROBE_LEASE_MS,
     MAX_PROBE_SLOTS,
     AllowReply,
@@ -101,6 +103,8 @@ class RedisStore:
         self._b_probes = [k.encode() for k in self.k_probes]
         self._b_record_keys = [k.encode() for k in self._breaker_keys]
         self._b_specs: dict[BreakerSpec, bytes] = {}
+        self._admit = AllowReply(ADMIT, 0, -1, "", 0, False)
+        self._applied = RecordReply(APPLIED, 0, 0, 0, 0)
 
     def all_keys(self) -> list[str]:
         """Every key this store may write."""
@@ -111,10 +115,16 @@ class RedisStore:
     def breaker_allow(self, spec: BreakerSpec, now_us: int) -> AllowReply:
         """Admission decision (one round trip)."""
         token = f"{self._token_prefix}:{next(self._tokens)}"
-        code, gen, slot, until, moved = self._allow(
+        reply = self._allow(
             (self._b_breaker, *self._b_probes[: spec.max_probes]),
             (now_us, token, self.probe_lease_ms),
         )
+        if type(reply) is int:  # closed: admitted (the script answers with the generation)
+            admit = self._admit
+            if admit[1] != reply:
+                admit = self._admit = AllowReply(ADMIT, reply, -1, "", 0, False)
+            return admit
+        code, gen, slot, until, moved = reply
         return AllowReply(code, gen, slot, token if code == 1 else "", until, bool(moved))
 
     def breaker_record(
@@ -147,6 +157,11 @@ class RedisStore:
         if slot >= 0:
             keys = [*keys, self._b_probes[slot]]
         reply = self._record(keys, (generation, token or "-", outcome, now_us, cooldown_us, packed))
+        if type(reply) is int:  # counted, no transition (the script answers with the generation)
+            applied = self._applied
+            if applied[1] != reply:
+                applied = self._applied = RecordReply(APPLIED, reply, 0, 0, 0)
+            return applied
         return RecordReply(*reply)
 
     def breaker_force(self, action: str, now_us: int) -> tuple[str, int]:

@@ -1,8 +1,9 @@
 -- Admission decision for one call. One atomic round trip.
 -- KEYS[1] breaker hash, KEYS[2..] the probe slots (one per allowed probe)
 -- ARGV[1] now (us, caller's clock), ARGV[2] lease token, ARGV[3] lease (ms)
--- Reply {code, generation, slot, open_until, moved}
---   code 0 admit (closed), 1 probe (slot leased), 2 rejected open, 3 rejected half-open
+-- Reply: the generation alone (an integer) to admit a call in a closed breaker, the hot
+-- path; else {code, generation, slot, open_until, moved} with
+--   code 1 probe (slot leased), 2 rejected open, 3 rejected half-open, 0 admit after moving
 local b = KEYS[1]
 local now = tonumber(ARGV[1])
 local f = redis.call('HMGET', b, 'state', 'gen', 'open_until', 'forced')
@@ -10,7 +11,7 @@ local state = f[1] or 'closed'
 local gen = tonumber(f[2] or '0')
 local forced = f[4] or ''
 if forced == 'open' then return {2, gen, -1, -1, 0} end
-if forced == 'closed' then return {0, gen, -1, 0, 0} end
+if forced == 'closed' then return gen end
 local moved = 0
 if state == 'open' then
   local open_until = tonumber(f[3] or '0')
@@ -21,7 +22,7 @@ if state == 'open' then
   state = 'half_open'
   moved = 1
 end
-if state == 'closed' then return {0, gen, -1, 0, moved} end
+if state == 'closed' then return gen end
 -- half-open: lease a free probe slot; a lease whose holder died expires by itself (PX)
 for i = 2, #KEYS do
   if redis.call('SET', KEYS[i], ARGV[2], 'NX', 'PX', ARGV[3]) then

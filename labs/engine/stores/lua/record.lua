@@ -4,8 +4,9 @@
 -- ARGV: 1 generation, 2 token, 3 outcome (s|f|i), 4 now_us, 5 cooldown_us,
 --       6 the breaker spec, space-separated: rolling (0|1), failure_threshold, ratio_ppm,
 --         min_calls, bucket_us, buckets, window_calls, success_threshold
--- Reply {code, generation, a, b, open_until}
---   code 0 stale, 1 applied, 2 opened, 3 closed, 4 re-opened
+-- Reply: the generation alone (an integer) when the result was counted without a transition,
+-- the hot path; else {code, generation, a, b, open_until} with
+--   code 0 stale, 2 opened, 3 closed, 4 re-opened
 local b = KEYS[1]
 local function num(x) return string.format('%.0f', x) end
 
@@ -14,7 +15,7 @@ local f = redis.call('HMGET', b, 'state', 'gen', 'streak', 'ho_succ', 'forced', 
 local gen = tonumber(f[2] or '0')
 if tonumber(ARGV[1]) ~= gen then return {0, gen, 0, 0, 0} end
 local outcome = ARGV[3]
-if (f[5] or '') ~= '' or outcome == 'i' then return {1, gen, 0, 0, 0} end
+if (f[5] or '') ~= '' or outcome == 'i' then return gen end
 local state = f[1] or 'closed'
 local now = tonumber(ARGV[4])
 local spec = {}
@@ -33,12 +34,12 @@ if state == 'closed' then
   if spec[1] == 0 then
     if outcome == 's' then
       redis.call('HSET', b, 'streak', 0)
-      return {1, gen, 0, 0, 0}
+      return gen
     end
     local streak = tonumber(f[3] or '0') + 1
     if streak >= spec[2] then return open(2, streak, 0) end
     redis.call('HSET', b, 'streak', streak)
-    return {1, gen, streak, 0, 0}
+    return gen
   end
   local s, fl = 0, 0
   local window_calls = spec[7]
@@ -69,7 +70,7 @@ if state == 'closed' then
   if total >= spec[4] and fl * 1000000 >= spec[3] * total then
     return open(2, fl, total)
   end
-  return {1, gen, fl, total, 0}
+  return gen
 end
 
 if state == 'half_open' then
@@ -83,6 +84,6 @@ if state == 'half_open' then
     return {3, gen, succ, 0, 0}
   end
   redis.call('HSET', b, 'ho_succ', succ)
-  return {1, gen, succ, 0, 0}
+  return gen
 end
-return {1, gen, 0, 0, 0}
+return gen
