@@ -196,11 +196,14 @@ def bench_crowd(runs: int) -> list[float]:
     return out
 
 
-def bench_real() -> tuple[float, list]:
-    start = time.perf_counter()
-    out = run_scenario(TOUR, real=True)
-    wall = (time.perf_counter() - start) * 1000
-    return wall, [b["attempts"] for b in out["bursts"]]
+def bench_real(runs: int) -> tuple[list[float], list]:
+    walls, attempts = [], []
+    for _ in range(runs):
+        start = time.perf_counter()
+        out = run_scenario(TOUR, real=True)
+        walls.append((time.perf_counter() - start) * 1000)
+        attempts = [b["attempts"] for b in out["bursts"]]
+    return walls, attempts
 
 
 def main() -> None:
@@ -222,7 +225,7 @@ def main() -> None:
         red = None
     tour = bench_tour(40 * scale)
     crowd = bench_crowd(3 * scale)
-    real = None if args.no_real else bench_real()
+    real = None if args.no_real else bench_real(1 if args.quick else 3)
 
     rows = []
 
@@ -282,12 +285,19 @@ def main() -> None:
     print("times in us per operation unless marked ms; in-memory rows timed in batches of 10 calls")
     print("(CPU row: 100); engine and pybreaker take turns batch by batch, so both see the same")
     print("load; pybreaker's Redis row is one whole call (its decision and its record together).")
-    if real:
-        wall, attempts = real
-        drift = (wall - TOUR_SLEEPS_MS) / TOUR_SLEEPS_MS * 100
+    if red:
+        ping = statistics.median(red["ping"])
         print(
-            f"tour --real: {wall:.0f} ms wall vs {TOUR_SLEEPS_MS} ms of configured sleeps "
-            f"({drift:+.1f} %); attempts {attempts}"
+            f"Redis, beyond a bare PING: decision +{statistics.median(red['decide']) - ping:.0f} us, "
+            f"record +{statistics.median(red['record']) - ping:.0f} us (script and argument packing); "
+            f"pybreaker call +{statistics.median(red['pybreaker']) - ping:.0f} us"
+        )
+    if real:
+        walls, attempts = real
+        drifts = ", ".join(f"{(w - TOUR_SLEEPS_MS) / TOUR_SLEEPS_MS * 100:+.1f} %" for w in walls)
+        print(
+            f"tour --real ({len(walls)} runs): {', '.join(f'{w:.0f}' for w in walls)} ms wall vs "
+            f"{TOUR_SLEEPS_MS} ms of configured sleeps ({drifts}); attempts {attempts}"
         )
     print(
         f"python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cpus"
