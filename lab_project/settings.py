@@ -165,7 +165,6 @@ CELERY_WORKER_POOL = "threads"
 LAB_WORKER_CONCURRENCY = env_int("LAB_WORKER_CONCURRENCY", 128, min_value=1, max_value=1024)
 CELERY_WORKER_CONCURRENCY = LAB_WORKER_CONCURRENCY
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_ALWAYS_EAGER = False
 
 # --- Bursts --------------------------------------------------------------------------------
 # A half-open probe's lease: a probe whose worker died frees its slot after this long.
