@@ -446,6 +446,7 @@ class BrowserWatch:
                 self.result = page.evaluate(
                     """() => ({
                         long: window.__longTasks,
+                        stats: window.failureLabDashboard.stats,
                         rows: Array.from(document.querySelectorAll('#dash-rows tr')).map(r => [
                           Number(r.dataset.session),
                           ...['calls', 'attempts', 'fast_fails'].map(
@@ -522,8 +523,9 @@ def latency_part(args) -> list[tuple[str, str, str, str]]:
          f"p50 {pct(result['direct'], 0.5):.0f} ms, p99 {pct(result['direct'], 0.99):.0f} ms",
          ""),
         ("    updates received / engine events", what,
-         f"{result['updates']} updates for {result['events']} events "
-         f"({result['events'] / max(1, result['updates']):.1f} events per update); "
+         f"{result['updates']} updates for {result['events']} stamped events "
+         f"({result['events'] / max(1, result['updates']):.1f} per update; "
+         f"{result['unstamped']} updates without a stamp, not in the latency); "
          f"{result['idle']}/{args.bursting} sessions back to idle in {result['wall']:.1f} s",
          ""),
     ]  # fmt: skip
@@ -544,11 +546,13 @@ def browser_row(result: dict, room, what: str) -> tuple[str, str, str, str]:
     }
     shown = {row[0]: tuple(row[1:]) for row in result["rows"]}
     exact = sum(1 for sid, totals in truth.items() if shown.get(sid) == totals)
-    long = result["long"]
+    long, stats = result["long"], result["stats"]
     return (
         label, what,
-        f"long tasks: {len(long)}, max {max(long, default=0):.0f} ms, "
-        f"total {sum(long):.0f} ms; rows equal to the journal: {exact}/{len(truth)}",
+        f"{stats['messages']} updates painted in {stats['frames']} frames, JS "
+        f"{stats['flushMs']:.0f} ms in all (max {stats['maxFlushMs']:.1f} ms a frame); "
+        f"long tasks {len(long)}, max {max(long, default=0):.0f} ms; "
+        f"rows equal to the journal: {exact}/{len(truth)}",
         "rows exact",
     )  # fmt: skip
 

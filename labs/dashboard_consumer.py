@@ -18,10 +18,18 @@ Messages to the page (JSON):
 
 The page may send ``{"type": "refresh"}`` (it saw a session it has no row for) and gets a new
 snapshot, at most one per ``REFRESH_INTERVAL_S``.
+
+Self-healing: the channel layer drops messages for a consumer that falls more than its
+capacity behind, and an update carries deltas, so one lost update would leave a row's totals
+short for good. So ``SETTLE_S`` after updates stop (and at least every ``RESYNC_BUSY_S`` while
+they keep coming) the consumer sends a fresh snapshot. It is sent from the consumer's own
+message loop (a message to itself), never from a side task, so it cannot overtake an update
+that is already being forwarded: the page sees updates and snapshots in one order.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -32,6 +40,8 @@ from labs.broadcast import class_group
 
 CLOSE_FORBIDDEN = 4403
 REFRESH_INTERVAL_S = 1.0
+SETTLE_S = 1.5
+RESYNC_BUSY_S = 15.0
 
 
 @database_sync_to_async
@@ -67,6 +77,7 @@ class ClassDashboardConsumer(AsyncJsonWebsocketConsumer):
     group: str | None = None
     classroom_id: int = 0
     _last_refresh = 0.0
+    _settle: asyncio.Task | None = None
 
     async def connect(self) -> None:
         self.classroom_id = int(self.scope["url_route"]["kwargs"]["classroom_id"])
@@ -80,6 +91,8 @@ class ClassDashboardConsumer(AsyncJsonWebsocketConsumer):
         await self._send_snapshot()
 
     async def disconnect(self, code: int) -> None:
+        if self._settle is not None:
+            self._settle.cancel()
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
@@ -110,3 +123,24 @@ class ClassDashboardConsumer(AsyncJsonWebsocketConsumer):
             if summary:
                 event = {**event, "burst_summary": summary}
         await self.send_json({**event, "type": "session"})
+        if time.monotonic() - self._last_refresh >= RESYNC_BUSY_S:
+            await self._send_snapshot()
+        else:
+            self._settle_later()
+
+    def _settle_later(self) -> None:
+        """(Re)arm the quiet-period snapshot."""
+        if self._settle is not None:
+            self._settle.cancel()
+        self._settle = asyncio.ensure_future(self._ask_for_settle())
+
+    async def _ask_for_settle(self) -> None:
+        await asyncio.sleep(SETTLE_S)
+        self._settle = None
+        # Through the channel layer to ourselves: handled in order with the updates.
+        await self.channel_layer.send(self.channel_name, {"type": "dashboard.settle"})
+
+    async def dashboard_settle(self, event: dict[str, Any]) -> None:
+        """Updates have stopped for a while: a fresh snapshot corrects any lost update."""
+        if self.group is not None and self._settle is None:
+            await self._send_snapshot()

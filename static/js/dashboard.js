@@ -92,7 +92,8 @@
     const d = e.data;
     const tr = e.el;
     const c = e.cells;
-    const changed = tr.dataset.state !== d.state || tr.dataset.activity !== d.activity ||
+    const stateChanged = tr.dataset.state !== d.state;
+    const changed = stateChanged || tr.dataset.activity !== d.activity ||
       tr.dataset.mode !== d.mode;
     if (changed) {
       tr.dataset.state = d.state;
@@ -108,9 +109,10 @@
     const summary = summaryText(d.burst_summary);
     if (summary) setText(c.summary, summary);
     NUMERIC.forEach(function (f) { setText(c[f], String(d[f])); });
-    // Web Animations, not a class toggle: restarting a CSS animation needs a forced layout
-    // per row, which is what would make a hundred changing rows stutter.
-    if (changed && !reducedMotion && tr.animate) {
+    // Only a breaker state change flashes (bursting/idle flips on every burst would keep a
+    // busy class repainting). Web Animations, not a class toggle: restarting a CSS animation
+    // needs a forced layout per row, which is what would make a hundred rows stutter.
+    if (stateChanged && !reducedMotion && tr.animate) {
       tr.animate([{ backgroundColor: "#fef9c3" }, { backgroundColor: "transparent" }],
         { duration: 1200, easing: "ease-out" });
     }
@@ -172,7 +174,13 @@
     });
   }
 
+  // For tests and the benchmark: how much arrived, how many frames painted it, how long the
+  // painting took (the browser's own layout and paint come on top).
+  const stats = { messages: 0, frames: 0, flushMs: 0, maxFlushMs: 0 };
+  window.failureLabDashboard = { stats: stats };
+
   function flush() {
+    const started = performance.now();
     frame = 0;
     dirty.forEach(function (id) {
       const e = rows.get(id);
@@ -183,6 +191,10 @@
     if (orderDirty || (anyChanged && sortKey !== "student")) paintOrder();
     orderDirty = false;
     paintCounts();
+    const spent = performance.now() - started;
+    stats.frames += 1;
+    stats.flushMs += spent;
+    if (spent > stats.maxFlushMs) stats.maxFlushMs = spent;
   }
 
   function schedule() {
@@ -260,7 +272,7 @@
       let msg;
       try { msg = JSON.parse(event.data); } catch (err) { return; }
       if (msg.type === "snapshot") applySnapshot(msg.rows);
-      else if (msg.type === "session") applyUpdate(msg);
+      else if (msg.type === "session") { stats.messages += 1; applyUpdate(msg); }
     });
     socket.addEventListener("close", function (event) {
       socket = null;
