@@ -149,7 +149,9 @@ CACHES = {
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [CHANNEL_LAYER_REDIS_URL]},
+        # redis-py 8 times out a socket read after 5 s by default, exactly channels-redis's
+        # 5 s blocking pop: every idle websocket consumer would die with a read timeout.
+        "CONFIG": {"hosts": [{"address": CHANNEL_LAYER_REDIS_URL, "socket_timeout": 30}]},
     }
 }
 

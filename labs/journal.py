@@ -217,7 +217,7 @@ def class_summary(payloads: Sequence[dict[str, Any]]) -> dict[str, Any]:
         elif kind in ("burst_end", "burst_interrupted", "burst_failed"):
             summary["activity"] = "idle"
             if kind == "burst_end":
-                summary["burst_summary"] = p["data"].get("summary")
+                summary["burst_summary"] = p["data"]  # a burst_end's data is its summary
         elif kind in ("dependency_set", "fault_injected", "fault_restored", "session_reset"):
             mode = p["data"].get("mode")
             if mode:

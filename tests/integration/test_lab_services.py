@@ -133,3 +133,23 @@ def test_a_dependency_change_reaches_a_running_burst_between_calls(session, cele
     first_failed = min(failed_calls)
     started = JournalEvent.objects.filter(burst=burst, kind="attempt", call_no=first_failed)
     assert started.order_by("seq").first().seq > change.seq
+
+
+def test_an_idle_channel_layer_receive_outlives_the_redis_socket_timeout(transactional_db):
+    """channels-redis blocks 5 s per pop; a 5 s socket timeout (redis-py 8's default) would
+    kill every idle websocket consumer. Waiting 7 s on an empty channel must just wait."""
+    import asyncio
+
+    from channels.layers import get_channel_layer
+
+    async def idle_then_receive():
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        try:
+            await asyncio.wait_for(layer.receive(channel), timeout=7)
+        except TimeoutError:
+            pass  # nobody sent anything: the expected, quiet outcome
+        await layer.send(channel, {"type": "ping"})
+        return await asyncio.wait_for(layer.receive(channel), timeout=5)
+
+    assert asyncio.run(idle_then_receive())["type"] == "ping"
