@@ -81,7 +81,9 @@ def make_sessions(n: int, script: dict):
     from labs.services.lab import session_open
 
     room = Classroom.objects.create(name=f"bench {time.monotonic_ns()}")
-    scenario = Scenario.objects.create(slug=f"bench-{time.monotonic_ns()}", title="bench", script=script)
+    scenario = Scenario.objects.create(
+        slug=f"bench-{time.monotonic_ns()}", title="bench", script=script
+    )
     room.scenarios.add(scenario)
     sessions = []
     for i in range(n):
@@ -114,17 +116,23 @@ def tour_part(args) -> None:
             rows.append((i + 1, burst["wall_ms"], sleeps, sum(burst["attempts"])))
     print("(a) the tour on a real worker (engine wall time of each burst; "
           f"{args.tour_runs} runs, median)")  # fmt: skip
-    print(f"{'burst':>5} {'configured sleeps ms':>21} {'wall ms':>9} {'over':>7} {'added/attempt ms':>17}")
+    print(
+        f"{'burst':>5} {'configured sleeps ms':>21} {'wall ms':>9} {'over':>7} {'added/attempt ms':>17}"
+    )
     for b in (1, 2, 3):
         mine = [r for r in rows if r[0] == b]
         wall = statistics.median(r[1] for r in mine)
         sleeps = mine[0][2]
         attempts = mine[0][3]
         added = (wall - sleeps) / attempts if attempts else float("nan")
-        print(f"{b:>5} {sleeps:>21.1f} {wall:>9.1f} {100 * (wall - sleeps) / sleeps:>6.2f}% {added:>17.3f}")
+        print(
+            f"{b:>5} {sleeps:>21.1f} {wall:>9.1f} {100 * (wall - sleeps) / sleeps:>6.2f}% {added:>17.3f}"
+        )
     total_s = sum(statistics.median(r[1] for r in rows if r[0] == b) for b in (1, 2, 3))
     total_c = sum(next(r[2] for r in rows if r[0] == b) for b in (1, 2, 3))
-    print(f"{'all':>5} {total_c:>21.1f} {total_s:>9.1f} {100 * (total_s - total_c) / total_c:>6.2f}%")
+    print(
+        f"{'all':>5} {total_c:>21.1f} {total_s:>9.1f} {100 * (total_s - total_c) / total_c:>6.2f}%"
+    )
     print("    seed 000's Go lab: burst 1 in 237 ms against 220 ms of sleeps (7.7 % over)")
     naive_part(script)
 
@@ -152,21 +160,38 @@ def naive_part(script) -> None:
             session = make_sessions(1, script)[0]
             writer = pipe if label.startswith("writer process") else thread_writer
             if label == engine_only:
+
                 def sink(event):
                     pass
             elif label.startswith("naive"):
+
                 def sink(event, session=session):
-                    rows = journal.record([journal.entry_from_event(
-                        event, session_id=session.pk, classroom_id=session.classroom_id,
-                        burst_id=None)])
+                    rows = journal.record(
+                        [
+                            journal.entry_from_event(
+                                event,
+                                session_id=session.pk,
+                                classroom_id=session.classroom_id,
+                                burst_id=None,
+                            )
+                        ]
+                    )
                     async_to_sync(layer.group_send)(
                         session_group(session.pk),
-                        {"type": "journal.events", "events": [journal.event_payload(rows[0])]})
+                        {"type": "journal.events", "events": [journal.entry_payload(rows[0])]},
+                    )
             else:
+
                 def sink(event, session=session, writer=writer):
-                    writer.submit(journal.entry_from_event(
-                        event, session_id=session.pk, classroom_id=session.classroom_id,
-                        burst_id=None))
+                    writer.submit(
+                        journal.entry_from_event(
+                            event,
+                            session_id=session.pk,
+                            classroom_id=session.classroom_id,
+                            burst_id=None,
+                        )
+                    )
+
             engine = runtime.build_engine(session, sink=sink, rng=random.Random(1))
             engine.dependency.arm()
             result = engine.client.run_burst(6, first_call=1, burst=1)
@@ -180,7 +205,9 @@ def naive_part(script) -> None:
     print(f"    {'journal sink':<30} {'wall ms':>8} {'over sleeps/attempt':>20} "
           f"{'added by journal/attempt':>25}")  # fmt: skip
     for label, wall in results.items():
-        print(f"    {label:<30} {wall:8.1f} {(wall - 220) / 9:17.3f} ms {(wall - base) / 9:22.3f} ms")
+        print(
+            f"    {label:<30} {wall:8.1f} {(wall - 220) / 9:17.3f} ms {(wall - base) / 9:22.3f} ms"
+        )
 
 
 def crowd_part(args) -> None:
@@ -238,10 +265,14 @@ def crowd_part(args) -> None:
     print(f"\n(b) {args.sessions} sessions each start a {args.calls}-call burst at once on one "
           f"worker (threads pool, concurrency {args.concurrency}); healthy, {latency} ms per "
           f"attempt, theoretical {theoretical} ms per burst")  # fmt: skip
-    print(f"{'completed':>10} {'lost':>5} {'dup':>4} {'slowdown p50':>13} {'p99':>6} "
-          f"{'rows/s':>8} {'first start to last end':>24}")
-    print(f"{done:>6}/{len(bursts):<3} {lost:>5} {dup:>4} {pct(slowdowns, .5):>12.2f}x "
-          f"{pct(slowdowns, .99):>5.2f}x {total_rows / span:>8.0f} {span:>22.2f} s")
+    print(
+        f"{'completed':>10} {'lost':>5} {'dup':>4} {'slowdown p50':>13} {'p99':>6} "
+        f"{'rows/s':>8} {'first start to last end':>24}"
+    )
+    print(
+        f"{done:>6}/{len(bursts):<3} {lost:>5} {dup:>4} {pct(slowdowns, 0.5):>12.2f}x "
+        f"{pct(slowdowns, 0.99):>5.2f}x {total_rows / span:>8.0f} {span:>22.2f} s"
+    )
     print(f"    (wall clock from the first click to the last burst done: {elapsed:.2f} s)")
 
 

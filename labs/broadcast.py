@@ -63,8 +63,13 @@ def journal_pushes(
     return pushes
 
 
+#: Sends in flight at once. A batch can announce a hundred sessions (two groups each); the
+#: channel layer's connection pool holds 100 connections, and past that a send fails outright.
+MAX_CONCURRENT_SENDS = 16
+
+
 async def asend_all(pushes: Iterable[Push]) -> None:
-    """Send every push concurrently on the running loop.
+    """Send every push on the running loop, at most MAX_CONCURRENT_SENDS at a time.
 
     A failed send is logged, never raised: the journal is already committed, and a page
     that missed a push catches up from the database on its next reconnect.
@@ -72,8 +77,14 @@ async def asend_all(pushes: Iterable[Push]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
+    gate = asyncio.Semaphore(MAX_CONCURRENT_SENDS)
+
+    async def send(group: str, message: dict[str, Any]) -> None:
+        async with gate:
+            await layer.group_send(group, message)
+
     results = await asyncio.gather(
-        *(layer.group_send(group, message) for group, message in pushes), return_exceptions=True
+        *(send(group, message) for group, message in pushes), return_exceptions=True
     )
     for result in results:
         if isinstance(result, BaseException):

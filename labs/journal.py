@@ -23,6 +23,7 @@ assigned only inside the committing transaction.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import queue
 import threading
@@ -30,7 +31,8 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import Any, NamedTuple
 
 from django.db import close_old_connections, connection, transaction
 from django.db.utils import DatabaseError, InterfaceError, OperationalError
@@ -131,61 +133,108 @@ def event_payload(row: JournalEvent, emitted: float | None = None) -> dict[str, 
     return payload
 
 
-def append_entries(entries: Sequence[Entry]) -> list[tuple[Entry, JournalEvent]]:
+class Written(NamedTuple):
+    """An entry as committed: its sequence number and the row's ``created_at``."""
+
+    entry: Entry
+    seq: int
+    created_at: datetime
+
+
+def entry_payload(written: Written) -> dict[str, Any]:
+    """:func:`event_payload` for a just-written entry (no model instance needed)."""
+    e = written.entry
+    payload = {
+        "seq": written.seq,
+        "kind": e.kind,
+        "burst": e.burst_id,
+        "t_ms": e.t_ms,
+        "at": written.created_at.isoformat(),
+        "call": e.call_no,
+        "attempt": e.attempt_no,
+        "outcome": e.outcome,
+        "error": e.error,
+        "latency_ms": e.latency_ms,
+        "backoff_ms": e.backoff_ms,
+        "state_from": e.state_from,
+        "state_to": e.state_to,
+        "actor": e.actor_id,
+        "message": e.message,
+        "data": e.data,
+    }
+    if e.emitted:
+        payload["emitted"] = e.emitted
+    return payload
+
+
+_COLUMNS = (
+    "session_id", "seq", "burst_id", "kind", "created_at", "t_ms", "call_no", "attempt_no",
+    "outcome", "error", "latency_ms", "backoff_ms", "state_from", "state_to", "actor_id",
+    "message", "data",
+)  # fmt: skip
+
+
+def append_entries(entries: Sequence[Entry]) -> list[Written]:
     """Assign sequence numbers and insert ``entries``, keeping their order per session.
 
-    Must run inside a transaction (it takes a row lock per session until commit). Returns the
-    (entry, row) pairs in input order. Raises LabSession.DoesNotExist if a session is gone.
+    Must run inside a transaction. Per session, one ``UPDATE ... RETURNING`` reserves a block
+    of sequence numbers and holds the session's row lock until commit (sessions are taken in
+    id order, so two writers never wait on each other in a cycle); then one ``executemany``
+    inserts every row. Plain SQL rather than ``bulk_create``: building model instances cost
+    about ten times more than the INSERT itself, on the path every burst event takes.
+    Returns the written entries in input order. Raises LabSession.DoesNotExist if a session
+    is gone.
     """
     per_session: dict[int, list[Entry]] = defaultdict(list)
     for entry in entries:
         per_session[entry.session_id].append(entry)
-    rows: dict[int, JournalEvent] = {}
     now = timezone.now()
-    # Lock sessions in id order, so two writers never wait on each other in a cycle.
-    for session_id in sorted(per_session):
-        batch = per_session[session_id]
-        next_seq = (
-            LabSession.objects.select_for_update()
-            .values_list("next_seq", flat=True)
-            .get(pk=session_id)
-        )
-        LabSession.objects.filter(pk=session_id).update(next_seq=next_seq + len(batch))
-        for offset, entry in enumerate(batch):
-            rows[id(entry)] = JournalEvent(
-                session_id=session_id,
-                seq=next_seq + offset,
-                burst_id=entry.burst_id,
-                kind=entry.kind,
-                created_at=now,
-                t_ms=entry.t_ms,
-                call_no=entry.call_no,
-                attempt_no=entry.attempt_no,
-                outcome=entry.outcome,
-                error=entry.error,
-                latency_ms=entry.latency_ms,
-                backoff_ms=entry.backoff_ms,
-                state_from=entry.state_from,
-                state_to=entry.state_to,
-                actor_id=entry.actor_id,
-                message=entry.message,
-                data=entry.data,
+    session_table = connection.ops.quote_name(LabSession._meta.db_table)
+    seqs: dict[int, int] = {}
+    params: list[tuple[Any, ...]] = []
+    created = connection.ops.adapt_datetimefield_value(now)
+    with connection.cursor() as cursor:
+        for session_id in sorted(per_session):
+            batch = per_session[session_id]
+            cursor.execute(
+                f"UPDATE {session_table} SET next_seq = next_seq + %s WHERE id = %s "  # noqa: S608
+                "RETURNING next_seq",
+                [len(batch), session_id],
             )
-    JournalEvent.objects.bulk_create(rows.values())
-    return [(entry, rows[id(entry)]) for entry in entries]
+            row = cursor.fetchone()
+            if row is None:
+                raise LabSession.DoesNotExist(f"lab session {session_id} is gone")
+            first = row[0] - len(batch)
+            for offset, entry in enumerate(batch):
+                seqs[id(entry)] = first + offset
+        for entry in entries:
+            params.append((
+                entry.session_id, seqs[id(entry)], entry.burst_id, entry.kind, created,
+                entry.t_ms, entry.call_no, entry.attempt_no, entry.outcome, entry.error,
+                entry.latency_ms, entry.backoff_ms, entry.state_from, entry.state_to,
+                entry.actor_id, entry.message, json.dumps(entry.data, separators=(",", ":")),
+            ))  # fmt: skip
+        json_cast = "::jsonb" if connection.vendor == "postgresql" else ""
+        placeholders = ", ".join(["%s"] * (len(_COLUMNS) - 1) + [f"%s{json_cast}"])
+        cursor.executemany(
+            f"INSERT INTO {connection.ops.quote_name(JournalEvent._meta.db_table)} "  # noqa: S608
+            f"({', '.join(_COLUMNS)}) VALUES ({placeholders})",
+            params,
+        )
+    return [Written(entry, seqs[id(entry)], now) for entry in entries]
 
 
-def pushes_for(written: Iterable[tuple[Entry, JournalEvent]]) -> list[broadcast.Push]:
+def pushes_for(written: Iterable[Written]) -> list[broadcast.Push]:
     """The channel-layer messages announcing freshly committed rows (one per session)."""
-    per_session: dict[int, list[tuple[Entry, JournalEvent]]] = defaultdict(list)
-    for entry, row in written:
-        per_session[entry.session_id].append((entry, row))
+    per_session: dict[int, list[Written]] = defaultdict(list)
+    for item in written:
+        per_session[item.entry.session_id].append(item)
     pushes: list[broadcast.Push] = []
-    for session_id, pairs in per_session.items():
-        payloads = [event_payload(row, entry.emitted) for entry, row in pairs]
+    for session_id, items in per_session.items():
+        payloads = [entry_payload(item) for item in items]
         pushes.extend(
             broadcast.journal_pushes(
-                session_id, pairs[0][0].classroom_id, payloads, class_summary(payloads)
+                session_id, items[0].entry.classroom_id, payloads, class_summary(payloads)
             )
         )
     return pushes
@@ -225,7 +274,7 @@ def class_summary(payloads: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-def record(entries: Sequence[Entry]) -> list[JournalEvent]:
+def record(entries: Sequence[Entry]) -> list[Written]:
     """Journal ``entries`` from request code: rows now, pushes after the commit.
 
     Call it inside the service's ``transaction.atomic()`` so the rows commit or roll back with
@@ -237,7 +286,7 @@ def record(entries: Sequence[Entry]) -> list[JournalEvent]:
         written = append_entries(entries)
         pushes = pushes_for(written)
         transaction.on_commit(lambda: broadcast.send_all(pushes))
-    return [row for _, row in written]
+    return written
 
 
 # --- The writer ---------------------------------------------------------------------------
@@ -252,7 +301,7 @@ class _Flush:
         self.callback: Callable[[], None] | None = None
 
 
-AfterWrite = Callable[[Sequence[tuple[Entry, JournalEvent]]], None]
+AfterWrite = Callable[[Sequence[Written]], None]
 
 
 class JournalWriter:
@@ -386,7 +435,7 @@ class JournalWriter:
             except Exception:  # a push is best effort: pages catch up from the journal
                 logger.exception("journal push failed")
 
-    def _write_surviving(self, batch: list[Entry]) -> list[tuple[Entry, JournalEvent]]:
+    def _write_surviving(self, batch: list[Entry]) -> list[Written]:
         alive = set(
             LabSession.objects.filter(pk__in={e.session_id for e in batch}).values_list(
                 "pk", flat=True

@@ -31,8 +31,7 @@ from labs.engine import (
 from labs.models import LabSession
 
 if TYPE_CHECKING:
-    from labs.journal import Entry
-    from labs.models import JournalEvent
+    from labs.journal import Written
 
 _client: redis.Redis | None = None
 _client_lock = threading.Lock()
@@ -148,16 +147,16 @@ def restore_if_lost(session: LabSession) -> bool:
     return True
 
 
-def store_snapshots_after_write(written: Sequence[tuple[Entry, JournalEvent]]) -> None:
+def store_snapshots_after_write(written: Sequence[Written]) -> None:
     """Journal-writer hook: after a batch with a transition or a burst end, snapshot.
 
     Runs in the writer thread inside the batch's transaction, so the snapshot commits with the
     rows that describe the change.
     """
     sessions = {
-        entry.session_id
-        for entry, _ in written
-        if entry.kind in ("transition", "burst_end") or entry.state_to
+        item.entry.session_id
+        for item in written
+        if item.entry.kind in ("transition", "burst_end") or item.entry.state_to
     }
     for session_id in sessions:
         save_snapshot(session_id)

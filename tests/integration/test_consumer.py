@@ -81,7 +81,7 @@ def add_rows(session: LabSession, count: int, *, push: bool = True) -> list[int]
     if push:
         return [row.seq for row in journal.record(entries)]
     with transaction.atomic():  # rows without a push: what a lost channel message leaves
-        return [row.seq for _, row in journal.append_entries(entries)]
+        return [written.seq for written in journal.append_entries(entries)]
 
 
 async def receive(comm: WebsocketCommunicator, timeout: float = TIMEOUT) -> dict:
