@@ -331,3 +331,13 @@ def test_summary_csv_has_one_row_per_student_session(client, instructor, classro
     assert [r["username"] for r in table] == ["alice", "bob_a"]
     assert (table[0]["calls"], table[0]["attempts"], table[0]["successes"]) == ("1", "1", "1")
     assert table[0]["breaker_state"] == "closed"
+
+
+def test_row_values_are_escaped(client, instructor, classroom, sessions):
+    alice, _ = sessions
+    alice.owner.first_name = "<b>Al</b>"
+    alice.owner.save()
+    client.force_login(instructor)
+    html = client.get(url("class_dashboard", classroom)).content.decode()
+    assert "&lt;b&gt;Al&lt;/b&gt;" in html
+    assert "<b>Al</b>" not in html.split('id="dashboard-rows"')[0]
