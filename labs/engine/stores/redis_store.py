@@ -23,6 +23,7 @@ if nobody ever records its result. Callers on different machines must share a ti
 
 from __future__ import annotations
 
+import functools
 import itertools
 import uuid
 from collections.abc import Sequence
@@ -278,6 +279,12 @@ class RedisStore:
         return f"RedisStore(namespace={self.namespace!r})"
 
 
+@functools.cache
+def _source(name: str) -> str:
+    """A script's text, read once per process (a store is built for every burst)."""
+    return (_LUA / f"{name}.lua").read_text()
+
+
 class _Script:
     """One Lua script of ``stores/lua``, registered with redis-py's ``register_script`` and
     called as a single ``EVALSHA`` (if Redis lost the script, the registered object loads it
@@ -287,7 +294,7 @@ class _Script:
 
     def __init__(self, client: Any, name: str) -> None:
         self.client = client
-        self.registered = client.register_script((_LUA / f"{name}.lua").read_text())
+        self.registered = client.register_script(_source(name))
         self.sha = self.registered.sha
 
     def __call__(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
