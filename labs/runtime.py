@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -190,10 +191,19 @@ class DependencyWatch:
         self._rng = rng
         self._current = json.dumps(session.dependency, sort_keys=True).encode()
         self._lock = threading.Lock()
+        self._checked = 0.0
         self.swaps = 0
+
+    #: Look at most this often (seconds): a burst of short calls should not pay a Redis
+    #: round trip per call to learn that nothing changed. A change still lands between calls.
+    interval = 0.02
 
     def check(self) -> bool:
         """Apply a published change, if any; True when the dependency was swapped."""
+        now = time.monotonic()
+        if now - self._checked < self.interval:
+            return False
+        self._checked = now
         raw = engine_redis().get(self._key)
         if raw is None or raw == self._current:
             return False
