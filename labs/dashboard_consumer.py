@@ -5,9 +5,10 @@ students included, is closed with code 4403 right after the handshake (accept, t
 the browser sees the code rather than a bare handshake failure).
 
 Order matters: the consumer joins ``lab-class-<id>`` first, then sends a ``snapshot`` of every
-row (totals up to each session's ``last_seq``). A ``class.session`` update that arrives in
-between is forwarded too; the page adds an update's deltas only when its ``last_seq`` is past
-the snapshot's, so nothing is lost and nothing is counted twice.
+row (totals up to each session's ``last_seq``). A ``class.session`` update that arrives
+meanwhile waits in the consumer's queue and is forwarded after the snapshot; the page adds an
+update's deltas only when its ``last_seq`` is past the snapshot's, so nothing is lost and
+nothing is counted twice.
 
 Messages to the page (JSON):
 
@@ -15,8 +16,6 @@ Messages to the page (JSON):
 - ``{"type": "session", "session": id, "last_seq", "calls", "attempts", "fast_fails",
   "successes", optional "state", "activity", "mode", "burst_summary", "emitted"}``: one
   ``class.session`` group message, as journal.py built it (deltas of one writer batch).
-- ``{"type": "summaries", "items": [{"session", "last_seq", "burst_summary"}, ...]}``: last
-  burst summaries read from the journal for updates that said a burst ended but carried none.
 
 The page may send ``{"type": "refresh"}`` (it saw a session it has no row for) and gets a new
 snapshot, at most one per ``REFRESH_INTERVAL_S``.
@@ -43,7 +42,6 @@ from labs.broadcast import class_group
 CLOSE_FORBIDDEN = 4403
 REFRESH_INTERVAL_S = 1.0
 SETTLE_S = 1.5
-SUMMARY_BATCH_S = 0.05
 RESYNC_BUSY_S = 15.0
 
 
@@ -61,24 +59,6 @@ def _snapshot(classroom_id: int) -> list[dict[str, Any]]:
     return [row.as_dict() for row in class_dashboard_rows(classroom_id=classroom_id)]
 
 
-@database_sync_to_async
-def _last_burst_summaries(wanted: dict[int, int]) -> dict[int, dict[str, Any]]:
-    """For each session id -> last_seq in ``wanted``: the summary of its newest burst_end row
-    at or before that seq (one query for all of them)."""
-    from labs.models import JournalEvent
-
-    found: dict[int, dict[str, Any]] = {}
-    rows = (
-        JournalEvent.objects.filter(session_id__in=list(wanted), kind="burst_end")
-        .order_by("session_id", "-seq")
-        .values_list("session_id", "seq", "data")
-    )
-    for session_id, seq, data in rows:
-        if session_id not in found and seq <= wanted[session_id]:
-            found[session_id] = data
-    return found
-
-
 class ClassDashboardConsumer(AsyncJsonWebsocketConsumer):
     """Forwards a class's ``class.session`` updates to one instructor's dashboard page."""
 
@@ -86,8 +66,6 @@ class ClassDashboardConsumer(AsyncJsonWebsocketConsumer):
     classroom_id: int = 0
     _last_refresh = 0.0
     _settle: asyncio.Task | None = None
-    _summaries: asyncio.Task | None = None
-    _wanted: dict[int, int] | None = None
 
     async def connect(self) -> None:
         self.classroom_id = int(self.scope["url_route"]["kwargs"]["classroom_id"])
@@ -101,9 +79,8 @@ class ClassDashboardConsumer(AsyncJsonWebsocketConsumer):
         await self._send_snapshot()
 
     async def disconnect(self, code: int) -> None:
-        for task in (self._settle, self._summaries):
-            if task is not None:
-                task.cancel()
+        if self._settle is not None:
+            self._settle.cancel()
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
@@ -124,33 +101,10 @@ class ClassDashboardConsumer(AsyncJsonWebsocketConsumer):
         if self.group is None:
             return
         await self.send_json({**event, "type": "session"})
-        if event.get("activity") == "idle" and not event.get("burst_summary"):
-            self._want_summary(event["session"], event.get("last_seq") or 0)
         if time.monotonic() - self._last_refresh >= RESYNC_BUSY_S:
             await self._send_snapshot()
         else:
             self._settle_later()
-
-    def _want_summary(self, session_id: int, last_seq: int) -> None:
-        """A burst ended but its update carried no summary: read the summaries from the
-        journal, many sessions per query, off the forwarding path (a hundred bursts ending at
-        once must not queue a hundred queries in front of the next updates)."""
-        if self._wanted is None:
-            self._wanted = {}
-        self._wanted[session_id] = max(last_seq, self._wanted.get(session_id, 0))
-        if self._summaries is None:
-            self._summaries = asyncio.ensure_future(self._send_summaries())
-
-    async def _send_summaries(self) -> None:
-        await asyncio.sleep(SUMMARY_BATCH_S)
-        wanted, self._wanted, self._summaries = self._wanted or {}, None, None
-        found = await _last_burst_summaries(wanted)
-        if found:
-            items = [
-                {"session": sid, "last_seq": wanted[sid], "burst_summary": summary}
-                for sid, summary in found.items()
-            ]
-            await self.send_json({"type": "summaries", "items": items})
 
     def _settle_later(self) -> None:
         """(Re)arm the quiet-period snapshot."""

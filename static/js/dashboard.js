@@ -235,7 +235,7 @@
     }
     const seq = msg.last_seq || 0;
     const d = e.data;
-    if (seq > e.base && msg.calls !== undefined) {
+    if (seq > e.base) {
       d.calls += msg.calls || 0;
       d.attempts += msg.attempts || 0;
       d.fast_fails += msg.fast_fails || 0;
@@ -273,7 +273,6 @@
       try { msg = JSON.parse(event.data); } catch (err) { return; }
       if (msg.type === "snapshot") applySnapshot(msg.rows);
       else if (msg.type === "session") { stats.messages += 1; applyUpdate(msg); }
-      else if (msg.type === "summaries") msg.items.forEach(applyUpdate);
     });
     socket.addEventListener("close", function (event) {
       socket = null;
