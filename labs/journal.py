@@ -214,13 +214,21 @@ def append_entries(entries: Sequence[Entry]) -> list[Written]:
                 entry.latency_ms, entry.backoff_ms, entry.state_from, entry.state_to,
                 entry.actor_id, entry.message, json.dumps(entry.data, separators=(",", ":")),
             ))  # fmt: skip
-        json_cast = "::jsonb" if connection.vendor == "postgresql" else ""
-        placeholders = ", ".join(["%s"] * (len(_COLUMNS) - 1) + [f"%s{json_cast}"])
-        cursor.executemany(
+        insert = (
             f"INSERT INTO {connection.ops.quote_name(JournalEvent._meta.db_table)} "  # noqa: S608
-            f"({', '.join(_COLUMNS)}) VALUES ({placeholders})",
-            params,
+            f"({', '.join(_COLUMNS)}) VALUES "
         )
+        if connection.vendor == "postgresql":
+            # COPY: executemany costs a round trip per row there, and one huge multi-row
+            # INSERT costs psycopg more to parse than to send (900 rows: ~200 ms either way).
+            table = connection.ops.quote_name(JournalEvent._meta.db_table)
+            with cursor.cursor.copy(
+                f"COPY {table} ({', '.join(_COLUMNS)}) FROM STDIN"
+            ) as copy:
+                for row in params:
+                    copy.write_row(row)
+        else:
+            cursor.executemany(insert + "(" + ", ".join(["%s"] * len(_COLUMNS)) + ")", params)
     return [Written(entry, seqs[id(entry)], now) for entry in entries]
 
 
