@@ -1,0 +1,124 @@
+"""Worker-side push latency, measured without a browser-side client in the way.
+
+    .venv/bin/python benchmarks/layer_probe.py [SESSIONS]     (default 30)
+
+Starts a private ``redis-server`` and one real worker on its own SQLite file, creates SESSIONS
+lab sessions, listens on every session's channel-layer group with one channel and one
+concurrent receive per group, starts a 20-call burst (healthy, 20 ms per attempt) in every
+session at once, and prints the latency from each event's ``emitted`` stamp (the engine handing
+it over) to its arrival on the channel layer: the journal writer's batch, INSERT, commit and
+push, and nothing of daphne. benchmarks/push_bench.py measures the whole way to websocket
+clients, but runs all of them and its own channel-layer listener on one event loop, whose
+backlog adds to what it measures at 30 and 100 sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKDIR = Path(tempfile.mkdtemp(prefix="layer-probe-"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def main() -> None:
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 30
+    port = free_port()
+    redis_server = shutil.which("redis-server")
+    if redis_server is None:
+        raise SystemExit("needs redis-server on PATH")
+    redis = subprocess.Popen(
+        [redis_server, "--port", str(port), "--save", "", "--appendonly", "no",
+         "--dir", str(WORKDIR)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    os.environ.update(
+        DJANGO_SETTINGS_MODULE="lab_project.settings",
+        REDIS_URL=f"redis://127.0.0.1:{port}",
+        REDIS_DB_BASE="0",
+        BENCH_REDIS_DB_BASE="0",
+    )
+    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import burst_bench as bb  # shares its session and worker helpers
+
+    os.environ["LAB_SQLITE_PATH"] = str(WORKDIR / "db.sqlite3")
+    os.environ.pop("DATABASE_URL", None)
+    time.sleep(0.5)
+    bb.setup_django()
+    from labs.services.bursts import burst_start
+
+    script = {"name": "probe", "seed": 1, "steps": [{"burst": 20}],
+              "dependency": {"mode": "healthy", "latency_ms": 20}, "policy": {}}  # fmt: skip
+    sessions = bb.make_sessions(count, script)
+    worker = bb.start_worker(128)
+    latencies: list[float] = []
+
+    async def probe() -> None:
+        from channels.layers import get_channel_layer
+
+        layer = get_channel_layer()
+
+        async def listen(session_id: int) -> None:
+            channel = await layer.new_channel()
+            await layer.group_add(f"lab-session-{session_id}", channel)
+            while True:
+                message = await layer.receive(channel)
+                now = time.time()
+                latencies.extend(
+                    (now - e["emitted"]) * 1000
+                    for e in message.get("events", [])
+                    if e.get("emitted")
+                )
+
+        listeners = [asyncio.ensure_future(listen(s.pk)) for s in sessions]
+        await asyncio.sleep(1)
+
+        def click_all() -> None:
+            from django.db import connections
+
+            for session in sessions:
+                burst_start(session=session, user=session.owner, size=20)
+            connections.close_all()
+
+        await asyncio.to_thread(click_all)
+        expected = count * 42  # burst_start, 20 x (attempt, call_result), burst_end
+        deadline = time.monotonic() + 60
+        while len(latencies) < expected and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        for listener in listeners:
+            listener.cancel()
+
+    try:
+        time.sleep(8)  # the worker's journal writer boots when the worker is ready
+        asyncio.run(probe())
+    finally:
+        os.killpg(worker.pid, 15)
+        worker.wait(30)
+        redis.terminate()
+    latencies.sort()
+
+    def q(p: float) -> float:
+        return latencies[min(len(latencies) - 1, int(p * len(latencies)))]
+
+    print(f"{'sessions':>8} {'events':>7} {'expected':>8} {'p50 ms':>7} {'p95 ms':>7} "
+          f"{'p99 ms':>7} {'max ms':>7}")  # fmt: skip
+    print(f"{count:>8} {len(latencies):>7} {count * 42:>8} {q(.5):>7.1f} {q(.95):>7.1f} "
+          f"{q(.99):>7.1f} {latencies[-1]:>7.1f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
