@@ -108,29 +108,34 @@ def entry_from_event(event, *, session_id: int, classroom_id: int, burst_id: int
     )
 
 
-def event_payload(row: JournalEvent, emitted: float | None = None) -> dict[str, Any]:
-    """The JSON form of a journal row, as pushed to pages and exported."""
+def _payload(fields, seq: int, created_at: datetime, emitted: float | None) -> dict[str, Any]:
+    """The JSON form of one journal row, from a row or an entry (same attribute names)."""
     payload = {
-        "seq": row.seq,
-        "kind": row.kind,
-        "burst": row.burst_id,
-        "t_ms": row.t_ms,
-        "at": row.created_at.isoformat(),
-        "call": row.call_no,
-        "attempt": row.attempt_no,
-        "outcome": row.outcome,
-        "error": row.error,
-        "latency_ms": row.latency_ms,
-        "backoff_ms": row.backoff_ms,
-        "state_from": row.state_from,
-        "state_to": row.state_to,
-        "actor": row.actor_id,
-        "message": row.message,
-        "data": row.data,
+        "seq": seq,
+        "kind": fields.kind,
+        "burst": fields.burst_id,
+        "t_ms": fields.t_ms,
+        "at": created_at.isoformat(),
+        "call": fields.call_no,
+        "attempt": fields.attempt_no,
+        "outcome": fields.outcome,
+        "error": fields.error,
+        "latency_ms": fields.latency_ms,
+        "backoff_ms": fields.backoff_ms,
+        "state_from": fields.state_from,
+        "state_to": fields.state_to,
+        "actor": fields.actor_id,
+        "message": fields.message,
+        "data": fields.data,
     }
     if emitted:
         payload["emitted"] = emitted
     return payload
+
+
+def event_payload(row: JournalEvent, emitted: float | None = None) -> dict[str, Any]:
+    """The JSON form of a journal row, as pushed to pages and exported."""
+    return _payload(row, row.seq, row.created_at, emitted)
 
 
 class Written(NamedTuple):
@@ -143,28 +148,7 @@ class Written(NamedTuple):
 
 def entry_payload(written: Written) -> dict[str, Any]:
     """:func:`event_payload` for a just-written entry (no model instance needed)."""
-    e = written.entry
-    payload = {
-        "seq": written.seq,
-        "kind": e.kind,
-        "burst": e.burst_id,
-        "t_ms": e.t_ms,
-        "at": written.created_at.isoformat(),
-        "call": e.call_no,
-        "attempt": e.attempt_no,
-        "outcome": e.outcome,
-        "error": e.error,
-        "latency_ms": e.latency_ms,
-        "backoff_ms": e.backoff_ms,
-        "state_from": e.state_from,
-        "state_to": e.state_to,
-        "actor": e.actor_id,
-        "message": e.message,
-        "data": e.data,
-    }
-    if e.emitted:
-        payload["emitted"] = e.emitted
-    return payload
+    return _payload(written.entry, written.seq, written.created_at, written.entry.emitted)
 
 
 _COLUMNS = (
