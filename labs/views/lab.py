@@ -396,42 +396,44 @@ def _refused(request: HttpRequest, session: LabSession, partial: str, status: in
     return render(request, TEMPLATE, page_context(request, session, **forms), status=status)
 
 
+def _settings_write(
+    request: HttpRequest, pk: int, *, form_class, field: str, service, partial: str, saved: str
+) -> HttpResponse:
+    """Merge a settings form into the session through ``service``; 422 with the form's errors
+    (field and range beside each) when the service refuses, and nothing changed."""
+    session = writable_session(request, pk)
+    form = form_class.from_post(request.POST, getattr(session, field) or {})
+    form.is_valid()  # parsing only; the service is the validator
+    try:
+        session = service(session=session, user=request.user, changes=form.changes())
+    except lab_services.SettingsInvalid as exc:
+        form.add_problems(exc.problems)
+        return _refused(request, session, partial, 422, **{f"{field}_form": form})
+    context = {"session": session, **form_context(session)}
+    context["saved"] = saved
+    return _after_write(request, session, partial, context)
+
+
 @require_POST
 @login_required
 def session_dependency(request: HttpRequest, pk: int) -> HttpResponse:
     """Set the fake dependency (a mode button and its parameters)."""
-    session = writable_session(request, pk)
-    form = DependencyForm.from_post(request.POST, session.dependency or {})
-    form.is_valid()  # parsing only; the service is the validator
-    try:
-        session = lab_services.session_set_dependency(
-            session=session, user=request.user, changes=form.changes()
-        )
-    except lab_services.SettingsInvalid as exc:
-        form.add_problems(exc.problems)
-        return _refused(request, session, "dependency-form", 422, dependency_form=form)
-    context = {"session": session, **form_context(session)}
-    context["saved"] = "Dependency set."
-    return _after_write(request, session, "dependency-form", context)
+    return _settings_write(
+        request, pk, form_class=DependencyForm, field="dependency",
+        service=lab_services.session_set_dependency, partial="dependency-form",
+        saved="Dependency set.",
+    )  # fmt: skip
 
 
 @require_POST
 @login_required
 def session_policy(request: HttpRequest, pk: int) -> HttpResponse:
     """Change the client policy (every field of DESIGN section 4)."""
-    session = writable_session(request, pk)
-    form = PolicyForm.from_post(request.POST, session.policy or {})
-    form.is_valid()
-    try:
-        session = lab_services.session_set_policy(
-            session=session, user=request.user, changes=form.changes()
-        )
-    except lab_services.SettingsInvalid as exc:
-        form.add_problems(exc.problems)
-        return _refused(request, session, "policy-form", 422, policy_form=form)
-    context = {"session": session, **form_context(session)}
-    context["saved"] = "Policy saved; it applies from the next burst."
-    return _after_write(request, session, "policy-form", context)
+    return _settings_write(
+        request, pk, form_class=PolicyForm, field="policy",
+        service=lab_services.session_set_policy, partial="policy-form",
+        saved="Policy saved; it applies from the next burst.",
+    )  # fmt: skip
 
 
 @require_POST
