@@ -181,7 +181,7 @@ def burst_run(*, burst_id: int) -> str:
     connection.close()
     try:
         if runtime.restore_if_lost(session):
-            writer.submit(_restored_entry(session, burst_id))
+            writer.submit(restored_entry(session, burst_id))
         engine = runtime.build_engine(session, sink=sink)
         watch = runtime.DependencyWatch(session, engine, engine.rng)
         result = engine.client.run_burst(
@@ -219,7 +219,8 @@ def burst_run(*, burst_id: int) -> str:
     return status
 
 
-def _restored_entry(session: LabSession, burst_id: int | None) -> journal.Entry:
+def restored_entry(session: LabSession, burst_id: int | None) -> journal.Entry:
+    """The journal entry saying Redis lost the session and the snapshot was put back."""
     state = (session.breaker_snapshot or {}).get("state", "closed")
     return journal.Entry(
         session_id=session.pk,

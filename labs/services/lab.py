@@ -204,11 +204,11 @@ def _problem(field: str, message: str):
 def session_ensure_state(*, session: LabSession) -> bool:
     """Restore the breaker from the database snapshot if Redis lost it; journal that it did."""
     from labs import journal, runtime
-    from labs.services.bursts import _restored_entry
+    from labs.services.bursts import restored_entry
 
     if not runtime.restore_if_lost(session):
         return False
-    journal.record([_restored_entry(session, None)])
+    journal.record([restored_entry(session, None)])
     return True
 
 
