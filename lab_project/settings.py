@@ -148,16 +148,10 @@ CACHES = {
 
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
-        # redis-py 8 times out a socket read after 5 s by default, exactly channels-redis's
-        # 5 s blocking pop: every idle websocket consumer would die with a read timeout.
-        # capacity: a channel holds this many undelivered messages before channels-redis drops
-        # new ones silently (default 100: a busy page or dashboard fell behind that in a burst
-        # of a hundred sessions).
-        "CONFIG": {
-            "hosts": [{"address": CHANNEL_LAYER_REDIS_URL, "socket_timeout": 30}],
-            "capacity": 1000,
-        },
+        # channels-redis's pub/sub layer with a pipelined send for the journal writer's
+        # batches: labs/channel_layer.py says why not the core layer.
+        "BACKEND": "labs.channel_layer.LabChannelLayer",
+        "CONFIG": {"hosts": [{"address": CHANNEL_LAYER_REDIS_URL}]},
     }
 }
 

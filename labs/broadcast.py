@@ -17,7 +17,6 @@ that a rollback could take back).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -63,32 +62,26 @@ def journal_pushes(
     return pushes
 
 
-#: Sends in flight at once. A batch can announce a hundred sessions (two groups each); the
-#: channel layer's connection pool holds 100 connections, and past that a send fails outright.
-MAX_CONCURRENT_SENDS = 16
-
-
 async def asend_all(pushes: Iterable[Push]) -> None:
-    """Send every push on the running loop, at most MAX_CONCURRENT_SENDS at a time.
+    """Send every push on the running loop, in order.
 
-    A failed send is logged, never raised: the journal is already committed, and a page
-    that missed a push catches up from the database on its next reconnect.
+    With the lab's layer (labs.channel_layer) that is one pipelined round trip for the whole
+    batch; another layer gets one ``group_send`` per push. A failed send is logged, never
+    raised: the journal is already committed, and a page that missed a push reads the gap from
+    the database (labs.consumers).
     """
     layer = get_channel_layer()
     if layer is None:
         return
-    gate = asyncio.Semaphore(MAX_CONCURRENT_SENDS)
-
-    async def send(group: str, message: dict[str, Any]) -> None:
-        async with gate:
-            await layer.group_send(group, message)
-
-    results = await asyncio.gather(
-        *(send(group, message) for group, message in pushes), return_exceptions=True
-    )
-    for result in results:
-        if isinstance(result, BaseException):
-            logger.warning("channel layer send failed: %r", result)
+    pushes = list(pushes)
+    try:
+        if hasattr(layer, "group_send_many"):
+            await layer.group_send_many(pushes)
+        else:
+            for group, message in pushes:
+                await layer.group_send(group, message)
+    except Exception as exc:
+        logger.warning("channel layer send of %d message(s) failed: %r", len(pushes), exc)
 
 
 def send_all(pushes: Iterable[Push]) -> None:

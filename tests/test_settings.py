@@ -132,9 +132,9 @@ def test_redis_uses_separate_databases_from_the_base(monkeypatch, tmp_path):
                       REDIS_DB_BASE="4")  # fmt: skip
     assert s["CELERY_BROKER_URL"] == "redis://cache.internal:6380/4"
     assert s["CHANNEL_LAYERS"]["default"]["CONFIG"]["hosts"] == [
-        {"address": "redis://cache.internal:6380/5", "socket_timeout": 30}
+        {"address": "redis://cache.internal:6380/5"}
     ]
-    assert s["CHANNEL_LAYERS"]["default"]["BACKEND"] == "channels_redis.core.RedisChannelLayer"
+    assert s["CHANNEL_LAYERS"]["default"]["BACKEND"] == "labs.channel_layer.LabChannelLayer"
     assert s["LAB_ENGINE_REDIS_URL"] == "redis://cache.internal:6380/6"
     assert s["CACHES"]["default"]["LOCATION"] == "redis://cache.internal:6380/7"
 

@@ -30,7 +30,7 @@ TIMEOUT = 5
 @pytest.fixture(autouse=True)
 def _real_channel_layer():
     backend = settings.CHANNEL_LAYERS["default"]["BACKEND"]
-    assert backend == "channels_redis.core.RedisChannelLayer", backend
+    assert backend == "labs.channel_layer.LabChannelLayer", backend
 
 
 @pytest.fixture

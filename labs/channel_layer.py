@@ -1,0 +1,108 @@
+"""The channel layer: channels-redis's pub/sub layer, plus one pipelined send for many groups.
+
+Why pub/sub and not ``channels_redis.core.RedisChannelLayer``: the core layer stores every
+message in a per-channel sorted set, and a receiving process pays a blocking pop, a cleanup
+script and a backup write per message (three Redis round trips), while a ``group_send`` reads
+the group's members and runs one more script. At thirty sessions bursting that was most of the
+web process's CPU and put the live page a few hundred milliseconds behind (benchmarks/
+push_bench.py; figures in docs/live-page.md). With pub/sub a ``group_send`` is one ``PUBLISH``
+and a process receives everything on one subscribed connection.
+
+What pub/sub gives up is delivery to a consumer that is not listening at that moment (no
+per-channel buffer). The consumers never relied on that: the lab page reads any gap from the
+journal (and checks the journal once pushes go quiet), and the class dashboard re-sends a
+snapshot after each quiet period (labs/consumers.py, labs/dashboard_consumer.py).
+
+``group_send_many`` is the journal writer's send: every message of a batch (two per session)
+goes out in one pipeline, one round trip instead of one per message. It uses the layer's own
+connection, group naming and serializer (channels-redis 4.3, pinned in requirements.txt;
+tests/integration/test_channel_layer.py checks that a consumer receives what it sends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from channels_redis.pubsub import (
+    RedisPubSubChannelLayer,
+    RedisPubSubLoopLayer,
+    RedisSingleShardConnection,
+)
+from channels_redis.utils import _wrap_close, decode_hosts
+
+logger = logging.getLogger(__name__)
+
+
+class _Shard(RedisSingleShardConnection):
+    """One Redis connection's subscriptions, woken at once by the first subscription.
+
+    channels-redis's receive loop sleeps 100 ms at a time while the process has no
+    subscription, so the first pushes after a process's first (or, after everyone left, next)
+    consumer joined waited up to 100 ms: the first burst a student ran on a quiet server
+    arrived in one lump. Here the loop waits on an event that ``subscribe`` sets.
+    """
+
+    def __init__(self, host, channel_layer) -> None:
+        super().__init__(host, channel_layer)
+        self._subscribed = asyncio.Event()
+
+    async def subscribe(self, channel):
+        await super().subscribe(channel)
+        self._subscribed.set()
+
+    async def _do_receiving(self):
+        while True:
+            if self._pubsub is None or not self._pubsub.subscribed:
+                self._subscribed.clear()
+                await self._subscribed.wait()
+            await self._receive_once()
+
+    async def _receive_once(self) -> None:
+        try:
+            message = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=0.1)
+            self._receive_message(message)
+        except (TimeoutError, asyncio.CancelledError, GeneratorExit):
+            raise
+        except BaseException:  # as channels-redis does: log, breathe, listen again
+            logger.exception("Unexpected exception in receive task")
+            await asyncio.sleep(1)
+
+
+class _LoopLayer(RedisPubSubLoopLayer):
+    def __init__(self, hosts=None, **kwargs) -> None:
+        super().__init__(hosts, **kwargs)
+        self._shards = [_Shard(host, self) for host in decode_hosts(hosts)]
+
+
+class LabChannelLayer(RedisPubSubChannelLayer):
+    """``RedisPubSubChannelLayer`` with :meth:`group_send_many` and a receive loop that
+    does not nap (see ``_Shard``)."""
+
+    def _get_layer(self):
+        loop = asyncio.get_running_loop()
+        try:
+            return self._layers[loop]
+        except KeyError:
+            layer = _LoopLayer(*self._args, **self._kwargs, channel_layer=self)
+            self._layers[loop] = layer
+            _wrap_close(self, loop)
+            return layer
+
+    async def group_send_many(self, messages: Iterable[tuple[str, dict[str, Any]]]) -> None:
+        """``group_send`` each (group, message), in order, one pipeline per Redis host."""
+        layer = self._get_layer()  # the per-event-loop layer that owns the connections
+        per_shard: dict[Any, list[tuple[str, bytes]]] = defaultdict(list)
+        for group, message in messages:
+            name = layer._get_group_channel_name(group)
+            per_shard[layer._get_shard(name)].append((name, self.serialize(message)))
+        for shard, items in per_shard.items():
+            async with shard._lock:
+                shard._ensure_redis()
+                pipe = shard._redis.pipeline(transaction=False)
+                for name, data in items:
+                    pipe.publish(name, data)
+                await pipe.execute()

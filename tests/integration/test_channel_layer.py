@@ -1,0 +1,88 @@
+"""The lab's channel layer (labs/channel_layer.py) against the real Redis of the settings:
+pipelined sends arrive whole and in order, and the receive loop does not nap."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+
+from labs import broadcast
+from labs.channel_layer import LabChannelLayer
+
+pytestmark = [pytest.mark.integration]
+
+TIMEOUT = 5
+
+
+def test_the_settings_use_the_lab_layer():
+    assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == "labs.channel_layer.LabChannelLayer"
+    assert isinstance(get_channel_layer(), LabChannelLayer)
+
+
+def test_a_pipelined_batch_reaches_each_group_in_order_and_nothing_else():
+    async def scenario():
+        layer = get_channel_layer()
+        first, second = await layer.new_channel(), await layer.new_channel()
+        await layer.group_add("fl-test-a", first)
+        await layer.group_add("fl-test-b", second)
+        await layer.group_add("fl-test-b", first)
+        await broadcast.asend_all(
+            [
+                ("fl-test-a", {"type": "t.m", "n": 1}),
+                ("fl-test-nobody", {"type": "t.m", "n": 2}),
+                ("fl-test-b", {"type": "t.m", "n": 3}),
+                ("fl-test-a", {"type": "t.m", "n": 4}),
+            ]
+        )
+        got_first = [(await asyncio.wait_for(layer.receive(first), TIMEOUT))["n"] for _ in "abc"]
+        got_second = [(await asyncio.wait_for(layer.receive(second), TIMEOUT))["n"]]
+        # Nothing more is on its way to either channel (a ping behind the batch comes next).
+        await layer.send(first, {"type": "t.m", "n": "end"})
+        assert (await asyncio.wait_for(layer.receive(first), TIMEOUT))["n"] == "end"
+        await layer.flush()
+        return got_first, got_second
+
+    got_first, got_second = async_to_sync(scenario)()
+    assert got_first == [1, 3, 4]
+    assert got_second == [3]
+
+
+def test_the_receive_loop_waits_for_a_subscription_instead_of_napping(monkeypatch):
+    """channels-redis's own loop sleeps 0.1 s at a time while nothing is subscribed, so the
+    first push to a process whose pages had all gone waited up to 100 ms."""
+    naps: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def recording_sleep(delay, *args, **kwargs):
+        naps.append(delay)
+        return await real_sleep(delay, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "sleep", recording_sleep)
+
+    async def scenario():
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await layer.group_add("fl-test-c", channel)
+        await layer.group_send("fl-test-c", {"type": "t.m", "n": 1})
+        assert (await asyncio.wait_for(layer.receive(channel), TIMEOUT))["n"] == 1
+        # Everyone leaves: the loop has nothing to listen to for a while, then a page comes.
+        await layer.group_discard("fl-test-c", channel)
+        receiving = asyncio.ensure_future(layer.receive(channel))
+        await real_sleep(0.3)
+        receiving.cancel()  # drops the channel's own subscription, as a closing consumer does
+        with pytest.raises(asyncio.CancelledError):
+            await receiving
+        await real_sleep(0.3)
+        again = await layer.new_channel()
+        await layer.group_add("fl-test-c", again)
+        await layer.group_send("fl-test-c", {"type": "t.m", "n": 2})
+        message = await asyncio.wait_for(layer.receive(again), TIMEOUT)
+        await layer.flush()
+        return message
+
+    assert async_to_sync(scenario)()["n"] == 2
+    assert 0.1 not in naps, naps
