@@ -206,9 +206,7 @@ def append_entries(entries: Sequence[Entry]) -> list[Written]:
             # COPY: executemany costs a round trip per row there, and one huge multi-row
             # INSERT costs psycopg more to parse than to send (900 rows: ~200 ms either way).
             table = connection.ops.quote_name(JournalEvent._meta.db_table)
-            with cursor.cursor.copy(
-                f"COPY {table} ({', '.join(_COLUMNS)}) FROM STDIN"
-            ) as copy:
+            with cursor.cursor.copy(f"COPY {table} ({', '.join(_COLUMNS)}) FROM STDIN") as copy:
                 for row in params:
                     copy.write_row(row)
         else:
@@ -284,6 +282,21 @@ def record(entries: Sequence[Entry]) -> list[Written]:
 # --- The writer ---------------------------------------------------------------------------
 
 
+#: SQLite's write lock: its own busy handler sleeps 1, 2, 5, 10 ... then 100 ms at a time
+#: between tries, so a writer queued behind a flurry of short transactions (thirty students
+#: pressing Run burst at once, the worker claiming their bursts) could sleep through free
+#: windows for hundreds of milliseconds while its batch aged. The writer lets SQLite wait
+#: ``SQLITE_BUSY_TIMEOUT_MS`` and then asks again itself every ``SQLITE_POLL_INTERVAL``,
+#: for up to ``SQLITE_POLL_SECONDS`` (then the slow retry below takes over).
+SQLITE_BUSY_TIMEOUT_MS = 2
+SQLITE_POLL_INTERVAL = 0.001
+SQLITE_POLL_SECONDS = 20.0
+
+
+def _sqlite_busy(exc: Exception) -> bool:
+    return connection.vendor == "sqlite" and "locked" in str(exc)
+
+
 class _Flush:
     __slots__ = ("callback", "close", "done")
 
@@ -325,6 +338,7 @@ class JournalWriter:
         self._start_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.written = 0  # rows written so far (for benchmarks and tests)
+        self._sqlite_polling: object | None = None  # the raw connection set up for polling
 
     def submit(self, entry: Entry) -> None:
         """Queue one entry (never blocks, never touches the database)."""
@@ -385,7 +399,9 @@ class JournalWriter:
                         item = self._queue.get_nowait()
                     else:
                         wait = until - time.monotonic()
-                        item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
+                        item = (
+                            self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
+                        )
                 except queue.Empty:
                     break
             if batch:
@@ -402,9 +418,11 @@ class JournalWriter:
 
     def _write(self, batch: list[Entry]) -> None:
         delay = 0.02
+        polling_until = time.monotonic() + SQLITE_POLL_SECONDS
         while True:
             try:
                 close_old_connections()
+                self._poll_sqlite_lock()
                 with transaction.atomic():
                     written = append_entries(batch)
                     if self._after_write is not None:
@@ -414,8 +432,20 @@ class JournalWriter:
                 # The session was deleted mid-burst (an admin cleaning up): nothing to keep.
                 written = self._write_surviving(batch)
                 break
-            except (OperationalError, InterfaceError, DatabaseError) as exc:
-                logger.warning("journal batch of %d not written yet (%s); retrying", len(batch), exc)
+            except OperationalError as exc:
+                if _sqlite_busy(exc) and time.monotonic() < polling_until:
+                    time.sleep(SQLITE_POLL_INTERVAL)  # another writer holds the lock: ask again
+                    continue
+                logger.warning(
+                    "journal batch of %d not written yet (%s); retrying", len(batch), exc
+                )
+                connection.close()
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+            except (InterfaceError, DatabaseError) as exc:
+                logger.warning(
+                    "journal batch of %d not written yet (%s); retrying", len(batch), exc
+                )
                 connection.close()
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
@@ -426,6 +456,17 @@ class JournalWriter:
                 self._loop.run_until_complete(broadcast.asend_all(pushes))
             except Exception:  # a push is best effort: pages catch up from the journal
                 logger.exception("journal push failed")
+
+    def _poll_sqlite_lock(self) -> None:
+        """On SQLite, make this connection's busy handler give up after a millisecond or two,
+        so that ``_write`` polls for the write lock itself (see SQLITE_POLL_INTERVAL)."""
+        if connection.vendor != "sqlite":
+            return
+        connection.ensure_connection()
+        raw = connection.connection
+        if self._sqlite_polling is not raw:
+            raw.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+            self._sqlite_polling = raw
 
     def _write_surviving(self, batch: list[Entry]) -> list[Written]:
         alive = set(

@@ -58,6 +58,9 @@ def _child_main() -> None:
 
     # The parent may be a test run whose database name was changed at run time.
     database = json.loads(os.environ.get("LAB_JOURNAL_DATABASE", "{}"))
+    # One connection for the life of the process: it writes every few milliseconds. A broken
+    # connection is still closed and reopened by the writer's retry.
+    database["CONN_MAX_AGE"] = None
     settings.DATABASES["default"].update(database)
     connections["default"].settings_dict.update(database)
 
@@ -100,7 +103,9 @@ class JournalPipe:
         from django.db import connection
 
         database = {
-            key: str(connection.settings_dict[key]) if key == "NAME" else connection.settings_dict[key]
+            key: str(connection.settings_dict[key])
+            if key == "NAME"
+            else connection.settings_dict[key]
             for key in ("NAME", "USER", "PASSWORD", "HOST", "PORT")
             if key in connection.settings_dict
         }

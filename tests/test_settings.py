@@ -110,6 +110,13 @@ def test_default_database_is_sqlite_in_wal_mode_with_immediate_transactions(monk
     assert db["TEST"]["NAME"] == str(tmp_path / "test.sqlite3")
 
 
+def test_sqlite_connections_are_kept_like_postgresql_ones(monkeypatch, tmp_path):
+    # Django's SQLite default (0) reopened the file for every request and consumer read.
+    assert load_settings(monkeypatch, tmp_path)["DATABASES"]["default"]["CONN_MAX_AGE"] == 60
+    s = load_settings(monkeypatch, tmp_path, DATABASE_CONN_MAX_AGE="0")
+    assert s["DATABASES"]["default"]["CONN_MAX_AGE"] == 0
+
+
 def test_sqlite_connection_really_is_in_wal_mode(db):
     from django.db import connection
 

@@ -1,0 +1,65 @@
+"""The journal writer's own behaviour on the real database: waiting for SQLite's write lock."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+
+import pytest
+from django.db import connection
+
+from labs import journal
+from labs.models import JournalEvent
+from labs.services import lab
+from tests.conftest import make_classroom, make_scenario, make_student, tour_script
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def session():
+    scenario = make_scenario("writer", script=tour_script())
+    room = make_classroom("Writer", join_code="WRITER01")
+    room.scenarios.add(scenario)
+    return lab.session_open(user=make_student("wendy", room), classroom=room, scenario=scenario)
+
+
+def test_a_writer_behind_another_sqlite_writer_polls_for_the_lock_without_an_error(session, caplog):
+    """Another connection holds SQLite's write lock for half a second. The writer's own busy
+    timeout is 2 ms (SQLite's handler would sleep through free windows in 100 ms steps), so it
+    meets "database is locked" many times; it must ask again quietly and write the batch."""
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's write lock only")
+    seen_timeouts: list[int] = []
+
+    def after_write(written):  # runs in the writer thread, inside the batch's transaction
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA busy_timeout")
+            seen_timeouts.append(cursor.fetchone()[0])
+
+    holder = sqlite3.connect(
+        connection.settings_dict["NAME"], timeout=20, isolation_level=None, check_same_thread=False
+    )
+    holder.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.5, lambda: holder.execute("COMMIT"))
+    writer = journal.JournalWriter(after_write=after_write)
+    caplog.set_level(logging.WARNING, logger="labs.journal")
+    try:
+        release.start()
+        writer.submit(
+            journal.Entry(
+                session_id=session.pk,
+                classroom_id=session.classroom_id,
+                kind="policy_set",
+                message="written once the lock is free",
+            )
+        )
+        assert writer.flush(30)
+    finally:
+        release.join()
+        holder.close()
+        writer.flush(close_connection=True)
+    assert JournalEvent.objects.filter(session=session, kind="policy_set").count() == 1
+    assert seen_timeouts == [journal.SQLITE_BUSY_TIMEOUT_MS]
+    assert not [r for r in caplog.records if "not written yet" in r.getMessage()]
