@@ -9,7 +9,8 @@
    the client's ``after`` in order, then forwards live pushes. A row committed between the
    join and the replay arrives twice (replay and push): the consumer remembers the last
    sequence number it sent and drops anything at or below it, and if a push skips numbers
-   (a message the channel layer dropped: a full channel drops group messages silently) it
+   (a message the channel layer never delivered: Redis pub/sub delivers at most once, and
+   not to a process whose connection to Redis was down at that moment) it
    reads the missing rows from the database first. A dropped *last* push has no successor
    to reveal the gap, so a second after the pushes stop (and on every client ping) the
    consumer compares with the journal and sends what it lacks. So each connection delivers
@@ -41,6 +42,7 @@ import time
 from typing import Any
 from urllib.parse import parse_qs
 
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import get_template
@@ -162,7 +164,26 @@ def summary_fragment(event: dict[str, Any], burst: dict[str, Any]) -> str:
     return ""
 
 
-class LabSessionConsumer(AsyncWebsocketConsumer):
+class DirectDispatch:
+    """Consumer mixin: dispatch each message straight to its handler.
+
+    Since Channels 4.2, ``AsyncConsumer.dispatch`` runs ``close_old_connections`` through
+    ``sync_to_async`` before every handler, that is, a hop to the process's one
+    thread-sensitive sync thread and back for every push and every frame a browser sends.
+    With a hundred pages that was a queue of thousands of hops a second, shared with the sync
+    views (the Run burst POSTs) that need that thread too. These consumers never use the ORM
+    on the event loop: every query goes through ``database_sync_to_async``, which closes old
+    connections around the call itself, so the per-message hop bought nothing.
+    """
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+
+class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
     """Live journal, badge and summary of one lab session (see the module docstring)."""
 
     session_id: int | None = None
@@ -253,7 +274,7 @@ class LabSessionConsumer(AsyncWebsocketConsumer):
             async with self._deliver_lock:
                 fresh = [e for e in events if e["seq"] > self.last_seq]
                 if fresh and fresh[0]["seq"] > self.last_seq + 1:
-                    # A push went missing (channel layer capacity, expiry): read the gap.
+                    # A push went missing (see the module docstring): read the gap.
                     await self._catch_up(upto=fresh[0]["seq"] - 1)
                     fresh = [e for e in fresh if e["seq"] > self.last_seq]
                 if fresh:

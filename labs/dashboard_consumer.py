@@ -20,8 +20,9 @@ Messages to the page (JSON):
 The page may send ``{"type": "refresh"}`` (it saw a session it has no row for) and gets a new
 snapshot, at most one per ``REFRESH_INTERVAL_S``.
 
-Self-healing: the channel layer drops messages for a consumer that falls more than its
-capacity behind, and an update carries deltas, so one lost update would leave a row's totals
+Self-healing: the channel layer delivers at most once (Redis pub/sub: nothing reaches a
+process while its connection to Redis is down), and an update carries deltas, so one lost
+update would leave a row's totals
 short for good. So ``SETTLE_S`` after updates stop (and at least every ``RESYNC_BUSY_S`` while
 they keep coming) the consumer sends a fresh snapshot. It is sent from the consumer's own
 message loop (a message to itself), never from a side task, so it cannot overtake an update
@@ -38,6 +39,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from labs.broadcast import class_group
+from labs.consumers import DirectDispatch
 
 CLOSE_FORBIDDEN = 4403
 REFRESH_INTERVAL_S = 1.0
@@ -59,7 +61,7 @@ def _snapshot(classroom_id: int) -> list[dict[str, Any]]:
     return [row.as_dict() for row in class_dashboard_rows(classroom_id=classroom_id)]
 
 
-class ClassDashboardConsumer(AsyncJsonWebsocketConsumer):
+class ClassDashboardConsumer(DirectDispatch, AsyncJsonWebsocketConsumer):
     """Forwards a class's ``class.session`` updates to one instructor's dashboard page."""
 
     group: str | None = None
