@@ -9,11 +9,12 @@ the end of every burst, so if Redis loses a session's keys the state can be put 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -58,10 +59,43 @@ def namespace(session_id: int) -> str:
     return f"fl:s{session_id}"
 
 
-def session_store(session_id: int) -> RedisStore:
-    """The engine store holding one session's breaker, dependency and budget state."""
+@contextlib.contextmanager
+def burst_redis(concurrency: int) -> Iterator[redis.Redis]:
+    """A Redis client of one burst's own: a pool of at most ``concurrency`` connections,
+    disconnected when the burst ends.
+
+    A burst makes three round trips per attempt. Through the process-wide client every one
+    of them took a connection from the shared pool and gave it back, each time under the
+    pool's lock; with a hundred bursts on a worker the threads queued on that lock (three
+    quarters of the worker's samples in a profile), and every wait added to the timings the
+    students read. A burst's own pool is only shared by its own callers.
+    """
+    shared = engine_redis().connection_pool
+    if concurrency <= 1:
+        client = redis.Redis(connection_pool=shared, single_connection_client=True)
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    pool = redis.ConnectionPool(
+        connection_class=shared.connection_class,
+        max_connections=concurrency,
+        **shared.connection_kwargs,
+    )
+    client = redis.Redis(connection_pool=pool)
+    try:
+        yield client
+    finally:
+        client.close()
+        pool.disconnect()
+
+
+def session_store(session_id: int, client: redis.Redis | None = None) -> RedisStore:
+    """The engine store holding one session's breaker, dependency and budget state
+    (through ``client``, by default the process-wide one)."""
     return RedisStore(
-        engine_redis(), namespace(session_id), probe_lease_ms=settings.LAB_PROBE_LEASE_MS
+        client or engine_redis(), namespace(session_id), probe_lease_ms=settings.LAB_PROBE_LEASE_MS
     )
 
 
@@ -77,9 +111,15 @@ class SessionEngine:
 
 
 def build_engine(
-    session: LabSession, *, sink=None, rng: random.Random | None = None, clock=CLOCK
+    session: LabSession,
+    *,
+    sink=None,
+    rng: random.Random | None = None,
+    clock=CLOCK,
+    client: redis.Redis | None = None,
 ) -> SessionEngine:
-    """Engine objects for ``session``'s current settings.
+    """Engine objects for ``session``'s current settings (their store talks to Redis through
+    ``client``: a running burst passes its own, see :func:`burst_redis`).
 
     ``rng`` defaults to one seeded from the session's seed and burst count, so a burst can be
     replayed. Raises labs.engine.ValidationError if the stored settings are invalid (they
@@ -87,7 +127,7 @@ def build_engine(
     """
     if rng is None:
         rng = random.Random(f"{session.seed}:{session.burst_count}")
-    store = session_store(session.pk)
+    store = session_store(session.pk, client)
     dependency = FakeDependency(
         parse_dependency(session.dependency), store=store, clock=clock, rng=rng
     )
@@ -204,7 +244,7 @@ class DependencyWatch:
         if now - self._checked < self.interval:
             return False
         self._checked = now
-        raw = engine_redis().get(self._key)
+        raw = self._engine.store.client.get(self._key)
         if raw is None or raw == self._current:
             return False
         with self._lock:

@@ -182,14 +182,15 @@ def burst_run(*, burst_id: int) -> str:
     try:
         if runtime.restore_if_lost(session):
             writer.submit(restored_entry(session, burst_id))
-        engine = runtime.build_engine(session, sink=sink)
-        watch = runtime.DependencyWatch(session, engine, engine.rng)
-        result = engine.client.run_burst(
-            burst.size,
-            concurrency=burst.concurrency,
-            first_call=burst.first_call_no,
-            burst=burst.number,
-        )
+        with runtime.burst_redis(burst.concurrency) as client:
+            engine = runtime.build_engine(session, sink=sink, client=client)
+            watch = runtime.DependencyWatch(session, engine, engine.rng)
+            result = engine.client.run_burst(
+                burst.size,
+                concurrency=burst.concurrency,
+                first_call=burst.first_call_no,
+                burst=burst.number,
+            )
         writer.flush()
         status = Burst.Status.DONE
         Burst.objects.filter(pk=burst_id, status=Burst.Status.RUNNING).update(
