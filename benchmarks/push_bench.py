@@ -15,6 +15,12 @@ frame parsed (same machine, same clock). It therefore includes the journal write
 INSERT and commit, the channel-layer hop through Redis, the consumer rendering the row and the
 websocket write.
 
+The servers run with the deployed settings (``DJANGO_DEBUG=false``, as docker-compose.yml);
+``--debug`` runs them with the development ones. The clients run in this process, on the same
+2 cores as the servers: on a real class they are thirty browsers on thirty laptops, so these
+figures include load a real server never carries. ``--layer`` adds a channel-layer listener
+here too (the "layer" columns: the latency before daphne), at the cost of more of that load.
+
 One untimed burst first warms the worker's journal writer up (the first burst after a worker
 starts has its pushes held back by about a second while the writer gets going).
 
@@ -37,6 +43,7 @@ import contextlib
 import json
 import os
 import random
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -69,6 +76,9 @@ if "--shared-redis" not in sys.argv and "BENCH_REDIS_URL" not in os.environ:
         os.environ["REDIS_URL"] = f"redis://127.0.0.1:{_redis_port}"
 elif "BENCH_REDIS_URL" in os.environ:
     os.environ["REDIS_URL"] = os.environ["BENCH_REDIS_URL"]
+# One secret key for this process and the servers it starts: the session cookies made here
+# must be valid there.
+os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
 if "DATABASE_URL" not in os.environ:
     os.environ["LAB_SQLITE_PATH"] = str(
         Path(tempfile.gettempdir()) / "failurelab-push-bench.sqlite3"
@@ -127,22 +137,41 @@ def setup_django() -> None:
         redis.Redis.from_url(settings.REDIS_URL, db=db).flushdb()
 
 
-def process_env() -> dict[str, str]:
+#: The servers run as deployed (docker-compose.yml): DJANGO_DEBUG=false, so no query logging
+#: (with SQLite, DEBUG also runs a second query per query to quote its parameters). Plain
+#: HTTP on 127.0.0.1, so no TLS redirect and no secure-only cookies. ``--debug`` measures
+#: the development settings instead.
+PRODUCTION_ENV = {
+    "DJANGO_DEBUG": "false",
+    "DJANGO_SECURE_SSL_REDIRECT": "false",
+    "DJANGO_SECURE_COOKIES": "false",
+}
+
+
+def process_env(debug: bool = False) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     env["LAB_LOG_LEVEL"] = "WARNING"
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    if not debug:
+        env.update(PRODUCTION_ENV)
     return env
 
 
 class Processes:
     """daphne and one worker, stopped (their whole process groups) on exit."""
 
-    def __init__(self, port: int, concurrency: int, logdir: Path) -> None:
+    def __init__(self, port: int, concurrency: int, logdir: Path, debug: bool = False) -> None:
         from lab_project.processes import daphne_cmd, worker_cmd
 
         self.logdir = logdir
         self.procs: list[subprocess.Popen] = []
+        env = process_env(debug)
+        if not debug:  # production static files (a manifest), as `make run` does then
+            subprocess.run(
+                [sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"],
+                cwd=ROOT, env=env, check=True,
+            )  # fmt: skip
         web = daphne_cmd("127.0.0.1", port)
         if os.environ.get("BENCH_PROFILE_DAPHNE"):  # where the web process spends its CPU
             web = [sys.executable, "-m", "cProfile", "-o", os.environ["BENCH_PROFILE_DAPHNE"],
@@ -154,7 +183,7 @@ class Processes:
             log = open(logdir / f"{name}.log", "wb")  # noqa: SIM115
             self.procs.append(
                 subprocess.Popen(
-                    cmd, cwd=ROOT, env=process_env(), stdout=log, stderr=subprocess.STDOUT,
+                    cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
             )  # fmt: skip
@@ -387,14 +416,19 @@ def bursts_active(session_ids: list[int]) -> int:
 
 
 async def run_scenario(
-    sessions: list[tuple[int, str]], port: int, rounds: int, calls: int, drop_half: bool = False
+    sessions: list[tuple[int, str]],
+    port: int,
+    rounds: int,
+    calls: int,
+    drop_half: bool = False,
+    probe_layer: bool = False,
 ) -> tuple[list[float], list[float], int, int, int]:
     """Bursts in every session at once, ``rounds`` times; returns (latencies to the browser,
     latencies to the channel layer, events, lost, duplicates)."""
     browsers = [Browser(sid, cookie, port) for sid, cookie in sessions]
     ids = [b.session_id for b in browsers]
     layer_latencies: list[float] = []
-    probe = asyncio.ensure_future(layer_probe(ids, layer_latencies))
+    probe = asyncio.ensure_future(layer_probe(ids, layer_latencies)) if probe_layer else None
     baseline = await asyncio.to_thread(journal_seqs, ids)
     for b in browsers:
         b.last_seq = max(baseline[b.session_id], default=0)
@@ -428,9 +462,10 @@ async def run_scenario(
     latencies = [ms for b in browsers for ms in b.latencies_ms]
     events = sum(len(b.seqs) for b in browsers)
     await asyncio.gather(*(b.close() for b in browsers))
-    probe.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await probe
+    if probe is not None:
+        probe.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await probe
     return latencies, layer_latencies, events, lost, duplicates
 
 
@@ -443,6 +478,15 @@ def main() -> None:
     parser.add_argument("--worker-concurrency", type=int, default=128)
     parser.add_argument(
         "--shared-redis", action="store_true", help="use REDIS_URL, not a private redis-server"
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="run the servers with DJANGO_DEBUG=true"
+    )
+    parser.add_argument(
+        "--layer",
+        action="store_true",
+        help="also time arrival on the channel layer (a listener in this process: it adds its "
+        "own load to the clients' event loop)",
     )
     args = parser.parse_args()
     counts = [int(c) for c in args.sessions.split(",") if c.strip()]
@@ -467,9 +511,10 @@ def main() -> None:
         f"push_bench: {db}, Redis {'private ' if _PRIVATE_REDIS else ''}{settings.REDIS_URL} "
         f"dbs {settings.REDIS_DB_BASE}..{settings.REDIS_DB_BASE + 3}, "
         f"journal writer {getattr(settings, 'LAB_JOURNAL_WRITER', 'thread')}, "
-        f"{args.calls} calls per burst, {os.cpu_count()} CPUs; logs in {logdir}"
+        f"{args.calls} calls per burst, servers with DJANGO_DEBUG={str(args.debug).lower()}, "
+        f"{os.cpu_count()} CPUs; logs in {logdir}"
     )
-    procs = Processes(port, args.worker_concurrency, logdir)
+    procs = Processes(port, args.worker_concurrency, logdir, debug=args.debug)
     rows = []
     usage: list[str] = []
     try:
@@ -481,7 +526,7 @@ def main() -> None:
             target = 25 if count == 1 else 250
             cpu_before, wall_before = procs.cpu_seconds(), time.monotonic()
             latencies, layer, events, lost, dups = asyncio.run(
-                run_scenario(all_sessions[:count], port, rounds, args.calls)
+                run_scenario(all_sessions[:count], port, rounds, args.calls, probe_layer=args.layer)
             )
             cpu = procs.cpu_seconds()
             wall = time.monotonic() - wall_before
@@ -494,7 +539,9 @@ def main() -> None:
             rows.append((f"{count} session{'s' if count > 1 else ''} bursting", count, rounds,
                          events, latencies, layer, lost, dups, f"p99 <= {target} ms"))  # fmt: skip
         latencies, layer, events, lost, dups = asyncio.run(
-            run_scenario(all_sessions[:30], port, 2, args.calls, drop_half=True)
+            run_scenario(
+                all_sessions[:30], port, 2, args.calls, drop_half=True, probe_layer=args.layer
+            )
         )
         rows.append(("catch-up: 15 of 30 drop mid-burst", 30, 2, events, latencies, layer, lost,
                      dups, "0 lost"))  # fmt: skip
@@ -520,8 +567,8 @@ def print_table(rows: list[tuple]) -> None:
     head += f"{'p99 ms':>7} {'max ms':>7} {'layer p50':>9} {'layer p99':>9} {'lost':>4} {'dup':>3}"
     head += "  target"
     print()
-    print("Latency from the engine emitting an event to a websocket client having it; 'layer':")
-    print("the same to the channel layer (worker journal writer + Redis, before daphne).")
+    print("Latency from the engine emitting an event to a websocket client having it; 'layer'")
+    print("(with --layer): the same to the channel layer (journal writer + Redis, before daphne).")
     print(head)
     print("-" * len(head))
     for name, count, rounds, events, lat, layer, lost, dups, target in rows:
