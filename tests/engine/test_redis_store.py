@@ -236,6 +236,33 @@ def test_state_exports_from_redis_and_imports_into_memory_and_back(redis_client,
     assert redis_store.export_state()["window"]["buckets"]
 
 
+def test_several_stores_export_in_one_round_trip_as_each_would_alone(
+    redis_client, namespace, monkeypatch
+):
+    import redis
+
+    clock = VirtualClock()
+    busy, empty, forced = (RedisStore(redis_client, f"{namespace}:{n}") for n in "abc")
+    breaker = Breaker(BreakerConfig(failure_threshold=2), store=busy, clock=clock)
+    for _ in range(2):
+        breaker.record(breaker.allow(), "failure")
+    Breaker(BreakerConfig(), store=forced, clock=clock).force_open("by hand")
+    alone = [busy.export_state(), forced.export_state()]
+    sends: list[int] = []
+    original = redis.connection.AbstractConnection.send_packed_command
+
+    def counting(self, command, *args, **kwargs):
+        sends.append(1)
+        return original(self, command, *args, **kwargs)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counting)
+    together = RedisStore.export_states([busy, empty, forced])
+    assert len(sends) == 1  # one MULTI/EXEC for all three
+    assert together == [alone[0], None, alone[1]]  # None: no state, as has_state says
+    assert not empty.has_state()
+    assert RedisStore.export_states([]) == []
+
+
 def test_clear_deletes_every_key_of_the_namespace_and_nothing_else(redis_client, namespace):
     other = RedisStore(redis_client, namespace + "x")
     store = RedisStore(redis_client, namespace)

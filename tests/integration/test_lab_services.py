@@ -176,3 +176,22 @@ def test_a_burst_talks_to_redis_through_a_client_of_its_own(session):
         assert client.connection_pool is not shared
         assert client.connection_pool.max_connections == 3
         assert client.ping()
+
+
+def test_snapshots_of_several_sessions_are_saved_together_and_a_stateless_one_is_left_alone(
+    session,
+):
+    other = lab.session_open(
+        user=make_student("dave", session.classroom),
+        classroom=session.classroom,
+        scenario=session.scenario,
+    )
+    runtime.session_store(other.pk).clear()  # nothing in Redis for this one
+    LabSession.objects.filter(pk=other.pk).update(breaker_snapshot={"state": "kept"})
+    runtime.build_engine(session).breaker.force_open("by the test")
+    runtime.save_snapshots([other.pk, session.pk, session.pk])
+    session.refresh_from_db()
+    other.refresh_from_db()
+    assert session.breaker_snapshot["state"] == "open"
+    assert session.breaker_snapshot["store"] == runtime.session_store(session.pk).export_state()
+    assert other.breaker_snapshot == {"state": "kept"}
