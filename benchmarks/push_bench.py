@@ -27,7 +27,8 @@ starts has its pushes held back by about a second while the writer gets going).
 Rows printed:
 
 - one session bursting, N rounds of one burst;
-- 30 and 100 sessions starting a burst at the same moment, N rounds;
+- 30 and 100 sessions starting a burst at the same moment (each page POSTs Run burst to
+  daphne, released together by a barrier), N rounds;
 - catch-up: 30 sessions bursting while half of the clients drop their socket mid-burst and
   reconnect with ``?after=<last seq>``: events lost (journal rows the client never got) and
   duplicates (rows it got twice), which must both be 0.
@@ -211,7 +212,7 @@ class Processes:
 
     def cpu_seconds(self) -> dict[str, float]:
         """CPU time used so far by each server's whole process group (the worker's journal
-        writer process included)."""
+        writer process included), the private redis-server and this process."""
         tick = os.sysconf("SC_CLK_TCK")
         out = {}
         for name, proc in zip(("daphne", "worker"), self.procs, strict=True):
@@ -224,6 +225,11 @@ class Processes:
                 if int(fields[2]) == proc.pid:  # process group id
                     total += int(fields[11]) + int(fields[12])
             out[name] = total / tick
+        if _PRIVATE_REDIS is not None:
+            fields = Path(f"/proc/{_PRIVATE_REDIS.pid}/stat").read_text().rsplit(")", 1)[1]
+            out["redis"] = sum(int(f) for f in fields.split()[11:13]) / tick
+        usage = os.times()
+        out["clients"] = usage.user + usage.system  # this process: the simulated browsers
         return out
 
     def stop(self) -> None:
@@ -372,28 +378,49 @@ async def layer_probe(session_ids: list[int], out: list[float]) -> None:
                 await layer.group_discard(f"lab-session-{sid}", channel)
 
 
-def start_bursts(session_ids: list[int], calls: int) -> None:
-    """Queue one burst in each session at (nearly) the same moment, from threads."""
-    from django.db import connection
+def start_bursts(browsers: list[Browser], calls: int) -> None:
+    """Press Run burst on every page at (nearly) the same moment: one htmx POST per session
+    to daphne from its own thread, with the session cookie and a CSRF token, as the page
+    sends it. The views run in daphne, as they do for a real class."""
+    import http.client
+    import string
+    from urllib.parse import urlencode
 
-    from labs.models import LabSession
-    from labs.services.bursts import burst_start
+    token = "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(32))
+    barrier = threading.Barrier(len(browsers))
+    failures: list[str] = []
 
-    sessions = {s.pk: s for s in LabSession.objects.filter(pk__in=session_ids)}
-    barrier = threading.Barrier(len(session_ids))
-
-    def go(sid: int) -> None:
+    def press(browser: Browser) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", browser.port, timeout=60)
         try:
+            conn.connect()
             barrier.wait()
-            burst_start(session=sessions[sid], user=sessions[sid].owner, size=calls)
+            conn.request(
+                "POST",
+                f"/sessions/{browser.session_id}/bursts/",
+                body=urlencode({"size": calls, "concurrency": 1}),
+                headers={
+                    "Content-Type": "application/x-www-form-urlencoded",
+                    "Cookie": f"sessionid={browser.cookie}; csrftoken={token}",
+                    "X-CSRFToken": token,
+                    "HX-Request": "true",
+                    "Origin": f"http://127.0.0.1:{browser.port}",
+                },
+            )
+            response = conn.getresponse()
+            response.read()
+            if response.status != 200:
+                failures.append(f"session {browser.session_id}: HTTP {response.status}")
         finally:
-            connection.close()
+            conn.close()
 
-    threads = [threading.Thread(target=go, args=(sid,)) for sid in session_ids]
+    threads = [threading.Thread(target=press, args=(b,)) for b in browsers]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    if failures:
+        sys.exit("Run burst was refused: " + "; ".join(failures[:5]))
 
 
 def journal_seqs(session_ids: list[int]) -> dict[int, list[int]]:
@@ -435,7 +462,7 @@ async def run_scenario(
         b.start()
     await asyncio.wait_for(asyncio.gather(*(b.connected.wait() for b in browsers)), 60)
     for _ in range(rounds):
-        await asyncio.to_thread(start_bursts, ids, calls)
+        await asyncio.to_thread(start_bursts, browsers, calls)
         if drop_half:
             await asyncio.sleep(0.15)  # mid-burst
             await asyncio.gather(*(b.drop() for b in browsers[: len(browsers) // 2]))
@@ -530,11 +557,11 @@ def main() -> None:
             )
             cpu = procs.cpu_seconds()
             wall = time.monotonic() - wall_before
+            used = {name: cpu[name] - cpu_before[name] for name in cpu}
             usage.append(
-                f"{count:>3} sessions: {wall:5.1f} s wall; daphne "
-                f"{cpu['daphne'] - cpu_before['daphne']:5.1f} s CPU, worker "
-                f"{cpu['worker'] - cpu_before['worker']:5.1f} s CPU; load average "
-                f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+                f"{count:>3} sessions: {wall:5.1f} s wall; CPU s: "
+                + ", ".join(f"{name} {seconds:.1f}" for name, seconds in used.items())
+                + f" ({os.cpu_count()} CPUs)"
             )
             rows.append((f"{count} session{'s' if count > 1 else ''} bursting", count, rounds,
                          events, latencies, layer, lost, dups, f"p99 <= {target} ms"))  # fmt: skip
@@ -552,7 +579,8 @@ def main() -> None:
 
     print_table(rows)
     print()
-    print("CPU used by the servers during each scenario:")
+    print("CPU used during each scenario (worker: with its journal writer process; clients: this")
+    print("process, which on a real class would be the students' laptops):")
     for line in usage:
         print("  " + line)
 
