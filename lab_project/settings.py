@@ -94,13 +94,19 @@ TEMPLATES = [
 LAB_DATA_DIR = Path(env_str("LAB_DATA_DIR", str(BASE_DIR / "db")))
 _DATABASE_URL = env_database_url("DATABASE_URL")
 if _DATABASE_URL:
-    DATABASES = {
-        "default": dj_database_url.parse(
-            _DATABASE_URL,
-            conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60, min_value=0, max_value=3600),
-            conn_health_checks=True,
-        )
-    }
+    # PostgreSQL: a connection pool per process (psycopg_pool), not persistent connections.
+    # Under ASGI every request runs in a thread of its own, so a persistent connection is
+    # never reused and stays open until its thread is collected: a hundred students pressing
+    # Run burst at once exhausted max_connections (100). The pool also bounds a worker whose
+    # hundred burst threads claim their bursts at the same moment: they wait their turn.
+    DATABASES = {"default": dj_database_url.parse(_DATABASE_URL, conn_max_age=0)}
+    _pool_size = env_int("DATABASE_POOL_SIZE", 10, min_value=0, max_value=200)
+    if _pool_size:
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1,
+            "max_size": _pool_size,
+            "timeout": 30,
+        }
 else:
     LAB_DATA_DIR.mkdir(parents=True, exist_ok=True)
     _test_db_name = Path(env_str("LAB_TEST_DB_NAME", str(BASE_DIR / "db" / "test_db.sqlite3")))
@@ -123,9 +129,10 @@ else:
             # A file, not :memory:, so a Celery worker and daphne started by the tests can
             # open the same test database.
             "TEST": {"NAME": str(_test_db_name)},
-            # Keep a thread's connection between requests, as for PostgreSQL: Django's SQLite
-            # default (0) reopened the file and re-ran the PRAGMAs above for every request and
-            # every read a websocket consumer makes (a sixth of daphne's CPU at 100 pages).
+            # Keep a long-lived thread's connection: Django's default (0) reopened the file and
+            # re-ran the PRAGMAs above for every read a websocket consumer makes (a sixth of
+            # daphne's CPU at 100 pages), and for every batch of a worker thread. A request's
+            # thread ends with the request, and its connection with it.
             "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 60, min_value=0, max_value=3600),
         }
     }

@@ -58,9 +58,10 @@ def _child_main() -> None:
 
     # The parent may be a test run whose database name was changed at run time.
     database = json.loads(os.environ.get("LAB_JOURNAL_DATABASE", "{}"))
-    # One connection for the life of the process: it writes every few milliseconds. A broken
-    # connection is still closed and reopened by the writer's retry.
-    database["CONN_MAX_AGE"] = None
+    # One connection for the life of the process: it writes every few milliseconds (on
+    # PostgreSQL the pool keeps it). A broken one is closed and reopened by the writer's retry.
+    if "pool" not in connections["default"].settings_dict.get("OPTIONS", {}):
+        database["CONN_MAX_AGE"] = None
     settings.DATABASES["default"].update(database)
     connections["default"].settings_dict.update(database)
 

@@ -134,6 +134,19 @@ def test_database_url_switches_to_postgresql(monkeypatch, tmp_path):
     assert (db["HOST"], db["NAME"], db["USER"]) == ("db.internal", "lab", "lab")
 
 
+def test_postgresql_uses_a_pool_per_process_not_persistent_connections(monkeypatch, tmp_path):
+    # Django: under ASGI, disable persistent connections and pool instead. A request's thread
+    # never reuses its connection, which stayed open until the thread was collected.
+    url = "postgres://lab:pw@db.internal:5432/lab"
+    db = load_settings(monkeypatch, tmp_path, DATABASE_URL=url)["DATABASES"]["default"]
+    assert db["CONN_MAX_AGE"] == 0
+    assert db["OPTIONS"]["pool"] == {"min_size": 1, "max_size": 10, "timeout": 30}
+    s = load_settings(monkeypatch, tmp_path, DATABASE_URL=url, DATABASE_POOL_SIZE="0")
+    assert "pool" not in s["DATABASES"]["default"].get("OPTIONS", {})
+    with pytest.raises(ImproperlyConfigured, match="DATABASE_POOL_SIZE"):
+        load_settings(monkeypatch, tmp_path, DATABASE_URL=url, DATABASE_POOL_SIZE="-1")
+
+
 def test_redis_uses_separate_databases_from_the_base(monkeypatch, tmp_path):
     s = load_settings(monkeypatch, tmp_path, REDIS_URL="redis://cache.internal:6380",
                       REDIS_DB_BASE="4")  # fmt: skip
