@@ -26,11 +26,15 @@
    ``{"type": "resync", "after": N}``. Anything else is logged and ignored: it never closes
    this socket, let alone anyone else's.
 
-The ORM and Redis are only reached through ``database_sync_to_async``, as ``read`` below: these
-are plain reads, so they run in the thread pool (``thread_sensitive=False``) instead of queueing
-behind every other consumer's on the one shared sync thread. Rendering a row needs neither and
+The ORM is only reached through ``database_sync_to_async`` (``read`` below) and Redis through
+``read_redis``: plain reads, so they run in thread pools (``thread_sensitive=False``) instead of
+queueing behind every other consumer's on the one shared sync thread, and Redis reads in a
+pool of their own, never behind a query waiting for a database connection. Rendering a row needs neither and
 happens on the event loop; a burst's summary panel is built from the events themselves when
-the consumer saw the burst queued, so most bursts cost no query at all.
+the consumer saw the burst queued, and the badge from Redis with the session's policy, which
+the consumer reads when it connects and again only after an event that can change it: live
+pushes cost no query at all. (On PostgreSQL, a hundred students pressing Run burst at once
+hold the process's pooled connections for a moment; a push never waits for one.)
 """
 
 from __future__ import annotations
@@ -39,9 +43,11 @@ import asyncio
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import parse_qs
 
+from asgiref.sync import sync_to_async
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -63,6 +69,8 @@ MAX_REPLAY = 5000
 SETTLE_SECONDS = 1.0
 
 SUMMARY_KINDS = ("burst_queued", "burst_start", "burst_end", "burst_interrupted", "burst_failed")
+#: Events after which the session's policy (the breaker's settings) may have changed.
+POLICY_KINDS = ("policy_set", "session_reset", "scenario_assigned")
 TEMPLATE = "labs/session.html"
 
 
@@ -90,21 +98,31 @@ def render_summary(summary: dict[str, Any] | None) -> str:
 
 
 def read(function):
-    """``function`` as a coroutine run in the thread pool (read-only ORM/Redis work)."""
+    """``function`` as a coroutine run in the thread pool (read-only ORM work)."""
     return database_sync_to_async(function, thread_sensitive=False)
 
 
-def visible_session_id(user, session_id: int) -> tuple[int, int] | None:
-    """(session id, last seq) if ``user`` may see the session, else None."""
+#: Threads for Redis-only reads (the badge), apart from the ORM's: a badge must not queue
+#: behind queries waiting for a database connection.
+_REDIS_READS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="lab-redis-read")
+
+
+def read_redis(function):
+    """``function`` (Redis only, no ORM) as a coroutine run in its own small thread pool."""
+    return sync_to_async(function, thread_sensitive=False, executor=_REDIS_READS)
+
+
+def visible_session_id(user, session_id: int) -> tuple[int, int, dict[str, Any]] | None:
+    """(session id, last seq, policy) if ``user`` may see the session, else None."""
     if user is None or not getattr(user, "is_authenticated", False):
         return None
     row = (
         LabSession.objects.visible_to(user)
         .filter(pk=session_id)
-        .values_list("pk", "next_seq")
+        .values_list("pk", "next_seq", "policy")
         .first()
     )
-    return (row[0], row[1] - 1) if row else None
+    return (row[0], row[1] - 1, row[2]) if row else None
 
 
 def rows_after(session_id: int, after: int, limit: int) -> list[dict[str, Any]]:
@@ -121,12 +139,17 @@ def count_after(session_id: int, after: int) -> int:
     return JournalEvent.objects.filter(session_id=session_id, seq__gt=after).count()
 
 
-def badge_view(session_id: int) -> dict[str, Any] | None:
-    """The breaker as the badge shows it (Redis, at now), or None if the session is gone."""
-    from labs.views.lab import breaker_for_page
+def session_policy(session_id: int) -> dict[str, Any] | None:
+    """The session's policy, or None if the session is gone."""
+    return LabSession.objects.filter(pk=session_id).values_list("policy", flat=True).first()
 
-    session = LabSession.objects.filter(pk=session_id).first()
-    return breaker_for_page(session) if session else None
+
+def badge_view(session_id: int, policy: dict[str, Any]) -> dict[str, Any]:
+    """The breaker as the badge shows it: Redis at now, no database (the consumer keeps the
+    session's policy, and reads it again only after an event that can change it)."""
+    from labs.views.lab import badge_for
+
+    return badge_for(session_id, policy)
 
 
 def summaries_for(burst_ids: list[int]) -> dict[int, dict[str, Any]]:
@@ -189,6 +212,8 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
     session_id: int | None = None
     group: str | None = None
     last_seq: int = 0
+    #: the session's policy, kept for the badge (re-read after a POLICY_KINDS event)
+    _policy: dict[str, Any] | None = None
     _settle_task: asyncio.Task | None = None
     #: burst id -> what the summary panel needs, learnt from burst_queued events
     _bursts: dict[int, dict[str, Any]]
@@ -204,7 +229,7 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
             await self.accept()
             await self.close(code=CLOSE_FORBIDDEN)
             return
-        self.session_id, newest = found
+        self.session_id, newest, self._policy = found
         # Everything that sends rows holds this lock: handlers run one at a time anyway, but
         # the settle timer runs beside them.
         self._deliver_lock = asyncio.Lock()
@@ -237,8 +262,7 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
             message = json.loads(text_data) if text_data is not None else None
             kind = message.get("type") if isinstance(message, dict) else None
             if kind == "ping":
-                async with self._deliver_lock:
-                    await self._settle()
+                await self._settle()
                 await self._send({"type": "pong", "last_seq": self.last_seq})
             elif kind == "resync":
                 after = message.get("after")
@@ -292,22 +316,26 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
     async def _settle_later(self) -> None:
         await asyncio.sleep(SETTLE_SECONDS)
         try:
-            async with self._deliver_lock:
-                await self._settle()
+            await self._settle()
         except Exception:
             logger.exception("lab session %s: journal check failed", self.session_id)
 
     async def _settle(self) -> None:
-        """Send the rows whose push never came (must hold the deliver lock)."""
+        """Send the rows whose push never came.
+
+        The journal's newest number is read before taking the deliver lock, so pushes keep
+        flowing while the query waits (on PostgreSQL, for a pooled connection that a burst of
+        Run burst requests may hold for a moment)."""
         assert self.session_id is not None
         newest = await read(newest_seq)(self.session_id)
-        if newest > self.last_seq:
-            logger.info(
-                "lab session %s: %d row(s) arrived without a push; sent from the journal",
-                self.session_id,
-                newest - self.last_seq,
-            )
-            await self._catch_up()
+        async with self._deliver_lock:
+            if newest > self.last_seq:
+                logger.info(
+                    "lab session %s: %d row(s) arrived without a push; sent from the journal",
+                    self.session_id,
+                    newest - self.last_seq,
+                )
+                await self._catch_up()
 
     # -- internals -------------------------------------------------------------------------
 
@@ -376,10 +404,11 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
                 html = summary_fragment(event, burst)
                 if html:
                     fragments.append({"id": "burst-summary", "html": html})
-            if i == last_state_change:
-                view = await read(badge_view)(self.session_id)
-                if view is not None:
-                    fragments.append({"id": "breaker-badge", "html": render_badge(view)})
+            if event.get("kind") in POLICY_KINDS:
+                self._policy = await read(session_policy)(self.session_id)
+            if i == last_state_change and self._policy is not None:
+                view = await read_redis(badge_view)(self.session_id, self._policy)
+                fragments.append({"id": "breaker-badge", "html": render_badge(view)})
             if fragments:
                 item["fragments"] = fragments
             if event.get("kind") in ("burst_end", "burst_interrupted", "burst_failed"):
@@ -406,7 +435,7 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
 
     async def _send_state(self) -> None:
         assert self.session_id is not None
-        view = await read(badge_view)(self.session_id)
+        view = await read_redis(badge_view)(self.session_id, self._policy) if self._policy else None
         fragments = [{"id": "breaker-badge", "html": render_badge(view)}] if view else []
         await self._send(
             {

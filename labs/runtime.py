@@ -148,7 +148,13 @@ def breaker_view(session: LabSession) -> dict[str, Any]:
     Call :func:`labs.services.lab.session_ensure_state` first if Redis may have lost the
     session (it restores the snapshot and journals that it did).
     """
-    breaker = build_engine(session).breaker
+    return breaker_view_of(session.pk, session.policy)
+
+
+def breaker_view_of(session_id: int, policy: dict[str, Any]) -> dict[str, Any]:
+    """:func:`breaker_view` from the session's id and policy alone: Redis, no database (a
+    websocket consumer keeps the policy and asks this after every burst)."""
+    breaker = Breaker(parse_policy(policy).breaker, store=session_store(session_id), clock=CLOCK)
     view = breaker.snapshot()
     view["state"] = breaker.state()
     return view

@@ -84,7 +84,12 @@ def writable_session(request: HttpRequest, pk: int) -> LabSession:
 def breaker_for_page(session: LabSession) -> dict[str, Any]:
     """``runtime.breaker_view`` plus the server's clock, so the page can count down the
     cooldown against its own clock (``server_now_ms`` corrects for clock skew)."""
-    view = runtime.breaker_view(session)
+    return badge_for(session.pk, session.policy)
+
+
+def badge_for(session_id: int, policy: dict[str, Any]) -> dict[str, Any]:
+    """:func:`breaker_for_page` from the session's id and policy (Redis only)."""
+    view = runtime.breaker_view_of(session_id, policy)
     view["server_now_ms"] = round(time.time() * 1000)
     view["threshold"] = (view.get("config") or {}).get("failure_threshold")
     return view

@@ -501,3 +501,32 @@ def test_messages_are_dispatched_without_a_hop_to_the_sync_thread(world, monkeyp
 
     run(scenario)
     assert hops == []
+
+
+def test_the_badge_follows_a_policy_change_without_reading_the_session_per_push(world):
+    """The consumer keeps the session's policy for the badge and reads it again only after an
+    event that can change it: here the threshold goes from 3 to 7, then a forced transition
+    makes the consumer render the badge."""
+    session, alice = world["session"], world["alice"]
+    page = socket(session.pk, alice, after=0)
+
+    async def scenario():
+        assert (await page.connect(TIMEOUT))[0]
+        state = await receive(page)
+        assert "of 3" in state["fragments"][0]["html"]
+        await database_sync_to_async(lab.session_set_policy)(
+            session=session, user=alice, changes={"breaker": {"failure_threshold": 7}}
+        )
+        (changed,) = (await receive(page))["events"]
+        assert changed["kind"] == "policy_set"
+        await database_sync_to_async(lab.session_force_breaker)(
+            session=session, user=alice, action="open"
+        )
+        events = await receive_events(page, lambda e: e["kind"] == "transition")
+        badge = [f for e in events for f in e.get("fragments", []) if f["id"] == "breaker-badge"]
+        await page.disconnect()
+        return badge
+
+    (badge,) = async_to_sync(scenario)()
+    assert 'data-state="open"' in badge["html"]
+    assert "of 7" in badge["html"]
