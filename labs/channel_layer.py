@@ -23,18 +23,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+import redis
 from channels_redis.pubsub import (
     RedisPubSubChannelLayer,
     RedisPubSubLoopLayer,
     RedisSingleShardConnection,
 )
-from channels_redis.utils import _wrap_close, decode_hosts
+from channels_redis.utils import _consistent_hash, _wrap_close, decode_hosts
 
 logger = logging.getLogger(__name__)
+
+_SYNC_CLIENTS_LOCK = threading.Lock()
 
 
 class _Shard(RedisSingleShardConnection):
@@ -91,6 +95,47 @@ class LabChannelLayer(RedisPubSubChannelLayer):
             self._layers[loop] = layer
             _wrap_close(self, loop)
             return layer
+
+    def group_send_many_sync(self, messages: Iterable[tuple[str, dict[str, Any]]]) -> None:
+        """:meth:`group_send_many` for synchronous code (views, services, worker threads):
+        one pipeline on a plain redis-py client per host, no event loop.
+
+        ``async_to_sync(group_send)`` from a request thread waited for daphne's event loop to
+        run the send (behind every push it was forwarding), and from a thread with no loop
+        at all (a Celery thread) it built an event loop and a Redis connection per call.
+        """
+        per_host: dict[int, list[tuple[str, bytes]]] = defaultdict(list)
+        hosts = self._sync_hosts()
+        for group, message in messages:
+            name = self._group_channel_name(group)
+            per_host[_consistent_hash(name, len(hosts))].append((name, self.serialize(message)))
+        for index, items in per_host.items():
+            pipe = self._sync_client(index).pipeline(transaction=False)
+            for name, data in items:
+                pipe.publish(name, data)
+            pipe.execute()
+
+    def _group_channel_name(self, group: str) -> str:
+        # RedisPubSubLoopLayer._get_group_channel_name, without an event loop.
+        return f"{self._kwargs.get('prefix', 'asgi')}__group__{group}"
+
+    def _sync_hosts(self) -> list[dict[str, Any]]:
+        return decode_hosts(self._kwargs.get("hosts"))
+
+    def _sync_client(self, index: int) -> redis.Redis:
+        clients = self.__dict__.setdefault("_sync_clients", {})
+        client = clients.get(index)
+        if client is None:
+            with _SYNC_CLIENTS_LOCK:
+                client = clients.get(index)
+                if client is None:
+                    host = dict(self._sync_hosts()[index])
+                    address = host.pop("address", None)
+                    client = (
+                        redis.Redis.from_url(address, **host) if address else redis.Redis(**host)
+                    )
+                    clients[index] = client
+        return client
 
     async def group_send_many(self, messages: Iterable[tuple[str, dict[str, Any]]]) -> None:
         """``group_send`` each (group, message), in order, one pipeline per Redis host."""

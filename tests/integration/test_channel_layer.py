@@ -86,3 +86,34 @@ def test_the_receive_loop_waits_for_a_subscription_instead_of_napping(monkeypatc
 
     assert async_to_sync(scenario)()["n"] == 2
     assert 0.1 not in naps, naps
+
+
+def test_a_send_from_synchronous_code_reaches_subscribers_in_order_without_an_event_loop():
+    """Views and worker threads publish with a plain Redis client (no async_to_sync)."""
+
+    async def scenario():
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await layer.group_add("fl-test-sync", channel)
+        await asyncio.to_thread(
+            broadcast.send_all,
+            [("fl-test-sync", {"type": "t.m", "n": 1}), ("fl-test-sync", {"type": "t.m", "n": 2})],
+        )
+        got = [(await asyncio.wait_for(layer.receive(channel), TIMEOUT))["n"] for _ in "ab"]
+        await layer.flush()
+        return got
+
+    loops_made: list[None] = []
+    original = asyncio.new_event_loop
+
+    def counting_new_event_loop():
+        loops_made.append(None)
+        return original()
+
+    asyncio.new_event_loop = counting_new_event_loop
+    try:
+        got = async_to_sync(scenario)()
+    finally:
+        asyncio.new_event_loop = original
+    assert got == [1, 2]
+    assert loops_made == []  # the sending thread never built a loop of its own
