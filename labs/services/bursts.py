@@ -79,12 +79,23 @@ def burst_start(*, session: LabSession, user, size: int, concurrency: int = 1) -
     ``labs.tasks.run_burst`` after commit. Raises BurstInvalid (400) for bad numbers and
     BurstAlreadyRunning (409) when the session already has a queued or running burst.
     """
-    from labs.tasks import run_burst
 
     problems = validate_burst(size, concurrency)
     if problems:
         raise BurstInvalid(problems)
-    bursts_reap_stale(session_id=session.pk)
+    try:
+        return _start(session=session, user=user, size=size, concurrency=concurrency)
+    except BurstAlreadyRunning:
+        # Only now look for a dead worker's burst (two queries, saved on every normal start):
+        # if the burst in the way was stale, it is marked and this one starts.
+        if not bursts_reap_stale(session_id=session.pk):
+            raise
+    return _start(session=session, user=user, size=size, concurrency=concurrency)
+
+
+def _start(*, session: LabSession, user, size: int, concurrency: int) -> Burst:
+    from labs.tasks import run_burst
+
     try:
         with transaction.atomic():
             locked = LabSession.objects.select_for_update().get(pk=session.pk)

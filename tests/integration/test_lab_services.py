@@ -195,3 +195,25 @@ def test_snapshots_of_several_sessions_are_saved_together_and_a_stateless_one_is
     assert session.breaker_snapshot["state"] == "open"
     assert session.breaker_snapshot["store"] == runtime.session_store(session.pk).export_state()
     assert other.breaker_snapshot == {"state": "kept"}
+
+
+def test_a_start_blocked_by_a_dead_workers_burst_reaps_it_and_starts(session, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    blocked = bursts.burst_start(session=session, user=session.owner, size=2)
+    Burst.objects.filter(pk=blocked.pk).update(
+        status=Burst.Status.RUNNING, heartbeat_at=timezone.now() - timedelta(seconds=60)
+    )
+    session.refresh_from_db()
+    nxt = bursts.burst_start(session=session, user=session.owner, size=2)
+    assert Burst.objects.get(pk=blocked.pk).status == Burst.Status.INTERRUPTED
+    assert Burst.objects.get(pk=nxt.pk).status == Burst.Status.QUEUED
+    assert JournalEvent.objects.filter(burst=blocked, kind="burst_interrupted").count() == 1
+    # A live one (fresh heartbeat) is not reaped: the start is refused.
+    Burst.objects.filter(pk=nxt.pk).update(status=Burst.Status.RUNNING, heartbeat_at=timezone.now())
+    session.refresh_from_db()
+    with pytest.raises(bursts.BurstAlreadyRunning):
+        bursts.burst_start(session=session, user=session.owner, size=2)
+    assert Burst.objects.get(pk=nxt.pk).status == Burst.Status.RUNNING
