@@ -545,7 +545,7 @@ def latency_part(args) -> list[tuple[str, str, str, str]]:
          f"({result['events'] / max(1, result['updates']):.1f} per update; "
          f"{result['unstamped']} updates of request-code rows only, not in the latency); "
          f"{result['idle']}/{args.bursting} sessions back to idle in {result['wall']:.1f} s; "
-         f"{result['short']} sessions missed an update (dropped by a full channel; the "
+         f"{result['short']} sessions missed an update (pub/sub delivers at most once; the "
          "settle snapshot corrects them)",
          ""),
     ]  # fmt: skip
