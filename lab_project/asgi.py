@@ -1,8 +1,9 @@
 """ASGI entry point: HTTP through Django, websockets through Channels.
 
 The Django ASGI application is built before anything imports models (consumers do), so the app
-registry is ready; websockets are refused from origins not in ALLOWED_HOSTS and carry the
-session's user.
+registry is ready; at most LAB_HTTP_CONCURRENCY requests run in Django at once
+(lab_project/http_limit.py says why); websockets are refused from origins not in ALLOWED_HOSTS
+and carry the session's user.
 """
 
 import os
@@ -16,12 +17,14 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
 
+from lab_project.http_limit import ConcurrencyLimit  # noqa: E402
 from labs.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": ConcurrencyLimit(django_asgi_app, settings.LAB_HTTP_CONCURRENCY),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

@@ -176,6 +176,9 @@ CELERY_ACCEPT_CONTENT = ["json"]
 # many concurrent sleep-bound bursts rather than one process per CPU.
 CELERY_WORKER_POOL = "threads"
 LAB_WORKER_CONCURRENCY = env_int("LAB_WORKER_CONCURRENCY", 128, min_value=1, max_value=1024)
+# HTTP requests in Django at once per web process (each runs in a thread of its own, beside
+# the event loop that forwards live pushes): lab_project/http_limit.py.
+LAB_HTTP_CONCURRENCY = env_int("LAB_HTTP_CONCURRENCY", 4, min_value=1, max_value=256)
 CELERY_WORKER_CONCURRENCY = LAB_WORKER_CONCURRENCY
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 

@@ -224,7 +224,7 @@ def test_asgi_routes_websockets_behind_origin_validation_and_auth():
 
     from lab_project.asgi import application, django_asgi_app
 
-    assert application.application_mapping["http"] is django_asgi_app
+    assert application.application_mapping["http"].app is django_asgi_app  # behind the limit
     websocket = application.application_mapping["websocket"]
     assert isinstance(websocket, OriginValidator)
     assert type(websocket.application) is type(AuthMiddlewareStack(None))

@@ -1,0 +1,38 @@
+"""At most ``LAB_HTTP_CONCURRENCY`` HTTP requests in Django at once, per web process.
+
+Django runs a sync view under ASGI in a thread of the request's own. A hundred students
+pressing Run burst in the same instant meant a hundred threads running Python beside the one
+thread that forwards every live push (daphne's event loop), and the interpreter lock is shared
+in turns: the loop got its turn a hundredth of the time and pushes waited. On PostgreSQL,
+where nothing serialises those requests, push_bench's p99 at 100 sessions went from about
+0.8 s to 0.2 s with a limit of 4 (docs/live-page.md). Requests over the limit wait their turn
+on the event loop, costing nothing while they wait; websockets are not affected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from typing import Any
+
+
+class ConcurrencyLimit:
+    """ASGI middleware: at most ``limit`` calls of ``app`` in flight on each event loop."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1 (got {limit})")
+        self.app = app
+        self.limit = limit
+        # One semaphore per event loop: a semaphore belongs to the loop that first waits on
+        # it, and tests run the application on a new loop each time.
+        self._gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]
+        self._gates = weakref.WeakKeyDictionary()
+
+    async def __call__(self, scope, receive, send) -> None:
+        loop = asyncio.get_running_loop()
+        gate = self._gates.get(loop)
+        if gate is None:
+            gate = self._gates[loop] = asyncio.Semaphore(self.limit)
+        async with gate:
+            await self.app(scope, receive, send)
