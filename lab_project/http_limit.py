@@ -5,8 +5,12 @@ pressing Run burst in the same instant meant a hundred threads running Python be
 thread that forwards every live push (daphne's event loop), and the interpreter lock is shared
 in turns: the loop got its turn a hundredth of the time and pushes waited. On PostgreSQL,
 where nothing serialises those requests, push_bench's p99 at 100 sessions went from about
-0.8 s to 0.2 s with a limit of 4 (docs/live-page.md). Requests over the limit wait their turn
+0.8 s to 0.1 s with a limit of 2 (docs/live-page.md). Requests over the limit wait their turn
 on the event loop, costing nothing while they wait; websockets are not affected.
+
+The default, 2, is about the cores a web process can use: more threads in Python than that
+do not get requests done sooner, they only take turns from the event loop. A long request (a
+class's journal export streams for as long as it takes) holds its turn throughout.
 """
 
 from __future__ import annotations

@@ -177,8 +177,8 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_WORKER_POOL = "threads"
 LAB_WORKER_CONCURRENCY = env_int("LAB_WORKER_CONCURRENCY", 128, min_value=1, max_value=1024)
 # HTTP requests in Django at once per web process (each runs in a thread of its own, beside
-# the event loop that forwards live pushes): lab_project/http_limit.py.
-LAB_HTTP_CONCURRENCY = env_int("LAB_HTTP_CONCURRENCY", 4, min_value=1, max_value=256)
+# the event loop that forwards live pushes): lab_project/http_limit.py says why 2.
+LAB_HTTP_CONCURRENCY = env_int("LAB_HTTP_CONCURRENCY", 2, min_value=1, max_value=256)
 CELERY_WORKER_CONCURRENCY = LAB_WORKER_CONCURRENCY
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 

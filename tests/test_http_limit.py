@@ -59,5 +59,5 @@ def test_the_web_application_limits_http_and_not_websockets(settings):
 
     http = application.application_mapping["http"]
     assert isinstance(http, ConcurrencyLimit)
-    assert http.limit == settings.LAB_HTTP_CONCURRENCY == 4
+    assert http.limit == settings.LAB_HTTP_CONCURRENCY == 2
     assert not isinstance(application.application_mapping["websocket"], ConcurrencyLimit)
