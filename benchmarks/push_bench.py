@@ -378,7 +378,11 @@ async def layer_probe(session_ids: list[int], out: list[float]) -> None:
                 await layer.group_discard(f"lab-session-{sid}", channel)
 
 
-def start_bursts(browsers: list[Browser], calls: int) -> None:
+#: How long each Run burst request took (barrier release to response), per scenario.
+POST_TIMES: dict[str, list[float]] = {}
+
+
+def start_bursts(browsers: list[Browser], calls: int, times: list[float] | None = None) -> None:
     """Press Run burst on every page at (nearly) the same moment: one htmx POST per session
     to daphne from its own thread, with the session cookie and a CSRF token, as the page
     sends it. The views run in daphne, as they do for a real class."""
@@ -395,6 +399,7 @@ def start_bursts(browsers: list[Browser], calls: int) -> None:
         try:
             conn.connect()
             barrier.wait()
+            started = time.monotonic()
             conn.request(
                 "POST",
                 f"/sessions/{browser.session_id}/bursts/",
@@ -409,6 +414,8 @@ def start_bursts(browsers: list[Browser], calls: int) -> None:
             )
             response = conn.getresponse()
             response.read()
+            if times is not None:
+                times.append((time.monotonic() - started) * 1000)
             if response.status != 200:
                 failures.append(f"session {browser.session_id}: HTTP {response.status}")
         finally:
@@ -449,6 +456,7 @@ async def run_scenario(
     calls: int,
     drop_half: bool = False,
     probe_layer: bool = False,
+    post_times: list[float] | None = None,
 ) -> tuple[list[float], list[float], int, int, int]:
     """Bursts in every session at once, ``rounds`` times; returns (latencies to the browser,
     latencies to the channel layer, events, lost, duplicates)."""
@@ -462,7 +470,7 @@ async def run_scenario(
         b.start()
     await asyncio.wait_for(asyncio.gather(*(b.connected.wait() for b in browsers)), 60)
     for _ in range(rounds):
-        await asyncio.to_thread(start_bursts, browsers, calls)
+        await asyncio.to_thread(start_bursts, browsers, calls, post_times)
         if drop_half:
             await asyncio.sleep(0.15)  # mid-burst
             await asyncio.gather(*(b.drop() for b in browsers[: len(browsers) // 2]))
@@ -553,7 +561,14 @@ def main() -> None:
             target = 25 if count == 1 else 250
             cpu_before, wall_before = procs.cpu_seconds(), time.monotonic()
             latencies, layer, events, lost, dups = asyncio.run(
-                run_scenario(all_sessions[:count], port, rounds, args.calls, probe_layer=args.layer)
+                run_scenario(
+                    all_sessions[:count],
+                    port,
+                    rounds,
+                    args.calls,
+                    probe_layer=args.layer,
+                    post_times=POST_TIMES.setdefault(f"{count} sessions", []),
+                )
             )
             cpu = procs.cpu_seconds()
             wall = time.monotonic() - wall_before
@@ -578,6 +593,12 @@ def main() -> None:
             _PRIVATE_REDIS.terminate()
 
     print_table(rows)
+    print()
+    print("Run burst requests (POST to daphne, all pages at once; barrier release to response):")
+    for name, times in POST_TIMES.items():
+        if times:
+            print(f"  {name:>12}: p50 {pct(times, 0.5):.0f} ms, max {max(times):.0f} ms "
+                  f"({len(times)} requests)")  # fmt: skip
     print()
     print("CPU used during each scenario (worker: with its journal writer process; clients: this")
     print("process, which on a real class would be the students' laptops):")
