@@ -20,6 +20,7 @@ they are flushed), migrates, and prints one table:
     the engine hands it over; the journal row's ``t_ms`` is that same engine time).
     So it includes the journal writer's batching, INSERT and commit, the channel-layer hop,
     the consumer and the websocket write. Target: p99 <= 500 ms.
+    The servers run with the deployed settings (DJANGO_DEBUG=false, as docker-compose.yml).
 (c) during (b), the real page in headless Chromium (Debian's /usr/bin/chromium; skipped
     without it or with ``--skip-browser``): its long tasks (main-thread work over 50 ms), and
     whether every row's totals equal the journal's once the storm is over.
@@ -32,6 +33,7 @@ import asyncio
 import json
 import os
 import random
+import secrets
 import statistics
 import subprocess
 import sys
@@ -48,6 +50,15 @@ if "DATABASE_URL" not in os.environ:
         Path(tempfile.gettempdir()) / "failurelab-dashboard-bench.sqlite3"
     )
 LOGS = Path(tempfile.gettempdir())
+# The servers run as deployed (docker-compose.yml: DJANGO_DEBUG=false; with DEBUG, SQLite runs
+# every query twice), on plain HTTP; one secret key here and there, so this process's session
+# cookies are valid in daphne.
+os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
+SERVER_ENV = {
+    "DJANGO_DEBUG": "false",
+    "DJANGO_SECURE_SSL_REDIRECT": "false",
+    "DJANGO_SECURE_COOKIES": "false",
+}
 
 
 def pct(values, q):
@@ -221,7 +232,7 @@ def server_time_part(args) -> list[tuple[str, str, str, str]]:
 
 def start(cmd: list[str], name: str, ready) -> subprocess.Popen:
     """Start a server process; ``ready()`` says when it is up (90 s at most)."""
-    env = dict(os.environ)
+    env = dict(os.environ) | SERVER_ENV
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env["PATH"]
     env["PYTHONUNBUFFERED"] = "1"
     log = open(LOGS / f"failurelab-dashboard-bench-{name}.log", "wb")  # noqa: SIM115
@@ -495,6 +506,10 @@ def latency_part(args) -> list[tuple[str, str, str, str]]:
     client.force_login(teacher)
     cookie = client.cookies["sessionid"].value
     port = free_port()
+    subprocess.run(  # production static files (a manifest), as `make run` does then
+        [sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"],
+        cwd=ROOT, env=dict(os.environ) | SERVER_ENV, check=True,
+    )  # fmt: skip
     worker = start(
         [*worker_cmd(128), "--without-heartbeat", "--without-gossip", "--without-mingle"],
         "worker", lambda log: b"ready." in log.read_bytes(),
