@@ -99,8 +99,12 @@ def main() -> None:
         deadline = time.monotonic() + 60
         while len(latencies) < expected and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
+        # Drop the subscriptions first: a receive cancelled while its channel is still
+        # subscribed unsubscribes on its way out, and a hundred of those at once race.
+        await layer.flush()
         for listener in listeners:
             listener.cancel()
+        await asyncio.gather(*listeners, return_exceptions=True)
 
     try:
         time.sleep(8)  # the worker's journal writer boots when the worker is ready
