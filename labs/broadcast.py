@@ -21,7 +21,6 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 logger = logging.getLogger(__name__)
@@ -63,40 +62,24 @@ def journal_pushes(
 
 
 async def asend_all(pushes: Iterable[Push]) -> None:
-    """Send every push on the running loop, in order.
-
-    With the lab's layer (labs.channel_layer) that is one pipelined round trip for the whole
-    batch; another layer gets one ``group_send`` per push. A failed send is logged, never
-    raised: the journal is already committed, and a page that missed a push reads the gap from
-    the database (labs.consumers).
+    """Send every push on the running loop, in order: one pipelined round trip for the batch
+    (labs.channel_layer). A failed send is logged, never raised: the journal is already
+    committed, and a page that missed a push reads the gap from the database (labs.consumers).
     """
-    layer = get_channel_layer()
-    if layer is None:
-        return
     pushes = list(pushes)
     try:
-        if hasattr(layer, "group_send_many"):
-            await layer.group_send_many(pushes)
-        else:
-            for group, message in pushes:
-                await layer.group_send(group, message)
+        await get_channel_layer().group_send_many(pushes)
     except Exception as exc:
         logger.warning("channel layer send of %d message(s) failed: %r", len(pushes), exc)
 
 
 def send_all(pushes: Iterable[Push]) -> None:
-    """Synchronous :func:`asend_all` for request code (call it from ``on_commit``): with the
-    lab's layer, one pipelined round trip on a plain Redis client, no event loop."""
+    """:func:`asend_all` for request code (call it from ``on_commit``): one pipelined round trip
+    on a plain Redis client, no event loop."""
     pushes = list(pushes)
     if not pushes:
         return
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    if not hasattr(layer, "group_send_many_sync"):
-        async_to_sync(asend_all)(pushes)
-        return
     try:
-        layer.group_send_many_sync(pushes)
+        get_channel_layer().group_send_many_sync(pushes)
     except Exception as exc:
         logger.warning("channel layer send of %d message(s) failed: %r", len(pushes), exc)

@@ -38,8 +38,6 @@ from channels_redis.utils import _consistent_hash, _wrap_close, decode_hosts
 
 logger = logging.getLogger(__name__)
 
-_SYNC_CLIENTS_LOCK = threading.Lock()
-
 
 class _Shard(RedisSingleShardConnection):
     """One Redis connection's subscriptions, woken at once by the first subscription.
@@ -83,8 +81,15 @@ class _LoopLayer(RedisPubSubLoopLayer):
 
 
 class LabChannelLayer(RedisPubSubChannelLayer):
-    """``RedisPubSubChannelLayer`` with :meth:`group_send_many` and a receive loop that
-    does not nap (see ``_Shard``)."""
+    """``RedisPubSubChannelLayer`` with :meth:`group_send_many` (and a synchronous twin) and a
+    receive loop that does not nap (see ``_Shard``)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._prefix = kwargs.get("prefix", "asgi")
+        self._hosts = decode_hosts(kwargs.get("hosts"))
+        self._sync_clients: dict[int, redis.Redis] = {}
+        self._sync_clients_lock = threading.Lock()
 
     def _get_layer(self):
         loop = asyncio.get_running_loop()
@@ -96,6 +101,31 @@ class LabChannelLayer(RedisPubSubChannelLayer):
             _wrap_close(self, loop)
             return layer
 
+    def _by_host(
+        self, messages: Iterable[tuple[str, dict[str, Any]]]
+    ) -> dict[int, list[tuple[str, bytes]]]:
+        """(Redis channel, serialized message) of each (group, message), in order, by the
+        index of the host that carries the group (channels-redis's own naming and hashing)."""
+        per_host: dict[int, list[tuple[str, bytes]]] = defaultdict(list)
+        for group, message in messages:
+            name = f"{self._prefix}__group__{group}"
+            per_host[_consistent_hash(name, len(self._hosts))].append(
+                (name, self.serialize(message))
+            )
+        return per_host
+
+    async def group_send_many(self, messages: Iterable[tuple[str, dict[str, Any]]]) -> None:
+        """``group_send`` each (group, message), in order, one pipeline per Redis host."""
+        layer = self._get_layer()  # the per-event-loop layer that owns the connections
+        for index, items in self._by_host(messages).items():
+            shard = layer._shards[index]
+            async with shard._lock:
+                shard._ensure_redis()
+                pipe = shard._redis.pipeline(transaction=False)
+                for name, data in items:
+                    pipe.publish(name, data)
+                await pipe.execute()
+
     def group_send_many_sync(self, messages: Iterable[tuple[str, dict[str, Any]]]) -> None:
         """:meth:`group_send_many` for synchronous code (views, services, worker threads):
         one pipeline on a plain redis-py client per host, no event loop.
@@ -104,50 +134,22 @@ class LabChannelLayer(RedisPubSubChannelLayer):
         run the send (behind every push it was forwarding), and from a thread with no loop
         at all (a Celery thread) it built an event loop and a Redis connection per call.
         """
-        per_host: dict[int, list[tuple[str, bytes]]] = defaultdict(list)
-        hosts = self._sync_hosts()
-        for group, message in messages:
-            name = self._group_channel_name(group)
-            per_host[_consistent_hash(name, len(hosts))].append((name, self.serialize(message)))
-        for index, items in per_host.items():
+        for index, items in self._by_host(messages).items():
             pipe = self._sync_client(index).pipeline(transaction=False)
             for name, data in items:
                 pipe.publish(name, data)
             pipe.execute()
 
-    def _group_channel_name(self, group: str) -> str:
-        # RedisPubSubLoopLayer._get_group_channel_name, without an event loop.
-        return f"{self._kwargs.get('prefix', 'asgi')}__group__{group}"
-
-    def _sync_hosts(self) -> list[dict[str, Any]]:
-        return decode_hosts(self._kwargs.get("hosts"))
-
     def _sync_client(self, index: int) -> redis.Redis:
-        clients = self.__dict__.setdefault("_sync_clients", {})
-        client = clients.get(index)
+        client = self._sync_clients.get(index)
         if client is None:
-            with _SYNC_CLIENTS_LOCK:
-                client = clients.get(index)
+            with self._sync_clients_lock:
+                client = self._sync_clients.get(index)
                 if client is None:
-                    host = dict(self._sync_hosts()[index])
+                    host = dict(self._hosts[index])
                     address = host.pop("address", None)
                     client = (
                         redis.Redis.from_url(address, **host) if address else redis.Redis(**host)
                     )
-                    clients[index] = client
+                    self._sync_clients[index] = client
         return client
-
-    async def group_send_many(self, messages: Iterable[tuple[str, dict[str, Any]]]) -> None:
-        """``group_send`` each (group, message), in order, one pipeline per Redis host."""
-        layer = self._get_layer()  # the per-event-loop layer that owns the connections
-        per_shard: dict[Any, list[tuple[str, bytes]]] = defaultdict(list)
-        for group, message in messages:
-            name = layer._get_group_channel_name(group)
-            per_shard[layer._get_shard(name)].append((name, self.serialize(message)))
-        for shard, items in per_shard.items():
-            async with shard._lock:
-                shard._ensure_redis()
-                pipe = shard._redis.pipeline(transaction=False)
-                for name, data in items:
-                    pipe.publish(name, data)
-                await pipe.execute()
