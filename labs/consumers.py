@@ -29,8 +29,8 @@
 The ORM is only reached through ``database_sync_to_async`` (``read`` below) and Redis through
 ``read_redis``: plain reads, so they run in thread pools (``thread_sensitive=False``) instead of
 queueing behind every other consumer's on the one shared sync thread, and Redis reads in a
-pool of their own, never behind a query waiting for a database connection. Rendering a row needs neither and
-happens on the event loop; a burst's summary panel is built from the events themselves when
+pool of their own, never behind a query waiting for a database connection. Rendering a row
+needs neither and happens on the event loop; a burst's summary panel is built from the events themselves when
 the consumer saw the burst queued, and the badge from Redis with the session's policy, which
 the consumer reads when it connects and again only after an event that can change it: live
 pushes cost no query at all. (On PostgreSQL, a hundred students pressing Run burst at once
@@ -54,9 +54,10 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import get_template
 
 from labs import broadcast
-from labs.journal import event_payload
+from labs.journal import BURST_END_KINDS, event_payload
 from labs.models import Burst, JournalEvent, LabSession
 from labs.templatetags.lab_tags import journal_row
+from labs.views.lab import badge_for, summary_from_end_event
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ MAX_REPLAY = 5000
 #: Quiet time after a push before checking the journal for rows whose push was dropped.
 SETTLE_SECONDS = 1.0
 
-SUMMARY_KINDS = ("burst_queued", "burst_start", "burst_end", "burst_interrupted", "burst_failed")
+SUMMARY_KINDS = ("burst_queued", "burst_start", *BURST_END_KINDS)
 #: Events after which the session's policy (the breaker's settings) may have changed.
 POLICY_KINDS = ("policy_set", "session_reset", "scenario_assigned")
 TEMPLATE = "labs/session.html"
@@ -144,14 +145,6 @@ def session_policy(session_id: int) -> dict[str, Any] | None:
     return LabSession.objects.filter(pk=session_id).values_list("policy", flat=True).first()
 
 
-def badge_view(session_id: int, policy: dict[str, Any]) -> dict[str, Any]:
-    """The breaker as the badge shows it: Redis at now, no database (the consumer keeps the
-    session's policy, and reads it again only after an event that can change it)."""
-    from labs.views.lab import badge_for
-
-    return badge_for(session_id, policy)
-
-
 def summaries_for(burst_ids: list[int]) -> dict[int, dict[str, Any]]:
     """Burst facts the summary panel needs, by burst id."""
     return {
@@ -171,8 +164,6 @@ def summaries_for(burst_ids: list[int]) -> dict[int, dict[str, Any]]:
 
 def summary_fragment(event: dict[str, Any], burst: dict[str, Any]) -> str:
     """The summary panel as of ``event`` (not as of now: a replay must add up)."""
-    from labs.views.lab import summary_from_end_event
-
     kind = event["kind"]
     zero = {
         "calls": 0, "succeeded": 0, "failed": 0, "fast_failed": 0, "attempts_total": 0,
@@ -383,6 +374,9 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
         )
         if unknown:
             self._bursts.update(await read(summaries_for)(unknown))
+        if any(e.get("kind") in POLICY_KINDS for e in events):
+            # The badge below needs the breaker's settings as they are now.
+            self._policy = await read(session_policy)(self.session_id)
         bursts = self._bursts
         # The badge is re-read (Redis) once per message: after the last state change, or at
         # a burst's end (its failure streak / window counts are then up to date).
@@ -390,8 +384,7 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
             (
                 i
                 for i, e in enumerate(events)
-                if e.get("state_to")
-                or e.get("kind") in ("burst_end", "burst_interrupted", "burst_failed")
+                if e.get("state_to") or e.get("kind") in BURST_END_KINDS
             ),
             default=None,
         )
@@ -404,14 +397,12 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
                 html = summary_fragment(event, burst)
                 if html:
                     fragments.append({"id": "burst-summary", "html": html})
-            if event.get("kind") in POLICY_KINDS:
-                self._policy = await read(session_policy)(self.session_id)
             if i == last_state_change and self._policy is not None:
-                view = await read_redis(badge_view)(self.session_id, self._policy)
+                view = await read_redis(badge_for)(self.session_id, self._policy)
                 fragments.append({"id": "breaker-badge", "html": render_badge(view)})
             if fragments:
                 item["fragments"] = fragments
-            if event.get("kind") in ("burst_end", "burst_interrupted", "burst_failed"):
+            if event.get("kind") in BURST_END_KINDS:
                 bursts.pop(event.get("burst"), None)
             out.append(item)
         await self._send({"type": "events", "events": out})
@@ -435,7 +426,7 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
 
     async def _send_state(self) -> None:
         assert self.session_id is not None
-        view = await read_redis(badge_view)(self.session_id, self._policy) if self._policy else None
+        view = await read_redis(badge_for)(self.session_id, self._policy) if self._policy else None
         fragments = [{"id": "breaker-badge", "html": render_badge(view)}] if view else []
         await self._send(
             {

@@ -44,6 +44,9 @@ from labs.models import JournalEvent, LabSession
 logger = logging.getLogger(__name__)
 
 #: Kinds the Django side adds to the engine's own (labs.engine.events.EVENT_KINDS).
+#: Kinds that end a burst, however it ended.
+BURST_END_KINDS = ("burst_end", "burst_interrupted", "burst_failed")
+
 LAB_EVENT_KINDS = (
     "dependency_set",
     "policy_set",
@@ -198,19 +201,20 @@ def append_entries(entries: Sequence[Entry]) -> list[Written]:
                 entry.latency_ms, entry.backoff_ms, entry.state_from, entry.state_to,
                 entry.actor_id, entry.message, json.dumps(entry.data, separators=(",", ":")),
             ))  # fmt: skip
-        insert = (
-            f"INSERT INTO {connection.ops.quote_name(JournalEvent._meta.db_table)} "  # noqa: S608
-            f"({', '.join(_COLUMNS)}) VALUES "
-        )
+        table = connection.ops.quote_name(JournalEvent._meta.db_table)
+        columns = ", ".join(_COLUMNS)
         if connection.vendor == "postgresql":
             # COPY: executemany costs a round trip per row there, and one huge multi-row
             # INSERT costs psycopg more to parse than to send (900 rows: ~200 ms either way).
-            table = connection.ops.quote_name(JournalEvent._meta.db_table)
-            with cursor.cursor.copy(f"COPY {table} ({', '.join(_COLUMNS)}) FROM STDIN") as copy:
+            with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
                 for row in params:
                     copy.write_row(row)
         else:
-            cursor.executemany(insert + "(" + ", ".join(["%s"] * len(_COLUMNS)) + ")", params)
+            placeholders = ", ".join(["%s"] * len(_COLUMNS))
+            cursor.executemany(
+                f"INSERT INTO {table} ({columns}) VALUES ({placeholders})",  # noqa: S608
+                params,
+            )
     return [Written(entry, seqs[id(entry)], now) for entry in entries]
 
 
@@ -253,7 +257,7 @@ def class_summary(payloads: Sequence[dict[str, Any]]) -> dict[str, Any]:
             summary["state"] = p["state_to"]
         if kind == "burst_start":
             summary["activity"] = "bursting"
-        elif kind in ("burst_end", "burst_interrupted", "burst_failed"):
+        elif kind in BURST_END_KINDS:
             summary["activity"] = "idle"
             if kind == "burst_end":
                 summary["burst_summary"] = p["data"]  # a burst_end's data is its summary
@@ -294,7 +298,9 @@ SQLITE_POLL_SECONDS = 20.0
 
 
 def _sqlite_busy(exc: Exception) -> bool:
-    return connection.vendor == "sqlite" and "locked" in str(exc)
+    return (
+        isinstance(exc, OperationalError) and connection.vendor == "sqlite" and "locked" in str(exc)
+    )
 
 
 class _Flush:
@@ -432,17 +438,10 @@ class JournalWriter:
                 # The session was deleted mid-burst (an admin cleaning up): nothing to keep.
                 written = self._write_surviving(batch)
                 break
-            except OperationalError as exc:
+            except (OperationalError, InterfaceError, DatabaseError) as exc:
                 if _sqlite_busy(exc) and time.monotonic() < polling_until:
                     time.sleep(SQLITE_POLL_INTERVAL)  # another writer holds the lock: ask again
                     continue
-                logger.warning(
-                    "journal batch of %d not written yet (%s); retrying", len(batch), exc
-                )
-                connection.close()
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
-            except (InterfaceError, DatabaseError) as exc:
                 logger.warning(
                     "journal batch of %d not written yet (%s); retrying", len(batch), exc
                 )

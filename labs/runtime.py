@@ -61,34 +61,33 @@ def namespace(session_id: int) -> str:
 
 @contextlib.contextmanager
 def burst_redis(concurrency: int) -> Iterator[redis.Redis]:
-    """A Redis client of one burst's own: a pool of at most ``concurrency`` connections,
-    disconnected when the burst ends.
+    """A Redis client of one burst's own, closed when the burst ends: with one caller, one
+    connection of the shared pool held for the whole burst; with ``concurrency`` callers, a
+    pool of that many connections, disconnected at the end.
 
     A burst makes three round trips per attempt. Through the process-wide client every one
     of them took a connection from the shared pool and gave it back, each time under the
     pool's lock; with a hundred bursts on a worker the threads queued on that lock (three
     quarters of the worker's samples in a profile), and every wait added to the timings the
-    students read. A burst's own pool is only shared by its own callers.
+    students read.
     """
     shared = engine_redis().connection_pool
+    own_pool = None
     if concurrency <= 1:
         client = redis.Redis(connection_pool=shared, single_connection_client=True)
-        try:
-            yield client
-        finally:
-            client.close()
-        return
-    pool = redis.ConnectionPool(
-        connection_class=shared.connection_class,
-        max_connections=concurrency,
-        **shared.connection_kwargs,
-    )
-    client = redis.Redis(connection_pool=pool)
+    else:
+        own_pool = redis.ConnectionPool(
+            connection_class=shared.connection_class,
+            max_connections=concurrency,
+            **shared.connection_kwargs,
+        )
+        client = redis.Redis(connection_pool=own_pool)
     try:
         yield client
     finally:
         client.close()
-        pool.disconnect()
+        if own_pool is not None:
+            own_pool.disconnect()
 
 
 def session_store(session_id: int, client: redis.Redis | None = None) -> RedisStore:

@@ -79,7 +79,6 @@ def burst_start(*, session: LabSession, user, size: int, concurrency: int = 1) -
     ``labs.tasks.run_burst`` after commit. Raises BurstInvalid (400) for bad numbers and
     BurstAlreadyRunning (409) when the session already has a queued or running burst.
     """
-
     problems = validate_burst(size, concurrency)
     if problems:
         raise BurstInvalid(problems)
