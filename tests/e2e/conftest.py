@@ -12,6 +12,8 @@ Fixtures, meant for every e2e test (experiments, the live lab page, ...):
   downloaded; without that binary the e2e tests are skipped.
 - ``page`` (per test): a fresh browser context (own cookies) and page; at teardown a
   screenshot is saved to ``artifacts/e2e/<test name>.png``.
+- ``e2e_worker`` (per test): a Celery worker process on the test database and the test run's
+  Redis; its log is kept as ``artifacts/e2e/<module>-worker.log`` (``lab-page-worker.log``).
 - ``login(page, base_url, username, password)``: logs in through the real login form.
 
 Tests that use ``daphne_server`` need ``@pytest.mark.django_db(transaction=True)`` (daphne
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -191,3 +194,19 @@ def login(page, base_url: str, username: str, password: str) -> None:
         page.click("button[type=submit]")
     if "/accounts/login/" in page.url:
         raise AssertionError(f"login as {username!r} was refused (still on {page.url})")
+
+
+@pytest.fixture
+def e2e_worker(request, transactional_db, tmp_path):
+    """A Celery worker process on the test database and the test run's Redis."""
+    from tests.integration.conftest import WorkerProcess, _flush_test_redis
+
+    _flush_test_redis()
+    worker = WorkerProcess(tmp_path / "worker.log")
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(tmp_path / "worker.log", ARTIFACTS / f"{module.replace('_', '-')}-worker.log")

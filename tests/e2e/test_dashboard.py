@@ -12,7 +12,6 @@ Screenshots go to artifacts/e2e/dashboard-*.png.
 
 from __future__ import annotations
 
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -30,24 +29,11 @@ from tests.conftest import (
     tour_script,
 )
 from tests.e2e.conftest import ARTIFACTS, login
-from tests.integration.conftest import WorkerProcess, _flush_test_redis, wait_for
+from tests.integration.conftest import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 LIVE_TIMEOUT_MS = 30_000
-
-
-@pytest.fixture
-def class_worker(transactional_db, tmp_path):
-    """A Celery worker process on the test database and the test run's Redis."""
-    _flush_test_redis()
-    worker = WorkerProcess(tmp_path / "worker.log")
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        shutil.copy(tmp_path / "worker.log", ARTIFACTS / "dashboard-worker.log")
 
 
 @pytest.fixture
@@ -107,7 +93,7 @@ def burst_done(burst: Burst) -> None:
 
 
 def test_instructor_watches_two_students_burst_live_and_downs_the_whole_class(
-    browser, daphne_server, class_worker, cohort
+    browser, daphne_server, e2e_worker, cohort
 ):
     room, (alice, bob) = cohort
     # The worker's journal writer may start on first use: warm it up, so the bursts below are

@@ -34,24 +34,11 @@ from labs.models import JournalEvent
 from labs.services import lab
 from tests.conftest import DEFAULT_PASSWORD, make_classroom, make_scenario, make_student
 from tests.e2e.conftest import ARTIFACTS, ROOT, login
-from tests.integration.conftest import WorkerProcess, _flush_test_redis
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 README_SHOT = ROOT / "docs" / "img" / "lab-page.png"
 BURST_TIMEOUT_MS = 45_000
-
-
-@pytest.fixture
-def lab_worker(transactional_db, tmp_path):
-    """A Celery worker process on the test database and the test run's Redis."""
-    _flush_test_redis()
-    worker = WorkerProcess(tmp_path / "worker.log")
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        shutil.copy(tmp_path / "worker.log", ARTIFACTS / "lab-page-worker.log")
 
 
 @pytest.fixture
@@ -130,7 +117,7 @@ def page_rows(page) -> list[tuple[int, str]]:
 
 
 def test_student_runs_the_tour_live_and_the_page_matches_the_journal(
-    browser, daphne_server, lab_worker, tour
+    browser, daphne_server, e2e_worker, tour
 ):
     session = tour
     context = browser.new_context(viewport={"width": 1440, "height": 1500})
