@@ -43,6 +43,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks.bench_common import SERVER_ENV, collect_static, free_port, pct  # noqa: E402
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
 os.environ["REDIS_DB_BASE"] = os.environ.get("BENCH_REDIS_DB_BASE", "4")
 if "DATABASE_URL" not in os.environ:
@@ -50,20 +52,9 @@ if "DATABASE_URL" not in os.environ:
         Path(tempfile.gettempdir()) / "failurelab-dashboard-bench.sqlite3"
     )
 LOGS = Path(tempfile.gettempdir())
-# The servers run as deployed (docker-compose.yml: DJANGO_DEBUG=false; with DEBUG, SQLite runs
-# every query twice), on plain HTTP; one secret key here and there, so this process's session
-# cookies are valid in daphne.
+# The servers run as deployed (bench_common.SERVER_ENV); one secret key here and there, so
+# this process's session cookies are valid in daphne.
 os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
-SERVER_ENV = {
-    "DJANGO_DEBUG": "false",
-    "DJANGO_SECURE_SSL_REDIRECT": "false",
-    "DJANGO_SECURE_COOKIES": "false",
-}
-
-
-def pct(values, q):
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 def setup_django() -> None:
@@ -266,14 +257,6 @@ def stop(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
             proc.wait(5)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class MiniSocket:
@@ -506,10 +489,7 @@ def latency_part(args) -> list[tuple[str, str, str, str]]:
     client.force_login(teacher)
     cookie = client.cookies["sessionid"].value
     port = free_port()
-    subprocess.run(  # production static files (a manifest), as `make run` does then
-        [sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"],
-        cwd=ROOT, env=dict(os.environ) | SERVER_ENV, check=True,
-    )  # fmt: skip
+    collect_static(dict(os.environ) | SERVER_ENV)
     worker = start(
         [*worker_cmd(128), "--without-heartbeat", "--without-gossip", "--without-mingle"],
         "worker", lambda log: b"ready." in log.read_bytes(),

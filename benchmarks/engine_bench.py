@@ -35,7 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
+from benchmarks.bench_common import pct  # noqa: E402
 from labs.engine import (  # noqa: E402
     Breaker,
     BreakerConfig,
@@ -52,11 +52,6 @@ from labs.engine import (  # noqa: E402
 
 TOUR = json.loads((ROOT / "scenarios" / "tour.json").read_text())
 TOUR_SLEEPS_MS = 2810  # 21 attempts x 5 ms + 700 ms backoff + 2000 ms wait + 5 ms probe
-
-
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def interleaved(

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,13 +24,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks.bench_common import free_port  # noqa: E402
+
 WORKDIR = Path(tempfile.mkdtemp(prefix="layer-probe-"))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def main() -> None:
@@ -51,7 +47,6 @@ def main() -> None:
         REDIS_DB_BASE="0",
         BENCH_REDIS_DB_BASE="0",
     )
-    sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import burst_bench as bb  # shares its session and worker helpers
 

@@ -56,6 +56,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks.bench_common import SERVER_ENV, collect_static, free_port, pct  # noqa: E402
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
 os.environ["REDIS_DB_BASE"] = os.environ.get("BENCH_REDIS_DB_BASE", "4")
 _PRIVATE_REDIS = None
@@ -63,12 +65,9 @@ if "--shared-redis" not in sys.argv and "BENCH_REDIS_URL" not in os.environ:
     # A private redis-server on a free port: other benchmarks and test runs on this machine
     # use the shared one (their brokers would steal our tasks and their flushes our keys).
     import shutil
-    import socket as _socket
 
     if shutil.which("redis-server"):
-        with _socket.socket() as _sock:
-            _sock.bind(("127.0.0.1", 0))
-            _redis_port = _sock.getsockname()[1]
+        _redis_port = free_port()
         _PRIVATE_REDIS = subprocess.Popen(
             ["redis-server", "--port", str(_redis_port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no"],
@@ -99,11 +98,6 @@ BENCH_SCRIPT = {
     },
     "steps": [{"burst": 20}],
 }
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 # --- setup --------------------------------------------------------------------------------
@@ -138,24 +132,13 @@ def setup_django() -> None:
         redis.Redis.from_url(settings.REDIS_URL, db=db).flushdb()
 
 
-#: The servers run as deployed (docker-compose.yml): DJANGO_DEBUG=false, so no query logging
-#: (with SQLite, DEBUG also runs a second query per query to quote its parameters). Plain
-#: HTTP on 127.0.0.1, so no TLS redirect and no secure-only cookies. ``--debug`` measures
-#: the development settings instead.
-PRODUCTION_ENV = {
-    "DJANGO_DEBUG": "false",
-    "DJANGO_SECURE_SSL_REDIRECT": "false",
-    "DJANGO_SECURE_COOKIES": "false",
-}
-
-
 def process_env(debug: bool = False) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     env["LAB_LOG_LEVEL"] = "WARNING"
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    if not debug:
-        env.update(PRODUCTION_ENV)
+    if not debug:  # as deployed (bench_common.SERVER_ENV); --debug: the development settings
+        env.update(SERVER_ENV)
     return env
 
 
@@ -168,11 +151,8 @@ class Processes:
         self.logdir = logdir
         self.procs: list[subprocess.Popen] = []
         env = process_env(debug)
-        if not debug:  # production static files (a manifest), as `make run` does then
-            subprocess.run(
-                [sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"],
-                cwd=ROOT, env=env, check=True,
-            )  # fmt: skip
+        if not debug:
+            collect_static(env)
         web = daphne_cmd("127.0.0.1", port)
         if os.environ.get("BENCH_PROFILE_DAPHNE"):  # where the web process spends its CPU
             web = [sys.executable, "-m", "cProfile", "-o", os.environ["BENCH_PROFILE_DAPHNE"],
@@ -527,16 +507,10 @@ def main() -> None:
     counts = [int(c) for c in args.sessions.split(",") if c.strip()]
 
     setup_django()
-    import socket
-
     from django.conf import settings
     from django.db import connection
 
-    port = args.port
-    if not port:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+    port = args.port or free_port()
     logdir = Path(tempfile.mkdtemp(prefix="push-bench-"))
     all_sessions = make_sessions(max([*counts, 30]) + 1)
     warmup = all_sessions.pop()

@@ -1,0 +1,45 @@
+"""Helpers every benchmark here shares (no Django at import time).
+
+Import them as ``from benchmarks.bench_common import pct`` (each script puts the project root on
+sys.path first).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Servers a benchmark starts run as deployed (docker-compose.yml): DJANGO_DEBUG=false, so no
+#: query logging (with SQLite, DEBUG also runs a second query per query to quote its
+#: parameters). Plain HTTP on 127.0.0.1, so no TLS redirect and no secure-only cookies.
+SERVER_ENV = {
+    "DJANGO_DEBUG": "false",
+    "DJANGO_SECURE_SSL_REDIRECT": "false",
+    "DJANGO_SECURE_COOKIES": "false",
+}
+
+
+def pct(values, q: float) -> float:
+    """The ``q`` quantile of ``values`` (nearest rank, no interpolation)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on at the moment (127.0.0.1)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def collect_static(env: dict[str, str]) -> None:
+    """Production static files (a manifest) for servers started with ``SERVER_ENV``, as
+    ``make run`` does for DJANGO_DEBUG=false."""
+    subprocess.run(
+        [sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"],
+        cwd=ROOT, env=env, check=True,
+    )  # fmt: skip
