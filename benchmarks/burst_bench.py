@@ -92,7 +92,7 @@ def make_sessions(n: int, script: dict):
 
 def tour_part(args) -> None:
     from labs.engine import run_scenario
-    from labs.scenario_runner import WorkerExecutor
+    from labs.services.scenario_runner import WorkerExecutor
 
     script = {
         "name": "tour", "seed": 7,
@@ -139,16 +139,17 @@ def naive_part(script) -> None:
     from asgiref.sync import async_to_sync
     from channels.layers import get_channel_layer
 
-    from labs import journal, runtime
-    from labs.broadcast import session_group
-    from labs.journal_process import JournalPipe
+    from labs.live import journal, runtime
+    from labs.live.broadcast import session_group
+    from labs.live.writer import JournalWriter
+    from labs.live.writer_process import JournalPipe
 
     layer = get_channel_layer()
     results = {}
     pipe = JournalPipe()
     pipe.start()
     pipe.flush(120)
-    thread_writer = journal.JournalWriter(after_write=runtime.store_snapshots_after_write)
+    thread_writer = JournalWriter(after_write=runtime.store_snapshots_after_write)
     engine_only = "engine only, no journal"
     for label in (engine_only, "writer process (the lab's)", "writer thread, same process",
                   "naive INSERT + group_send"):  # fmt: skip

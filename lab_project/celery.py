@@ -25,8 +25,6 @@ def _short_gil_switch_interval(**kwargs) -> None:
 @worker_ready.connect
 def _start_journal_writer(**kwargs) -> None:
     """Boot the journal writer (a process of its own by default) before the first burst."""
-    from labs.journal import get_writer
+    from labs.live.writers import get_writer
 
-    writer = get_writer()
-    if hasattr(writer, "start"):
-        writer.start()
+    get_writer().start()

@@ -160,8 +160,8 @@ CACHES = {
 CHANNEL_LAYERS = {
     "default": {
         # channels-redis's pub/sub layer with a pipelined send for the journal writer's
-        # batches: labs/channel_layer.py says why not the core layer.
-        "BACKEND": "labs.channel_layer.LabChannelLayer",
+        # batches: labs/live/channel_layer.py says why not the core layer.
+        "BACKEND": "labs.live.channel_layer.LabChannelLayer",
         "CONFIG": {"hosts": [{"address": CHANNEL_LAYER_REDIS_URL}]},
     }
 }

@@ -22,7 +22,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.text import slugify
 
-from labs.forms import RosterImportForm, ScenarioAdminForm
+from labs.forms.back_office import RosterImportForm, ScenarioAdminForm
 from labs.models import (
     Burst,
     ClassFault,

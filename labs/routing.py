@@ -2,8 +2,8 @@
 
 from django.urls import path
 
-from labs.consumers import LabSessionConsumer
-from labs.dashboard_consumer import ClassDashboardConsumer
+from labs.consumers.dashboard import ClassDashboardConsumer
+from labs.consumers.lab import LabSessionConsumer
 
 websocket_urlpatterns: list = [
     path("ws/sessions/<int:session_id>/", LabSessionConsumer.as_asgi()),

@@ -1,10 +1,131 @@
-"""Reads that grow beyond one line (HackSoft style: selectors read, services write)."""
+"""Every read the views and consumers do (selectors read, services write).
+
+A selector returns data, never a response: the views decide between 404 and 403, the
+consumers between a close code and a message. Formatting is :mod:`labs.presenters`'.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from labs.models import Classroom, LabSession, Membership, Scenario
+from django.shortcuts import get_object_or_404
+
+from labs import presenters
+from labs.engine.events import FAST_FAIL_OUTCOMES
+from labs.live.journal import event_payload
+from labs.models import Burst, Classroom, JournalEvent, LabSession, Membership, Scenario
+
+#: Journal rows per page of the lab page's journal.
+JOURNAL_PAGE = 100
+#: Bursts the timeline chart shows (older ones scroll out).
+CHART_BURSTS = 4
+CHART_MAX_EVENTS = 3000
+
+
+# --- one session -----------------------------------------------------------------------------
+
+
+def visible_session(user, pk: int) -> LabSession:
+    """The session ``pk`` if ``user`` may see it, else Http404 (never 403: ids do not leak)."""
+    return get_object_or_404(
+        LabSession.objects.visible_to(user).select_related("scenario", "classroom", "owner"),
+        pk=pk,
+    )
+
+
+def socket_session(user, session_id: int) -> tuple[int, int, dict[str, Any]] | None:
+    """(session id, last seq, policy) if ``user`` may see the session, else None."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    row = (
+        LabSession.objects.visible_to(user)
+        .filter(pk=session_id)
+        .values_list("pk", "next_seq", "policy")
+        .first()
+    )
+    return (row[0], row[1] - 1, row[2]) if row else None
+
+
+def session_policy(session_id: int) -> dict[str, Any] | None:
+    """The session's policy, or None if the session is gone."""
+    return LabSession.objects.filter(pk=session_id).values_list("policy", flat=True).first()
+
+
+def rows_after(session_id: int, after: int, limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` journal payloads after ``after``, oldest first."""
+    rows = JournalEvent.objects.filter(session_id=session_id).after(after)[:limit]
+    return [event_payload(row) for row in rows]
+
+
+def newest_seq(session_id: int) -> int:
+    """The session's newest journal sequence number (0: none yet)."""
+    row = LabSession.objects.filter(pk=session_id).values_list("next_seq", flat=True).first()
+    return (row or 1) - 1
+
+
+def count_after(session_id: int, after: int) -> int:
+    return JournalEvent.objects.filter(session_id=session_id, seq__gt=after).count()
+
+
+def journal_page(session: LabSession, before: int | None = None) -> tuple[list[dict], int | None]:
+    """One page of the journal, newest first, and the seq to page on from (None: no older)."""
+    rows = JournalEvent.objects.filter(session=session)
+    if before is not None:
+        rows = rows.filter(seq__lt=before)
+    page = list(rows.order_by("-seq")[: JOURNAL_PAGE + 1])
+    older = page[JOURNAL_PAGE - 1].seq if len(page) > JOURNAL_PAGE else None
+    return [event_payload(r) for r in page[:JOURNAL_PAGE]], older
+
+
+def chart_events(session: LabSession) -> list[dict[str, Any]]:
+    """The journal rows the timeline draws: everything since the start of the last few bursts
+    (oldest first, at most ``CHART_MAX_EVENTS``)."""
+    oldest = (
+        Burst.objects.filter(session=session).order_by("-number").values_list("pk", flat=True)
+    )[:CHART_BURSTS]
+    ids = list(oldest)
+    if not ids:
+        return []
+    first_seq = (
+        JournalEvent.objects.filter(session=session, burst_id__in=ids)
+        .order_by("seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
+    if first_seq is None:
+        return []
+    rows = JournalEvent.objects.filter(session=session, seq__gte=first_seq).order_by("-seq")[
+        :CHART_MAX_EVENTS
+    ]
+    payloads = [presenters.chart_payload(event_payload(r)) for r in rows]
+    payloads.reverse()
+    return payloads
+
+
+def burst_summary(burst: Burst | None) -> dict[str, Any] | None:
+    """What the summary panel shows for ``burst`` (None: no burst yet): a finished burst's
+    stored summary, a running one's counts from its rows so far."""
+    if burst is None:
+        return None
+    facts = presenters.burst_facts(burst)
+    if burst.status == Burst.Status.DONE and burst.summary:
+        return presenters.summary_panel(facts, burst.summary)
+    rows = (event_payload(r) for r in burst.events.order_by("seq"))
+    return presenters.summary_panel(facts, presenters.counts_from_events(rows))
+
+
+def latest_burst(session: LabSession) -> Burst | None:
+    return Burst.objects.filter(session=session).order_by("-number").first()
+
+
+def burst_facts_by_id(burst_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """What the summary panel's heading needs of each burst, by burst id."""
+    rows = Burst.objects.filter(pk__in=burst_ids).values("pk", *presenters.BURST_FACTS[1:])
+    return {row["pk"]: presenters.burst_facts({"id": row["pk"], **row}) for row in rows}
+
+
+# --- scenarios -------------------------------------------------------------------------------
 
 
 @dataclass
@@ -108,10 +229,6 @@ def instructor_classes(*, user) -> list[Classroom]:
 
 # --- Class dashboard (instructor view) --------------------------------------------------------
 
-#: Call outcomes that are fast-fails (the breaker answered; the dependency was not touched).
-FAST_FAIL_OUTCOMES = ("rejected_open", "rejected_half_open")
-
-
 @dataclass
 class DashboardRow:
     """One student session as the class dashboard shows it (the JSON form is :meth:`as_dict`)."""
@@ -177,7 +294,6 @@ def _dashboard_queryset(classroom_id: int):
     from django.db.models import Count, Exists, IntegerField, Max, OuterRef, Subquery
     from django.db.models.fields.json import KT, JSONField
 
-    from labs.models import Burst, JournalEvent
 
     def journal_total(aggregate, **conditions):
         # A correlated subquery per total, not a JOIN + GROUP BY: each one is a range count on
@@ -269,3 +385,13 @@ def state_counts(rows: list[DashboardRow]) -> dict[str, int]:
     for row in rows:
         counts[row.state] = counts.get(row.state, 0) + 1
     return counts
+
+
+def teaches(user, classroom_id: int) -> bool:
+    """Whether ``user`` teaches the class (staff teach every class)."""
+    return Classroom.objects.for_instructor(user).filter(pk=classroom_id).exists()
+
+
+def class_dashboard_snapshot(classroom_id: int) -> list[dict[str, Any]]:
+    """The dashboard's rows in their JSON form (the websocket's snapshot)."""
+    return [row.as_dict() for row in class_dashboard_rows(classroom_id=classroom_id)]

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from labs.live import queue
 from labs.services import bursts
+from labs.services.classroom import classroom_fault_restore
 
 
-@shared_task(name="labs.run_burst", ignore_result=True)
+@shared_task(name=queue.RUN_BURST, ignore_result=True)
 def run_burst(burst_id: int) -> str:
     """Run one queued burst (idempotent: a second delivery finds nothing to claim)."""
     return bursts.burst_run(burst_id=burst_id)
 
 
-@shared_task(name="labs.restore_class_fault", ignore_result=True)
+@shared_task(name=queue.RESTORE_CLASS_FAULT, ignore_result=True)
 def restore_class_fault(fault_id: int) -> int:
     """End a timed class-wide fault (idempotent: the fault row is claimed before restoring)."""
-    from labs.services.classroom import classroom_fault_restore
-
     return len(classroom_fault_restore(fault_id=fault_id).changed)

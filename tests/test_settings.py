@@ -154,7 +154,7 @@ def test_redis_uses_separate_databases_from_the_base(monkeypatch, tmp_path):
     assert s["CHANNEL_LAYERS"]["default"]["CONFIG"]["hosts"] == [
         {"address": "redis://cache.internal:6380/5"}
     ]
-    assert s["CHANNEL_LAYERS"]["default"]["BACKEND"] == "labs.channel_layer.LabChannelLayer"
+    assert s["CHANNEL_LAYERS"]["default"]["BACKEND"] == "labs.live.channel_layer.LabChannelLayer"
     assert s["LAB_ENGINE_REDIS_URL"] == "redis://cache.internal:6380/6"
     assert s["CACHES"]["default"]["LOCATION"] == "redis://cache.internal:6380/7"
 

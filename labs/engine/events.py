@@ -107,3 +107,12 @@ def fmt_ms(ms: float) -> str:
 def fmt_seconds(ms: float) -> str:
     """Milliseconds as seconds with one decimal: ``1400`` -> ``"1.4 s"``."""
     return f"{ms / 1000:.1f} s"
+
+
+#: Call outcomes where the breaker refused the call before any attempt: a fast-fail.
+FAST_FAIL_OUTCOMES = ("rejected_open", "rejected_half_open")
+
+
+def is_fast_fail(outcome: str | None) -> bool:
+    """Whether a call outcome is a fast-fail (the dependency was not touched)."""
+    return outcome in FAST_FAIL_OUTCOMES

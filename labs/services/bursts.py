@@ -28,8 +28,9 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from labs import journal, runtime
 from labs.engine import Problem
+from labs.live import journal, queue, runtime
+from labs.live.writers import get_writer
 from labs.models import Burst, LabSession
 
 logger = logging.getLogger(__name__)
@@ -93,8 +94,6 @@ def burst_start(*, session: LabSession, user, size: int, concurrency: int = 1) -
 
 
 def _start(*, session: LabSession, user, size: int, concurrency: int) -> Burst:
-    from labs.tasks import run_burst
-
     try:
         with transaction.atomic():
             locked = LabSession.objects.select_for_update().get(pk=session.pk)
@@ -128,7 +127,7 @@ def _start(*, session: LabSession, user, size: int, concurrency: int) -> Burst:
                     )
                 ]
             )
-            run_burst.delay_on_commit(burst.pk)
+            queue.enqueue_burst_on_commit(burst.pk)
     except IntegrityError as exc:
         # Another request created the active burst between our check and our insert.
         if "one_active_burst_per_session" in str(exc) or "UNIQUE" in str(exc).upper():
@@ -172,7 +171,7 @@ def burst_run(*, burst_id: int) -> str:
         _running.add(burst_id)
     burst = Burst.objects.select_related("session").get(pk=burst_id)
     session = burst.session
-    writer = journal.get_writer()
+    writer = get_writer()
 
     watch: runtime.DependencyWatch | None = None
 

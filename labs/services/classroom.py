@@ -24,7 +24,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from labs.engine import Problem
+from labs.live import queue
 from labs.models import ClassFault, Classroom, LabSession, Scenario
+from labs.presenters import actor_name
 from labs.services.bursts import BurstAlreadyRunning
 from labs.services.lab import SettingsInvalid, session_reset, session_set_dependency
 
@@ -51,12 +53,6 @@ class ClassActionResult:
                 f"; {len(self.skipped)} skipped ({'; '.join(sorted(set(self.skipped.values())))})"
             )
         return text
-
-
-def _actor_name(user) -> str:
-    if user is None or not getattr(user, "is_authenticated", False):
-        return "the lab"
-    return user.get_username()
 
 
 def _check_teaches(*, user, classroom: Classroom) -> None:
@@ -161,16 +157,14 @@ def classroom_set_dependency(
             transaction.on_commit(lambda: _schedule_restore(fault.pk, duration_s))
     logger.info(
         "class %s: %s by %s on %d session(s)%s",
-        classroom.pk, mode, _actor_name(user), len(result.changed),
+        classroom.pk, mode, actor_name(user), len(result.changed),
         f" for {duration_s} s" if duration_s else "",
     )  # fmt: skip
     return result
 
 
 def _schedule_restore(fault_id: int, countdown: int) -> None:
-    from labs.tasks import restore_class_fault
-
-    restore_class_fault.apply_async((fault_id,), countdown=countdown)
+    queue.enqueue_fault_restore(fault_id, countdown)
 
 
 def classroom_fault_restore(*, fault_id: int, now=None) -> ClassActionResult:
@@ -183,7 +177,7 @@ def classroom_fault_restore(*, fault_id: int, now=None) -> ClassActionResult:
     A running burst picks the restored mode up at its next call boundary (the burst runner
     re-reads the dependency between calls), never in the middle of an attempt.
     """
-    from labs import journal
+    from labs.live import journal
 
     now = now or timezone.now()
     result = ClassActionResult()
@@ -285,7 +279,7 @@ def classroom_assign_scenario(
     changes nothing and journals nothing. Refuses an inactive scenario (SettingsInvalid,
     field ``scenario``). Raises PermissionDenied unless ``user`` teaches the class.
     """
-    from labs import journal
+    from labs.live import journal
 
     _check_teaches(user=user, classroom=classroom)
     if not scenario.is_active:
@@ -300,7 +294,7 @@ def classroom_assign_scenario(
         sessions = list(LabSession.objects.filter(classroom=classroom).order_by("pk"))
         message = (
             f"scenario \u201c{scenario.title}\u201d assigned to {classroom.name} by "
-            f"{_actor_name(user)}; open it from your class page"
+            f"{actor_name(user)}; open it from your class page"
         )
         journal.record(
             [

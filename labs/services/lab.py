@@ -10,6 +10,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 
 from labs.models import Classroom, LabSession, Membership, Scenario
+from labs.presenters import actor_name
 
 
 def _initial_settings(scenario: Scenario) -> tuple[dict, dict, int]:
@@ -72,12 +73,6 @@ class SettingsInvalid(ValueError):
         self.problems = list(problems)
 
 
-def _actor_name(user) -> str:
-    if user is None or not getattr(user, "is_authenticated", False):
-        return "the lab"
-    return user.get_username()
-
-
 def _describe_dependency(dep: dict) -> str:
     mode = dep.get("mode", "healthy")
     error = dep.get("error", "503")
@@ -98,8 +93,8 @@ def _describe_dependency(dep: dict) -> str:
 def _arm_dependency(session_id: int, dependency: dict, seed: int) -> None:
     import random
 
-    from labs import runtime
     from labs.engine import FakeDependency, parse_dependency
+    from labs.live import runtime
 
     FakeDependency(
         parse_dependency(dependency),
@@ -118,8 +113,8 @@ def session_set_dependency(
     The new mode starts fresh (a flaky counter of N, an outage starting now). Raises
     SettingsInvalid naming every bad field and its allowed range; nothing is changed then.
     """
-    from labs import journal
     from labs.engine import merge_settings, parse_dependency, validate_dependency
+    from labs.live import journal
 
     if not isinstance(changes, dict):
         raise SettingsInvalid([_problem("dependency", "must be an object")])
@@ -142,7 +137,7 @@ def session_set_dependency(
                     classroom_id=locked.classroom_id,
                     kind=kind,
                     actor_id=getattr(user, "pk", None),
-                    message=f"{verb} by {_actor_name(user)}: {_describe_dependency(canonical)}"
+                    message=f"{verb} by {actor_name(user)}: {_describe_dependency(canonical)}"
                     + (f" ({note})" if note else ""),
                     data={"mode": canonical["mode"], "dependency": canonical},
                 )
@@ -159,8 +154,8 @@ def session_set_policy(*, session: LabSession, user, changes: dict) -> LabSessio
     A running burst keeps the policy it started with; the change applies from the next burst,
     and the journal says so. Raises SettingsInvalid; nothing is changed then.
     """
-    from labs import journal
     from labs.engine import merge_settings, parse_policy, validate_policy
+    from labs.live import journal
 
     if not isinstance(changes, dict):
         raise SettingsInvalid([_problem("policy", "must be an object")])
@@ -183,7 +178,7 @@ def session_set_policy(*, session: LabSession, user, changes: dict) -> LabSessio
                     kind="policy_set",
                     actor_id=getattr(user, "pk", None),
                     message=(
-                        f"policy changed by {_actor_name(user)}: "
+                        f"policy changed by {actor_name(user)}: "
                         + (", ".join(changed) if changed else "no field changed")
                         + ("; applies from the next burst" if running else "")
                     ),
@@ -203,7 +198,7 @@ def _problem(field: str, message: str):
 
 def session_ensure_state(*, session: LabSession) -> bool:
     """Restore the breaker from the database snapshot if Redis lost it; journal that it did."""
-    from labs import journal, runtime
+    from labs.live import journal, runtime
     from labs.services.bursts import restored_entry
 
     if not runtime.restore_if_lost(session):
@@ -218,15 +213,15 @@ def session_force_breaker(*, session: LabSession, user, action: str) -> str:
     The transition is journaled with the user's name as its reason. Returns the new state.
     Raises SettingsInvalid for an unknown action.
     """
-    from labs import journal, runtime
     from labs.engine import EventList
+    from labs.live import journal, runtime
 
     if action not in ("open", "closed", "reset"):
         raise SettingsInvalid([_problem("action", "must be one of open, closed, reset")])
     session_ensure_state(session=session)
     events = EventList()
     engine = runtime.build_engine(session, sink=events)
-    reason = f"forced by {_actor_name(user)}"
+    reason = f"forced by {actor_name(user)}"
     if action == "open":
         engine.breaker.force_open(reason)
     elif action == "closed":
@@ -263,7 +258,7 @@ def session_reset(*, session: LabSession, user) -> LabSession:
     The journal is kept (it is the history of what happened) and call numbers keep counting,
     so old rows stay unambiguous. Refused while a burst is active.
     """
-    from labs import journal, runtime
+    from labs.live import journal, runtime
     from labs.services.bursts import BurstAlreadyRunning
 
     dependency, policy, _seed = _initial_settings(session.scenario)
@@ -284,7 +279,7 @@ def session_reset(*, session: LabSession, user) -> LabSession:
                     actor_id=getattr(user, "pk", None),
                     state_to="closed",
                     message=(
-                        f"session reset by {_actor_name(user)}: scenario settings back, "
+                        f"session reset by {actor_name(user)}: scenario settings back, "
                         "breaker CLOSED, dependency fresh"
                     ),
                     data={"mode": dependency["mode"]},

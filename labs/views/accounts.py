@@ -9,17 +9,18 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
-from labs.forms import SignupForm
+from labs.forms.back_office import SignupForm
 from labs.selectors import instructor_classes, student_classes
 from labs.services.accounts import JoinCodeError, student_signup
+from labs.views import HtmxHttpRequest
 
 
 @login_required
-def home(request: HttpRequest) -> HttpResponse:
+def home(request: HtmxHttpRequest) -> HttpResponse:
     """A student's classes with their scenarios (to open a lab session); an instructor's
     classes (to manage them)."""
     context = {
@@ -30,7 +31,7 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
-def signup(request: HttpRequest) -> HttpResponse:
+def signup(request: HtmxHttpRequest) -> HttpResponse:
     """Create a student account enrolled in the class whose join code is given, and log in."""
     if request.user.is_authenticated:
         return redirect("labs:home")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_http_methods
@@ -21,16 +21,17 @@ from django_htmx.middleware import HtmxDetails
 from labs.experiments import EXPERIMENTS
 from labs.experiments.base import Experiment, Problem, Result, fmt_number, plain_number
 from labs.experiments.charts import layout
+from labs.views import HtmxHttpRequest
 
 TEMPLATE = "labs/experiments/detail.html"
 
 
-class HtmxHttpRequest(HttpRequest):
+class HtmxHttpRequest(HtmxHttpRequest):
     htmx: HtmxDetails
 
 
 @login_required
-def index(request: HttpRequest) -> HttpResponse:
+def index(request: HtmxHttpRequest) -> HttpResponse:
     """Every experiment, with what it models and what seed 004 measured."""
     return render(request, "labs/experiments/index.html", {"experiments": EXPERIMENTS.values()})
 

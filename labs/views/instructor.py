@@ -13,7 +13,6 @@ page with the problems).
 
 from __future__ import annotations
 
-import csv
 import json
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -30,12 +29,14 @@ from django.utils.safestring import mark_safe
 from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_POST
 
+from labs import presenters
 from labs.engine import LIMITS, MODES
-from labs.journal import event_payload
+from labs.live.journal import event_payload
 from labs.models import Classroom, JournalEvent, LabSession, Scenario
 from labs.selectors import class_dashboard_rows, state_counts
 from labs.services import classroom as class_services
 from labs.services.lab import SettingsInvalid
+from labs.views import HtmxHttpRequest
 
 TEMPLATE = "labs/dashboard.html"
 EXPORT_CHUNK = 2000
@@ -154,7 +155,7 @@ def row_html(row, *, url_prefix: str, multi_scenario: bool) -> str:
     )
 
 
-def page_context(request: HttpRequest, classroom: Classroom, **extra) -> dict[str, Any]:
+def page_context(request: HtmxHttpRequest, classroom: Classroom, **extra) -> dict[str, Any]:
     rows = class_dashboard_rows(classroom_id=classroom.pk)
     scenarios = list(classroom.scenarios.all())
     low, high = class_services.FAULT_DURATION_RANGE_S
@@ -185,7 +186,7 @@ def page_context(request: HttpRequest, classroom: Classroom, **extra) -> dict[st
 
 @login_required
 @require_GET
-def class_dashboard(request: HttpRequest, pk: int) -> HttpResponse:
+def class_dashboard(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """The live grid of every lab session in a class the user teaches."""
     classroom = taught_classroom(request.user, pk)
     # Backstop for a lost restore task: a fault whose time has passed ends now.
@@ -197,7 +198,7 @@ def class_dashboard(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _answer(
-    request: HttpRequest,
+    request: HtmxHttpRequest,
     classroom: Classroom,
     *,
     message: str = "",
@@ -222,7 +223,7 @@ def _answer(
 
 @login_required
 @require_POST
-def class_set_dependency(request: HttpRequest, pk: int) -> HttpResponse:
+def class_set_dependency(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """Put every session of the class into one dependency mode, optionally for a while."""
     classroom = taught_classroom(request.user, pk)
     changes, duration = fault_changes(request.POST)
@@ -240,7 +241,7 @@ def class_set_dependency(request: HttpRequest, pk: int) -> HttpResponse:
 
 @login_required
 @require_POST
-def class_reset(request: HttpRequest, pk: int) -> HttpResponse:
+def class_reset(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """Reset every session of the class; sessions with a burst running are skipped."""
     classroom = taught_classroom(request.user, pk)
     result = class_services.classroom_reset(classroom=classroom, user=request.user)
@@ -249,7 +250,7 @@ def class_reset(request: HttpRequest, pk: int) -> HttpResponse:
 
 @login_required
 @require_POST
-def class_assign_scenario(request: HttpRequest, pk: int) -> HttpResponse:
+def class_assign_scenario(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """Assign an active scenario to the class (journaled in every session of the class)."""
     classroom = taught_classroom(request.user, pk)
     raw = request.POST.get("scenario", "").strip()
@@ -275,13 +276,6 @@ def class_assign_scenario(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 # --- exports ---------------------------------------------------------------------------------
-
-
-class _Echo:
-    """A file-like object whose write returns the line (csv.writer into a generator)."""
-
-    def write(self, value: str) -> str:
-        return value
 
 
 JOURNAL_COLUMNS = [
@@ -342,22 +336,20 @@ def _streaming(chunks: Iterable[str], content_type: str, filename: str) -> Strea
 
 @login_required
 @require_GET
-def class_export_journal(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
+def class_export_journal(request: HtmxHttpRequest, pk: int, fmt: str) -> HttpResponse:
     """The whole class's journal, streamed as CSV or JSON (``fmt``), oldest first per session."""
     classroom = taught_classroom(request.user, pk)
     if fmt == "csv":
 
-        def csv_lines() -> Iterator[str]:
-            writer = csv.writer(_Echo())
-            yield writer.writerow(JOURNAL_COLUMNS)
+        def cells() -> Iterator[list[Any]]:
             for item in _class_journal(classroom):
                 values = {**item, "data": json.dumps(item["data"], separators=(",", ":"))}
-                yield writer.writerow(
-                    ["" if values[c] is None else values[c] for c in JOURNAL_COLUMNS]
-                )
+                yield [values[c] for c in JOURNAL_COLUMNS]
 
         return _streaming(
-            csv_lines(), "text/csv; charset=utf-8", _filename(classroom, "journal", "csv")
+            presenters.csv_lines(JOURNAL_COLUMNS, cells()),
+            "text/csv; charset=utf-8",
+            _filename(classroom, "journal", "csv"),
         )
     if fmt == "json":
 
@@ -377,24 +369,24 @@ def class_export_journal(request: HttpRequest, pk: int, fmt: str) -> HttpRespons
 
 @login_required
 @require_GET
-def class_export_summary(request: HttpRequest, pk: int) -> HttpResponse:
+def class_export_summary(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """One summary row per student session, as CSV."""
     classroom = taught_classroom(request.user, pk)
     rows = class_dashboard_rows(classroom_id=classroom.pk)
 
-    def lines() -> Iterator[str]:
-        writer = csv.writer(_Echo())
-        yield writer.writerow(SUMMARY_COLUMNS)
+    def cells() -> Iterator[list[Any]]:
         for r in rows:
             last = r.last_summary or {}
-            yield writer.writerow(
-                [
-                    r.session_id, r.student, r.username, r.scenario, r.state, r.mode,
-                    r.activity, r.calls, r.attempts, r.fast_fails, r.successes,
-                    last.get("calls", ""), last.get("succeeded", ""),
-                    last.get("fast_failed", ""), last.get("attempts_total", ""),
-                    last.get("wall_ms", ""), r.last_seq,
-                ]
-            )  # fmt: skip
+            yield [
+                r.session_id, r.student, r.username, r.scenario, r.state, r.mode,
+                r.activity, r.calls, r.attempts, r.fast_fails, r.successes,
+                last.get("calls", ""), last.get("succeeded", ""),
+                last.get("fast_failed", ""), last.get("attempts_total", ""),
+                last.get("wall_ms", ""), r.last_seq,
+            ]  # fmt: skip
 
-    return _streaming(lines(), "text/csv; charset=utf-8", _filename(classroom, "summary", "csv"))
+    return _streaming(
+        presenters.csv_lines(SUMMARY_COLUMNS, cells()),
+        "text/csv; charset=utf-8",
+        _filename(classroom, "summary", "csv"),
+    )

@@ -48,14 +48,11 @@ def _close_background_connections(django_db_setup, django_db_blocker):
     """The journal writer thread keeps its own connection; close it before the test database
     is dropped (PostgreSQL refuses to drop a database someone is connected to)."""
     yield
-    from labs.journal import get_writer
+    from labs.live.writers import get_writer
 
     writer = get_writer()
     with django_db_blocker.unblock():
-        if hasattr(writer, "stop"):
-            writer.stop()  # the writer process closes its connection as it exits
-        else:
-            writer.flush(close_connection=True)
+        writer.stop()  # closes the writer's database connection
 
 
 @pytest.fixture
@@ -65,7 +62,7 @@ def celery_worker(transactional_db):
 
     import labs.tasks  # noqa: F401 - registered before the worker starts
     from lab_project.celery import app
-    from labs.journal import get_writer
+    from labs.live.writers import get_writer
 
     # Import every task module now: WorkController iterates app.tasks while it starts, and a
     # module with a shared_task imported meanwhile by another thread would change that dict
@@ -78,8 +75,7 @@ def celery_worker(transactional_db):
         # As a real worker does when it is ready: boot the journal writer before any burst,
         # so a test's first burst is not journaled seconds late while Django boots in it.
         writer = get_writer()
-        if hasattr(writer, "start"):
-            writer.start()
+        writer.start()
         assert writer.flush(120), "the journal writer did not start"
         yield worker
         get_writer().flush()

@@ -12,8 +12,8 @@ import redis
 from django.conf import settings
 from django.db import connections, transaction
 
-from labs import runtime
-from labs.journal import get_writer
+from labs.live import runtime
+from labs.live.writers import get_writer
 from labs.models import Burst, JournalEvent, LabSession
 from labs.services import bursts, lab
 from tests.conftest import make_classroom, make_scenario, make_student, tour_script
@@ -202,7 +202,7 @@ def _writer_pids(worker_pid: int) -> list[int]:
         except OSError:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == worker_pid and b"labs.journal_process" in cmdline:
+        if ppid == worker_pid and b"labs.live.writer_process" in cmdline:
             pids.append(int(entry.name))
     return pids
 

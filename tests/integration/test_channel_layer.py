@@ -1,4 +1,4 @@
-"""The lab's channel layer (labs/channel_layer.py) against the real Redis of the settings:
+"""The lab's channel layer (labs/live/channel_layer.py) against the real Redis of the settings:
 pipelined sends arrive whole and in order, and the receive loop does not nap."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from labs import broadcast
-from labs.channel_layer import LabChannelLayer
+from labs.live import broadcast
+from labs.live.channel_layer import LabChannelLayer
 
 pytestmark = [pytest.mark.integration]
 
@@ -19,7 +19,7 @@ TIMEOUT = 5
 
 
 def test_the_settings_use_the_lab_layer():
-    assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == "labs.channel_layer.LabChannelLayer"
+    assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == "labs.live.channel_layer.LabChannelLayer"
     assert isinstance(get_channel_layer(), LabChannelLayer)
 
 

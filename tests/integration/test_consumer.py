@@ -19,7 +19,9 @@ from django.db import transaction
 from django.test import Client
 
 from lab_project.asgi import application
-from labs import broadcast, consumers, journal
+from labs import selectors
+from labs.consumers import lab as consumers
+from labs.live import broadcast, journal
 from labs.models import Burst, JournalEvent, LabSession
 from labs.services import bursts, lab
 from tests.conftest import make_classroom, make_instructor, make_scenario, make_student
@@ -322,14 +324,14 @@ def test_a_push_repeating_rows_is_dropped_and_a_gap_is_read_from_the_database(wo
         assert (await comm.connect(TIMEOUT))[0]
         assert (await receive(comm))["type"] == "state"
         # an old push arriving late: nothing is sent again
-        old = await database_sync_to_async(consumers.rows_after)(session.pk, 0, 10)
+        old = await database_sync_to_async(selectors.rows_after)(session.pk, 0, 10)
         await layer.group_send(
             group, {"type": "journal.events", "session": session.pk, "events": old}
         )
         assert await comm.receive_nothing(0.5)
         # rows 3 and 4 were written but their push was lost; row 5's push arrives
         await database_sync_to_async(add_rows)(session, 3, push=False)
-        newest = await database_sync_to_async(consumers.rows_after)(session.pk, 4, 10)
+        newest = await database_sync_to_async(selectors.rows_after)(session.pk, 4, 10)
         await layer.group_send(
             group, {"type": "journal.events", "session": session.pk, "events": newest}
         )
@@ -434,7 +436,7 @@ def test_malformed_messages_are_logged_and_ignored_and_nobody_is_disconnected(
         for comm in (sender, bystander):
             await comm.disconnect()
 
-    with caplog.at_level("WARNING", logger="labs.consumers"):
+    with caplog.at_level("WARNING", logger="labs.consumers.lab"):
         run(scenario)
     ignored = [r for r in caplog.records if "ignored a malformed websocket message" in r.message]
     assert len(ignored) == 10
@@ -452,7 +454,7 @@ def test_a_malformed_after_in_the_url_replays_from_the_start(world, caplog, monk
         assert [e["seq"] for e in (await receive(comm))["events"]] == [1, 2]
         await comm.disconnect()
 
-    with caplog.at_level("WARNING", logger="labs.consumers"):
+    with caplog.at_level("WARNING", logger="labs.consumers.lab"):
         run(scenario)
     assert any("malformed after" in r.message for r in caplog.records)
 

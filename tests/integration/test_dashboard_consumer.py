@@ -14,8 +14,8 @@ from django.db import transaction
 from django.test import Client
 
 from lab_project.asgi import application
-from labs.broadcast import class_group
-from labs.dashboard_consumer import REFRESH_INTERVAL_S, SETTLE_S
+from labs.consumers.dashboard import REFRESH_INTERVAL_S, SETTLE_S
+from labs.live.broadcast import class_group
 from labs.models import Burst
 from labs.services import bursts, lab
 from labs.services import classroom as class_services
@@ -30,7 +30,7 @@ TIMEOUT = 5
 @pytest.fixture(autouse=True)
 def _real_channel_layer():
     backend = settings.CHANNEL_LAYERS["default"]["BACKEND"]
-    assert backend == "labs.channel_layer.LabChannelLayer", backend
+    assert backend == "labs.live.channel_layer.LabChannelLayer", backend
 
 
 @pytest.fixture
@@ -199,7 +199,7 @@ def test_a_snapshot_follows_once_updates_stop_so_a_lost_update_heals(
 ):
     """The channel layer may drop an update (a full channel): totals are deltas, so the
     consumer re-sends the truth once the stream goes quiet."""
-    from labs import journal
+    from labs.live import journal
 
     alice = sessions[0]
     # Rows committed whose update never reaches the dashboard (as if it had been dropped).

@@ -9,7 +9,8 @@ import threading
 import pytest
 from django.db import connection
 
-from labs import journal
+from labs.live import journal
+from labs.live import writer as writer_module
 from labs.models import JournalEvent
 from labs.services import lab
 from tests.conftest import make_classroom, make_scenario, make_student, tour_script
@@ -43,8 +44,8 @@ def test_a_writer_behind_another_sqlite_writer_polls_for_the_lock_without_an_err
     )
     holder.execute("BEGIN IMMEDIATE")
     release = threading.Timer(0.5, lambda: holder.execute("COMMIT"))
-    writer = journal.JournalWriter(after_write=after_write)
-    caplog.set_level(logging.WARNING, logger="labs.journal")
+    writer = writer_module.JournalWriter(after_write=after_write)
+    caplog.set_level(logging.WARNING, logger="labs.live.writer")
     try:
         release.start()
         writer.submit(
@@ -61,5 +62,5 @@ def test_a_writer_behind_another_sqlite_writer_polls_for_the_lock_without_an_err
         holder.close()
         writer.flush(close_connection=True)
     assert JournalEvent.objects.filter(session=session, kind="policy_set").count() == 1
-    assert seen_timeouts == [journal.SQLITE_BUSY_TIMEOUT_MS]
+    assert seen_timeouts == [writer_module.SQLITE_BUSY_TIMEOUT_MS]
     assert not [r for r in caplog.records if "not written yet" in r.getMessage()]

@@ -12,8 +12,8 @@ from django.contrib.auth import get_user_model
 
 from labs.engine import run_scenario
 from labs.models import JournalEvent
-from labs.scenario_runner import WorkerExecutor
 from labs.services import lab
+from labs.services.scenario_runner import WorkerExecutor
 from tests.conftest import make_classroom, make_scenario, make_student, tour_script
 from tests.integration.conftest import ROOT, subprocess_env
 

@@ -11,7 +11,7 @@ import pytest
 from django.http import StreamingHttpResponse
 from django.urls import reverse
 
-from labs import journal
+from labs.live import journal
 from labs.models import Burst, ClassFault, JournalEvent, LabSession
 from labs.selectors import class_dashboard_rows
 from labs.services import lab

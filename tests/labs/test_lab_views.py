@@ -15,8 +15,8 @@ import json
 import pytest
 from django.urls import reverse
 
-from labs import journal, runtime
 from labs.engine import LIMITS
+from labs.live import journal, runtime
 from labs.models import Burst, JournalEvent, LabSession
 from labs.services import lab
 from tests.conftest import make_instructor, make_scenario, make_student, tour_script
@@ -520,7 +520,7 @@ def test_csv_export_neutralises_spreadsheet_formulas(owner_client, session):
 
 
 def test_limits_drive_the_form_ranges():
-    from labs.forms_lab import PolicyForm
+    from labs.forms.lab import PolicyForm
 
     form = PolicyForm()
     widget = form.fields["breaker_cooldown_ms"].widget
@@ -529,8 +529,8 @@ def test_limits_drive_the_form_ranges():
 
 
 def test_a_pushed_row_is_byte_for_byte_the_row_on_the_page(owner_client, session):
-    from labs.consumers import render_row
-    from labs.journal import event_payload
+    from labs.live.journal import event_payload
+    from labs.presenters import journal_row as render_row
 
     add_rows(session, 3)
     owner_client.post(url("session_dependency", session), {"mode": "down"}, **HTMX)

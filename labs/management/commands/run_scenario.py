@@ -17,11 +17,11 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from labs import runtime
 from labs.engine import parse_scenario, run_scenario, validate_scenario
+from labs.live import runtime
 from labs.models import Classroom, Membership, Scenario
-from labs.scenario_runner import NoWorker, WorkerExecutor
 from labs.services.lab import session_open
+from labs.services.scenario_runner import NoWorker, WorkerExecutor
 
 
 class Command(BaseCommand):

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 from django.conf import settings
@@ -30,10 +30,8 @@ from labs.engine import (
     parse_dependency,
     parse_policy,
 )
+from labs.live.journal import Written
 from labs.models import LabSession
-
-if TYPE_CHECKING:
-    from labs.journal import Written
 
 _client: redis.Redis | None = None
 _client_lock = threading.Lock()
@@ -223,8 +221,8 @@ def store_snapshots_after_write(written: Sequence[Written]) -> None:
 # *settings* are the session's; a change (a student's click, an instructor's class-wide fault
 # or its expiry) is published to ``fl:s<id>:dependency_config`` after the commit. A running
 # burst reads that key once per finished call (from its journal sink, which sees every
-# call_result) and swaps its FakeDependency when it changed: a change never lands in the middle
-# of an attempt, and costs one GET per call, not per attempt.
+# call_result, at most every ``DependencyWatch.interval``) and swaps its FakeDependency when it
+# changed: a change never lands in the middle of an attempt.
 
 
 def dependency_config_key(session_id: int) -> str:
@@ -246,7 +244,6 @@ class DependencyWatch:
         self._current = json.dumps(session.dependency, sort_keys=True).encode()
         self._lock = threading.Lock()
         self._checked = 0.0
-        self.swaps = 0
 
     #: Look at most this often (seconds): a burst of short calls should not pay a Redis
     #: round trip per call to learn that nothing changed. A change still lands between calls.
@@ -271,5 +268,4 @@ class DependencyWatch:
             self._engine.client.dependency = dependency
             self._engine.dependency = dependency
             self._current = raw
-            self.swaps += 1
             return True

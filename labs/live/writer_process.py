@@ -12,8 +12,8 @@ killed; the writer process reads to the end of the pipe, writes everything and e
 are never written twice: sequence numbers are only assigned in the writer's committing
 transaction.
 
-Interface: :class:`JournalPipe` has ``submit(entry)`` and ``flush()`` like
-:class:`labs.journal.JournalWriter`, so the burst runner does not care which one it has.
+Interface: :class:`JournalPipe` implements :class:`labs.live.journal.JournalSink`, as the
+thread writer :class:`labs.live.writer.JournalWriter` does.
 """
 
 from __future__ import annotations
@@ -65,8 +65,9 @@ def _child_main() -> None:
     settings.DATABASES["default"].update(database)
     connections["default"].settings_dict.update(database)
 
-    from labs.journal import Entry, JournalWriter
-    from labs.runtime import store_snapshots_after_write
+    from labs.live.journal import Entry
+    from labs.live.runtime import store_snapshots_after_write
+    from labs.live.writer import JournalWriter
 
     writer = JournalWriter(after_write=store_snapshots_after_write)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
@@ -114,12 +115,12 @@ class JournalPipe:
         env["LAB_JOURNAL_DATABASE"] = json.dumps(database)
         env.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
         process = subprocess.Popen(
-            [sys.executable, "-m", "labs.journal_process"],
+            [sys.executable, "-m", "labs.live.writer_process"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             bufsize=0,
             env=env,
-            cwd=Path(__file__).resolve().parents[1],
+            cwd=Path(__file__).resolve().parents[2],
         )
         self._process = process
         threading.Thread(target=self._read_acks, args=(process,), daemon=True).start()

@@ -1,4 +1,4 @@
-"""Websocket consumers: the live lab page of one session.
+"""The live lab page's websocket: one session's journal, badge and summary, as they happen.
 
 ``LabSessionConsumer`` (``ws/sessions/<id>/?after=<seq>``):
 
@@ -17,7 +17,7 @@
    every row exactly once, in order, with no gap that outlives a second.
 3. Messages to the browser are JSON: ``{"type": "events", "events": [...]}`` where each
    event is the journal payload plus ``html`` (the row, rendered with the page's own
-   ``journal-row`` partial) and ``fragments`` (``{"id", "html"}`` to swap by DOM id: the
+   ``journal-row``, :func:`labs.presenters.journal_row`) and ``fragments`` (``{"id", "html"}`` to swap by DOM id: the
    breaker badge after a state change or a burst's end, re-read from Redis so it carries
    ``open_until_ms`` and the current failure streak;
    the burst summary when a burst is queued, starts or ends). ``{"type": "state"}`` on
@@ -26,10 +26,9 @@
    ``{"type": "resync", "after": N}``. Anything else is logged and ignored: it never closes
    this socket, let alone anyone else's.
 
-The ORM is only reached through ``database_sync_to_async`` (``read`` below) and Redis through
-``read_redis``: plain reads, so they run in thread pools (``thread_sensitive=False``) instead of
-queueing behind every other consumer's on the one shared sync thread, and Redis reads in a
-pool of their own, never behind a query waiting for a database connection. Rendering a row
+The ORM is only reached through :func:`labs.consumers.base.read` and Redis through
+:func:`~labs.consumers.base.read_redis` (thread pools of their own, never the one shared sync
+thread; Redis reads never behind a query waiting for a database connection). Rendering a row
 needs neither and happens on the event loop; a burst's summary panel is built from the events themselves when
 the consumer saw the burst queued, and the badge from Redis with the session's policy, which
 the consumer reads when it connects and again only after an event that can change it: live
@@ -43,25 +42,19 @@ import asyncio
 import json
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import parse_qs
 
-from asgiref.sync import sync_to_async
-from channels.consumer import get_handler_name
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.template.loader import get_template
 
-from labs import broadcast
-from labs.journal import BURST_END_KINDS, event_payload
-from labs.models import Burst, JournalEvent, LabSession
-from labs.templatetags.lab_tags import journal_row
-from labs.views.lab import badge_for, summary_from_end_event
+from labs import presenters, selectors
+from labs.consumers.base import CLOSE_FORBIDDEN, DirectDispatch, clip, read, read_redis
+from labs.live import broadcast
+from labs.live.journal import BURST_END_KINDS
+from labs.presenters import SUMMARY_KINDS, render_badge
 
 logger = logging.getLogger(__name__)
 
-CLOSE_FORBIDDEN = 4403
 #: Rows per replay message.
 REPLAY_CHUNK = 200
 #: A client further behind than this reloads the page instead (it shows the newest rows).
@@ -69,132 +62,8 @@ MAX_REPLAY = 5000
 #: Quiet time after a push before checking the journal for rows whose push was dropped.
 SETTLE_SECONDS = 1.0
 
-SUMMARY_KINDS = ("burst_queued", "burst_start", *BURST_END_KINDS)
 #: Events after which the session's policy (the breaker's settings) may have changed.
 POLICY_KINDS = ("policy_set", "session_reset", "scenario_assigned")
-TEMPLATE = "labs/session.html"
-
-
-def _template(partial: str):
-    # The cached loader keeps parsed templates, so this is a dictionary lookup after the first.
-    return get_template(f"{TEMPLATE}#{partial}")
-
-
-def render_row(payload: dict[str, Any]) -> str:
-    """One journal row, exactly as the page renders it: the page's ``journal-row`` partial is
-    ``{% journal_row e %}``, and this calls the same function without the template machinery
-    (a row per event per watching page adds up; see lab_tags.journal_row)."""
-    return str(journal_row(payload))
-
-
-def render_badge(view: dict[str, Any]) -> str:
-    return _template("breaker-badge").render({"breaker": view}).strip()
-
-
-def render_summary(summary: dict[str, Any] | None) -> str:
-    return _template("burst-summary").render({"summary": summary}).strip()
-
-
-# --- sync helpers (run through ``read``) -------------------------------------------------------
-
-
-def read(function):
-    """``function`` as a coroutine run in the thread pool (read-only ORM work)."""
-    return database_sync_to_async(function, thread_sensitive=False)
-
-
-#: Threads for Redis-only reads (the badge), apart from the ORM's: a badge must not queue
-#: behind queries waiting for a database connection.
-_REDIS_READS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="lab-redis-read")
-
-
-def read_redis(function):
-    """``function`` (Redis only, no ORM) as a coroutine run in its own small thread pool."""
-    return sync_to_async(function, thread_sensitive=False, executor=_REDIS_READS)
-
-
-def visible_session_id(user, session_id: int) -> tuple[int, int, dict[str, Any]] | None:
-    """(session id, last seq, policy) if ``user`` may see the session, else None."""
-    if user is None or not getattr(user, "is_authenticated", False):
-        return None
-    row = (
-        LabSession.objects.visible_to(user)
-        .filter(pk=session_id)
-        .values_list("pk", "next_seq", "policy")
-        .first()
-    )
-    return (row[0], row[1] - 1, row[2]) if row else None
-
-
-def rows_after(session_id: int, after: int, limit: int) -> list[dict[str, Any]]:
-    rows = JournalEvent.objects.filter(session_id=session_id).after(after)[:limit]
-    return [event_payload(row) for row in rows]
-
-
-def newest_seq(session_id: int) -> int:
-    row = LabSession.objects.filter(pk=session_id).values_list("next_seq", flat=True).first()
-    return (row or 1) - 1
-
-
-def count_after(session_id: int, after: int) -> int:
-    return JournalEvent.objects.filter(session_id=session_id, seq__gt=after).count()
-
-
-def session_policy(session_id: int) -> dict[str, Any] | None:
-    """The session's policy, or None if the session is gone."""
-    return LabSession.objects.filter(pk=session_id).values_list("policy", flat=True).first()
-
-
-def summaries_for(burst_ids: list[int]) -> dict[int, dict[str, Any]]:
-    """Burst facts the summary panel needs, by burst id."""
-    return {
-        b["pk"]: {
-            "id": b["pk"],
-            "number": b["number"],
-            "size": b["size"],
-            "concurrency": b["concurrency"],
-            "status": b["status"],
-            "error": b["error"],
-        }
-        for b in Burst.objects.filter(pk__in=burst_ids).values(
-            "pk", "number", "size", "concurrency", "status", "error"
-        )
-    }
-
-
-def summary_fragment(event: dict[str, Any], burst: dict[str, Any]) -> str:
-    """The summary panel as of ``event`` (not as of now: a replay must add up)."""
-    kind = event["kind"]
-    zero = {
-        "calls": 0, "succeeded": 0, "failed": 0, "fast_failed": 0, "attempts_total": 0,
-        "backoff_ms_total": 0, "wall_ms": None,
-    }  # fmt: skip
-    if kind == "burst_end":
-        return render_summary(summary_from_end_event(burst, event))
-    if kind in ("burst_queued", "burst_start"):
-        status = "queued" if kind == "burst_queued" else "running"
-        return render_summary(burst | zero | {"status": status, "error": ""})
-    # interrupted / failed: keep the counts the page has, say how it ended
-    return ""
-
-
-class DirectDispatch:
-    """Consumer mixin: dispatch each message straight to its handler.
-
-    Since Channels 4.2, ``AsyncConsumer.dispatch`` runs ``close_old_connections`` through
-    ``sync_to_async`` before every handler, that is, a hop to the process's one
-    thread-sensitive sync thread and back for every push and every frame a browser sends.
-    With a hundred pages that was a queue of thousands of hops a second, shared with the sync
-    views (the Run burst POSTs) that need that thread too. These consumers never use the ORM
-    on the event loop: every query goes through ``database_sync_to_async``, which closes old
-    connections around the call itself, so the per-message hop bought nothing.
-    """
-
-    async def dispatch(self, message: dict[str, Any]) -> None:
-        handler = getattr(self, get_handler_name(message), None)
-        if handler is None:
-            raise ValueError(f"No handler for message type {message['type']}")
-        await handler(message)
 
 
 class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
@@ -215,7 +84,7 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
             session_id = int(self.scope["url_route"]["kwargs"]["session_id"])
         except (KeyError, TypeError, ValueError):
             session_id = 0
-        found = await read(visible_session_id)(user, session_id)
+        found = await read(selectors.socket_session)(user, session_id)
         if found is None:
             await self.accept()
             await self.close(code=CLOSE_FORBIDDEN)
@@ -264,7 +133,7 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
                     self.last_seq = min(self.last_seq, after)
                     await self._catch_up()
             else:
-                raise ValueError(f"unknown message {_clip(text_data or bytes_data)}")
+                raise ValueError(f"unknown message {clip(text_data or bytes_data)}")
         except Exception as exc:  # a bad message must never take the socket down
             logger.warning(
                 "lab session %s: ignored a malformed websocket message from user %s: %s",
@@ -276,7 +145,7 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
     # -- from the channel layer ------------------------------------------------------------
 
     async def journal_events(self, message: dict[str, Any]) -> None:
-        """Newly committed journal rows of this session (``labs.broadcast``)."""
+        """Newly committed journal rows of this session (``labs.live.broadcast``)."""
         if self.session_id is None:
             return
         try:
@@ -318,7 +187,7 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
         flowing while the query waits (on PostgreSQL, for a pooled connection that a burst of
         Run burst requests may hold for a moment)."""
         assert self.session_id is not None
-        newest = await read(newest_seq)(self.session_id)
+        newest = await read(selectors.newest_seq)(self.session_id)
         async with self._deliver_lock:
             if newest > self.last_seq:
                 logger.info(
@@ -343,12 +212,12 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
     async def _catch_up(self, upto: int | None = None) -> None:
         """Send every row after ``last_seq`` (up to ``upto``) from the database, in order."""
         assert self.session_id is not None
-        behind = await read(count_after)(self.session_id, self.last_seq)
+        behind = await read(selectors.count_after)(self.session_id, self.last_seq)
         if behind > MAX_REPLAY:
             await self._send({"type": "reload", "reason": f"{behind} rows behind"})
             return
         while True:
-            rows = await read(rows_after)(self.session_id, self.last_seq, REPLAY_CHUNK)
+            rows = await read(selectors.rows_after)(self.session_id, self.last_seq, REPLAY_CHUNK)
             if upto is not None:
                 rows = [r for r in rows if r["seq"] <= upto]
             if not rows:
@@ -373,10 +242,10 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
             }
         )
         if unknown:
-            self._bursts.update(await read(summaries_for)(unknown))
+            self._bursts.update(await read(selectors.burst_facts_by_id)(unknown))
         if any(e.get("kind") in POLICY_KINDS for e in events):
             # The badge below needs the breaker's settings as they are now.
-            self._policy = await read(session_policy)(self.session_id)
+            self._policy = await read(selectors.session_policy)(self.session_id)
         bursts = self._bursts
         # The badge is re-read (Redis) once per message: after the last state change, or at
         # a burst's end (its failure streak / window counts are then up to date).
@@ -390,15 +259,15 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
         )
         for i, event in enumerate(events):
             item = dict(event)
-            item["html"] = render_row(event)
+            item["html"] = str(presenters.journal_row(event))
             fragments = []
             burst = bursts.get(event.get("burst"))
             if burst and event.get("kind") in SUMMARY_KINDS:
-                html = summary_fragment(event, burst)
+                html = presenters.summary_fragment(event, burst)
                 if html:
                     fragments.append({"id": "burst-summary", "html": html})
             if i == last_state_change and self._policy is not None:
-                view = await read_redis(badge_for)(self.session_id, self._policy)
+                view = await read_redis(presenters.badge_for)(self.session_id, self._policy)
                 fragments.append({"id": "breaker-badge", "html": render_badge(view)})
             if fragments:
                 item["fragments"] = fragments
@@ -426,7 +295,7 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
 
     async def _send_state(self) -> None:
         assert self.session_id is not None
-        view = await read_redis(badge_for)(self.session_id, self._policy) if self._policy else None
+        view = await read_redis(presenters.badge_for)(self.session_id, self._policy) if self._policy else None
         fragments = [{"id": "breaker-badge", "html": render_badge(view)}] if view else []
         await self._send(
             {
@@ -440,7 +309,3 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
     async def _send(self, message: dict[str, Any]) -> None:
         await self.send(text_data=json.dumps(message, default=str))
 
-
-def _clip(value: Any, limit: int = 120) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."

@@ -15,7 +15,7 @@ Messages to the page (JSON):
 - ``{"type": "snapshot", "rows": [row, ...], "at": epoch_s}``: see ``DashboardRow.as_dict``.
 - ``{"type": "session", "session": id, "last_seq", "calls", "attempts", "fast_fails",
   "successes", optional "state", "activity", "mode", "burst_summary", "emitted"}``: one
-  ``class.session`` group message, as journal.py built it (deltas of one writer batch).
+  ``class.session`` group message, as labs.live.journal.class_summary built it (deltas of one writer batch).
 
 The page may send ``{"type": "refresh"}`` (it saw a session it has no row for) and gets a new
 snapshot, at most one per ``REFRESH_INTERVAL_S``.
@@ -35,30 +35,15 @@ import asyncio
 import time
 from typing import Any
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from labs.broadcast import class_group
-from labs.consumers import DirectDispatch
+from labs import selectors
+from labs.consumers.base import CLOSE_FORBIDDEN, DirectDispatch, read
+from labs.live.broadcast import class_group
 
-CLOSE_FORBIDDEN = 4403
 REFRESH_INTERVAL_S = 1.0
 SETTLE_S = 1.5
 RESYNC_BUSY_S = 15.0
-
-
-@database_sync_to_async
-def _teaches(user, classroom_id: int) -> bool:
-    from labs.models import Classroom
-
-    return Classroom.objects.for_instructor(user).filter(pk=classroom_id).exists()
-
-
-@database_sync_to_async
-def _snapshot(classroom_id: int) -> list[dict[str, Any]]:
-    from labs.selectors import class_dashboard_rows
-
-    return [row.as_dict() for row in class_dashboard_rows(classroom_id=classroom_id)]
 
 
 class ClassDashboardConsumer(DirectDispatch, AsyncJsonWebsocketConsumer):
@@ -73,7 +58,8 @@ class ClassDashboardConsumer(DirectDispatch, AsyncJsonWebsocketConsumer):
         self.classroom_id = int(self.scope["url_route"]["kwargs"]["classroom_id"])
         user = self.scope.get("user")
         await self.accept()
-        if user is None or not user.is_authenticated or not await _teaches(user, self.classroom_id):
+        allowed = user is not None and user.is_authenticated
+        if not allowed or not await read(selectors.teaches)(user, self.classroom_id):
             await self.close(code=CLOSE_FORBIDDEN)
             return
         self.group = class_group(self.classroom_id)
@@ -95,7 +81,7 @@ class ClassDashboardConsumer(DirectDispatch, AsyncJsonWebsocketConsumer):
 
     async def _send_snapshot(self) -> None:
         self._last_refresh = time.monotonic()
-        rows = await _snapshot(self.classroom_id)
+        rows = await read(selectors.class_dashboard_snapshot)(self.classroom_id)
         await self.send_json({"type": "snapshot", "rows": rows, "at": time.time()})
 
     async def class_session(self, event: dict[str, Any]) -> None:

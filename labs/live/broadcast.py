@@ -44,7 +44,7 @@ def journal_pushes(
 ) -> list[Push]:
     """Build the messages for one session's newly committed journal rows.
 
-    ``payloads`` are :func:`labs.journal.event_payload` dicts in sequence order;
+    ``payloads`` are :func:`labs.live.journal.event_payload` dicts in sequence order;
     ``summary`` is the compact per-session state the class dashboard shows.
     """
     pushes: list[Push] = []
@@ -63,7 +63,7 @@ def journal_pushes(
 
 async def asend_all(pushes: Iterable[Push]) -> None:
     """Send every push on the running loop, in order: one pipelined round trip for the batch
-    (labs.channel_layer). A failed send is logged, never raised: the journal is already
+    (labs.live.channel_layer). A failed send is logged, never raised: the journal is already
     committed, and a page that missed a push reads the gap from the database (labs.consumers).
     """
     pushes = list(pushes)

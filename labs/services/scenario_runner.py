@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from labs import runtime
 from labs.engine import EVENT_KINDS, Event
+from labs.live import runtime
 from labs.models import Burst, JournalEvent, LabSession
 from labs.services import bursts, lab
 

@@ -1,0 +1,33 @@
+"""This process's journal writer: a process of its own on workers, else a thread.
+
+The choice is ``LAB_JOURNAL_WRITER`` ("process", the default, or "thread"); both
+implement :class:`labs.live.journal.JournalSink`, so a burst does not care which it has.
+:mod:`labs.live.writer_process` says why workers write from another process.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from django.conf import settings
+
+from labs.live.journal import JournalSink
+from labs.live.runtime import store_snapshots_after_write
+from labs.live.writer import JournalWriter
+from labs.live.writer_process import JournalPipe
+
+_writer: JournalSink | None = None
+_writer_lock = threading.Lock()
+
+
+def get_writer() -> JournalSink:
+    """This process's writer, created on first use."""
+    global _writer
+    if _writer is None:
+        with _writer_lock:
+            if _writer is None:
+                if settings.LAB_JOURNAL_WRITER == "process":
+                    _writer = JournalPipe()
+                else:
+                    _writer = JournalWriter(after_write=store_snapshots_after_write)
+    return _writer

@@ -1,0 +1,370 @@
+"""What the pages, the websocket pushes and the exports show: one function per fact.
+
+Views, consumers, exports and template tags all call these, so a journal row, the breaker
+badge, the burst summary panel or a CSV cell looks the same wherever it appears. Nothing here
+writes; the badge reads Redis (through :mod:`labs.live.runtime`), everything else formats the
+data it is given.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime
+from html import escape as _escape
+from typing import Any
+
+from django.template.loader import get_template
+from django.utils import timezone
+from django.utils.safestring import SafeString, mark_safe
+
+from labs.engine.events import is_fast_fail
+from labs.live import runtime
+from labs.live.journal import BURST_END_KINDS
+
+SESSION_TEMPLATE = "labs/session.html"
+
+
+# --- people ----------------------------------------------------------------------------------
+
+
+def actor_name(user) -> str:
+    """Who did something, as a journal message says it (``the lab`` for no one)."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return "the lab"
+    return user.get_username()
+
+
+# --- journal rows ----------------------------------------------------------------------------
+
+KIND_LABELS = {
+    "burst_queued": "burst queued",
+    "burst_start": "burst start",
+    "attempt": "attempt",
+    "sleep": "backoff",
+    "call_result": "call",
+    "rejected": "fast-fail",
+    "budget_exhausted": "budget",
+    "deadline_exceeded": "deadline",
+    "transition": "breaker",
+    "burst_end": "burst end",
+    "burst_interrupted": "interrupted",
+    "burst_failed": "burst failed",
+    "state_restored": "restored",
+    "dependency_set": "dependency",
+    "fault_injected": "fault",
+    "fault_restored": "fault ended",
+    "policy_set": "policy",
+    "breaker_forced": "breaker",
+    "session_reset": "reset",
+    "scenario_assigned": "scenario",
+}
+
+
+def kind_label(kind: str | None) -> str:
+    return KIND_LABELS.get(kind or "", (kind or "").replace("_", " "))
+
+
+def event_datetime(event: dict[str, Any]) -> datetime | None:
+    """When a journal event happened: its engine time (wall ms for live bursts) if it has
+    one, else the time its row was written."""
+    t_ms = event.get("t_ms") or 0
+    if t_ms > 1e11:  # a wall-clock epoch in ms, not a virtual clock's offset
+        return datetime.fromtimestamp(t_ms / 1000, tz=UTC)
+    at = event.get("at")
+    if isinstance(at, datetime):
+        return at
+    if isinstance(at, str) and at:
+        try:
+            return datetime.fromisoformat(at)
+        except ValueError:
+            return None
+    return None
+
+
+def clock_text(moment: datetime | None) -> str:
+    """``14:03:07.215`` in the site's time zone ("" for no time)."""
+    if moment is None:
+        return ""
+    local = timezone.localtime(moment)
+    return local.strftime("%H:%M:%S.") + f"{local.microsecond // 1000:03d}"
+
+
+def row_tone(event: dict[str, Any]) -> str:
+    """A CSS modifier for a journal row: ok, bad, fast, wait, state or note."""
+    kind = event.get("kind")
+    outcome = event.get("outcome") or ""
+    if kind == "attempt":
+        return "ok" if outcome == "ok" else "bad"
+    if kind == "call_result":
+        if outcome == "success":
+            return "ok"
+        return "fast" if is_fast_fail(outcome) else "bad"
+    if kind in ("rejected", "budget_exhausted", "deadline_exceeded"):
+        return "fast"
+    if kind == "sleep":
+        return "wait"
+    if kind in ("transition", "breaker_forced", "session_reset", "state_restored"):
+        return "state"
+    if kind in ("burst_interrupted", "burst_failed"):
+        return "bad"
+    return "note"
+
+
+ROW_HTML = (
+    '<li id="ev-{}" class="journal-row tone-{}" data-seq="{}" data-kind="{}">'
+    '<span class="j-seq">#{}</span> <time class="j-time" datetime="{}">{}</time> '
+    '<span class="j-kind">{}</span> <span class="j-msg">{}</span></li>'
+)
+
+
+def journal_row(event: dict[str, Any]) -> SafeString:
+    """One journal row, as the page renders it and the websocket pushes it.
+
+    A format string rather than a template: the consumer renders one per event pushed, for
+    every page watching, and this is about ten times cheaper than a template render
+    (benchmarks/push_bench.py). Every value is escaped with ``html.escape`` (what Django's
+    ``escape`` does, minus its lazy-string wrapper).
+    """
+    seq = _escape(str(event.get("seq")))
+    kind = event.get("kind") or ""
+    moment = event_datetime(event)
+    return mark_safe(  # noqa: S308 - every part escaped just here
+        ROW_HTML.format(
+            seq, row_tone(event), seq, _escape(kind), seq,
+            moment.isoformat() if moment else "", clock_text(moment),
+            _escape(kind_label(kind)), _escape(str(event.get("message") or "")),
+        )
+    )  # fmt: skip
+
+
+# --- scenario steps --------------------------------------------------------------------------
+
+
+def step_sentence(step: dict[str, Any]) -> str:
+    """A scenario step as an instruction (``Run a burst of 6 calls``)."""
+    if not isinstance(step, dict):
+        return str(step)
+    if "burst" in step:
+        size = step.get("burst")
+        concurrency = step.get("concurrency", 1)
+        callers = f" with {concurrency} concurrent callers" if concurrency not in (1, None) else ""
+        return f"Run a burst of {size} call{'s' if size != 1 else ''}{callers}."
+    if "wait_ms" in step:
+        ms = step.get("wait_ms") or 0
+        return f"Wait {ms / 1000:g} s (let the breaker's cooldown run out)."
+    if "set_dependency" in step:
+        changes = step.get("set_dependency") or {}
+        mode = changes.get("mode")
+        rest = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in changes.items() if k != "mode")
+        what = (
+            f"Set the dependency to {str(mode).replace('_', ' ')}"
+            if mode
+            else "Change the dependency"
+        )
+        return f"{what}{' (' + rest + ')' if rest else ''}."
+    if "set_policy" in step:
+        changes = step.get("set_policy") or {}
+        parts = []
+        for key, value in changes.items():
+            if isinstance(value, dict):
+                parts += [f"{key} {k.replace('_', ' ')} {v}" for k, v in value.items()]
+            else:
+                parts.append(f"{key.replace('_', ' ')} {'off' if value is None else value}")
+        return f"Change the policy: {', '.join(parts)}."
+    return ", ".join(f"{k} {v}" for k, v in step.items())
+
+
+def scenario_steps(scenario) -> list[dict[str, Any]]:
+    """The scenario's steps with what the page needs to offer a "Do it" button (the form
+    values a step sets, as the forms post them)."""
+    script = scenario.script if isinstance(scenario.script, dict) else {}
+    steps = []
+    for index, step in enumerate(script.get("steps") or [], start=1):
+        if not isinstance(step, dict):
+            continue
+        item: dict[str, Any] = {"index": index, "text": step_sentence(step), "action": None}
+        if "burst" in step:
+            item["action"] = "burst"
+            item["vals"] = json.dumps(
+                {"size": step.get("burst"), "concurrency": step.get("concurrency", 1)}
+            )
+        elif "set_dependency" in step and isinstance(step["set_dependency"], dict):
+            item["action"] = "dependency"
+            item["vals"] = json.dumps(_form_values_of_dependency(step["set_dependency"]))
+        elif "set_policy" in step and isinstance(step["set_policy"], dict):
+            item["action"] = "policy"
+            item["vals"] = json.dumps(_form_values_of_policy(step["set_policy"]))
+        elif "wait_ms" in step:
+            item["action"] = "wait"
+            item["wait_ms"] = step.get("wait_ms") or 0
+        steps.append(item)
+    return steps
+
+
+def _form_values_of_dependency(changes: dict[str, Any]) -> dict[str, str]:
+    values = {}
+    for key, value in changes.items():
+        if key == "outcomes" and isinstance(value, list):
+            values[key] = ", ".join(str(v) for v in value)
+        else:
+            values[key] = "" if value is None else str(value)
+    return values
+
+
+def _form_values_of_policy(changes: dict[str, Any]) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for key, value in changes.items():
+        if key == "breaker" and isinstance(value, dict):
+            values |= {f"breaker_{k}": "" if v is None else str(v) for k, v in value.items()}
+        elif key == "retry_budget":
+            if value is None:
+                values["budget"] = "off"
+            elif isinstance(value, dict):
+                values["budget"] = "on"
+                values |= {f"budget_{k}": str(v) for k, v in value.items()}
+        else:
+            values[key] = "" if value is None else str(value)
+    return values
+
+
+# --- the timeline ----------------------------------------------------------------------------
+
+
+def chart_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """The part of an event the timeline needs (no message, no actor)."""
+    keep = (
+        "seq", "kind", "burst", "t_ms", "at", "call", "attempt", "outcome", "error",
+        "latency_ms", "backoff_ms", "state_from", "state_to",
+    )  # fmt: skip
+    data = payload.get("data") or {}
+    small = {k: payload.get(k) for k in keep}
+    small["data"] = {
+        k: data[k] for k in ("probe", "size", "first_call", "start_ms", "end_ms") if k in data
+    }
+    return small
+
+
+# --- the breaker badge -----------------------------------------------------------------------
+
+
+def badge_for(session_id: int, policy: dict[str, Any]) -> dict[str, Any]:
+    """The breaker badge's data: the breaker read from Redis (the live truth) at now, plus the
+    server's clock, so the page counts the cooldown down against its own clock
+    (``server_now_ms`` corrects for skew)."""
+    view = runtime.breaker_view_of(session_id, policy)
+    view["server_now_ms"] = round(time.time() * 1000)
+    view["threshold"] = (view.get("config") or {}).get("failure_threshold")
+    return view
+
+
+def render_badge(view: dict[str, Any]) -> str:
+    return _partial("breaker-badge").render({"breaker": view}).strip()
+
+
+# --- the burst summary panel -----------------------------------------------------------------
+
+#: The counts the summary panel shows; a finished burst's summary (``Burst.summary``, the
+#: ``burst_end`` row's data) has them all, a running one's are counted from its rows.
+SUMMARY_COUNTS = (
+    "calls", "succeeded", "failed", "fast_failed", "attempts_total", "backoff_ms_total",
+)  # fmt: skip
+BURST_FACTS = ("id", "number", "size", "concurrency", "status", "error")
+
+
+def burst_facts(burst: Any) -> dict[str, Any]:
+    """The panel's heading facts from a ``Burst`` (or a dict with the same names)."""
+    get = burst.get if isinstance(burst, dict) else lambda name: getattr(burst, name)
+    facts = {name: get("pk" if name == "id" and not isinstance(burst, dict) else name)
+             for name in BURST_FACTS}  # fmt: skip
+    facts["status"] = str(facts["status"])
+    return facts
+
+
+def summary_panel(
+    facts: dict[str, Any], counts: dict[str, Any] | None = None, **changes: Any
+) -> dict[str, Any]:
+    """The summary panel's data: the burst's ``facts``, its ``counts`` (zeros when missing),
+    ``wall_ms`` (None until it ends) and any ``changes`` (``status="done"``)."""
+    counts = counts or {}
+    panel = dict(facts)
+    panel.update({name: counts.get(name, 0) for name in SUMMARY_COUNTS})
+    panel["wall_ms"] = counts.get("wall_ms")
+    panel.update(changes)
+    return panel
+
+
+def counts_from_events(payloads: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """A running burst's counts so far, from its journal rows (oldest first)."""
+    counts: dict[str, Any] = dict.fromkeys(SUMMARY_COUNTS, 0)
+    counts["backoff_ms_total"] = 0.0
+    for p in payloads:
+        if p["kind"] == "attempt":
+            counts["attempts_total"] += 1
+        elif p["kind"] == "sleep":
+            counts["backoff_ms_total"] += p.get("backoff_ms") or 0
+        elif p["kind"] == "call_result":
+            counts["calls"] += 1
+            outcome = p.get("outcome") or ""
+            if outcome == "success":
+                counts["succeeded"] += 1
+            elif is_fast_fail(outcome):
+                counts["fast_failed"] += 1
+            else:
+                counts["failed"] += 1
+    return counts
+
+
+def render_summary(summary: dict[str, Any] | None) -> str:
+    return _partial("burst-summary").render({"summary": summary}).strip()
+
+
+#: Journal kinds after which the summary panel changes.
+SUMMARY_KINDS = ("burst_queued", "burst_start", *BURST_END_KINDS)
+
+
+def summary_fragment(event: dict[str, Any], facts: dict[str, Any]) -> str:
+    """The summary panel as of ``event`` (not as of now: a replay must add up); "" when the
+    event leaves the panel as it is (an interrupted or failed burst keeps its counts)."""
+    kind = event["kind"]
+    if kind == "burst_end":
+        return render_summary(summary_panel(facts, event.get("data") or {}, status="done"))
+    if kind in ("burst_queued", "burst_start"):
+        status = "queued" if kind == "burst_queued" else "running"
+        return render_summary(summary_panel(facts, status=status, error=""))
+    return ""
+
+
+def _partial(name: str):
+    # The cached loader keeps parsed templates, so this is a dictionary lookup after the first.
+    return get_template(f"{SESSION_TEMPLATE}#{name}")
+
+
+# --- CSV exports -----------------------------------------------------------------------------
+
+
+def csv_safe(value: Any) -> Any:
+    """A cell a spreadsheet will not run: text starting with ``= + - @`` (a formula, and the
+    way CSV injection works) gets a leading apostrophe; None becomes ""."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
+class _Echo:
+    """A file-like object whose ``write`` returns the line (csv.writer into a generator)."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+def csv_lines(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Iterator[str]:
+    """CSV text line by line (for a streaming response), every cell through :func:`csv_safe`."""
+    writer = csv.writer(_Echo())
+    yield writer.writerow(header)
+    for row in rows:
+        yield writer.writerow([csv_safe(value) for value in row])
