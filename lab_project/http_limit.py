@@ -3,9 +3,8 @@
 Django runs a sync view under ASGI in a thread of the request's own. A hundred students
 pressing Run burst in the same instant meant a hundred threads running Python beside the one
 thread that forwards every live push (daphne's event loop), and the interpreter lock is shared
-in turns: the loop got its turn a hundredth of the time and pushes waited. On PostgreSQL,
-where nothing serialises those requests, push_bench's p99 at 100 sessions went from about
-0.8 s to 0.1 s with a limit of 2 (docs/live-page.md). Requests over the limit wait their turn
+in turns: the loop got its turn a hundredth of the time and pushes waited (push_bench at 100
+sessions shows it, docs/live-page.md). Requests over the limit wait their turn
 on the event loop, costing nothing while they wait; websockets are not affected.
 
 The default, 2, is about the cores a web process can use: more threads in Python than that
