@@ -14,7 +14,9 @@ is half-open.
 
 Every transition bumps a generation number. A result recorded with a permit from an older
 generation changes nothing (it describes a world that no longer exists), except that a
-probe lease it still holds is released.
+probe lease it still holds is released. A probe's result is stale too once its lease no
+longer holds its token (the lease expired, and may now belong to a replacement probe): a
+holder paused past its lease cannot undo what the replacement reports.
 """
 
 from __future__ import annotations
@@ -213,7 +215,8 @@ class Breaker:
     def record(self, permit: Permit, outcome: Outcome, *, error: str | None = None) -> Recorded:
         """Report the result of a permitted call. One store operation.
 
-        Returns whether it was counted (``applied`` is False for a stale generation) and the
+        Returns whether it was counted (``applied`` is False for a stale generation, or for a
+        probe whose lease expired before the result came) and the
         state it moved the breaker to, if any. ``error`` only enriches the transition's
         reason. Raises ValueError for an unknown outcome.
         """

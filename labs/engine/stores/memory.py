@@ -136,12 +136,17 @@ class MemoryStore:
         ):
             return quiet
         with self._lock:
-            if slot >= 0:
-                lease = self._probes.get(slot)
-                if lease is not None and lease[0] == token:
-                    del self._probes[slot]
             b = self._b
             gen = b["gen"]
+            if slot >= 0:
+                # A probe counts only while its lease still holds its token: once the lease
+                # expired (and perhaps went to a replacement probe) the result is stale.
+                lease = self._probes.get(slot)
+                if lease is None or lease[0] != token:
+                    return RecordReply(STALE, gen, 0, 0, 0)
+                del self._probes[slot]
+                if lease[1] <= now_us:
+                    return RecordReply(STALE, gen, 0, 0, 0)
             if generation != gen:
                 return RecordReply(STALE, gen, 0, 0, 0)
             applied = self._applied
