@@ -39,6 +39,7 @@ from django.db.utils import DatabaseError, InterfaceError, OperationalError
 from django.utils import timezone
 
 from labs import broadcast
+from labs.engine import is_fast_fail
 from labs.models import JournalEvent, LabSession
 
 logger = logging.getLogger(__name__)
@@ -251,7 +252,7 @@ def class_summary(payloads: Sequence[dict[str, Any]]) -> dict[str, Any]:
             summary["calls"] += 1
             if p["outcome"] == "success":
                 summary["successes"] += 1
-            elif p["outcome"].startswith("rejected_"):
+            elif is_fast_fail(p["outcome"]):
                 summary["fast_fails"] += 1
         if p["state_to"]:
             summary["state"] = p["state_to"]

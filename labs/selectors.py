@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from labs.engine import FAST_FAIL_OUTCOMES
 from labs.models import Classroom, LabSession, Membership, Scenario
 
 
@@ -107,9 +108,6 @@ def instructor_classes(*, user) -> list[Classroom]:
 
 
 # --- Class dashboard (instructor view) --------------------------------------------------------
-
-#: Call outcomes that are fast-fails (the breaker answered; the dependency was not touched).
-FAST_FAIL_OUTCOMES = ("rejected_open", "rejected_half_open")
 
 
 @dataclass

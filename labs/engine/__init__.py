@@ -47,7 +47,15 @@ from labs.engine.config import (
     default_policy,
 )
 from labs.engine.dependency import AttemptResult, FakeDependency
-from labs.engine.events import EVENT_KINDS, Event, EventList, Sink, null_sink
+from labs.engine.events import (
+    EVENT_KINDS,
+    FAST_FAIL_OUTCOMES,
+    Event,
+    EventList,
+    Sink,
+    is_fast_fail,
+    null_sink,
+)
 from labs.engine.retry import (
     RETRYABLE_ERRORS,
     Delay,
@@ -79,6 +87,7 @@ __all__ = [
     "CALL_OUTCOMES",
     "ERROR_KINDS",
     "EVENT_KINDS",
+    "FAST_FAIL_OUTCOMES",
     "JITTERS",
     "LIMITS",
     "MODES",
@@ -123,6 +132,7 @@ __all__ = [
     "counts_against_dependency",
     "default_dependency",
     "default_policy",
+    "is_fast_fail",
     "is_retryable",
     "jitter_bounds_ms",
     "jittered_backoff_ms",

@@ -12,6 +12,8 @@ from django import template
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
+from labs.engine import is_fast_fail
+
 register = template.Library()
 
 STATE_LABELS = {"closed": "CLOSED", "open": "OPEN", "half_open": "HALF-OPEN"}
@@ -147,7 +149,7 @@ def row_tone(event: dict[str, Any]) -> str:
     if kind == "call_result":
         if outcome == "success":
             return "ok"
-        return "fast" if outcome.startswith("rejected_") else "bad"
+        return "fast" if is_fast_fail(outcome) else "bad"
     if kind in ("rejected", "budget_exhausted", "deadline_exceeded"):
         return "fast"
     if kind == "sleep":

@@ -35,6 +35,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from labs import runtime
+from labs.engine import is_fast_fail
 from labs.forms_lab import (
     MODE_LABELS,
     MODE_PARAMS,
@@ -115,7 +116,7 @@ def summary_from_events(payloads: list[dict[str, Any]]) -> dict[str, Any]:
             outcome = p.get("outcome") or ""
             if outcome == "success":
                 summary["succeeded"] += 1
-            elif outcome.startswith("rejected_"):
+            elif is_fast_fail(outcome):
                 summary["fast_failed"] += 1
             else:
                 summary["failed"] += 1
