@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from labs.engine import FAST_FAIL_OUTCOMES
+from labs.engine import FAST_FAIL_OUTCOMES, state_label
 from labs.models import Classroom, LabSession, Membership, Scenario
 
 
@@ -135,7 +135,7 @@ class DashboardRow:
 
     @property
     def state_label(self) -> str:
-        return self.state.replace("_", "-")
+        return state_label(self.state).lower()  # "half-open", as the live dashboard writes it
 
     @property
     def mode_label(self) -> str:

@@ -20,12 +20,15 @@ See docs/engine.md for the semantics, defaults and the scenario format.
 """
 
 from labs.engine.breaker import (
+    STATE_LABELS,
+    STATES,
     Breaker,
     CircuitOpenError,
     Outcome,
     Permit,
     Recorded,
     Rejection,
+    state_label,
 )
 from labs.engine.client import CALL_OUTCOMES, BurstResult, CallResult, GuardedClient
 from labs.engine.clock import Clock, SystemClock, Task, VirtualClock
@@ -93,6 +96,8 @@ __all__ = [
     "MODES",
     "NESTINGS",
     "RETRYABLE_ERRORS",
+    "STATES",
+    "STATE_LABELS",
     "AttemptResult",
     "Breaker",
     "BreakerConfig",
@@ -144,6 +149,7 @@ __all__ = [
     "parse_scenario",
     "retry_delay",
     "run_scenario",
+    "state_label",
     "validate_dependency",
     "validate_policy",
     "validate_scenario",

@@ -46,20 +46,31 @@ from labs.engine.stores.base import (
 __all__ = [
     "HALF_OPEN",
     "OPEN",
+    "STATES",
     "STATE_CLOSED",
+    "STATE_LABELS",
     "Breaker",
     "CircuitOpenError",
     "Outcome",
     "Permit",
     "Recorded",
     "Rejection",
+    "state_label",
 ]
 
 STATE_CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
+#: The breaker's states: the values stores, snapshots and events carry.
+STATES = (STATE_CLOSED, OPEN, HALF_OPEN)
+#: What a person reads for each state (event sentences, pages, model choices).
+STATE_LABELS = {STATE_CLOSED: "CLOSED", OPEN: "OPEN", HALF_OPEN: "HALF-OPEN"}
 Outcome = Literal["success", "failure", "ignored"]
 _OUTCOME_CODE = {"success": "s", "failure": "f", "ignored": "i"}
-_LABEL = {"closed": "CLOSED", "open": "OPEN", "half_open": "HALF-OPEN"}
 T = TypeVar("T")
+
+
+def state_label(state: str | None) -> str:
+    """The human label of a state: ``half_open`` -> ``HALF-OPEN`` (unknown: upper-cased)."""
+    return STATE_LABELS.get(state or "", (state or "").upper())
 
 
 class Recorded(NamedTuple):
@@ -386,7 +397,7 @@ class Breaker:
             Event(
                 kind="transition",
                 at_ms=now * 1000,
-                explain=f"breaker {_LABEL.get(before, before)} -> {_LABEL[after]}: {reason}",
+                explain=f"breaker {state_label(before)} -> {state_label(after)}: {reason}",
                 call=call,
                 burst=burst,
                 state_from=before,

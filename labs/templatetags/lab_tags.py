@@ -13,10 +13,10 @@ from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
 from labs.engine import is_fast_fail
+from labs.engine import state_label as engine_state_label
 
 register = template.Library()
 
-STATE_LABELS = {"closed": "CLOSED", "open": "OPEN", "half_open": "HALF-OPEN"}
 
 KIND_LABELS = {
     "burst_queued": "burst queued",
@@ -65,8 +65,8 @@ def render_markdown(text: str | None) -> SafeString:
 
 @register.filter
 def state_label(state: str | None) -> str:
-    """``half_open`` -> ``HALF-OPEN``."""
-    return STATE_LABELS.get(state or "", (state or "").upper())
+    """``half_open`` -> ``HALF-OPEN`` (the engine's label)."""
+    return engine_state_label(state)
 
 
 @register.filter

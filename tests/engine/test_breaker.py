@@ -291,3 +291,19 @@ def test_a_probe_recorded_after_its_lease_expired_is_stale_in_memory():
     assert breaker.record(late, "failure").applied is False
     assert breaker.state() == "half_open"
     assert breaker.allow().probe
+
+
+def test_every_state_has_a_label_and_transitions_read_with_them():
+    from labs.engine import STATE_LABELS, STATES, state_label
+
+    assert list(STATE_LABELS) == list(STATES) == ["closed", "open", "half_open"]
+    assert state_label("half_open") == "HALF-OPEN" and state_label(None) == ""
+    breaker, clock, events = make(MemoryStore(), failure_threshold=1, cooldown_ms=100)
+    fail_calls(breaker, 1)
+    clock.advance(0.1)
+    breaker.record(breaker.allow(), "success")
+    assert [e.explain.split(":")[0] for e in events.of_kind("transition")] == [
+        "breaker CLOSED -> OPEN",
+        "breaker OPEN -> HALF-OPEN",
+        "breaker HALF-OPEN -> CLOSED",
+    ]
