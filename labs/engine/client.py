@@ -1,10 +1,10 @@
 """The guarded client: retries with backoff and a circuit breaker, in either nesting.
 
-``breaker_outside`` (default, seed 000): the breaker admits a *call*; inside it the retry loop
+``breaker_outside`` (default; ``scenarios/tour.json``): the breaker admits a *call*; inside it the retry loop
 makes up to ``max_attempts`` attempts; the breaker counts the call's final result. A
 half-open probe gets exactly one attempt.
 
-``retry_outside`` (seed 003): the retry loop is outside; every *attempt* asks the breaker
+``retry_outside`` (``scenarios/retry_outside.json``): the retry loop is outside; every *attempt* asks the breaker
 first and reports to it. A rejection ends the call (an open breaker is never retried), and
 an attempt whose failure opens the breaker ends the call at once, without a useless sleep.
 In ``breaker_outside`` too, a call whose retries were admitted while the breaker was closed
