@@ -17,6 +17,8 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
+from labs.engine import STATE_LABELS
+
 JOIN_CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read off a projector
 JOIN_CODE_LENGTH = 8
 JOIN_CODE_REGEX = r"^[A-Z0-9]{8}$"
@@ -27,10 +29,10 @@ def generate_join_code() -> str:
     return "".join(secrets.choice(JOIN_CODE_ALPHABET) for _ in range(JOIN_CODE_LENGTH))
 
 
-class BreakerState(models.TextChoices):
-    CLOSED = "closed", "closed"
-    OPEN = "open", "open"
-    HALF_OPEN = "half_open", "half-open"
+# The engine owns the breaker's states and their labels: CLOSED = "closed", "CLOSED", ...
+BreakerState = models.TextChoices(
+    "BreakerState", [(value.upper(), (value, label)) for value, label in STATE_LABELS.items()]
+)
 
 
 # --- Classroom ----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 from django.shortcuts import get_object_or_404
 
 from labs import presenters
-from labs.engine.events import FAST_FAIL_OUTCOMES
+from labs.engine import FAST_FAIL_OUTCOMES, state_label
 from labs.live.journal import event_payload
 from labs.models import Burst, Classroom, JournalEvent, LabSession, Membership, Scenario
 
@@ -229,6 +229,7 @@ def instructor_classes(*, user) -> list[Classroom]:
 
 # --- Class dashboard (instructor view) --------------------------------------------------------
 
+
 @dataclass
 class DashboardRow:
     """One student session as the class dashboard shows it (the JSON form is :meth:`as_dict`)."""
@@ -254,7 +255,7 @@ class DashboardRow:
 
     @property
     def state_label(self) -> str:
-        return self.state.replace("_", "-")
+        return state_label(self.state).lower()  # "half-open", as the live dashboard writes it
 
     @property
     def mode_label(self) -> str:

@@ -16,56 +16,51 @@ No Django import anywhere in this package. Typical use::
                            rng=rng, sink=lambda event: print(event.explain))
     print(client.run_burst(6).attempts)   # [4, 1, 1, 1, 1, 1]
 
-See docs/engine.md for the semantics, defaults and the scenario format.
+This package exports what a user of the library needs: clocks, the fake dependency, the
+settings (LIMITS, config dataclasses, validation and parsing), retry arithmetic, the breaker
+and its states, the guarded client and its outcomes, events, stores and scenario runs.
+Everything else (decision codes, choice tuples, helpers) stays importable from its module.
+docs/engine.md has the semantics, defaults, the public surface and the scenario format.
 """
 
 from labs.engine.breaker import (
+    STATE_LABELS,
+    STATES,
     Breaker,
     CircuitOpenError,
-    Outcome,
     Permit,
-    Recorded,
     Rejection,
+    state_label,
 )
 from labs.engine.client import CALL_OUTCOMES, BurstResult, CallResult, GuardedClient
-from labs.engine.clock import Clock, SystemClock, Task, VirtualClock
+from labs.engine.clock import Clock, SystemClock, VirtualClock
 from labs.engine.config import (
-    BREAKER_KINDS,
-    ERROR_KINDS,
-    JITTERS,
     LIMITS,
-    MODES,
-    NESTINGS,
     BreakerConfig,
     DependencyConfig,
     Limit,
     Policy,
     RetryBudgetConfig,
     Scenario,
-    Step,
     default_dependency,
     default_policy,
 )
 from labs.engine.dependency import AttemptResult, FakeDependency
-from labs.engine.events import EVENT_KINDS, Event, EventList, Sink, null_sink
-from labs.engine.retry import (
-    RETRYABLE_ERRORS,
-    Delay,
-    RetryBudget,
-    backoff_ms,
-    counts_against_dependency,
-    is_retryable,
-    jitter_bounds_ms,
-    jittered_backoff_ms,
-    retry_delay,
+from labs.engine.events import (
+    EVENT_KINDS,
+    FAST_FAIL_OUTCOMES,
+    Event,
+    EventList,
+    Sink,
+    is_fast_fail,
 )
-from labs.engine.scenario import EngineExecutor, Executor, build_output, run_scenario
+from labs.engine.retry import RetryBudget, backoff_ms, is_retryable, jittered_backoff_ms
+from labs.engine.scenario import Executor, run_scenario
 from labs.engine.stores import MemoryStore, RedisStore, Store
 from labs.engine.validate import (
     Problem,
     ValidationError,
     merge_settings,
-    parse_breaker,
     parse_dependency,
     parse_policy,
     parse_scenario,
@@ -75,15 +70,12 @@ from labs.engine.validate import (
 )
 
 __all__ = [
-    "BREAKER_KINDS",
     "CALL_OUTCOMES",
-    "ERROR_KINDS",
     "EVENT_KINDS",
-    "JITTERS",
+    "FAST_FAIL_OUTCOMES",
     "LIMITS",
-    "MODES",
-    "NESTINGS",
-    "RETRYABLE_ERRORS",
+    "STATES",
+    "STATE_LABELS",
     "AttemptResult",
     "Breaker",
     "BreakerConfig",
@@ -91,9 +83,7 @@ __all__ = [
     "CallResult",
     "CircuitOpenError",
     "Clock",
-    "Delay",
     "DependencyConfig",
-    "EngineExecutor",
     "Event",
     "EventList",
     "Executor",
@@ -101,39 +91,31 @@ __all__ = [
     "GuardedClient",
     "Limit",
     "MemoryStore",
-    "Outcome",
     "Permit",
     "Policy",
     "Problem",
-    "Recorded",
     "RedisStore",
     "Rejection",
     "RetryBudget",
     "RetryBudgetConfig",
     "Scenario",
     "Sink",
-    "Step",
     "Store",
     "SystemClock",
-    "Task",
     "ValidationError",
     "VirtualClock",
     "backoff_ms",
-    "build_output",
-    "counts_against_dependency",
     "default_dependency",
     "default_policy",
+    "is_fast_fail",
     "is_retryable",
-    "jitter_bounds_ms",
     "jittered_backoff_ms",
     "merge_settings",
-    "null_sink",
-    "parse_breaker",
     "parse_dependency",
     "parse_policy",
     "parse_scenario",
-    "retry_delay",
     "run_scenario",
+    "state_label",
     "validate_dependency",
     "validate_policy",
     "validate_scenario",

@@ -14,7 +14,9 @@ is half-open.
 
 Every transition bumps a generation number. A result recorded with a permit from an older
 generation changes nothing (it describes a world that no longer exists), except that a
-probe lease it still holds is released.
+probe lease it still holds is released. A probe's result is stale too once its lease no
+longer holds its token (the lease expired, and may now belong to a replacement probe): a
+holder paused past its lease cannot undo what the replacement reports.
 """
 
 from __future__ import annotations
@@ -44,20 +46,31 @@ from labs.engine.stores.base import (
 __all__ = [
     "HALF_OPEN",
     "OPEN",
+    "STATES",
     "STATE_CLOSED",
+    "STATE_LABELS",
     "Breaker",
     "CircuitOpenError",
     "Outcome",
     "Permit",
     "Recorded",
     "Rejection",
+    "state_label",
 ]
 
 STATE_CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
+#: The breaker's states: the values stores, snapshots and events carry.
+STATES = (STATE_CLOSED, OPEN, HALF_OPEN)
+#: What a person reads for each state (event sentences, pages, model choices).
+STATE_LABELS = {STATE_CLOSED: "CLOSED", OPEN: "OPEN", HALF_OPEN: "HALF-OPEN"}
 Outcome = Literal["success", "failure", "ignored"]
 _OUTCOME_CODE = {"success": "s", "failure": "f", "ignored": "i"}
-_LABEL = {"closed": "CLOSED", "open": "OPEN", "half_open": "HALF-OPEN"}
 T = TypeVar("T")
+
+
+def state_label(state: str | None) -> str:
+    """The human label of a state: ``half_open`` -> ``HALF-OPEN`` (unknown: upper-cased)."""
+    return STATE_LABELS.get(state or "", (state or "").upper())
 
 
 class Recorded(NamedTuple):
@@ -167,6 +180,8 @@ class Breaker:
         if self._door is not None:
             # Hot path: a store that can tell "closed" without the time (MemoryStore) spares
             # the clock read; an unlabelled permit is immutable, so one per generation will do.
+            # Saves a clock read and a Permit allocation per admitted call: the "in-memory
+            # admitted call" row of benchmarks/engine_bench.py.
             door = self._door()
             if door is not None:
                 gen = door[1]
@@ -213,7 +228,8 @@ class Breaker:
     def record(self, permit: Permit, outcome: Outcome, *, error: str | None = None) -> Recorded:
         """Report the result of a permitted call. One store operation.
 
-        Returns whether it was counted (``applied`` is False for a stale generation) and the
+        Returns whether it was counted (``applied`` is False for a stale generation, or for a
+        probe whose lease expired before the result came) and the
         state it moved the breaker to, if any. ``error`` only enriches the transition's
         reason. Raises ValueError for an unknown outcome.
         """
@@ -228,7 +244,8 @@ class Breaker:
                 cooldown_us = round(cooldown_us * (1 + self.rng.random() * self._jitter_pct / 100))
         else:
             # A success (or ignored) of a closed-state permit under a consecutive breaker can
-            # neither move the breaker nor feed a time window: the time is not needed.
+            # neither move the breaker nor feed a time window: the time is not needed (one
+            # clock read saved per success; "in-memory admitted call" in engine_bench.py).
             now, now_us = 0.0, 0
         reply = self._record(
             self._spec, permit.generation, permit.slot, permit.token, code, now_us, cooldown_us
@@ -383,7 +400,7 @@ class Breaker:
             Event(
                 kind="transition",
                 at_ms=now * 1000,
-                explain=f"breaker {_LABEL.get(before, before)} -> {_LABEL[after]}: {reason}",
+                explain=f"breaker {state_label(before)} -> {state_label(after)}: {reason}",
                 call=call,
                 burst=burst,
                 state_from=before,

@@ -26,7 +26,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m labs.engine", description=__doc__.split("\n")[0]
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run a scenario script (DESIGN section 7 format)")
+    run = sub.add_parser("run", help="run a scenario script (JSON, see docs/engine.md)")
     run.add_argument("file", type=Path, help="scenario JSON file")
     run.add_argument("--real", action="store_true", help="real sleeps instead of virtual time")
     run.add_argument("--json", action="store_true", help="print the JSON contract")

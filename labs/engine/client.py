@@ -1,10 +1,10 @@
 """The guarded client: retries with backoff and a circuit breaker, in either nesting.
 
-``breaker_outside`` (default, seed 000): the breaker admits a *call*; inside it the retry loop
+``breaker_outside`` (default; ``scenarios/tour.json``): the breaker admits a *call*; inside it the retry loop
 makes up to ``max_attempts`` attempts; the breaker counts the call's final result. A
 half-open probe gets exactly one attempt.
 
-``retry_outside`` (seed 003): the retry loop is outside; every *attempt* asks the breaker
+``retry_outside`` (``scenarios/retry_outside.json``): the retry loop is outside; every *attempt* asks the breaker
 first and reports to it. A rejection ends the call (an open breaker is never retried), and
 an attempt whose failure opens the breaker ends the call at once, without a useless sleep.
 In ``breaker_outside`` too, a call whose retries were admitted while the breaker was closed
@@ -33,7 +33,7 @@ from labs.engine.breaker import Breaker, Outcome, Permit, Rejection
 from labs.engine.clock import Clock
 from labs.engine.config import Policy
 from labs.engine.dependency import AttemptResult, FakeDependency
-from labs.engine.events import Event, Sink, fmt_ms, null_sink
+from labs.engine.events import FAST_FAIL_OUTCOMES, Event, Sink, fmt_ms, is_fast_fail, null_sink
 from labs.engine.retry import RetryBudget, counts_against_dependency, is_retryable, retry_delay
 from labs.engine.stores.base import Store
 
@@ -42,12 +42,10 @@ __all__ = ["CALL_OUTCOMES", "BurstResult", "CallResult", "GuardedClient"]
 CALL_OUTCOMES = (
     "success",
     "failure",
-    "rejected_open",
-    "rejected_half_open",
+    *FAST_FAIL_OUTCOMES,
     "budget_exhausted",
     "deadline_exceeded",
 )
-_REJECTED = ("rejected_open", "rejected_half_open")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +97,7 @@ class BurstResult:
     @property
     def fast_failed(self) -> int:
         """Calls the breaker refused before any attempt."""
-        return sum(1 for c in self.calls if c.outcome in _REJECTED)
+        return sum(1 for c in self.calls if is_fast_fail(c.outcome))
 
     @property
     def failed(self) -> int:
@@ -538,7 +536,7 @@ class GuardedClient:
             explain = f"call {result.call}: success {tail}"
             if result.probe:
                 explain += " (half-open probe)"
-        elif result.outcome in _REJECTED:
+        elif is_fast_fail(result.outcome):
             explain = f"call {result.call}: {result.outcome.replace('_', ' ')} in 0 attempts"
         else:
             explain = (

@@ -1,6 +1,6 @@
 """Settings as data: the allowed ranges (``LIMITS``) and the typed configs built from them.
 
-The field names are DESIGN section 7's JSON names. ``to_dict()`` gives the canonical JSON
+The field names are the scenario format's JSON names. ``to_dict()`` gives the canonical JSON
 form (every field, defaults filled in) and round-trips through the ``parse_*`` functions of
 :mod:`labs.engine.validate`, which also enforce the lab's ranges. Constructing a config
 directly only checks structural sanity (known choices, non-negative numbers), so simulations
@@ -73,7 +73,7 @@ def _num(value: float | None) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
-#: DESIGN section 4 as data: field path -> Limit. The web forms, the admin and the CLI all
+#: Every setting's default and allowed range, as data: field path -> Limit. The web forms, the admin and the CLI all
 #: validate against this table (through :mod:`labs.engine.validate`).
 LIMITS: dict[str, Limit] = {
     "dependency.mode": Limit("healthy", type="choice", choices=MODES),
@@ -122,7 +122,7 @@ def _need(ok: bool, message: str) -> None:
 
 @dataclass(frozen=True)
 class DependencyConfig:
-    """The fake dependency's behaviour (DESIGN section 7, ``dependency``)."""
+    """The fake dependency's behaviour (a scenario's ``dependency``)."""
 
     mode: Mode = "healthy"
     latency_ms: float = 5
@@ -266,7 +266,7 @@ class Step:
 
 @dataclass(frozen=True)
 class Scenario:
-    """A scenario script (DESIGN section 7): start settings, then steps."""
+    """A scenario script: start settings, then steps."""
 
     name: str
     dependency: DependencyConfig

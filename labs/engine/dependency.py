@@ -1,6 +1,6 @@
 """The fake dependency: answers each attempt according to its mode, after its latency.
 
-Modes (DESIGN section 7): ``healthy``; ``flaky`` (fail the next ``fail_count`` attempts,
+Modes: ``healthy``; ``flaky`` (fail the next ``fail_count`` attempts,
 then heal); ``down``; ``slow`` (answers, but after ``latency_ms``, meant to exceed the
 client's ``attempt_timeout_ms``); ``error_rate`` (each attempt fails with probability
 ``rate``, drawn from the seeded rng); ``outage`` (down for ``down_for_ms`` from when it was

@@ -14,11 +14,13 @@ from typing import Any
 
 __all__ = [
     "EVENT_KINDS",
+    "FAST_FAIL_OUTCOMES",
     "Event",
     "EventList",
     "Sink",
     "fmt_ms",
     "fmt_seconds",
+    "is_fast_fail",
     "null_sink",
 ]
 
@@ -34,6 +36,15 @@ EVENT_KINDS = (
     "transition",
     "burst_end",
 )
+
+#: Call outcomes that are fast-fails: the breaker refused the call before any attempt, so
+#: the dependency was not touched (``rejected_<reason>`` of the breaker's Rejection).
+FAST_FAIL_OUTCOMES = ("rejected_open", "rejected_half_open")
+
+
+def is_fast_fail(outcome: str | None) -> bool:
+    """Whether a call outcome is a fast-fail (one of :data:`FAST_FAIL_OUTCOMES`)."""
+    return outcome in FAST_FAIL_OUTCOMES
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,12 +118,3 @@ def fmt_ms(ms: float) -> str:
 def fmt_seconds(ms: float) -> str:
     """Milliseconds as seconds with one decimal: ``1400`` -> ``"1.4 s"``."""
     return f"{ms / 1000:.1f} s"
-
-
-#: Call outcomes where the breaker refused the call before any attempt: a fast-fail.
-FAST_FAIL_OUTCOMES = ("rejected_open", "rejected_half_open")
-
-
-def is_fast_fail(outcome: str | None) -> bool:
-    """Whether a call outcome is a fast-fail (the dependency was not touched)."""
-    return outcome in FAST_FAIL_OUTCOMES

@@ -55,8 +55,12 @@ def is_retryable(error: str | None) -> bool:
 
 
 def counts_against_dependency(error: str | None) -> bool:
-    """Whether a failure counts toward opening the breaker (a 400 is the caller's fault)."""
-    return error in RETRYABLE_ERRORS
+    """Whether a failure counts toward opening the breaker (a 400 is the caller's fault).
+
+    The same rule as retrying, by design: an error worth another attempt is the dependency's
+    trouble, and only the dependency's trouble should open its breaker.
+    """
+    return is_retryable(error)
 
 
 def backoff_ms(failed_attempt: int, base_ms: float, cap_ms: float) -> float:

@@ -34,6 +34,7 @@ from labs.engine import (
     Policy,
     Problem,
     VirtualClock,
+    is_fast_fail,
 )
 from labs.experiments.base import (
     Chart,
@@ -197,7 +198,7 @@ def _metrics(results: list[CallResult], sick_calls: int, params: BreakerParams) 
         "sick_calls": sick_calls,
         "failed": len(failed),
         "waiting_ms": round(sum(r.end_ms - r.start_ms for r in failed), 3),
-        "rejected": sum(1 for r in results if r.outcome.startswith("rejected")),
+        "rejected": sum(1 for r in results if is_fast_fail(r.outcome)),
         "succeeded": sum(1 for r in results if r.outcome == "success"),
         "first_success_ms": round(min(recovered), 3) if recovered else -1.0,
     }

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple, Protocol
 from django.db import connection, transaction
 from django.utils import timezone
 
+from labs.engine import is_fast_fail
 from labs.live import broadcast
 from labs.models import JournalEvent, LabSession
 
@@ -225,7 +226,7 @@ def class_summary(payloads: Sequence[dict[str, Any]]) -> dict[str, Any]:
             summary["calls"] += 1
             if p["outcome"] == "success":
                 summary["successes"] += 1
-            elif p["outcome"].startswith("rejected_"):
+            elif is_fast_fail(p["outcome"]):
                 summary["fast_fails"] += 1
         if p["state_to"]:
             summary["state"] = p["state_to"]

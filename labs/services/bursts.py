@@ -28,15 +28,19 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from labs.engine import Problem
+from labs.engine import LIMITS, Problem
 from labs.live import journal, queue, runtime
 from labs.live.writers import get_writer
 from labs.models import Burst, LabSession
 
 logger = logging.getLogger(__name__)
 
-BURST_SIZE_RANGE = (1, 20)
-BURST_CONCURRENCY_RANGE = (1, 10)
+# A burst run from the lab page has the limits of a scenario's burst step (the engine's LIMITS).
+BURST_SIZE_RANGE = (int(LIMITS["steps[].burst"].min), int(LIMITS["steps[].burst"].max))
+BURST_CONCURRENCY_RANGE = (
+    int(LIMITS["steps[].concurrency"].min),
+    int(LIMITS["steps[].concurrency"].max),
+)
 
 
 class BurstRefused(Exception):

@@ -13,10 +13,10 @@ from django import template
 from django.utils.safestring import SafeString, mark_safe
 
 from labs import presenters
+from labs.engine import state_label as engine_state_label
 
 register = template.Library()
 
-STATE_LABELS = {"closed": "CLOSED", "open": "OPEN", "half_open": "HALF-OPEN"}
 
 # Tags the scenario instructions may use (Markdown output); everything else is stripped.
 _ALLOWED_TAGS = {
@@ -42,8 +42,8 @@ def render_markdown(text: str | None) -> SafeString:
 
 @register.filter
 def state_label(state: str | None) -> str:
-    """``half_open`` -> ``HALF-OPEN``."""
-    return STATE_LABELS.get(state or "", (state or "").upper())
+    """``half_open`` -> ``HALF-OPEN`` (the engine's label)."""
+    return engine_state_label(state)
 
 
 register.filter("kind_label", presenters.kind_label)

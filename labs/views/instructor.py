@@ -30,7 +30,8 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_POST
 
 from labs import presenters
-from labs.engine import LIMITS, MODES
+from labs.engine import LIMITS
+from labs.engine.config import MODES
 from labs.live.journal import event_payload
 from labs.models import Classroom, JournalEvent, LabSession, Scenario
 from labs.selectors import class_dashboard_rows, state_counts

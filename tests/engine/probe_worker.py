@@ -5,6 +5,10 @@ each make one guarded call at that time; prints one JSON line of [call, outcome,
 
 ``holder URL NS LEASE_MS``: takes a half-open probe permit, prints ``probe <slot>``, then
 starts a dependency attempt that takes a minute (the test kills this process mid-call).
+
+``late URL NS LEASE_MS``: takes a half-open probe permit, prints ``probe <slot>``, waits for
+a line on stdin (the test resumes it after the lease expired), records a failure and prints
+one JSON line of [applied, transition].
 """
 
 from __future__ import annotations
@@ -80,9 +84,24 @@ def holder(url: str, ns: str, lease_ms: int) -> None:
         dependency.attempt()
 
 
+def late(url: str, ns: str, lease_ms: int) -> None:
+    client = redis.Redis.from_url(url)
+    store = RedisStore(client, ns, probe_lease_ms=lease_ms)
+    breaker = Breaker(parse_policy(POLICY).breaker, store=store, clock=SystemClock("wall"))
+    permit = breaker.allow(call=98)
+    if not permit or not permit.probe:
+        print(f"no probe: {permit!r}", flush=True)
+        return
+    print(f"probe {permit.slot}", flush=True)
+    sys.stdin.readline()  # paused past the lease
+    print(json.dumps(list(breaker.record(permit, "failure", error="503"))), flush=True)
+
+
 if __name__ == "__main__":
     kind, url, ns, number = sys.argv[1:5]
     if kind == "crowd":
         crowd(url, ns, int(number), int(sys.argv[5]))
+    elif kind == "late":
+        late(url, ns, int(number))
     else:
         holder(url, ns, int(number))

@@ -256,3 +256,54 @@ def test_memory_store_counts_every_failure_under_real_threads():
     for t in threads:
         t.join()
     assert breaker.snapshot()["failure_streak"] == 12000
+
+
+@pytest.mark.parametrize("late", ["failure", "success"])
+def test_a_probe_whose_lease_was_taken_over_records_as_stale_in_memory(late):
+    store = MemoryStore(probe_lease_ms=300)
+    breaker, clock, events = make(store, failure_threshold=1, cooldown_ms=100)
+    fail_calls(breaker, 1)
+    clock.advance(0.1)
+    paused = breaker.allow(call=1)  # its holder pauses past the lease
+    assert paused.probe
+    clock.advance(0.3)
+    replacement = breaker.allow(call=2)
+    assert replacement.probe and replacement.slot == paused.slot
+    before = breaker.snapshot()
+    assert breaker.record(paused, late) == (False, None)
+    assert breaker.snapshot() == before
+    assert breaker.state() == "half_open"
+    assert breaker.record(replacement, "success") == (True, "closed")
+    assert [(e.state_from, e.state_to) for e in events.of_kind("transition")] == [
+        ("closed", "open"),
+        ("open", "half_open"),
+        ("half_open", "closed"),
+    ]
+
+
+def test_a_probe_recorded_after_its_lease_expired_is_stale_in_memory():
+    store = MemoryStore(probe_lease_ms=300)
+    breaker, clock, _ = make(store, failure_threshold=1, cooldown_ms=100)
+    fail_calls(breaker, 1)
+    clock.advance(0.1)
+    late = breaker.allow()
+    clock.advance(0.3)  # expired, nobody took the slot yet
+    assert breaker.record(late, "failure").applied is False
+    assert breaker.state() == "half_open"
+    assert breaker.allow().probe
+
+
+def test_every_state_has_a_label_and_transitions_read_with_them():
+    from labs.engine import STATE_LABELS, STATES, state_label
+
+    assert list(STATE_LABELS) == list(STATES) == ["closed", "open", "half_open"]
+    assert state_label("half_open") == "HALF-OPEN" and state_label(None) == ""
+    breaker, clock, events = make(MemoryStore(), failure_threshold=1, cooldown_ms=100)
+    fail_calls(breaker, 1)
+    clock.advance(0.1)
+    breaker.record(breaker.allow(), "success")
+    assert [e.explain.split(":")[0] for e in events.of_kind("transition")] == [
+        "breaker CLOSED -> OPEN",
+        "breaker OPEN -> HALF-OPEN",
+        "breaker HALF-OPEN -> CLOSED",
+    ]

@@ -161,3 +161,11 @@ def test_burst_summary_is_json_ready():
 def test_bad_burst_sizes_are_refused():
     with pytest.raises(ValueError):
         Rig().client.run_burst(0)
+
+
+def test_fast_fails_are_the_breakers_refusals_and_nothing_else():
+    from labs.engine import CALL_OUTCOMES, FAST_FAIL_OUTCOMES, is_fast_fail
+
+    assert set(FAST_FAIL_OUTCOMES) < set(CALL_OUTCOMES)
+    assert [o for o in CALL_OUTCOMES if is_fast_fail(o)] == ["rejected_open", "rejected_half_open"]
+    assert not is_fast_fail(None) and not is_fast_fail("rejected_")

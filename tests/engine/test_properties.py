@@ -14,10 +14,10 @@ from labs.engine import (
     GuardedClient,
     MemoryStore,
     VirtualClock,
-    jitter_bounds_ms,
     parse_dependency,
     parse_policy,
 )
+from labs.engine.retry import jitter_bounds_ms
 
 TOKENS = ["ok", "fail", "503", "500", "timeout", "429", "400"]
 

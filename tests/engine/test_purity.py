@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 
@@ -61,3 +62,13 @@ def test_no_django_import_in_the_source():
                 assert not any(a.name.split(".")[0] == "django" for a in node.names), path
             if isinstance(node, ast.ImportFrom):
                 assert (node.module or "").split(".")[0] != "django", path
+
+
+def test_the_public_surface_is_the_one_docs_engine_md_lists():
+    import labs.engine
+
+    doc = (ROOT / "docs" / "engine.md").read_text()
+    table = doc.split("| area | names exported by `labs.engine` |")[1].split("\n\n")[0]
+    listed = {name for row in table.splitlines()[2:] for name in re.findall(r"`(\w+)`", row)}
+    assert listed == set(labs.engine.__all__)
+    assert all(hasattr(labs.engine, name) for name in labs.engine.__all__)

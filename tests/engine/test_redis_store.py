@@ -175,6 +175,79 @@ def test_a_killed_probe_holder_blocks_probes_until_its_lease_expires_and_not_aft
     assert breaker.state() == "closed"
 
 
+@pytest.mark.parametrize("late", ["failure", "success"])
+def test_a_probe_whose_lease_expired_and_was_taken_over_records_as_stale_in_redis(
+    redis_client, namespace, late
+):
+    clock = VirtualClock()  # breaker time; the lease expires on Redis's own clock
+    config = BreakerConfig(failure_threshold=1, cooldown_ms=100)
+    first = Breaker(config, store=RedisStore(redis_client, namespace, 100), clock=clock)
+    second = Breaker(config, store=RedisStore(redis_client, namespace, 5000), clock=clock)
+    first.record(first.allow(), "failure")
+    clock.advance(0.1)
+    paused = first.allow(call=1)
+    assert paused.probe
+    lease_key = f"{namespace}:probe:{paused.slot}"
+    while redis_client.exists(lease_key):  # the holder is paused past its lease
+        time.sleep(0.005)
+    replacement = second.allow(call=2)
+    assert replacement.probe and replacement.slot == paused.slot
+    assert first.record(paused, late) == (False, None)
+    assert second.state() == "half_open"
+    assert redis_client.exists(lease_key)  # the replacement's lease is untouched
+    assert second.record(replacement, "success") == (True, "closed")
+
+
+def test_a_probe_recorded_after_its_lease_expired_is_stale_in_redis(redis_client, namespace):
+    clock = VirtualClock()
+    store = RedisStore(redis_client, namespace, probe_lease_ms=50)
+    breaker = Breaker(BreakerConfig(failure_threshold=1, cooldown_ms=100), store=store, clock=clock)
+    breaker.record(breaker.allow(), "failure")
+    clock.advance(0.1)
+    late = breaker.allow()
+    while redis_client.exists(f"{namespace}:probe:{late.slot}"):
+        time.sleep(0.005)
+    assert breaker.record(late, "failure").applied is False
+    assert breaker.state() == "half_open"
+    assert breaker.allow().probe
+
+
+def test_a_paused_probe_holder_in_another_process_cannot_undo_its_replacement(
+    redis_client, namespace
+):
+    lease_ms = 300
+    clock = SystemClock("wall")
+    store = RedisStore(redis_client, namespace, probe_lease_ms=5000)
+    breaker = Breaker(BreakerConfig(failure_threshold=1, cooldown_ms=100), store=store, clock=clock)
+    breaker.record(breaker.allow(), "failure")
+    time.sleep(0.11)
+    paused = subprocess.Popen(
+        [sys.executable, str(WORKER), "late", REDIS_URL, namespace, str(lease_ms)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=_env(),
+    )
+    try:
+        line = paused.stdout.readline().strip()
+        assert line.startswith("probe "), line
+        lease_key = f"{namespace}:probe:{line.split()[1]}"
+        while redis_client.exists(lease_key):
+            time.sleep(0.005)
+        replacement = breaker.allow(call=100)
+        assert replacement and replacement.probe
+        paused.stdin.write("resume\n")
+        paused.stdin.flush()
+        assert json.loads(paused.stdout.readline()) == [False, None]
+        paused.wait(timeout=10)
+    finally:
+        if paused.poll() is None:
+            paused.kill()
+    assert breaker.state() == "half_open"
+    assert breaker.record(replacement, "success") == (True, "closed")
+
+
 def test_a_stale_generation_changes_nothing_in_redis(redis_client, namespace):
     clock = VirtualClock()
     store = RedisStore(redis_client, namespace)

@@ -1,4 +1,4 @@
-"""Seed 000's three-step tour, exactly, in virtual time."""
+"""The three-step tour (``scenarios/tour.json``), exactly, in virtual time."""
 
 from __future__ import annotations
 

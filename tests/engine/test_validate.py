@@ -36,7 +36,7 @@ def test_problem_names_field_and_range():
     ]
 
 
-def test_defaults_reproduce_design_section_4():
+def test_defaults_are_the_documented_defaults():
     dep, pol = parse_dependency({}), parse_policy({})
     assert (dep.latency_ms, dep.fail_count) == (5, 3)
     assert (pol.max_attempts, pol.backoff_base_ms, pol.backoff_cap_ms, pol.jitter) == (
@@ -248,7 +248,7 @@ def test_every_shipped_scenario_validates_and_has_a_title(path):
     data = json.loads(path.read_text())
     assert validate_scenario(data) == []
     assert data["name"] == path.stem
-    if path.stem != "tour":  # the tour is DESIGN section 7's example, verbatim
+    if path.stem != "tour":  # the tour is the documented example, verbatim
         assert data.get("title")
         assert 0 < len(data.get("description", "")) <= 300
 

@@ -319,3 +319,10 @@ def test_instructors_group_has_the_class_permissions():
     assert {"view_classroom", "change_classroom", "add_membership", "view_labsession"} <= codenames
     assert "delete_classroom" not in codenames
     assert not any(c.endswith("_user") for c in codenames)
+
+
+def test_breaker_state_choices_are_the_engines_states_and_labels():
+    from labs.engine import STATE_LABELS
+
+    assert BreakerState.choices == list(STATE_LABELS.items())
+    assert BreakerState.HALF_OPEN == "half_open"

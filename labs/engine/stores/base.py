@@ -96,7 +96,8 @@ class AllowReply(NamedTuple):
 class RecordReply(NamedTuple):
     """Answer of ``breaker_record``.
 
-    ``code``: STALE (generation no longer current: nothing counted), APPLIED (counted, no
+    ``code``: STALE (nothing counted: the generation is no longer current, or a probe's
+    lease no longer holds its token because it expired), APPLIED (counted, no
     transition), OPENED (closed -> open), CLOSED (half-open -> closed), REOPENED (half-open ->
     open). For a transition, ``a``/``b`` explain it: the failure streak, or failures/total of
     the window, or the half-open successes (0 for APPLIED and STALE). ``open_until_us`` is

@@ -98,8 +98,10 @@ class RedisStore:
         self._read = _Script(client, "read")
         self._dependency = _Script(client, "dependency")
         self._budget = _Script(client, "budget")
-        # Keys and per-config arguments encoded once: packing the command is a measurable
-        # share of a decision's client-side cost, so the scripts also take few arguments.
+        # Keys and per-config arguments encoded once, and the closed-state replies cached per
+        # generation: packing the command and building replies are a measurable share of a
+        # decision's client-side cost (the "Redis decision" and "Redis record" rows of
+        # benchmarks/engine_bench.py, beside a bare PING), so the scripts take few arguments.
         self._b_breaker = self.k_breaker.encode()
         self._b_probes = [k.encode() for k in self.k_probes]
         self._b_record_keys = [k.encode() for k in self._breaker_keys]

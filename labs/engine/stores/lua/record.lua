@@ -10,9 +10,14 @@
 local b = KEYS[1]
 local function num(x) return string.format('%.0f', x) end
 
-if KEYS[4] and redis.call('GET', KEYS[4]) == ARGV[2] then redis.call('DEL', KEYS[4]) end
 local f = redis.call('HMGET', b, 'state', 'gen', 'streak', 'ho_succ', 'forced', 'win_s', 'win_f')
 local gen = tonumber(f[2] or '0')
+-- a probe counts only while its lease still holds its token: an expired lease (gone, or
+-- taken by a replacement probe) makes the result stale
+if KEYS[4] then
+  if redis.call('GET', KEYS[4]) ~= ARGV[2] then return {0, gen, 0, 0, 0} end
+  redis.call('DEL', KEYS[4])
+end
 if tonumber(ARGV[1]) ~= gen then return {0, gen, 0, 0, 0} end
 local outcome = ARGV[3]
 if (f[5] or '') ~= '' or outcome == 'i' then return gen end
