@@ -33,7 +33,7 @@ Rows printed:
   reconnect with ``?after=<last seq>``: events lost (journal rows the client never got) and
   duplicates (rows it got twice), which must both be 0.
 
-Targets (issue 5): p99 <= 25 ms for one session, <= 250 ms for 30 and 100 sessions, 0 lost.
+Targets: p99 <= 25 ms for one session, <= 250 ms for 30 and 100 sessions, 0 lost.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Persisted state of the lab (DESIGN section 5).
+"""Persisted state of the lab (docs/architecture.md).
 
 Only data, choices, constraints and read-side QuerySet methods live here; every change to lab
 state goes through ``labs.services``. Invariants that matter under concurrency (one membership
@@ -136,7 +136,7 @@ class Membership(models.Model):
 
 
 def validate_scenario_script(value) -> None:
-    """Field validator: the script must pass the engine's validator (DESIGN section 7).
+    """Field validator: the script must pass the engine's validator (docs/engine.md).
 
     A field validator (not ``Model.clean``) so a form that edits the script through its own
     fields (the admin's, which maps each problem to the field it names) can exclude it.
@@ -163,7 +163,7 @@ class Scenario(models.Model):
     script = models.JSONField(
         default=dict,
         validators=[validate_scenario_script],
-        help_text="The scenario script: seed, dependency, policy and steps (DESIGN section 7).",
+        help_text="The scenario script: seed, dependency, policy and steps (docs/engine.md).",
     )
     is_active = models.BooleanField(default=True)
     position = models.PositiveIntegerField(default=0, help_text="Lower comes first.")

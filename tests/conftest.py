@@ -77,7 +77,7 @@ TOUR_SCRIPT = {
 
 
 def tour_script(**overrides) -> dict:
-    """A deep copy of the DESIGN section 7 tour, with top-level keys replaced."""
+    """A deep copy of the tour scenario (scenarios/tour.json), with top-level keys replaced."""
     script = copy.deepcopy(TOUR_SCRIPT)
     script.update(overrides)
     return script

@@ -288,7 +288,7 @@ class DependencyForm(_EngineForm):
 
 
 class PolicyForm(_EngineForm):
-    """Every client policy setting of DESIGN section 4."""
+    """Every client policy setting of the engine (docs/engine.md)."""
 
     spec = POLICY_FIELDS
     prefix_path = "policy."

@@ -1,7 +1,6 @@
-"""Lab session services.
-
-Started by the platform with ``session_open`` only; the lab engineer owns this module and adds
-bursts, resets and fault injection here.
+"""Lab session services: open a session, change its dependency or policy, force its breaker,
+reset it. Bursts are :mod:`labs.services.bursts`'; class-wide actions
+:mod:`labs.services.classroom`'. Every change is journaled in the same transaction.
 """
 
 from __future__ import annotations
@@ -9,7 +8,7 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 
-from labs.models import Classroom, LabSession, Membership, Scenario
+from labs.models import Burst, Classroom, LabSession, Membership, Scenario
 from labs.presenters import actor_name
 
 
@@ -169,7 +168,7 @@ def session_set_policy(*, session: LabSession, user, changes: dict) -> LabSessio
         locked = LabSession.objects.select_for_update().get(pk=session.pk)
         locked.policy = canonical
         locked.save(update_fields=["policy", "updated_at"])
-        running = locked.bursts.filter(status__in=["queued", "running"]).exists()
+        running = locked.bursts.filter(status__in=Burst.ACTIVE_STATUSES).exists()
         journal.record(
             [
                 journal.Entry(
@@ -264,7 +263,7 @@ def session_reset(*, session: LabSession, user) -> LabSession:
     dependency, policy, _seed = _initial_settings(session.scenario)
     with transaction.atomic():
         locked = LabSession.objects.select_for_update().get(pk=session.pk)
-        if locked.bursts.filter(status__in=["queued", "running"]).exists():
+        if locked.bursts.filter(status__in=Burst.ACTIVE_STATUSES).exists():
             raise BurstAlreadyRunning("A burst is running; reset the session after it ends.")
         locked.dependency = dependency
         locked.policy = policy

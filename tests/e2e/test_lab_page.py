@@ -1,6 +1,6 @@
 """The live lab page in headless Chromium against daphne, a real Celery worker and Redis.
 
-A student runs the tour by clicking (DESIGN section 4): flaky 3 and a burst of 6; down and a
+A student runs the tour by clicking (scenarios/tour.json): flaky 3 and a burst of 6; down and a
 burst of 6 (the breaker opens and counts its cooldown down); healthy, the cooldown runs out
 (HALF-OPEN), a burst of 1 (the probe closes it). Mid-way through the first burst the browser
 goes offline for 5 s; afterwards the rows on the page are exactly the journal in the

@@ -1,4 +1,4 @@
-"""Bursts through a real Celery worker and a real Redis (DESIGN section 3, issue 4)."""
+"""Bursts through a real Celery worker and a real Redis (docs/bursts.md)."""
 
 from __future__ import annotations
 

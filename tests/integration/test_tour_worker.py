@@ -1,4 +1,4 @@
-"""The tour (DESIGN section 4) through services, a real worker and Redis equals the engine's."""
+"""The tour (scenarios/tour.json) through services, a real worker and Redis equals the engine's."""
 
 from __future__ import annotations
 

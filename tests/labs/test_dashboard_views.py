@@ -341,3 +341,30 @@ def test_row_values_are_escaped(client, instructor, classroom, sessions):
     html = client.get(url("class_dashboard", classroom)).content.decode()
     assert "&lt;b&gt;Al&lt;/b&gt;" in html
     assert "<b>Al</b>" not in html.split('id="dashboard-rows"')[0]
+
+
+def test_class_exports_neutralise_spreadsheet_formulas(client, instructor, classroom, sessions):
+    """Names and messages students typed reach the class exports: a cell starting with ``=``
+    must not run as a formula when the instructor opens the file in a spreadsheet."""
+    alice, _ = sessions
+    alice.owner.first_name = "=HYPERLINK(\"http://evil\",\"x\")"
+    alice.owner.last_name = ""
+    alice.owner.save()
+    journal.record(
+        [
+            journal.Entry(
+                session_id=alice.pk, classroom_id=alice.classroom_id, kind="policy_set",
+                message="@SUM(1+1)",
+            )
+        ]
+    )  # fmt: skip
+    client.force_login(instructor)
+    summary = b"".join(client.get(url("class_export_summary", classroom)).streaming_content)
+    table = list(csv.DictReader(io.StringIO(summary.decode())))
+    assert table[0]["student"] == "'=HYPERLINK(\"http://evil\",\"x\")"
+    journal_csv = b"".join(
+        client.get(url("class_export_journal", classroom, "csv")).streaming_content
+    )
+    messages = [r["message"] for r in csv.DictReader(io.StringIO(journal_csv.decode()))]
+    assert "'@SUM(1+1)" in messages
+    assert "@SUM(1+1)" not in messages

@@ -25,7 +25,7 @@ from labs.services.scenario_runner import NoWorker, WorkerExecutor
 
 
 class Command(BaseCommand):
-    help = "Run a scenario script (DESIGN section 7) on the real worker and print its JSON."
+    help = "Run a scenario script (docs/engine.md) on the real worker and print its JSON."
 
     def add_arguments(self, parser):
         parser.add_argument("file", help="scenario script (JSON)")
