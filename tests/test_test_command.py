@@ -105,3 +105,53 @@ def test_make_test_starts_its_own_redis_and_postgresql_and_stops_them(tmp_path):
         for pid, _ in processes_under(str(copy)):  # only what this test started
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _load_test_script():
+    import importlib.util
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "scripts"))
+    try:
+        spec = importlib.util.spec_from_file_location("lab_test_script", root / "scripts/test.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(root / "scripts"))
+    return module
+
+
+def test_no_browser_to_be_had_fails_naming_it(monkeypatch, capsys):
+    script = _load_test_script()
+    monkeypatch.delenv("LAB_SKIP_BROWSER_TESTS", raising=False)
+    monkeypatch.setattr(script, "DEBIAN_CHROMIUM", "/nonexistent/chromium")
+    monkeypatch.setattr(script, "playwright_chromium", lambda: None)
+    monkeypatch.setattr(script, "selects_browser_tests", lambda args, env: True)
+    ran = []
+
+    def failing_install(cmd, **kwargs):
+        ran.append(cmd)
+        return subprocess.CompletedProcess(cmd, 1)
+
+    monkeypatch.setattr(script.subprocess, "run", failing_install)
+    assert script.ensure_browser([], {}) is False
+    assert ran and ran[0][-3:] == ["playwright", "install", "chromium"]
+    err = capsys.readouterr().err
+    assert "no Chromium for the browser tests" in err and "LAB_SKIP_BROWSER_TESTS=1" in err
+
+
+def test_browser_tests_are_skipped_only_when_asked_and_loudly(monkeypatch, capsys):
+    script = _load_test_script()
+    monkeypatch.setenv("LAB_SKIP_BROWSER_TESTS", "1")
+    assert script.ensure_browser([], {}) is True
+    assert "SKIPPING THE BROWSER TESTS" in capsys.readouterr().out
+
+
+def test_no_browser_needed_when_no_browser_test_is_selected(monkeypatch):
+    script = _load_test_script()
+    monkeypatch.delenv("LAB_SKIP_BROWSER_TESTS", raising=False)
+    monkeypatch.setattr(script, "DEBIAN_CHROMIUM", "/nonexistent/chromium")
+    monkeypatch.setattr(script, "playwright_chromium", lambda: None)
+    monkeypatch.setattr(script, "selects_browser_tests", lambda args, env: False)
+    assert script.ensure_browser(["tests/test_settings.py"], {}) is True
