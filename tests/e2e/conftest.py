@@ -8,8 +8,11 @@ Fixtures, meant for every e2e test (experiments, the live lab page, ...):
   name) and at the test run's Redis databases (``REDIS_DB_BASE``); waits until
   ``/accounts/login/`` answers; yields the base URL (``http://127.0.0.1:PORT``); terminates
   daphne at the end of the session. Its output goes to ``artifacts/e2e/daphne.log``.
-- ``browser`` (session): Debian's ``/usr/bin/chromium``, headless. Browsers are never
-  downloaded; without that binary the e2e tests are skipped.
+- ``browser`` (session): headless Chromium: ``LAB_CHROMIUM`` (``make test`` sets it), else
+  Debian's ``/usr/bin/chromium``, else Playwright's own (``python -m playwright install
+  chromium``; ``make test`` installs it when neither is there). No browser is a test
+  failure, never a silent skip; ``LAB_SKIP_BROWSER_TESTS=1`` skips the e2e tests instead,
+  and the skip says so.
 - ``page`` (per test): a fresh browser context (own cookies) and page; at teardown a
   screenshot is saved to ``artifacts/e2e/<test name>.png``.
 - ``e2e_worker`` (per test): a Celery worker process on the test database and the test run's
@@ -48,7 +51,8 @@ from lab_project.processes import daphne_cmd
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "e2e"
-CHROMIUM = os.environ.get("LAB_CHROMIUM", "/usr/bin/chromium")
+DEBIAN_CHROMIUM = "/usr/bin/chromium"
+SKIP_VARIABLE = "LAB_SKIP_BROWSER_TESTS"
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -143,20 +147,45 @@ def daphne_server(django_db_setup) -> Iterator[str]:
                 proc.wait(5)
 
 
+def chromium_executable() -> str | None:
+    """LAB_CHROMIUM (must exist), else Debian's chromium, else None: Playwright's own."""
+    configured = os.environ.get("LAB_CHROMIUM", "").strip()
+    if configured:
+        if not Path(configured).is_file():
+            pytest.fail(f"LAB_CHROMIUM={configured} does not exist", pytrace=False)
+        return configured
+    return DEBIAN_CHROMIUM if Path(DEBIAN_CHROMIUM).is_file() else None
+
+
+def _skip_requested() -> bool:
+    return os.environ.get(SKIP_VARIABLE, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
 @pytest.fixture(scope="session")
 def browser():
-    """Headless Chromium from the system (never downloaded)."""
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set LAB_CHROMIUM)")
+    """Headless Chromium (see the module docstring for which one)."""
+    if _skip_requested():
+        pytest.skip(f"BROWSER TESTS NOT RUN: {SKIP_VARIABLE} is set")
+    from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
     previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     try:
         with sync_playwright() as playwright:
-            chromium = playwright.chromium.launch(
-                executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-            )
+            executable = chromium_executable()
+            try:
+                chromium = playwright.chromium.launch(
+                    executable_path=executable, headless=True, args=CHROMIUM_ARGS
+                )
+            except PlaywrightError as exc:
+                pytest.fail(
+                    f"no Chromium for the browser tests ({executable or 'Playwright own'}): "
+                    f"{str(exc).splitlines()[0]}. Install Debian's (apt-get install chromium) "
+                    "or Playwright's (python -m playwright install chromium), set LAB_CHROMIUM, "
+                    f"or set {SKIP_VARIABLE}=1 to skip these tests",
+                    pytrace=False,
+                )
             try:
                 yield chromium
             finally:

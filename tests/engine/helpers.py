@@ -7,6 +7,7 @@ import os
 import random
 from pathlib import Path
 
+from lab_project.env import redis_db_url
 from labs.engine import (
     Breaker,
     EventList,
@@ -20,7 +21,10 @@ from labs.engine import (
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"
-REDIS_URL = os.environ.get("ENGINE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+# Database 15 of the run's Redis (REDIS_URL: make test may have started a private one).
+REDIS_URL = os.environ.get("ENGINE_TEST_REDIS_URL") or redis_db_url(
+    os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379", 15
+)
 
 
 def load_scenario(name: str) -> dict:
