@@ -105,13 +105,9 @@ class InstructorScopedAdmin(admin.ModelAdmin):
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 
-class ReadOnlyInlineMixin:
-    """An inline that only shows rows: no add, change or delete, whatever the permissions."""
-
-    can_delete = False
-    extra = 0
-    max_num = 0
-    show_change_link = False
+class ReadOnlyMixin:
+    """Rows are only shown: no add, change or delete, whatever the permissions (the services
+    write them)."""
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -121,6 +117,15 @@ class ReadOnlyInlineMixin:
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+class ReadOnlyInlineMixin(ReadOnlyMixin):
+    """An inline that only shows rows."""
+
+    can_delete = False
+    extra = 0
+    max_num = 0
+    show_change_link = False
 
     def get_readonly_fields(self, request, obj=None):
         return self.fields
@@ -461,7 +466,7 @@ class LabSessionAdmin(InstructorScopedAdmin):
 
 
 @admin.register(JournalEvent)
-class JournalEventAdmin(InstructorScopedAdmin):
+class JournalEventAdmin(ReadOnlyMixin, InstructorScopedAdmin):
     classroom_path = "session__classroom"
     list_display = [
         "seq",
@@ -479,18 +484,9 @@ class JournalEventAdmin(InstructorScopedAdmin):
     search_fields = ["session__owner__username", "message"]
     ordering = ["session", "-seq"]
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(ClassFault)
-class ClassFaultAdmin(InstructorScopedAdmin):
+class ClassFaultAdmin(ReadOnlyMixin, InstructorScopedAdmin):
     """Class-wide timed faults, read-only: the dashboard creates them, the restore task ends them."""
 
     list_display = ["classroom", "mode", "duration_s", "status", "created_by", "restore_at"]
@@ -501,12 +497,3 @@ class ClassFaultAdmin(InstructorScopedAdmin):
     @admin.display(description="mode")
     def mode(self, obj) -> str:
         return (obj.changes or {}).get("mode", "")
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

@@ -61,6 +61,21 @@ class Entry:
     emitted: float = 0.0
 
 
+def entry(
+    session, kind: str, message: str, *, user=None, actor_id: int | None = None, **fields: Any
+) -> Entry:
+    """An entry about ``session`` (a ``LabSession``) done by ``user`` (None: the lab itself;
+    ``actor_id`` names the actor by id instead)."""
+    return Entry(
+        session_id=session.pk,
+        classroom_id=session.classroom_id,
+        kind=kind,
+        message=message,
+        actor_id=actor_id if actor_id is not None else getattr(user, "pk", None),
+        **fields,
+    )
+
+
 def entry_from_event(event, *, session_id: int, classroom_id: int, burst_id: int | None) -> Entry:
     """Adapt an engine :class:`~labs.engine.events.Event` to a journal :class:`Entry`."""
     data = dict(event.data) if event.data else {}

@@ -204,10 +204,9 @@ def classroom_fault_restore(*, fault_id: int, now=None) -> ClassActionResult:
                 result.skipped[session.pk] = "dependency changed since the fault"
                 journal.record(
                     [
-                        journal.Entry(
-                            session_id=session.pk,
-                            classroom_id=session.classroom_id,
-                            kind="fault_restored",
+                        journal.entry(
+                            session,
+                            "fault_restored",
                             actor_id=fault.created_by_id,
                             message=(
                                 f"{note}; this session's dependency was changed since, "
@@ -298,12 +297,11 @@ def classroom_assign_scenario(
         )
         journal.record(
             [
-                journal.Entry(
-                    session_id=s.pk,
-                    classroom_id=classroom.pk,
-                    kind="scenario_assigned",
-                    actor_id=getattr(user, "pk", None),
-                    message=message,
+                journal.entry(
+                    s,
+                    "scenario_assigned",
+                    message,
+                    user=user,
                     data={"scenario": scenario.pk, "slug": scenario.slug},
                 )
                 for s in sessions

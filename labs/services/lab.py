@@ -131,11 +131,10 @@ def session_set_dependency(
         )
         journal.record(
             [
-                journal.Entry(
-                    session_id=locked.pk,
-                    classroom_id=locked.classroom_id,
-                    kind=kind,
-                    actor_id=getattr(user, "pk", None),
+                journal.entry(
+                    locked,
+                    kind,
+                    user=user,
                     message=f"{verb} by {actor_name(user)}: {_describe_dependency(canonical)}"
                     + (f" ({note})" if note else ""),
                     data={"mode": canonical["mode"], "dependency": canonical},
@@ -171,11 +170,10 @@ def session_set_policy(*, session: LabSession, user, changes: dict) -> LabSessio
         running = locked.bursts.filter(status__in=Burst.ACTIVE_STATUSES).exists()
         journal.record(
             [
-                journal.Entry(
-                    session_id=locked.pk,
-                    classroom_id=locked.classroom_id,
-                    kind="policy_set",
-                    actor_id=getattr(user, "pk", None),
+                journal.entry(
+                    locked,
+                    "policy_set",
+                    user=user,
                     message=(
                         f"policy changed by {actor_name(user)}: "
                         + (", ".join(changed) if changed else "no field changed")
@@ -237,11 +235,10 @@ def session_force_breaker(*, session: LabSession, user, action: str) -> str:
         entry.actor_id = getattr(user, "pk", None)
     if not entries:
         entries = [
-            journal.Entry(
-                session_id=session.pk,
-                classroom_id=session.classroom_id,
-                kind="breaker_forced",
-                actor_id=getattr(user, "pk", None),
+            journal.entry(
+                session,
+                "breaker_forced",
+                user=user,
                 message=f"breaker already {engine.breaker.state().upper()}; {reason}, nothing changed",
             )
         ]
@@ -271,11 +268,10 @@ def session_reset(*, session: LabSession, user) -> LabSession:
         locked.save(update_fields=["dependency", "policy", "breaker_snapshot", "updated_at"])
         journal.record(
             [
-                journal.Entry(
-                    session_id=locked.pk,
-                    classroom_id=locked.classroom_id,
-                    kind="session_reset",
-                    actor_id=getattr(user, "pk", None),
+                journal.entry(
+                    locked,
+                    "session_reset",
+                    user=user,
                     state_to="closed",
                     message=(
                         f"session reset by {actor_name(user)}: scenario settings back, "
