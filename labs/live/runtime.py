@@ -63,11 +63,10 @@ def burst_redis(concurrency: int) -> Iterator[redis.Redis]:
     connection of the shared pool held for the whole burst; with ``concurrency`` callers, a
     pool of that many connections, disconnected at the end.
 
-    A burst makes three round trips per attempt. Through the process-wide client every one
-    of them took a connection from the shared pool and gave it back, each time under the
-    pool's lock; with a hundred bursts on a worker the threads queued on that lock (three
-    quarters of the worker's samples in a profile), and every wait added to the timings the
-    students read.
+    A speed trick: through the process-wide client every round trip takes a connection from
+    the shared pool and gives it back under the pool's lock, and a hundred bursts' threads
+    queue on that lock, adding their waits to the timings students read. A client per burst
+    takes the lock out of the attempt's path (``benchmarks/burst_bench.py``, part b).
     """
     shared = engine_redis().connection_pool
     own_pool = None
