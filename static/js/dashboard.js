@@ -277,7 +277,7 @@
     socket.addEventListener("close", function (event) {
       socket = null;
       if (event.code === 4403) {
-        setStatus("refused", "Not allowed: you do not teach this class.");
+        setStatus("denied", "Not allowed: you do not teach this class.");
         return;
       }
       retry = Math.min(retry + 1, 6);
