@@ -17,4 +17,4 @@ RUN DJANGO_DEBUG=false DJANGO_SECRET_KEY=collectstatic-only-not-a-real-secret-ke
 RUN useradd --create-home lab && chown -R lab /app
 USER lab
 EXPOSE 8000
-CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "lab_project.asgi:application"]
+CMD ["daphne", "--no-server-name", "-b", "0.0.0.0", "-p", "8000", "lab_project.asgi:application"]

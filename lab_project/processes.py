@@ -13,8 +13,13 @@ ASGI_APP = "lab_project.asgi:application"
 
 
 def daphne_cmd(host: str = DEFAULT_HOST, port: int | str = DEFAULT_PORT) -> list[str]:
-    """The web process: daphne serving HTTP and websockets."""
-    return ["daphne", "-b", str(host), "-p", str(port), ASGI_APP]
+    """The web process: daphne serving HTTP and websockets.
+
+    ``--no-server-name``: no ``Server`` header. Daphne sends ``Server: daphne`` on every HTTP
+    response and websocket handshake by default (its ``server_name``), which tells a scanner
+    what to try; with an empty name it sends none.
+    """
+    return ["daphne", "--no-server-name", "-b", str(host), "-p", str(port), ASGI_APP]
 
 
 def worker_cmd(concurrency: int | str = DEFAULT_WORKER_CONCURRENCY) -> list[str]:

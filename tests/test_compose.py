@@ -26,7 +26,7 @@ def test_compose_has_the_four_services(compose):
 
 def test_web_runs_the_same_daphne_command_as_make_run(compose):
     assert compose["services"]["web"]["command"] == daphne_cmd("0.0.0.0", 8000)  # noqa: S104
-    assert DAPHNE_CMD[:-1] == ["daphne", "-b", "127.0.0.1", "-p", "8000"]
+    assert DAPHNE_CMD[:-1] == ["daphne", "--no-server-name", "-b", "127.0.0.1", "-p", "8000"]
 
 
 def test_worker_runs_the_same_celery_command_as_make_run(compose):

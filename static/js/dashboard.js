@@ -1,4 +1,4 @@
-/* Class dashboard: keeps the server-rendered grid live from ws/classes/<id>/.
+/* Failure Lab: the class dashboard. Keeps the server-rendered grid live from ws/classes/<id>/.
  *
  * The model (one entry per session) is updated as messages arrive (cheap arithmetic); the DOM
  * is written at most once per animation frame, only for rows that changed, so a hundred
@@ -18,15 +18,15 @@
 
   const tbody = document.getElementById("dash-rows");
   const template = document.getElementById("row-template");
-  const statusEl = document.getElementById("live-status");
-  const shownEl = document.getElementById("shown-count");
+  const liveStatus = document.getElementById("live-status");
+  const shownCount = document.getElementById("shown-count");
   const filterText = document.getElementById("filter-text");
   const filterState = document.getElementById("filter-state");
   const filterActivity = document.getElementById("filter-activity");
   const sortSelect = document.getElementById("sort-key");
   const sessionUrl = root.dataset.sessionUrl; // ".../sessions/0/"
-  const countEls = {};
-  root.querySelectorAll("[data-count]").forEach(function (el) { countEls[el.dataset.count] = el; });
+  const countCells = {};
+  root.querySelectorAll("[data-count]").forEach(function (cell) { countCells[cell.dataset.count] = cell; });
 
   const STATE_LABEL = { closed: "closed", open: "open", half_open: "half-open" };
   const STATE_ORDER = { open: 0, half_open: 1, closed: 2 };
@@ -40,6 +40,8 @@
   let orderDirty = true;
   let sortKey = "student";
   let sortDesc = false;
+  let socket = null;
+  let retry = 0;
 
   function entry(data, el) {
     const e = { data: Object.assign({}, data), base: data.last_seq || 0, seq: {}, el: el };
@@ -159,9 +161,9 @@
       if (show) shown += 1;
     });
     Object.keys(counts).forEach(function (k) {
-      setText(countEls[k], String(counts[k]));
+      setText(countCells[k], String(counts[k]));
     });
-    setText(shownEl, shown === counts.total ? "" : shown + " of " + counts.total + " shown");
+    setText(shownCount, shown === counts.total ? "" : shown + " of " + counts.total + " shown");
   }
 
   function paintOrder() {
@@ -227,7 +229,7 @@
     const e = rows.get(msg.session);
     if (!e) {
       // A session opened after the snapshot: ask for a fresh one (the server throttles).
-      if (Date.now() - refreshAsked > 1000 && socket && socket.readyState === 1) {
+      if (Date.now() - refreshAsked > 1000 && socket && socket.readyState === WebSocket.OPEN) {
         refreshAsked = Date.now();
         socket.send(JSON.stringify({ type: "refresh" }));
       }
@@ -253,12 +255,9 @@
   }
 
   // --- the socket ------------------------------------------------------------------------------
-  let socket = null;
-  let retry = 0;
-
   function setStatus(state, text) {
-    statusEl.dataset.state = state;
-    setText(statusEl, text);
+    liveStatus.dataset.state = state;
+    setText(liveStatus, text);
   }
 
   function connect() {
@@ -277,7 +276,7 @@
     socket.addEventListener("close", function (event) {
       socket = null;
       if (event.code === 4403) {
-        setStatus("refused", "Not allowed: you do not teach this class.");
+        setStatus("denied", "Not allowed: you do not teach this class.");
         return;
       }
       retry = Math.min(retry + 1, 6);

@@ -18,31 +18,31 @@
 (function () {
   "use strict";
 
-  var root = document.getElementById("lab");
+  const root = document.getElementById("lab");
   if (!root) return;
 
-  var wsPath = root.dataset.wsPath;
-  var lastSeq = parseInt(root.dataset.lastSeq || "0", 10) || 0;
-  var journal = document.getElementById("journal-rows");
-  var liveStatus = document.getElementById("live-status");
-  var announcer = document.getElementById("breaker-announce");
+  const wsPath = root.dataset.wsPath;
+  let lastSeq = parseInt(root.dataset.lastSeq || "0", 10) || 0;
+  const journal = document.getElementById("journal-rows");
+  const liveStatus = document.getElementById("live-status");
+  const announcer = document.getElementById("breaker-announce");
 
-  var RECONNECT_BASE_MS = 500;
-  var RECONNECT_CAP_MS = 15000;
-  var PING_EVERY_MS = 15000;
-  var SILENCE_LIMIT_MS = 40000; // no message (not even a pong) for this long: reconnect
+  const RECONNECT_BASE_MS = 500;
+  const RECONNECT_CAP_MS = 15000;
+  const PING_EVERY_MS = 15000;
+  const SILENCE_LIMIT_MS = 40000; // no message (not even a pong) for this long: reconnect
 
-  var socket = null;
-  var failures = 0;
-  var reconnectTimer = null;
-  var stopped = false;
-  var lastMessageAt = Date.now();
-  var connections = 0;
+  let socket = null;
+  let failures = 0;
+  let reconnectTimer = null;
+  let stopped = false;
+  let lastMessageAt = Date.now();
+  let connections = 0;
 
-  // -- helpers -------------------------------------------------------------------------------
+  // --- helpers -------------------------------------------------------------------------------
 
   function parseHTML(html) {
-    var tpl = document.createElement("template");
+    const tpl = document.createElement("template");
     tpl.innerHTML = (html || "").trim();
     return tpl.content.firstElementChild;
   }
@@ -57,19 +57,19 @@
     if (announcer) announcer.textContent = text;
   }
 
-  // -- the websocket -------------------------------------------------------------------------
+  // --- the websocket -------------------------------------------------------------------------
 
   function socketUrl() {
-    var scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
+    const scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
     return scheme + "//" + window.location.host + wsPath + "?after=" + lastSeq;
   }
 
   function connect() {
     if (stopped) return;
-    clearTimeout(reconnectTimer);
+    window.clearTimeout(reconnectTimer);
     reconnectTimer = null;
     setStatus("connecting", failures ? "Reconnecting…" : "Connecting to live updates…");
-    var ws;
+    let ws;
     try {
       ws = new WebSocket(socketUrl());
     } catch (err) {
@@ -77,19 +77,20 @@
       return;
     }
     socket = ws;
-    ws.onopen = function () {
+    ws.addEventListener("open", function () {
       if (ws !== socket) return;
       connections += 1;
       lastMessageAt = Date.now();
       setStatus("live", "Live");
-    };
-    ws.onmessage = function (message) {
+    });
+    ws.addEventListener("message", function (message) {
       if (ws !== socket) return;
       failures = 0;
       lastMessageAt = Date.now();
       handle(message.data);
-    };
-    ws.onclose = function (event) {
+    });
+    // An "error" event is always followed by "close": reconnecting happens there.
+    ws.addEventListener("close", function (event) {
       if (ws !== socket) return;
       socket = null;
       if (event.code === 4403) {
@@ -98,29 +99,26 @@
         return;
       }
       scheduleReconnect();
-    };
-    ws.onerror = function () {
-      /* a close event follows; reconnecting happens there */
-    };
+    });
   }
 
   function scheduleReconnect() {
     if (stopped || reconnectTimer) return;
     // Full jitter: a random delay up to an exponentially growing ceiling, so thirty pages
     // that lost the server at the same moment do not come back at the same moment.
-    var ceiling = Math.min(RECONNECT_CAP_MS, RECONNECT_BASE_MS * Math.pow(2, failures));
-    var delay = Math.max(100, Math.round(Math.random() * ceiling));
+    const ceiling = Math.min(RECONNECT_CAP_MS, RECONNECT_BASE_MS * 2 ** failures);
+    const delay = Math.max(100, Math.round(Math.random() * ceiling));
     failures += 1;
     setStatus("offline", "Connection lost; reconnecting in " + (delay / 1000).toFixed(1) + " s…");
-    reconnectTimer = setTimeout(connect, delay);
+    reconnectTimer = window.setTimeout(connect, delay);
   }
 
-  /* Give up on the current socket at once (no closing handshake to wait for) and reconnect. */
+  /* Give up on the current socket at once (no closing handshake to wait for) and reconnect.
+   Its listeners ignore it from now on: they act only while it is the current socket. */
   function dropConnection() {
-    var ws = socket;
+    const ws = socket;
     socket = null;
     if (ws) {
-      ws.onopen = ws.onmessage = ws.onclose = ws.onerror = null;
       try { ws.close(4000, "dropped by the page"); } catch (err) { /* already closed */ }
     }
     scheduleReconnect();
@@ -130,7 +128,7 @@
     if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify(message));
   }
 
-  setInterval(function () {
+  window.setInterval(function () {
     if (!socket || socket.readyState !== WebSocket.OPEN) return;
     if (Date.now() - lastMessageAt > SILENCE_LIMIT_MS) {
       dropConnection(); // a half-open TCP connection: the network went away silently
@@ -146,10 +144,10 @@
     }
   });
 
-  // -- messages ------------------------------------------------------------------------------
+  // --- messages ------------------------------------------------------------------------------
 
   function handle(raw) {
-    var message;
+    let message;
     try {
       message = JSON.parse(raw);
     } catch (err) {
@@ -184,7 +182,7 @@
     updateSummary(event);
     chart.add(event);
     if (event.kind === "burst_end" || event.kind === "burst_interrupted" || event.kind === "burst_failed") {
-      var message = document.getElementById("burst-message");
+      const message = document.getElementById("burst-message");
       if (message) {
         message.textContent = "";
         message.classList.remove("is-error");
@@ -193,87 +191,87 @@
   }
 
   function insertRow(html, seq) {
-    var row = parseHTML(html);
+    const row = parseHTML(html);
     if (!row || !journal) return;
-    var next = journal.firstElementChild;
+    let next = journal.firstElementChild;
     while (next && Number(next.dataset.seq) > seq) next = next.nextElementSibling;
     journal.insertBefore(row, next);
-    var empty = document.getElementById("journal-empty");
+    const empty = document.getElementById("journal-empty");
     if (empty) empty.textContent = "";
   }
 
   function swapFragment(fragment) {
     if (!fragment || !fragment.id) return;
-    var current = document.getElementById(fragment.id);
-    var fresh = parseHTML(fragment.html);
+    const current = document.getElementById(fragment.id);
+    const fresh = parseHTML(fragment.html);
     if (!current || !fresh) return;
     current.replaceWith(fresh);
     if (window.htmx) window.htmx.process(fresh);
     if (fragment.id === "breaker-badge") badgeArrived(fresh);
   }
 
-  // -- burst summary (live counts between the server's fragments) ---------------------------
+  // --- burst summary (live counts between the server's fragments) ----------------------------
 
   function bump(box, stat, by) {
-    var cell = box.querySelector('[data-stat="' + stat + '"]');
+    const cell = box.querySelector('[data-stat="' + stat + '"]');
     if (!cell) return;
-    var value = parseFloat(cell.dataset.raw || cell.textContent) || 0;
+    let value = parseFloat(cell.dataset.raw || cell.textContent) || 0;
     value += by;
     cell.dataset.raw = String(value);
     cell.textContent = String(Math.round(value));
   }
 
   function updateSummary(event) {
-    var box = document.getElementById("burst-summary");
+    const box = document.getElementById("burst-summary");
     if (!box || !event.burst || String(event.burst) !== box.dataset.burstId) return;
     if (box.dataset.status === "done") return;
     if (event.kind === "attempt") bump(box, "attempts_total", 1);
     else if (event.kind === "sleep") bump(box, "backoff_ms_total", event.backoff_ms || 0);
     else if (event.kind === "call_result") {
       bump(box, "calls", 1);
-      var outcome = event.outcome || "";
+      const outcome = event.outcome || "";
       if (outcome === "success") bump(box, "succeeded", 1);
       else if (outcome.indexOf("rejected_") === 0) bump(box, "fast_failed", 1);
       else bump(box, "failed", 1);
     } else if (event.kind === "burst_interrupted" || event.kind === "burst_failed") {
       box.dataset.status = event.kind === "burst_interrupted" ? "interrupted" : "failed";
-      var label = box.querySelector('[data-role="status"]');
+      const label = box.querySelector('[data-role="status"]');
       if (label) label.textContent = box.dataset.status;
     }
   }
 
-  // -- breaker badge and its cooldown --------------------------------------------------------
+  // --- breaker badge and its cooldown --------------------------------------------------------
 
-  var LABELS = { closed: "CLOSED", open: "OPEN", half_open: "HALF-OPEN" };
-  var clockOffset = 0; // server clock minus this clock, in ms
-  var announcedState = null;
+  const LABELS = { closed: "CLOSED", open: "OPEN", half_open: "HALF-OPEN" };
+  let clockOffset = 0; // server clock minus this clock, in ms
+  let announcedState = null;
 
   function badgeArrived(badge) {
-    var serverNow = parseFloat(badge.dataset.serverNowMs);
+    const serverNow = parseFloat(badge.dataset.serverNowMs);
     if (serverNow) clockOffset = serverNow - Date.now();
-    var state = badge.dataset.state;
+    const state = badge.dataset.state;
     if (announcedState !== null && state !== announcedState) {
       announce("Breaker " + (LABELS[state] || state));
     }
     announcedState = state;
     tickBadge();
-    if (chart) chart.redraw();
+    chart.redraw();
   }
 
   function tickBadge() {
-    var badge = document.getElementById("breaker-badge");
+    const badge = document.getElementById("breaker-badge");
     if (!badge || badge.dataset.state !== "open") return;
-    var until = parseFloat(badge.dataset.openUntilMs);
+    const until = parseFloat(badge.dataset.openUntilMs);
     if (!until) return; // forced open: no cooldown
-    var left = until - (Date.now() + clockOffset);
-    var cooldown = badge.querySelector('[data-role="cooldown"]');
+    const left = until - (Date.now() + clockOffset);
+    const cooldown = badge.querySelector('[data-role="cooldown"]');
     if (left > 0) {
-      var seconds = badge.querySelector('[data-role="seconds"]');
+      const seconds = badge.querySelector('[data-role="seconds"]');
       if (seconds) seconds.textContent = (left / 1000).toFixed(1);
       return;
     }
     badge.dataset.state = "half_open";
-    var label = badge.querySelector('[data-role="state"]');
+    const label = badge.querySelector('[data-role="state"]');
     if (label) {
       label.textContent = LABELS.half_open;
       label.className = label.className.replace(/breaker-(closed|open|half_open)\b/, "breaker-half_open");
@@ -284,32 +282,32 @@
     announcedState = "half_open";
   }
 
-  setInterval(tickBadge, 100);
+  window.setInterval(tickBadge, 100);
 
-  // -- the timeline chart --------------------------------------------------------------------
+  // --- the timeline chart --------------------------------------------------------------------
 
-  var chart = (function () {
-    var svg = document.getElementById("timeline-chart");
-    var desc = document.getElementById("timeline-desc");
-    var NS = "http://www.w3.org/2000/svg";
-    var WIDTH = 960;
-    var LEFT = 64;
-    var GAP = 30;
-    var TAIL = 56; // after the last burst: the breaker's state now
-    var BAND_Y = 24;
-    var BAND_H = 18;
-    var ROWS_Y = 54;
-    var ROW_H = 20;
-    var BAR_H = 14;
-    var MAX_BURSTS = 4;
-    var MIN_BURST_PX = 70;
-    var events = [];
-    var seen = {};
-    var pending = false;
+  const chart = (function () {
+    const svg = document.getElementById("timeline-chart");
+    const desc = document.getElementById("timeline-desc");
+    const NS = "http://www.w3.org/2000/svg";
+    const WIDTH = 960;
+    const LEFT = 64;
+    const GAP = 30;
+    const TAIL = 56; // after the last burst: the breaker's state now
+    const BAND_Y = 24;
+    const BAND_H = 18;
+    const ROWS_Y = 54;
+    const ROW_H = 20;
+    const BAR_H = 14;
+    const MAX_BURSTS = 4;
+    const MIN_BURST_PX = 70;
+    const events = [];
+    const seen = {};
+    let pending = false;
 
     function when(event) {
       if (event.t_ms && event.t_ms > 1e11) return event.t_ms;
-      var parsed = Date.parse(event.at);
+      const parsed = Date.parse(event.at);
       return isNaN(parsed) ? 0 : parsed;
     }
 
@@ -329,25 +327,25 @@
     }
 
     function el(name, attrs, text) {
-      var node = document.createElementNS(NS, name);
-      for (var key in attrs) node.setAttribute(key, attrs[key]);
+      const node = document.createElementNS(NS, name);
+      for (const key in attrs) node.setAttribute(key, attrs[key]);
       if (text !== undefined) node.textContent = text;
       return node;
     }
 
     function collect() {
-      var bursts = {};
-      var order = [];
-      var transitions = [];
+      const bursts = {};
+      const order = [];
+      const transitions = [];
       events.forEach(function (e) {
         if (e.state_to) transitions.push({ t: when(e), from: e.state_from, to: e.state_to });
         if (!e.burst) return;
-        var b = bursts[e.burst];
+        let b = bursts[e.burst];
         if (!b) {
           b = bursts[e.burst] = { id: e.burst, start: null, end: null, done: false, calls: {}, firstCall: null, size: null, seq: e.seq };
           order.push(b);
         }
-        var t = when(e);
+        const t = when(e);
         if (e.kind === "burst_queued") return;
         if (e.kind === "burst_start") {
           b.start = t;
@@ -358,9 +356,9 @@
         if (b.end === null || t > b.end) b.end = t;
         if (e.kind === "burst_end" || e.kind === "burst_interrupted" || e.kind === "burst_failed") b.done = true;
         if (!e.call) return;
-        var c = b.calls[e.call] || (b.calls[e.call] = { attempts: [], sleeps: [], result: null });
+        const c = b.calls[e.call] || (b.calls[e.call] = { attempts: [], sleeps: [], result: null });
         if (e.kind === "attempt") {
-          var latency = e.latency_ms || 0;
+          const latency = e.latency_ms || 0;
           c.attempts.push({ start: t - latency, end: t, ok: e.outcome === "ok", n: e.attempt, error: e.error });
           if (t - latency < b.start) b.start = t - latency;
         } else if (e.kind === "sleep") {
@@ -376,15 +374,15 @@
     }
 
     function stateAt(transitions, t) {
-      var state = transitions.length ? transitions[0].from || "closed" : "closed";
-      for (var i = 0; i < transitions.length && transitions[i].t <= t; i++) state = transitions[i].to;
+      let state = transitions.length ? transitions[0].from || "closed" : "closed";
+      for (let i = 0; i < transitions.length && transitions[i].t <= t; i++) state = transitions[i].to;
       return state;
     }
 
     function draw() {
-      var data = collect();
-      var bursts = data.bursts;
-      var now = Date.now() + clockOffset;
+      const data = collect();
+      const bursts = data.bursts;
+      const now = Date.now() + clockOffset;
       while (svg.lastChild && svg.lastChild.nodeName !== "desc") svg.removeChild(svg.lastChild);
       if (!bursts.length) {
         svg.setAttribute("viewBox", "0 0 " + WIDTH + " 60");
@@ -397,72 +395,72 @@
         b.duration = Math.max(20, b.end - b.start);
       });
       // One time scale for every burst shown (so lengths compare), a minimum width each.
-      var room = WIDTH - LEFT - TAIL - 10 - GAP * (bursts.length - 1);
-      var total = bursts.reduce(function (sum, b) { return sum + b.duration; }, 0);
-      var scale = room / total;
-      var narrow = bursts.filter(function (b) { return b.duration * scale < MIN_BURST_PX; });
+      const room = WIDTH - LEFT - TAIL - 10 - GAP * (bursts.length - 1);
+      const total = bursts.reduce(function (sum, b) { return sum + b.duration; }, 0);
+      let scale = room / total;
+      const narrow = bursts.filter(function (b) { return b.duration * scale < MIN_BURST_PX; });
       if (narrow.length && narrow.length < bursts.length) {
-        var wide = bursts.filter(function (b) { return b.duration * scale >= MIN_BURST_PX; });
-        var wideTotal = wide.reduce(function (sum, b) { return sum + b.duration; }, 0);
+        const wide = bursts.filter(function (b) { return b.duration * scale >= MIN_BURST_PX; });
+        const wideTotal = wide.reduce(function (sum, b) { return sum + b.duration; }, 0);
         scale = (room - MIN_BURST_PX * narrow.length) / wideTotal;
       }
-      var rows = 1;
-      var x = LEFT;
+      let rows = 1;
+      let x = LEFT;
       bursts.forEach(function (b) {
         b.x = x;
         b.width = Math.max(MIN_BURST_PX, b.duration * scale);
         b.scale = b.width / b.duration;
         x += b.width + GAP;
-        var callNumbers = Object.keys(b.calls).map(Number);
+        const callNumbers = Object.keys(b.calls).map(Number);
         b.first = b.firstCall || (callNumbers.length ? Math.min.apply(null, callNumbers) : 1);
-        var span = b.size || (callNumbers.length ? Math.max.apply(null, callNumbers) - b.first + 1 : 1);
+        const span = b.size || (callNumbers.length ? Math.max.apply(null, callNumbers) - b.first + 1 : 1);
         rows = Math.max(rows, span);
       });
-      var height = ROWS_Y + rows * ROW_H + 26;
+      const height = ROWS_Y + rows * ROW_H + 26;
       svg.setAttribute("viewBox", "0 0 " + WIDTH + " " + height);
 
       svg.appendChild(el("text", { x: 4, y: BAND_Y + 12, class: "tl-axis" }, "breaker"));
-      for (var r = 0; r < rows; r++) {
+      for (let r = 0; r < rows; r++) {
         if (rows <= 12 || r % 2 === 0) {
           svg.appendChild(el("text", { x: 4, y: ROWS_Y + r * ROW_H + BAR_H, class: "tl-axis" }, "call " + (r + 1)));
         }
       }
 
-      var summaryText = [];
+      const summaryText = [];
       bursts.forEach(function (b, index) {
-        var px = function (t) { return b.x + (t - b.start) * b.scale; };
-        var g = el("g", { class: "tl-burst" });
+        function px(t) { return b.x + (t - b.start) * b.scale; }
+        const g = el("g", { class: "tl-burst" });
         // state band: split the burst's span at each transition inside it
-        var cuts = [b.start];
+        const cuts = [b.start];
         data.transitions.forEach(function (tr) { if (tr.t > b.start && tr.t < b.end) cuts.push(tr.t); });
         cuts.push(b.end);
-        for (var i = 0; i < cuts.length - 1; i++) {
-          var state = stateAt(data.transitions, cuts[i]);
-          var bandX = px(cuts[i]);
+        for (let i = 0; i < cuts.length - 1; i++) {
+          const state = stateAt(data.transitions, cuts[i]);
+          const bandX = px(cuts[i]);
           g.appendChild(el("rect", {
             x: bandX.toFixed(1), y: BAND_Y, width: Math.max(1, px(cuts[i + 1]) - bandX).toFixed(1),
             height: BAND_H, class: "tl-band tl-band-" + state
           }));
         }
-        var last = b.first + Math.max(0, (b.size || 1) - 1);
-        var range = last === b.first ? String(b.first) : b.first + "–" + last;
-        var noun = last === b.first ? "call " : "calls ";
-        var label = b.width > 170 ? noun + range + " · " + Math.round(b.end - b.start) + " ms" : noun + range;
+        const last = b.first + Math.max(0, (b.size || 1) - 1);
+        const range = last === b.first ? String(b.first) : b.first + "–" + last;
+        const noun = last === b.first ? "call " : "calls ";
+        const label = b.width > 170 ? noun + range + " · " + Math.round(b.end - b.start) + " ms" : noun + range;
         g.appendChild(el("text", { x: b.x, y: 15, class: "tl-label" }, label + (b.done ? "" : " …")));
 
-        var fastFails = 0;
+        let fastFails = 0;
         Object.keys(b.calls).forEach(function (key) {
-          var callNo = Number(key);
-          var c = b.calls[key];
-          var y = ROWS_Y + (callNo - b.first) * ROW_H;
+          const callNo = Number(key);
+          const c = b.calls[key];
+          const y = ROWS_Y + (callNo - b.first) * ROW_H;
           c.sleeps.forEach(function (s) {
             g.appendChild(el("line", {
               x1: px(s.start).toFixed(1), x2: px(s.end).toFixed(1), y1: y + BAR_H / 2, y2: y + BAR_H / 2, class: "tl-wait"
             }));
           });
           c.attempts.forEach(function (a) {
-            var ax = px(a.start);
-            var rect = el("rect", {
+            const ax = px(a.start);
+            const rect = el("rect", {
               x: ax.toFixed(1), y: y, width: Math.max(2, px(a.end) - ax).toFixed(1), height: BAR_H,
               class: a.ok ? "tl-ok" : "tl-bad"
             });
@@ -471,8 +469,8 @@
           });
           if (c.result && c.result.outcome && c.result.outcome !== "success" && c.attempts.length === 0) {
             fastFails += 1;
-            var fx = px(c.result.t);
-            var mark = el("path", {
+            const fx = px(c.result.t);
+            const mark = el("path", {
               d: "M" + (fx - 4) + " " + y + " l8 " + BAR_H + " M" + (fx + 4) + " " + y + " l-8 " + BAR_H,
               class: "tl-fast"
             });
@@ -480,9 +478,9 @@
             g.appendChild(mark);
           }
           if (c.result && c.result.probe) {
-            var dx = px(c.result.t) + 6;
-            var cy = y + BAR_H / 2;
-            var diamond = el("path", { d: "M" + dx + " " + (cy - 5) + " l5 5 l-5 5 l-5 -5 z", class: "tl-probe" });
+            const dx = px(c.result.t) + 6;
+            const cy = y + BAR_H / 2;
+            const diamond = el("path", { d: "M" + dx + " " + (cy - 5) + " l5 5 l-5 5 l-5 -5 z", class: "tl-probe" });
             diamond.appendChild(el("title", {}, "call " + callNo + ": half-open probe, " + c.result.outcome));
             g.appendChild(diamond);
           }
@@ -491,22 +489,22 @@
           g.appendChild(el("text", { x: b.x + b.width + GAP / 2, y: ROWS_Y + 4, class: "tl-gap", "text-anchor": "middle" }, "⋯"));
         }
         svg.appendChild(g);
-        var calls = Object.keys(b.calls).length;
+        const calls = Object.keys(b.calls).length;
         summaryText.push("calls " + b.first + " to " + (b.first + Math.max(0, calls - 1)) + ": " + calls + " calls" + (fastFails ? ", " + fastFails + " failed fast" : "") + (b.done ? "" : ", running"));
       });
       // the tail: the breaker's state as the badge shows it now (open -> half-open live)
-      var badgeNow = document.getElementById("breaker-badge");
-      var stateNow = badgeNow ? badgeNow.dataset.state : stateAt(data.transitions, now);
-      var lastBurst = bursts[bursts.length - 1];
-      var tailX = lastBurst.x + lastBurst.width + 6;
+      const badgeNow = document.getElementById("breaker-badge");
+      const stateNow = badgeNow ? badgeNow.dataset.state : stateAt(data.transitions, now);
+      const lastBurst = bursts[bursts.length - 1];
+      const tailX = lastBurst.x + lastBurst.width + 6;
       svg.appendChild(el("rect", { x: tailX, y: BAND_Y, width: TAIL - 10, height: BAND_H, class: "tl-band tl-band-" + stateNow }));
       svg.appendChild(el("text", { x: tailX, y: 15, class: "tl-now" }, "now"));
       if (desc) desc.textContent = "Breaker now " + (LABELS[stateNow] || stateNow) + ". Last " + bursts.length + " burst(s), " + summaryText.join("; ") + ".";
     }
 
     // live growth while a burst runs
-    setInterval(function () {
-      var running = events.length && events.some(function (e) { return e.kind === "burst_start"; }) &&
+    window.setInterval(function () {
+      const running = events.length && events.some(function (e) { return e.kind === "burst_start"; }) &&
         collect().bursts.some(function (b) { return !b.done; });
       if (running) redraw();
     }, 250);
@@ -514,17 +512,17 @@
     return { add: add, redraw: redraw };
   })();
 
-  // -- htmx: errors that do not swap a form --------------------------------------------------
+  // --- htmx: errors that do not swap a form --------------------------------------------------
 
   function actionMessage(text, isError) {
-    var status = document.getElementById("action-status");
+    const status = document.getElementById("action-status");
     if (!status) return;
     status.textContent = text;
     status.classList.toggle("is-error", !!isError);
   }
 
   document.body.addEventListener("htmx:responseError", function (event) {
-    var code = event.detail.xhr ? event.detail.xhr.status : 0;
+    const code = event.detail.xhr ? event.detail.xhr.status : 0;
     if (code === 400 || code === 409 || code === 422) return; // the form shows why
     if (code === 403) actionMessage("Only the session's owner can change it; you are watching it.", true);
     else if (code === 404) actionMessage("This session is not available to you.", true);
@@ -534,77 +532,77 @@
     actionMessage("Could not reach the server; check the connection and try again.", true);
   });
 
-  // -- scenario checklist --------------------------------------------------------------------
+  // --- scenario checklist --------------------------------------------------------------------
 
-  var steps = document.getElementById("steps");
+  const steps = document.getElementById("steps");
   if (steps) {
-    var key = steps.dataset.storageKey;
-    var load = function () {
+    const key = steps.dataset.storageKey;
+    function load() {
       try { return JSON.parse(window.localStorage.getItem(key) || "[]"); } catch (err) { return []; }
-    };
-    var save = function () {
-      var ticked = [];
+    }
+    function save() {
+      const ticked = [];
       steps.querySelectorAll(".step").forEach(function (item) {
         if (item.querySelector(".step-check").checked) ticked.push(item.dataset.step);
       });
       try { window.localStorage.setItem(key, JSON.stringify(ticked)); } catch (err) { /* private mode */ }
-    };
-    var highlight = function () {
-      var found = false;
+    }
+    function highlight() {
+      let found = false;
       steps.querySelectorAll(".step").forEach(function (item) {
-        var done = item.querySelector(".step-check").checked;
+        const done = item.querySelector(".step-check").checked;
         item.classList.toggle("is-done", done);
-        var current = !done && !found;
+        const current = !done && !found;
         if (current) found = true;
         item.classList.toggle("is-current", current);
         if (current) item.setAttribute("aria-current", "step");
         else item.removeAttribute("aria-current");
       });
-    };
-    var tick = function (item) {
+    }
+    function tick(item) {
       item.querySelector(".step-check").checked = true;
       save();
       highlight();
-    };
+    }
     load().forEach(function (n) {
-      var box = document.getElementById("step-" + n);
+      const box = document.getElementById("step-" + n);
       if (box) box.checked = true;
     });
     highlight();
     steps.addEventListener("change", function () { save(); highlight(); });
     document.body.addEventListener("htmx:afterRequest", function (event) {
-      var source = event.detail.elt;
+      const source = event.detail.elt;
       if (source && source.hasAttribute && source.hasAttribute("data-step-do") && event.detail.successful) {
         tick(source.closest(".step"));
       }
     });
     steps.addEventListener("click", function (event) {
-      var button = event.target.closest("[data-step-wait]");
+      const button = event.target.closest("[data-step-wait]");
       if (!button || button.disabled) return;
-      var until = Date.now() + (parseFloat(button.dataset.stepWait) || 0);
+      const until = Date.now() + (parseFloat(button.dataset.stepWait) || 0);
       button.disabled = true;
-      var timer = setInterval(function () {
-        var left = until - Date.now();
+      const timer = window.setInterval(function () {
+        const left = until - Date.now();
         if (left > 0) {
           button.textContent = "Waiting " + (left / 1000).toFixed(1) + " s";
           return;
         }
-        clearInterval(timer);
+        window.clearInterval(timer);
         button.textContent = "Waited";
         tick(button.closest(".step"));
       }, 100);
     });
   }
 
-  // -- start ---------------------------------------------------------------------------------
+  // --- start ---------------------------------------------------------------------------------
 
-  var initial = document.getElementById("chart-events");
+  const initial = document.getElementById("chart-events");
   if (initial) {
     try {
       JSON.parse(initial.textContent).forEach(chart.add);
     } catch (err) { /* no chart history */ }
   }
-  var badge = document.getElementById("breaker-badge");
+  const badge = document.getElementById("breaker-badge");
   if (badge) badgeArrived(badge);
   chart.redraw();
   connect();
