@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Lowest first. A module may import its own layer and any lower one. A prefix names a
 #: module or a package (everything below it).
 LAYERS: list[tuple[str, ...]] = [
-    ("labs.engine", "lab_project.settings", "lab_project.env"),
+    ("labs.engine", "lab_project.settings", "lab_project.env", "lab_project.csp"),
     ("labs.models", "labs.apps", "labs.experiments", "labs.migrations", "lab_project.http_limit",
      "lab_project.processes"),
     ("labs.live", "lab_project.celery"),
