@@ -12,7 +12,7 @@ from typing import Any
 from django.shortcuts import get_object_or_404
 
 from labs import presenters
-from labs.engine import FAST_FAIL_OUTCOMES, state_label
+from labs.engine import FAST_FAIL_OUTCOMES
 from labs.live.journal import event_payload
 from labs.models import Burst, Classroom, JournalEvent, LabSession, Membership, Scenario
 
@@ -253,25 +253,6 @@ class DashboardRow:
     def activity(self) -> str:
         return "bursting" if self.bursting else "idle"
 
-    @property
-    def state_label(self) -> str:
-        return state_label(self.state).lower()  # "half-open", as the live dashboard writes it
-
-    @property
-    def mode_label(self) -> str:
-        return self.mode.replace("_", " ")
-
-    @property
-    def summary_text(self) -> str:
-        """The last burst in one line (the page's JS writes the same words)."""
-        s = self.last_summary
-        if not s:
-            return ""
-        return (
-            f"{s.get('succeeded', 0)}/{s.get('calls', 0)} ok, {s.get('fast_failed', 0)} "
-            f"fast-failed, {s.get('attempts_total', 0)} attempts, {round(s.get('wall_ms', 0))} ms"
-        )
-
     def as_dict(self) -> dict:
         return {
             "session": self.session_id,
@@ -288,6 +269,9 @@ class DashboardRow:
             "successes": self.successes,
             "last_seq": self.last_seq,
             "burst_summary": self.last_summary,
+            **presenters.dashboard_labels(
+                {"state": self.state, "mode": self.mode, "burst_summary": self.last_summary}
+            ),
         }
 
 
@@ -393,6 +377,16 @@ def teaches(user, classroom_id: int) -> bool:
     return Classroom.objects.for_instructor(user).filter(pk=classroom_id).exists()
 
 
+def class_has_several_scenarios(classroom_id: int) -> bool:
+    """Whether the dashboard names each row's scenario (it does when there is a choice)."""
+    return Scenario.objects.filter(classrooms__pk=classroom_id).count() > 1
+
+
 def class_dashboard_snapshot(classroom_id: int) -> list[dict[str, Any]]:
-    """The dashboard's rows in their JSON form (the websocket's snapshot)."""
-    return [row.as_dict() for row in class_dashboard_rows(classroom_id=classroom_id)]
+    """The dashboard's rows in their JSON form, each with its HTML (the websocket's snapshot:
+    the page inserts a row it lacks as the server renders it)."""
+    multi = class_has_several_scenarios(classroom_id)
+    return [
+        row.as_dict() | {"html": presenters.dashboard_row_html(row, multi_scenario=multi)}
+        for row in class_dashboard_rows(classroom_id=classroom_id)
+    ]

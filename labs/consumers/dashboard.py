@@ -37,7 +37,7 @@ from typing import Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from labs import selectors
+from labs import presenters, selectors
 from labs.consumers.base import CLOSE_FORBIDDEN, DirectDispatch, read
 from labs.live.broadcast import class_group
 
@@ -85,10 +85,11 @@ class ClassDashboardConsumer(DirectDispatch, AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "snapshot", "rows": rows, "at": time.time()})
 
     async def class_session(self, event: dict[str, Any]) -> None:
-        """One session's compact update from the journal writer: forward it as it is."""
+        """One session's compact update from the journal writer, with the words the page shows
+        for its fields (labs.presenters.dashboard_labels)."""
         if self.group is None:
             return
-        await self.send_json({**event, "type": "session"})
+        await self.send_json({**event, **presenters.dashboard_labels(event), "type": "session"})
         if time.monotonic() - self._last_refresh >= RESYNC_BUSY_S:
             await self._send_snapshot()
         else:

@@ -22,9 +22,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_POST
@@ -116,57 +114,16 @@ def _fault_fields() -> list[dict[str, Any]]:
     return fields
 
 
-_ROW = (
-    '<tr id="row-{id}" data-session="{id}" data-state="{state}" data-activity="{activity}" '
-    'data-mode="{mode}"><th scope="row" class="c-student"><a href="{url}" data-field="student" '
-    'title="Open {student}\'s lab page (read-only, live)">{student}</a>{scenario}</th>'
-    '<td class="c-state"><span class="breaker breaker-{state}" data-field="state">{state_label}'
-    '</span></td><td class="c-mode"><span data-field="mode">{mode_label}</span></td>'
-    '<td class="c-activity"><span class="activity activity-{activity}" data-field="activity">'
-    '{activity}</span></td><td class="c-summary" data-field="summary">{summary}</td>'
-    '<td class="num" data-field="calls">{calls}</td>'
-    '<td class="num" data-field="attempts">{attempts}</td>'
-    '<td class="num" data-field="fast_fails">{fast_fails}</td></tr>\n'
-)
-
-
-def row_html(row, *, url_prefix: str, multi_scenario: bool) -> str:
-    """One dashboard row as HTML (every value escaped). A function, not a template: the
-    page renders a hundred of them and Django's template engine costs about 5x more."""
-    scenario = (
-        format_html(' <span class="hint scenario-name">{}</span>', row.scenario)
-        if multi_scenario
-        else ""
-    )
-    return format_html(
-        _ROW,
-        id=row.session_id,
-        state=row.state,
-        activity=row.activity,
-        mode=row.mode,
-        url=f"{url_prefix}{row.session_id}/",
-        student=row.student,
-        scenario=scenario,
-        state_label=row.state_label,
-        mode_label=row.mode_label,
-        summary=row.summary_text or "no burst yet",
-        calls=row.calls,
-        attempts=row.attempts,
-        fast_fails=row.fast_fails,
-    )
-
-
 def page_context(request: HtmxHttpRequest, classroom: Classroom, **extra) -> dict[str, Any]:
     rows = class_dashboard_rows(classroom_id=classroom.pk)
     scenarios = list(classroom.scenarios.all())
     low, high = class_services.FAULT_DURATION_RANGE_S
-    url_prefix = reverse("labs:session_detail", args=[0])[: -len("0/")]
     multi_scenario = len(scenarios) > 1
     context = {
         "classroom": classroom,
         "rows": rows,
         "rows_html": mark_safe(  # noqa: S308 (each row is built by format_html)
-            "".join(row_html(r, url_prefix=url_prefix, multi_scenario=multi_scenario) for r in rows)
+            "".join(presenters.dashboard_row_html(r, multi_scenario=multi_scenario) for r in rows)
         ),
         "rows_json": [r.as_dict() for r in rows],
         "counts": state_counts(rows),
@@ -177,7 +134,6 @@ def page_context(request: HtmxHttpRequest, classroom: Classroom, **extra) -> dic
         "fault": class_services.active_fault(classroom=classroom),
         "assignable": Scenario.objects.active().exclude(pk__in=classroom.scenarios.values("pk")),
         "scenarios": scenarios,
-        "session_url_prefix": url_prefix,
         "ws_path": f"/ws/classes/{classroom.pk}/",
         "problems": [],
     }

@@ -17,21 +17,21 @@
   if (!root) return;
 
   const tbody = document.getElementById("dash-rows");
-  const template = document.getElementById("row-template");
   const liveStatus = document.getElementById("live-status");
   const shownCount = document.getElementById("shown-count");
   const filterText = document.getElementById("filter-text");
   const filterState = document.getElementById("filter-state");
   const filterActivity = document.getElementById("filter-activity");
   const sortSelect = document.getElementById("sort-key");
-  const sessionUrl = root.dataset.sessionUrl; // ".../sessions/0/"
   const countCells = {};
   root.querySelectorAll("[data-count]").forEach(function (cell) { countCells[cell.dataset.count] = cell; });
 
-  const STATE_LABEL = { closed: "closed", open: "open", half_open: "half-open" };
   const STATE_ORDER = { open: 0, half_open: 1, closed: 2 };
   const NUMERIC = new Set(["calls", "attempts", "fast_fails"]);
   const LIVE_FIELDS = ["state", "mode", "activity", "burst_summary"];
+  // The words for a live field come from the server with it (labs.presenters.dashboard_labels):
+  // the page never makes up a label or a summary sentence of its own.
+  const LABEL_OF = { state: "state_label", mode: "mode_label", burst_summary: "summary_text" };
 
   /** @type {Map<number, object>} */
   const rows = new Map();
@@ -56,24 +56,13 @@
   });
 
   // --- rendering ------------------------------------------------------------------------------
-  function summaryText(s) {
-    if (!s) return null;
-    return (s.succeeded ?? 0) + "/" + (s.calls ?? 0) + " ok, " + (s.fast_failed ?? 0) +
-      " fast-failed, " + (s.attempts_total ?? 0) + " attempts, " + Math.round(s.wall_ms ?? 0) + " ms";
-  }
-
+  // A row the page does not have yet comes with the websocket's snapshot, rendered by the
+  // server (labs.presenters.dashboard_row_html, the same function as the page's own rows).
   function createRow(e) {
-    const tr = template.content.firstElementChild.cloneNode(true);
-    tr.id = "row-" + e.data.session;
-    tr.dataset.session = e.data.session;
-    const link = tr.querySelector('[data-field="student"]');
-    link.href = sessionUrl.replace(/0\/$/, e.data.session + "/");
-    link.title = "Open " + e.data.student + "'s lab page (read-only, live)";
-    tr.querySelector('[data-field="scenario"]').textContent = e.data.scenario || "";
-    tbody.appendChild(tr);
+    tbody.insertAdjacentHTML("beforeend", e.data.html);
     const empty = document.getElementById("no-sessions");
     if (empty) empty.remove();
-    return tr;
+    return document.getElementById("row-" + e.data.session);
   }
 
   function setText(el, text) {
@@ -105,11 +94,10 @@
       c.activity.className = "activity activity-" + d.activity;
     }
     setText(c.student, d.student);
-    setText(c.state, STATE_LABEL[d.state] || d.state);
-    setText(c.mode, (d.mode || "").replace("_", " "));
+    setText(c.state, d.state_label);
+    setText(c.mode, d.mode_label);
     setText(c.activity, d.activity);
-    const summary = summaryText(d.burst_summary);
-    if (summary) setText(c.summary, summary);
+    if (d.summary_text) setText(c.summary, d.summary_text);
     NUMERIC.forEach(function (f) { setText(c[f], String(d[f])); });
     // Only a breaker state change flashes (bursting/idle flips on every burst would keep a
     // busy class repainting). Web Animations, not a class toggle: restarting a CSS animation
@@ -246,6 +234,7 @@
     LIVE_FIELDS.forEach(function (f) {
       if (msg[f] !== undefined && msg[f] !== null && seq > e.seq[f]) {
         d[f] = msg[f];
+        if (LABEL_OF[f]) d[LABEL_OF[f]] = msg[LABEL_OF[f]];
         e.seq[f] = seq;
       }
     });

@@ -14,9 +14,11 @@ from django.db import transaction
 from django.test import Client
 
 from lab_project.asgi import application
+from labs import presenters
 from labs.consumers.dashboard import REFRESH_INTERVAL_S, SETTLE_S
 from labs.live.broadcast import class_group
 from labs.models import Burst
+from labs.selectors import class_dashboard_rows
 from labs.services import bursts, lab
 from labs.services import classroom as class_services
 from tests.conftest import make_student, tour_script
@@ -174,6 +176,8 @@ def test_class_group_updates_are_forwarded_and_other_classes_are_not(
     assert received["type"] == "session"
     assert received["session"] == sessions[0].pk
     assert (received["last_seq"], received["calls"], received["state"]) == (7, 2, "open")
+    # The words come from the server with the field (the page makes up none of its own).
+    assert received["state_label"] == "open"
 
 
 def test_class_wide_down_reaches_the_dashboard_once_per_session(instructor, classroom, sessions):
@@ -248,6 +252,15 @@ def test_refresh_asks_for_a_new_snapshot(instructor, classroom, sessions, scenar
     first, second = run(flow, communicator(instructor, classroom.pk))
     assert second["type"] == "snapshot"
     assert len(second["rows"]) == len(first["rows"]) + 1
+    # The newcomer's row arrives rendered by the server, as the page renders its own rows.
+    newcomer = next(r for r in second["rows"] if r["username"] == "carol")
+    row = next(
+        r for r in class_dashboard_rows(classroom_id=classroom.pk) if r.username == "carol"
+    )
+    assert newcomer["html"] == presenters.dashboard_row_html(row, multi_scenario=False)
+    assert f'id="row-{newcomer["session"]}"' in newcomer["html"]
+    assert newcomer["state_label"] == "closed"
+    assert newcomer["mode_label"] == newcomer["mode"].replace("_", " ")
 
 
 def test_a_burst_on_a_real_worker_shows_bursting_totals_and_its_summary(
