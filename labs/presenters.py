@@ -299,24 +299,29 @@ def summary_panel(
     return panel
 
 
+def summary_delta(event: dict[str, Any]) -> dict[str, float]:
+    """What one journal event adds to its burst's summary counts ({} for nothing). The page
+    adds these as pushes arrive; :func:`counts_from_events` adds them on the server."""
+    kind = event["kind"]
+    if kind == "attempt":
+        return {"attempts_total": 1}
+    if kind == "sleep":
+        return {"backoff_ms_total": event.get("backoff_ms") or 0}
+    if kind == "call_result":
+        outcome = event.get("outcome") or ""
+        if outcome == "success":
+            return {"calls": 1, "succeeded": 1}
+        return {"calls": 1, "fast_failed" if is_fast_fail(outcome) else "failed": 1}
+    return {}
+
+
 def counts_from_events(payloads: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """A running burst's counts so far, from its journal rows (oldest first)."""
     counts: dict[str, Any] = dict.fromkeys(SUMMARY_COUNTS, 0)
     counts["backoff_ms_total"] = 0.0
-    for p in payloads:
-        if p["kind"] == "attempt":
-            counts["attempts_total"] += 1
-        elif p["kind"] == "sleep":
-            counts["backoff_ms_total"] += p.get("backoff_ms") or 0
-        elif p["kind"] == "call_result":
-            counts["calls"] += 1
-            outcome = p.get("outcome") or ""
-            if outcome == "success":
-                counts["succeeded"] += 1
-            elif is_fast_fail(outcome):
-                counts["fast_failed"] += 1
-            else:
-                counts["failed"] += 1
+    for payload in payloads:
+        for name, value in summary_delta(payload).items():
+            counts[name] += value
     return counts
 
 

@@ -260,6 +260,9 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
         for i, event in enumerate(events):
             item = dict(event)
             item["html"] = str(presenters.journal_row(event))
+            delta = presenters.summary_delta(event)
+            if delta:
+                item["summary_delta"] = delta
             fragments = []
             burst = bursts.get(event.get("burst"))
             if burst and event.get("kind") in SUMMARY_KINDS:

@@ -32,6 +32,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from labs import presenters, selectors
+from labs.engine import STATE_LABELS
 from labs.forms.lab import (
     MODE_LABELS,
     MODE_PARAMS,
@@ -91,6 +92,7 @@ def page_context(
         "chart_events": selectors.chart_events(session),
         "steps": presenters.scenario_steps(session.scenario),
         "ws_path": f"/ws/sessions/{session.pk}/",
+        "state_labels": STATE_LABELS,
         **form_context(
             session,
             dependency_form=dependency_form,

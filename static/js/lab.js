@@ -225,15 +225,10 @@
     const box = document.getElementById("burst-summary");
     if (!box || !event.burst || String(event.burst) !== box.dataset.burstId) return;
     if (box.dataset.status === "done") return;
-    if (event.kind === "attempt") bump(box, "attempts_total", 1);
-    else if (event.kind === "sleep") bump(box, "backoff_ms_total", event.backoff_ms || 0);
-    else if (event.kind === "call_result") {
-      bump(box, "calls", 1);
-      const outcome = event.outcome || "";
-      if (outcome === "success") bump(box, "succeeded", 1);
-      else if (outcome.indexOf("rejected_") === 0) bump(box, "fast_failed", 1);
-      else bump(box, "failed", 1);
-    } else if (event.kind === "burst_interrupted" || event.kind === "burst_failed") {
+    // What the event adds to the counts comes from the server (labs.presenters.summary_delta).
+    const delta = event.summary_delta || {};
+    Object.keys(delta).forEach(function (stat) { bump(box, stat, delta[stat]); });
+    if (event.kind === "burst_interrupted" || event.kind === "burst_failed") {
       box.dataset.status = event.kind === "burst_interrupted" ? "interrupted" : "failed";
       const label = box.querySelector('[data-role="status"]');
       if (label) label.textContent = box.dataset.status;
@@ -242,7 +237,9 @@
 
   // --- breaker badge and its cooldown --------------------------------------------------------
 
-  const LABELS = { closed: "CLOSED", open: "OPEN", half_open: "HALF-OPEN" };
+  // The engine's state labels (labs.engine.STATE_LABELS), rendered into the page.
+  const labelsData = document.getElementById("state-labels");
+  const LABELS = labelsData ? JSON.parse(labelsData.textContent) : {};
   let clockOffset = 0; // server clock minus this clock, in ms
   let announcedState = null;
 
