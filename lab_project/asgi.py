@@ -18,13 +18,20 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
+from django.urls import reverse  # noqa: E402
 
 from lab_project.http_limit import ConcurrencyLimit  # noqa: E402
 from labs.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": ConcurrencyLimit(django_asgi_app, settings.LAB_HTTP_CONCURRENCY),
+        "http": ConcurrencyLimit(
+            django_asgi_app,
+            settings.LAB_HTTP_CONCURRENCY,
+            hashing_paths=[
+                reverse(name) for name in ("login", "admin:login", "labs:signup", "password_change")
+            ],
+        ),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

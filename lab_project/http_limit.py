@@ -16,26 +16,52 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Iterable
 from typing import Any
 
 
 class ConcurrencyLimit:
-    """ASGI middleware: at most ``limit`` calls of ``app`` in flight on each event loop."""
+    """ASGI middleware: at most ``limit`` calls of ``app`` in flight on each event loop, and
+    of them at most ``hashing_limit`` POSTs to ``hashing_paths``."""
 
-    def __init__(self, app: Any, limit: int) -> None:
+    def __init__(
+        self,
+        app: Any,
+        limit: int,
+        *,
+        hashing_paths: Iterable[str] = (),
+        hashing_limit: int = 1,
+    ) -> None:
         if limit < 1:
             raise ValueError(f"limit must be at least 1 (got {limit})")
+        if not 1 <= hashing_limit <= limit:
+            raise ValueError(
+                f"hashing_limit must be between 1 and limit ({limit}) (got {hashing_limit})"
+            )
         self.app = app
         self.limit = limit
-        # One semaphore per event loop: a semaphore belongs to the loop that first waits on
-        # it, and tests run the application on a new loop each time.
-        self._gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]
+        self.hashing_paths = frozenset(hashing_paths)
+        self.hashing_limit = hashing_limit
+        # One pair of semaphores per event loop: a semaphore belongs to the loop that first
+        # waits on it, and tests run the application on a new loop each time.
+        self._gates: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, tuple[asyncio.Semaphore, asyncio.Semaphore]
+        ]
         self._gates = weakref.WeakKeyDictionary()
 
     async def __call__(self, scope, receive, send) -> None:
         loop = asyncio.get_running_loop()
-        gate = self._gates.get(loop)
-        if gate is None:
-            gate = self._gates[loop] = asyncio.Semaphore(self.limit)
+        gates = self._gates.get(loop)
+        if gates is None:
+            gates = self._gates[loop] = (
+                asyncio.Semaphore(self.limit),
+                asyncio.Semaphore(self.hashing_limit),
+            )
+        gate, hashing_gate = gates
+        if scope.get("method") == "POST" and scope.get("path") in self.hashing_paths:
+            # The hashing turn first: a POST waiting for it holds no ordinary turn.
+            async with hashing_gate, gate:
+                await self.app(scope, receive, send)
+            return
         async with gate:
             await self.app(scope, receive, send)

@@ -7,6 +7,7 @@ naming the variable (see README and .env.example for the full list).
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -34,6 +35,8 @@ if not SECRET_KEY:
         raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is false")
     SECRET_KEY = _DEV_SECRET_KEY
 
+_BEHIND_TLS_PROXY = env_bool("DJANGO_BEHIND_TLS_PROXY", False)
+
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 for _origin in CSRF_TRUSTED_ORIGINS:
@@ -56,6 +59,7 @@ INSTALLED_APPS = [
     "template_partials",
     "csp",
     "labs",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -71,6 +75,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: turns a refused login of a locked-out client into the 429 page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "lab_project.urls"
@@ -217,6 +223,46 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "labs:home"
 LOGOUT_REDIRECT_URL = "login"
 
+# Failed logins are throttled by django-axes, per username and per address: after
+# LAB_LOGIN_FAILURE_LIMIT failures within LAB_LOGIN_COOLOFF_MINUTES, the login answers 429 (the
+# right password included) until that long after the last failure. A locked-out login never
+# reaches the password hasher. The failures are rows in the database (the admin lists and
+# clears them), so they outlive a restart. A class behind one address shares its address's
+# count: raise the limit for a large class typing passwords at the same time.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_FAILURE_LIMIT = env_int("LAB_LOGIN_FAILURE_LIMIT", 10, min_value=3, max_value=100)
+AXES_COOLOFF_TIME = timedelta(
+    minutes=env_int("LAB_LOGIN_COOLOFF_MINUTES", 15, min_value=1, max_value=24 * 60)
+)
+# 429 with the rule and when to try again (labs.views.accounts.locked_out).
+AXES_LOCKOUT_CALLABLE = "labs.views.accounts.locked_out"
+# Only failures are kept: successful logins are not logged with their address.
+AXES_DISABLE_ACCESS_LOG = True
+
+
+def _login_client_address(request) -> str | None:
+    """The address failures are counted against. Behind the TLS proxy every connection comes
+    from the proxy, so it is the last X-Forwarded-For entry, the one the proxy appended (the
+    entries before it are whatever the client sent)."""
+    forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
+    if _BEHIND_TLS_PROXY and forwarded.strip():
+        return forwarded.split(",")[-1].strip()
+    return request.META.get("REMOTE_ADDR")
+
+
+AXES_CLIENT_IP_CALLABLE = _login_client_address
+
+# --- Request bodies -----------------------------------------------------------------------
+# A form body (file uploads aside) larger than this is refused with 400 before any form reads
+# it. The largest one a page sends is a pasted roster (ROSTER_MAX_PASTED characters, at most
+# 900 kB percent-encoded); every field has a length limit of its own besides.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 1_000_000
+
 # --- I18N ----------------------------------------------------------------------------------
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env_str("DJANGO_TIME_ZONE", "UTC")
@@ -253,7 +299,7 @@ if not DEBUG:
     SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 31536000, min_value=0)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
     SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", True)
-    if env_bool("DJANGO_BEHIND_TLS_PROXY", False):
+    if _BEHIND_TLS_PROXY:
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 # Content-Security-Policy, in development too (django-csp 4; lab_project/csp.py adds the

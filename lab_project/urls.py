@@ -1,7 +1,10 @@
-"""Root URLs: the admin, Django's auth views with our templates, and the lab."""
+"""Root URLs: the admin, Django's auth views with our templates (the login view is the lab's),
+and the lab."""
 
 from django.contrib import admin
 from django.urls import include, path
+
+from labs.views.accounts import LoginView
 
 admin.site.site_header = "Failure Lab back office"
 admin.site.site_title = "Failure Lab admin"
@@ -9,6 +12,8 @@ admin.site.index_title = "Scenarios, classes and sessions"
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    # Django's login with bounded inputs and the failed-login rule; the rest of its auth URLs.
+    path("accounts/login/", LoginView.as_view(), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("experiments/", include("labs.experiments.urls")),
     path("", include("labs.urls")),

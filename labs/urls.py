@@ -9,6 +9,7 @@ app_name = "labs"
 urlpatterns = [
     path("", accounts.home, name="home"),
     path("accounts/signup/", accounts.signup, name="signup"),
+    path("classes/join/", accounts.join_class, name="join_class"),
     path(
         "classes/<int:classroom_id>/scenarios/<int:scenario_id>/open/",
         lab.session_open,

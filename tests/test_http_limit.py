@@ -61,3 +61,89 @@ def test_the_web_application_limits_http_and_not_websockets(settings):
     assert isinstance(http, ConcurrencyLimit)
     assert http.limit == settings.LAB_HTTP_CONCURRENCY == 2
     assert not isinstance(application.application_mapping["websocket"], ConcurrencyLimit)
+
+
+def _held_app(entered: list[str], release: dict[str, asyncio.Event]):
+    """An app that records who is inside and stays there until its event is set."""
+
+    async def app(scope, receive, send):
+        entered.append(scope["name"])
+        await release[scope["name"]].wait()
+
+    return app
+
+
+def _http(name: str, method: str, path: str) -> dict:
+    return {"type": "http", "method": method, "path": path, "name": name}
+
+
+def test_password_posts_take_one_turn_at_a_time_and_pages_still_get_in():
+    """A second login POST waits for the first, while a page request takes the other turn:
+    password hashing never holds more than one of the turns."""
+    entered: list[str] = []
+
+    async def scenario():
+        release = {n: asyncio.Event() for n in ("login1", "login2", "page", "signup")}
+        limited = ConcurrencyLimit(
+            _held_app(entered, release), 2, hashing_paths={"/accounts/login/", "/signup/"}
+        )
+        tasks = [
+            asyncio.create_task(limited(_http("login1", "POST", "/accounts/login/"), None, None))
+        ]
+        while "login1" not in entered:
+            await asyncio.sleep(0)
+        tasks.append(
+            asyncio.create_task(limited(_http("login2", "POST", "/accounts/login/"), None, None))
+        )
+        tasks.append(asyncio.create_task(limited(_http("signup", "POST", "/signup/"), None, None)))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        tasks.append(asyncio.create_task(limited(_http("page", "GET", "/sessions/1/"), None, None)))
+        await asyncio.wait_for(_until(lambda: "page" in entered), 5)
+        assert entered == ["login1", "page"]  # the second login and the sign-up wait
+        release["login1"].set()
+        await asyncio.wait_for(_until(lambda: len(entered) == 3), 5)
+        assert entered[2] in {"login2", "signup"}
+        for event in release.values():
+            event.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+
+    async_to_sync(scenario)()
+    assert sorted(entered) == ["login1", "login2", "page", "signup"]
+
+
+async def _until(predicate) -> None:
+    while not predicate():
+        await asyncio.sleep(0.01)
+
+
+def test_a_get_of_the_login_page_is_an_ordinary_request():
+    entered: list[str] = []
+
+    async def scenario():
+        release = {n: asyncio.Event() for n in ("login", "form1", "form2")}
+        limited = ConcurrencyLimit(
+            _held_app(entered, release), 3, hashing_paths={"/accounts/login/"}
+        )
+        tasks = [
+            asyncio.create_task(limited(_http("login", "POST", "/accounts/login/"), None, None)),
+            asyncio.create_task(limited(_http("form1", "GET", "/accounts/login/"), None, None)),
+            asyncio.create_task(limited(_http("form2", "GET", "/accounts/login/"), None, None)),
+        ]
+        await asyncio.wait_for(_until(lambda: len(entered) == 3), 5)
+        for event in release.values():
+            event.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+
+    async_to_sync(scenario)()
+
+
+def test_the_web_application_puts_every_password_form_in_the_hashing_lane():
+    from django.urls import reverse
+
+    from lab_project.asgi import application
+
+    http = application.application_mapping["http"]
+    assert http.hashing_limit == 1
+    for name in ("login", "admin:login", "labs:signup", "password_change"):
+        assert reverse(name) in http.hashing_paths, name

@@ -1,4 +1,6 @@
-"""Forms of the platform: student sign-up, roster import, and the admin's scenario editor."""
+"""Forms of the platform: log in, student sign-up, joining a class, roster import, and the
+admin's scenario editor. The forms a student or a visitor posts bound every text input
+(:mod:`labs.forms.bounded`)."""
 
 from __future__ import annotations
 
@@ -7,8 +9,9 @@ import re
 
 from django import forms
 from django.contrib.auth import get_user_model
-from django.contrib.auth.forms import UserCreationForm
+from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
 
+from labs.forms.bounded import BoundedInputsMixin
 from labs.models import Classroom, Scenario
 from labs.services.accounts import (
     JoinCodeError,
@@ -19,23 +22,49 @@ from labs.services.accounts import (
 )
 
 ROSTER_MAX_BYTES = 1_000_000
+#: Characters of pasted roster: 500 rows of 200 characters. A longer roster is uploaded.
+ROSTER_MAX_PASTED = 100_000
+#: Longer than any passphrase a person types; a megabyte is refused before it is hashed.
+PASSWORD_MAX_LENGTH = 256
+JOIN_CODE_MAX_LENGTH = 32
 
 
-class SignupForm(UserCreationForm):
-    """A student account, enrolled in the class its join code names."""
-
-    join_code = forms.CharField(
-        max_length=32,
+def _join_code_field() -> forms.CharField:
+    return forms.CharField(
+        max_length=JOIN_CODE_MAX_LENGTH,
         label="Class join code",
         help_text="8 letters or digits, from your instructor.",
         widget=forms.TextInput(attrs={"autocomplete": "off", "autocapitalize": "characters"}),
     )
+
+
+def _bound_passwords(form: forms.Form, *names: str) -> None:
+    for name in names:
+        form.fields[name].max_length = PASSWORD_MAX_LENGTH
+
+
+class LoginForm(BoundedInputsMixin, AuthenticationForm):
+    """Django's login form, with the username and the password bounded."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        _bound_passwords(self, "password")
+
+
+class SignupForm(BoundedInputsMixin, UserCreationForm):
+    """A student account, enrolled in the class its join code names."""
+
+    join_code = _join_code_field()
 
     class Meta(UserCreationForm.Meta):
         model = get_user_model()
         fields = ("username", "first_name", "last_name", "email")
 
     field_order = ["join_code", "username", "first_name", "last_name", "email"]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        _bound_passwords(self, "password1", "password2")
 
     def clean_join_code(self) -> str:
         code = normalize_join_code(self.cleaned_data["join_code"])
@@ -46,7 +75,13 @@ class SignupForm(UserCreationForm):
         return code
 
 
-class RosterImportForm(forms.Form):
+class JoinClassForm(BoundedInputsMixin, forms.Form):
+    """A signed-in student's join code for one more class (the service checks the code)."""
+
+    join_code = _join_code_field()
+
+
+class RosterImportForm(BoundedInputsMixin, forms.Form):
     """A roster CSV, uploaded or pasted: username, full name, email (one student a line)."""
 
     csv_file = forms.FileField(
@@ -54,6 +89,7 @@ class RosterImportForm(forms.Form):
     )
     csv_text = forms.CharField(
         required=False,
+        max_length=ROSTER_MAX_PASTED,
         label="…or paste the CSV",
         widget=forms.Textarea(attrs={"rows": 8, "cols": 80, "spellcheck": "false"}),
         help_text="One student a line: username, full name, email (email may be empty).",

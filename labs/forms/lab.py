@@ -4,7 +4,12 @@ The engine is the one validator (``labs.engine.LIMITS`` through the services): t
 turn posted strings into the JSON types the engine expects and map the engine's problems back
 onto the fields they name. A value that does not even parse is handed to the engine as typed,
 so a wrong number and a number out of range get the same kind of message, naming the field and
-its allowed range (``must be an integer between 1 and 5 (got '2.5')``).
+its allowed range (``must be an integer between 1 and 5 (got '2.5')``). Numbers are read as
+typed in plain decimal notation only: ``1e1``, ``10.0`` or ``1_0`` is not taken for 10.
+
+Every input is bounded (:mod:`labs.forms.bounded`): a value longer than its field allows is
+refused by name before the engine sees it (``too_long``; the view answers with the form) and is
+not echoed back.
 
 Only fields present in the POST are changes: a scenario step's "Do it" button posts just
 ``mode=down``, the full form posts every field. A nullable field posted blank means "off".
@@ -12,6 +17,7 @@ Only fields present in the POST are changes: a scenario step's "Do it" button po
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -19,6 +25,14 @@ from django import forms
 from django.http import QueryDict
 
 from labs.engine import LIMITS, Limit, Problem
+from labs.forms.bounded import BoundedInputsMixin
+
+#: Characters a number field accepts: more than any value in range, typed any way.
+NUMBER_MAX_LENGTH = 32
+#: A comma-separated list of up to 100 outcomes.
+LIST_MAX_LENGTH = 1500
+_PLAIN_INTEGER = re.compile(r"[+-]?[0-9]+")
+_PLAIN_DECIMAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)")
 
 # (form field name, path in LIMITS, label)
 DEPENDENCY_FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -130,22 +144,11 @@ def coerce(raw: str, limit: Limit) -> Any:
         return [token.strip() for token in text.replace(";", ",").split(",") if token.strip()]
     if text == "":
         return None if limit.nullable else text
-    try:
+    if _PLAIN_INTEGER.fullmatch(text):
         return int(text)
-    except ValueError:
-        pass
-    if limit.type == "number":
-        try:
-            value = float(text)
-        except ValueError:
-            return text
-        return value
-    try:
-        # "250.0" is a whole number typed with a decimal point: accept it as 250.
-        value = float(text)
-    except ValueError:
-        return text
-    return int(value) if value.is_integer() else text
+    if limit.type == "number" and _PLAIN_DECIMAL.fullmatch(text):
+        return float(text)
+    return text
 
 
 def _field_for(name: str, path: str, label: str) -> forms.Field:
@@ -162,6 +165,7 @@ def _field_for(name: str, path: str, label: str) -> forms.Field:
         return forms.CharField(
             label=label,
             required=False,
+            max_length=LIST_MAX_LENGTH,
             help_text=help_text,
             widget=forms.TextInput(attrs={"placeholder": "fail, fail, ok", "spellcheck": "false"}),
         )
@@ -172,6 +176,7 @@ def _field_for(name: str, path: str, label: str) -> forms.Field:
     return forms.CharField(
         label=f"{label} ({limit.unit})" if limit.unit and limit.unit != "calls" else label,
         required=False,
+        max_length=NUMBER_MAX_LENGTH,
         help_text=help_text,
         widget=forms.NumberInput(attrs=attrs),
     )
@@ -188,7 +193,16 @@ def _describe_error(field: forms.Field, name: str) -> None:
     field.widget.attrs["aria-describedby"] = f"id_{name}_helptext id_{name}_error"
 
 
-class _EngineForm(forms.Form):
+class _LabInputsMixin(BoundedInputsMixin):
+    """Bounded inputs whose length message reads like the engine's (``Label: ...``) and points
+    the input at it."""
+
+    def too_long_message(self, name: str, limit: int, length: int) -> str:
+        _describe_error(self.fields[name], name)
+        return f"{self.fields[name].label}: at most {limit} characters (got {length})"
+
+
+class _EngineForm(_LabInputsMixin, forms.Form):
     """A form whose values are checked by the engine; ``changes()`` is what to send it."""
 
     #: (field name, LIMITS path, label)
@@ -350,12 +364,13 @@ class PolicyForm(_EngineForm):
         return "budget" if path == "policy.retry_budget" else None
 
 
-class BurstForm(forms.Form):
+class BurstForm(_LabInputsMixin, forms.Form):
     """Run burst: how many calls, by how many concurrent callers."""
 
     size = forms.CharField(
         label="Calls in the burst",
         required=False,
+        max_length=NUMBER_MAX_LENGTH,
         help_text=describe_limit("steps[].burst"),
         widget=forms.NumberInput(
             attrs={"min": _num(BURST_SIZE.min), "max": _num(BURST_SIZE.max), "step": "1"}
@@ -364,6 +379,7 @@ class BurstForm(forms.Form):
     concurrency = forms.CharField(
         label="Concurrent callers",
         required=False,
+        max_length=NUMBER_MAX_LENGTH,
         help_text=describe_limit("steps[].concurrency"),
         widget=forms.NumberInput(
             attrs={

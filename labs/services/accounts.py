@@ -76,6 +76,33 @@ def student_signup(
     return user
 
 
+@dataclass(frozen=True)
+class JoinResult:
+    classroom: Classroom
+    #: False when the student was already in the class (nothing changed).
+    joined: bool
+
+
+def student_join_class(*, user, join_code: str) -> JoinResult:
+    """Enrol the signed-in student ``user`` in the class that ``join_code`` names.
+
+    Idempotent: a student already in that class stays as they are (``joined`` is False).
+    Raises JoinCodeError for a wrong or expired code, and for an instructor (staff or an
+    instructor of any class): instructors are enrolled by an administrator, never by a code.
+    """
+    classroom = classroom_for_join_code(join_code)
+    teaches = Membership.objects.filter(user=user, role=Membership.Role.INSTRUCTOR).exists()
+    if user.is_staff or teaches:
+        raise JoinCodeError(
+            "Instructors are added to a class by an administrator, not with a join code."
+        )
+    with transaction.atomic():
+        _, created = Membership.objects.get_or_create(
+            user=user, classroom=classroom, defaults={"role": Membership.Role.STUDENT}
+        )
+    return JoinResult(classroom=classroom, joined=created)
+
+
 def classroom_regenerate_join_code(*, classroom: Classroom) -> str:
     """Give ``classroom`` a fresh join code (the old one stops working at once)."""
     for _ in range(10):

@@ -212,6 +212,8 @@ def _settings_write(
     session = writable_session(request, pk)
     form = form_class.from_post(request.POST, getattr(session, field) or {})
     form.is_valid()  # parsing only; the service is the validator
+    if form.too_long:  # refused before the engine sees (and quotes) an over-long value
+        return _refused(request, session, partial, 422, **{f"{field}_form": form})
     try:
         session = service(session=session, user=request.user, changes=form.changes())
     except lab_services.SettingsInvalid as exc:
@@ -251,6 +253,8 @@ def session_burst(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     session = writable_session(request, pk)
     form = BurstForm(request.POST)
     form.is_valid()
+    if form.too_long:
+        return _refused(request, session, "burst-form", 400, burst_form=form)
     size, concurrency = form.values()
     try:
         burst = burst_services.burst_start(

@@ -293,3 +293,101 @@ def test_stylesheet_is_served_with_breaker_colours(client):
     css = Path(path).read_text(encoding="utf-8")
     for name in ("--breaker-closed", "--breaker-open", "--breaker-half-open", ":focus-visible"):
         assert name in css
+
+
+# --- over-long values ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "field,label", [("username", "Username"), ("first_name", "First name"),
+                    ("email", "Email address"), ("join_code", "Class join code"),
+                    ("password1", "Password")],
+)  # fmt: skip
+def test_signup_refuses_an_over_long_value_by_name_without_echoing_it(
+    client, classroom, field, label
+):
+    response = client.post(reverse("labs:signup"), signup_data(**{field: "x" * 500_000}))
+    assert response.status_code == 200
+    form = response.context["form"]
+    limit = form.fields[field].max_length
+    assert form.errors[field] == [f"{label} must be at most {limit} characters (got 500000)."]
+    assert len(response.content) < 50_000
+    assert not get_user_model().objects.filter(username="newstudent").exists()
+
+
+def test_login_refuses_an_over_long_username_without_echoing_it(client, student):
+    response = client.post(reverse("login"), {"username": "a" * 500_000, "password": "x"})
+    assert response.status_code == 200
+    assert "Username must be at most 150 characters" in response.content.decode()
+    assert len(response.content) < 50_000
+
+
+def test_form_posts_are_bounded_in_size(settings):
+    assert 500_000 < settings.DATA_UPLOAD_MAX_MEMORY_SIZE <= 1_000_000
+
+
+# --- joining another class ------------------------------------------------------------------
+
+
+def test_student_home_offers_to_join_a_class(client, student):
+    client.force_login(student)
+    body = client.get(reverse("labs:home")).content.decode()
+    assert f'action="{reverse("labs:join_class")}"' in body
+    assert 'name="join_code"' in body
+
+
+def test_a_student_joins_a_second_class_with_its_code(client, student, other_classroom):
+    client.force_login(student)
+    response = client.post(reverse("labs:join_class"), {"join_code": " classb02 "}, follow=True)
+    assert response.redirect_chain[-1][0] == reverse("labs:home")
+    assert "You joined Resilience B." in response.content.decode()
+    membership = Membership.objects.get(user=student, classroom=other_classroom)
+    assert membership.role == Membership.Role.STUDENT
+    assert other_classroom.name in response.content.decode()
+
+
+def test_joining_with_a_wrong_code_is_refused_beside_the_field(client, student):
+    client.force_login(student)
+    response = client.post(reverse("labs:join_class"), {"join_code": "NOPE1234"})
+    assert response.status_code == 400
+    assert "No class has this join code" in response.content.decode()
+    assert Membership.objects.filter(user=student).count() == 1
+
+
+def test_joining_with_an_expired_code_is_refused(client, student, other_classroom):
+    other_classroom.join_code_expires_at = timezone.now() - timedelta(minutes=1)
+    other_classroom.save()
+    client.force_login(student)
+    response = client.post(reverse("labs:join_class"), {"join_code": "CLASSB02"})
+    assert response.status_code == 400
+    assert "expired" in response.content.decode()
+    assert not Membership.objects.filter(user=student, classroom=other_classroom).exists()
+
+
+def test_joining_a_class_already_joined_says_so_and_changes_nothing(client, student, classroom):
+    client.force_login(student)
+    response = client.post(reverse("labs:join_class"), {"join_code": "CLASSA01"}, follow=True)
+    assert "You are already in Resilience A." in response.content.decode()
+    assert Membership.objects.filter(user=student).count() == 1
+
+
+def test_an_instructor_cannot_join_as_a_student(client, instructor, other_classroom):
+    client.force_login(instructor)
+    response = client.post(reverse("labs:join_class"), {"join_code": "CLASSB02"})
+    assert response.status_code == 400
+    assert "Instructors" in response.content.decode()
+    assert not Membership.objects.filter(user=instructor, classroom=other_classroom).exists()
+
+
+def test_joining_needs_login_and_a_post(client, student):
+    assert client.post(reverse("labs:join_class"), {"join_code": "CLASSB02"}).status_code == 302
+    client.force_login(student)
+    assert client.get(reverse("labs:join_class")).status_code == 405
+
+
+def test_an_over_long_join_code_is_refused_without_echoing_it(client, student):
+    client.force_login(student)
+    response = client.post(reverse("labs:join_class"), {"join_code": "Z" * 500_000})
+    assert response.status_code == 400
+    assert "Class join code must be at most 32 characters" in response.content.decode()
+    assert len(response.content) < 50_000

@@ -16,6 +16,7 @@ import pytest
 from django.urls import reverse
 
 from labs.engine import LIMITS
+from labs.forms.lab import LIST_MAX_LENGTH, NUMBER_MAX_LENGTH
 from labs.live import journal, runtime
 from labs.models import Burst, JournalEvent, LabSession
 from labs.services import lab
@@ -537,3 +538,96 @@ def test_a_pushed_row_is_byte_for_byte_the_row_on_the_page(owner_client, session
     html = owner_client.get(url("session_detail", session)).content.decode()
     for row in JournalEvent.objects.filter(session=session):
         assert render_row(event_payload(row)) in html
+
+
+# --- over-long values and numbers in disguise --------------------------------------------------
+
+# Under DATA_UPLOAD_MAX_MEMORY_SIZE, so the form itself must refuse it.
+LONG = "9" * 500_000
+
+
+@pytest.mark.parametrize(
+    "name,data,field,label",
+    [
+        ("session_dependency", {"mode": "flaky", "latency_ms": LONG}, "latency_ms",
+         "Latency per attempt (ms)"),
+        ("session_dependency", {"mode": "script", "outcomes": "fail," * 100_000}, "outcomes",
+         "Script: outcomes in order"),
+        ("session_policy", {"max_attempts": LONG, "deadline_ms": "500"}, "max_attempts",
+         "Max attempts per call"),
+    ],
+)  # fmt: skip
+def test_an_over_long_value_is_refused_by_name_and_not_echoed(
+    owner_client, session, name, data, field, label
+):
+    before = (dict(session.dependency), dict(session.policy), journal_count(session))
+    response = owner_client.post(url(name, session), data, **HTMX)
+    assert response.status_code == 422
+    html = response.content.decode()
+    assert len(html) < 100_000  # neither the message nor the field carries the value
+    limit = LIST_MAX_LENGTH if field == "outcomes" else NUMBER_MAX_LENGTH
+    assert f"{label}: at most {limit} characters" in html
+    session.refresh_from_db()
+    assert (session.dependency, session.policy, journal_count(session)) == before
+
+
+def test_an_over_long_burst_size_is_refused_and_not_echoed(owner_client, session):
+    response = owner_client.post(
+        url("session_burst", session), {"size": LONG, "concurrency": "1"}, **HTMX
+    )
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert len(html) < 100_000
+    assert "Calls in the burst: at most" in html
+    assert not Burst.objects.filter(session=session).exists()
+
+
+@pytest.mark.parametrize("typed", ["1e1", "10.0", "1_0", "\u0661\u0660", "0x0a"])
+def test_a_burst_size_must_be_a_plain_whole_number(owner_client, session, typed):
+    response = owner_client.post(
+        url("session_burst", session), {"size": typed, "concurrency": "1"}, **HTMX
+    )
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "Calls in the burst: must be a whole number between 1 and 20" in html
+    assert not Burst.objects.filter(session=session).exists()
+
+
+def test_a_whole_number_setting_refuses_exponent_notation(owner_client, session):
+    before = dict(session.policy)
+    response = owner_client.post(url("session_policy", session), {"max_attempts": "3e0"}, **HTMX)
+    assert response.status_code == 422
+    assert "Max attempts per call: must be an integer between 1 and 5" in (
+        response.content.decode()
+    )
+    session.refresh_from_db()
+    assert session.policy == before
+
+
+def test_a_decimal_setting_takes_plain_decimals_only(owner_client, session):
+    response = owner_client.post(
+        url("session_dependency", session), {"mode": "error_rate", "rate": "5e-1"}, **HTMX
+    )
+    assert response.status_code == 422
+    assert "Error rate: failure probability: must be a number between 0 and 1" in (
+        response.content.decode()
+    )
+    response = owner_client.post(
+        url("session_dependency", session), {"mode": "error_rate", "rate": "0.25"}, **HTMX
+    )
+    assert response.status_code == 200
+    session.refresh_from_db()
+    assert session.dependency["rate"] == 0.25
+
+
+def test_a_form_body_over_the_upload_limit_is_refused_whole(owner_client, session, settings):
+    before = dict(session.dependency)
+    response = owner_client.post(
+        url("session_dependency", session),
+        {"mode": "flaky", "latency_ms": "9" * settings.DATA_UPLOAD_MAX_MEMORY_SIZE},
+        **HTMX,
+    )
+    assert response.status_code == 400
+    assert len(response.content) < 10_000
+    session.refresh_from_db()
+    assert session.dependency == before

@@ -97,7 +97,8 @@ def test_demo_student_can_log_in_and_open_the_tour(client):
     from django.urls import reverse
 
     seed()
-    assert client.login(username="student1", password="failurelab")
+    response = client.post(reverse("login"), {"username": "student1", "password": "failurelab"})
+    assert response.status_code == 302
     room = Classroom.objects.get(join_code="DEMO2026")
     tour = Scenario.objects.get(slug="tour")
     response = client.post(reverse("labs:session_open", args=[room.pk, tour.pk]))

@@ -169,3 +169,47 @@ def test_session_open_refuses_an_unassigned_scenario(student, classroom, factory
     with pytest.raises(PermissionDenied):
         session_open(user=student, classroom=classroom, scenario=other)
     assert not Membership.objects.filter(user=student).exclude(classroom=classroom).exists()
+
+
+# --- joining another class ------------------------------------------------------------------
+
+
+def test_student_join_class_enrols_an_existing_student(student, other_classroom):
+    from labs.services.accounts import student_join_class
+
+    result = student_join_class(user=student, join_code=" classb02 ")
+    assert result.classroom == other_classroom and result.joined
+    membership = Membership.objects.get(user=student, classroom=other_classroom)
+    assert membership.role == Membership.Role.STUDENT
+
+
+def test_student_join_class_is_idempotent(student, classroom):
+    from labs.services.accounts import student_join_class
+
+    result = student_join_class(user=student, join_code="CLASSA01")
+    assert result.classroom == classroom and not result.joined
+    assert Membership.objects.filter(user=student).count() == 1
+
+
+def test_student_join_class_refuses_unknown_and_expired_codes(student, other_classroom):
+    from labs.services.accounts import student_join_class
+
+    with pytest.raises(JoinCodeError, match="No class has this join code"):
+        student_join_class(user=student, join_code="ZZZZZZZZ")
+    other_classroom.join_code_expires_at = timezone.now() - timedelta(hours=1)
+    other_classroom.save()
+    with pytest.raises(JoinCodeError, match="expired on"):
+        student_join_class(user=student, join_code="CLASSB02")
+    assert not Membership.objects.filter(classroom=other_classroom).exists()
+
+
+def test_student_join_class_refuses_instructors(instructor, other_classroom, classroom):
+    from labs.services.accounts import student_join_class
+
+    with pytest.raises(JoinCodeError, match="Instructors"):
+        student_join_class(user=instructor, join_code="CLASSB02")
+    # Their own class's code does not turn their instructor membership into a student one.
+    with pytest.raises(JoinCodeError, match="Instructors"):
+        student_join_class(user=instructor, join_code="CLASSA01")
+    assert Membership.objects.get(user=instructor, classroom=classroom).role == "instructor"
+    assert not Membership.objects.filter(user=instructor, classroom=other_classroom).exists()
