@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from tests.conftest import DEFAULT_PASSWORD, make_user
+from tests.conftest import make_user
 from tests.test_settings import PRODUCTION_ENV, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,8 +68,7 @@ def test_anonymous_pages_carry_the_policies(client, url_name):
 
 @pytest.mark.django_db
 def test_signed_in_pages_and_htmx_partials_carry_the_policy(client):
-    make_user("erin")
-    assert client.login(username="erin", password=DEFAULT_PASSWORD)
+    client.force_login(make_user("erin"))
     for response in (
         client.get(reverse("labs:home")),
         client.get(reverse("experiments:index")),
