@@ -30,6 +30,7 @@ from django.views.decorators.http import require_GET, require_POST
 from labs import presenters
 from labs.engine import LIMITS
 from labs.engine.config import MODES
+from labs.forms.lab import coerce
 from labs.live.journal import event_payload
 from labs.models import Classroom, JournalEvent, LabSession, Scenario
 from labs.selectors import class_dashboard_rows, state_counts
@@ -59,40 +60,20 @@ def taught_classroom(user, pk: int) -> Classroom:
 # --- the page --------------------------------------------------------------------------------
 
 
-def _coerce(raw: str, path: str) -> Any:
-    """A posted string as the JSON value the engine validates. Text that does not parse is
-    passed on as typed, so the engine's message names the field, its range and the value."""
-    text = raw.strip()
-    limit = LIMITS[path]
-    if limit.type == "choice":
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        value = float(text)
-    except ValueError:
-        return text
-    if limit.type == "number":
-        return value
-    return int(value) if value.is_integer() else text
-
-
 def fault_changes(post) -> tuple[dict[str, Any], Any]:
     """(dependency changes, duration) from the class-wide form: blank fields are not sent."""
     changes: dict[str, Any] = {"mode": post.get("mode", "").strip()}
     for name, path, _label in FAULT_PARAMS:
         raw = post.get(name, "")
         if raw.strip():
-            changes[name] = _coerce(raw, path)
+            changes[name] = coerce(raw, LIMITS[path])
     raw_duration = post.get("duration_s", "").strip()
     duration: Any = None
     if raw_duration:
-        try:
-            duration = int(raw_duration)
-        except ValueError:
-            duration = raw_duration  # refused by the service, naming the field and range
+        # plain digits only (not 1e1 or 10.0); anything else is refused by the service,
+        # naming the field and its range
+        plain = raw_duration.isascii() and raw_duration.isdigit()
+        duration = int(raw_duration) if plain else raw_duration
     return changes, duration
 
 

@@ -187,6 +187,8 @@ def test_class_wide_fault_with_duration_is_stored_for_its_restore(
         ({"mode": "down", "duration_s": "0"}, "duration_s: must be between 1 and 3600 s (got 0)"),
         ({"mode": "down", "duration_s": "3601"}, "duration_s: must be between 1 and 3600"),
         ({"mode": "down", "duration_s": "soon"}, "duration_s: must be a whole number"),
+        ({"mode": "down", "duration_s": "1e1"}, "duration_s: must be a whole number"),
+        ({"mode": "flaky", "fail_count": "1e1"}, "dependency.fail_count: must be"),
         ({"mode": "flaky", "fail_count": "500"}, "dependency.fail_count: must be"),
         ({"mode": "error_rate", "rate": "2"}, "dependency.rate: must be"),
     ],
