@@ -4,7 +4,7 @@ import os
 import sys
 
 from celery import Celery
-from celery.signals import worker_init, worker_ready
+from celery.signals import worker_init, worker_ready, worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
 
@@ -28,3 +28,19 @@ def _start_journal_writer(**kwargs) -> None:
     from labs.live.writers import get_writer
 
     get_writer().start()
+
+
+@worker_ready.connect
+def _start_health_heartbeat(**kwargs) -> None:
+    """Record this worker's heartbeat and its journal writer's lag for /healthz."""
+    from labs.live import health
+
+    health.start_worker_heartbeat()
+
+
+@worker_shutdown.connect
+def _stop_health_heartbeat(**kwargs) -> None:
+    """A worker stopping cleanly withdraws its heartbeat at once."""
+    from labs.live import health
+
+    health.stop_worker_heartbeat()

@@ -7,6 +7,8 @@ naming the variable (see README and .env.example for the full list).
 
 from __future__ import annotations
 
+import ipaddress
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -364,6 +366,26 @@ LOGGING = {
         "django": {"handlers": ["console"], "level": "WARNING", "propagate": False},
     },
 }
+
+# --- Operations: /metrics and /healthz (docs/operations.md) -------------------------------
+# prometheus_client's multiprocess mode: every lab process (daphne, the worker, its journal
+# writer) keeps its metrics in files here, and /metrics adds them up. It reads the directory
+# from the environment, so the setting is exported for this process and the ones it starts.
+LAB_METRICS_DIR = Path(env_str("PROMETHEUS_MULTIPROC_DIR", str(LAB_DATA_DIR / "metrics")))
+LAB_METRICS_DIR.mkdir(parents=True, exist_ok=True)
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(LAB_METRICS_DIR))
+# Addresses (or networks) that may scrape /metrics without logging in; staff users may too.
+LAB_METRICS_ALLOWED_IPS = []
+for _item in env_list("LAB_METRICS_ALLOWED_IPS", ["127.0.0.1", "::1"]):
+    try:
+        LAB_METRICS_ALLOWED_IPS.append(ipaddress.ip_network(_item, strict=True))
+    except ValueError:
+        raise ImproperlyConfigured(
+            "LAB_METRICS_ALLOWED_IPS items must be IP addresses or networks with no host bits "
+            f"set (127.0.0.1, 10.0.0.0/8, ::1), got {_item!r}"
+        ) from None
+# A probe or a scraper inside the network speaks plain HTTP to the web process.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
 
 # --- Lab -----------------------------------------------------------------------------------
 LAB_SCENARIOS_DIR = BASE_DIR / "scenarios"

@@ -1,9 +1,10 @@
-"""Root URLs: the admin, Django's auth views with our templates (the login view is the lab's),
-and the lab."""
+"""Root URLs: the admin, Django's auth views with our templates (the login view is the
+lab's), the lab, and the operations endpoints (``/metrics``, ``/healthz``: labs/views/ops.py)."""
 
 from django.contrib import admin
 from django.urls import include, path
 
+from labs.views import ops
 from labs.views.accounts import LoginView
 
 admin.site.site_header = "Failure Lab back office"
@@ -16,5 +17,7 @@ urlpatterns = [
     path("accounts/login/", LoginView.as_view(), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("experiments/", include("labs.experiments.urls")),
+    path("metrics", ops.metrics_view, name="metrics"),
+    path("healthz", ops.healthz, name="healthz"),
     path("", include("labs.urls")),
 ]

@@ -19,6 +19,7 @@ LAB_WORKER_CONCURRENCY, LAB_DEMO_PASSWORD, and every Django setting variable (RE
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -118,6 +119,13 @@ def main() -> int:
 
     env = dict(os.environ)
     env.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
+    # Every process writes its metrics into one directory (docs/operations.md); a new run
+    # starts from an empty one, so no file of a previous run's processes counts.
+    metrics_dir = Path(env.get("PROMETHEUS_MULTIPROC_DIR", "").strip()
+                       or Path(env.get("LAB_DATA_DIR") or ROOT / "db") / "metrics")  # fmt: skip
+    shutil.rmtree(metrics_dir, ignore_errors=True)
+    metrics_dir.mkdir(parents=True, exist_ok=True)
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
     env["PYTHONUNBUFFERED"] = "1"
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
 

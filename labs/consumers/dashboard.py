@@ -39,6 +39,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from labs import presenters, selectors
 from labs.consumers.base import CLOSE_FORBIDDEN, DirectDispatch, read
+from labs.live import metrics
 from labs.live.broadcast import class_group
 
 REFRESH_INTERVAL_S = 1.0
@@ -63,6 +64,7 @@ class ClassDashboardConsumer(DirectDispatch, AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_FORBIDDEN)
             return
         self.group = class_group(self.classroom_id)
+        metrics.socket_opened("dashboard")
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self._send_snapshot()
 
@@ -70,6 +72,7 @@ class ClassDashboardConsumer(DirectDispatch, AsyncJsonWebsocketConsumer):
         if self._settle is not None:
             self._settle.cancel()
         if self.group is not None:
+            metrics.socket_closed("dashboard")
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def receive_json(self, content: Any, **kwargs) -> None:

@@ -49,7 +49,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from labs import presenters, selectors
 from labs.consumers.base import CLOSE_FORBIDDEN, DirectDispatch, clip, read, read_redis
-from labs.live import broadcast
+from labs.live import broadcast, metrics
 from labs.live.journal import BURST_END_KINDS
 from labs.presenters import SUMMARY_KINDS, render_badge
 
@@ -97,6 +97,7 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
         # Join first: a row committed from now on is pushed to us, and every row committed
         # before is in the database for the replay below. Overlap is dropped by seq.
         self.group = broadcast.session_group(self.session_id)
+        metrics.socket_opened("lab")
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         after = self._after_from_query()
@@ -111,6 +112,7 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
         if self._settle_task is not None:
             self._settle_task.cancel()
         if self.group:
+            metrics.socket_closed("lab")
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     # -- from the browser ------------------------------------------------------------------

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from django.db import close_old_connections, connection, transaction
 from django.db.utils import DatabaseError, InterfaceError, OperationalError
 
-from labs.live import broadcast
+from labs.live import broadcast, metrics
 from labs.live.journal import Entry, Written, append_entries, pushes_for
 from labs.models import LabSession
 
@@ -201,10 +201,12 @@ class JournalWriter:
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
         self.written += len(written)
+        metrics.journal_committed(written)
         pushes = pushes_for(written)
         if pushes and self._loop is not None:
             try:
                 self._loop.run_until_complete(broadcast.asend_all(pushes))
+                metrics.journal_pushed(written)
             except Exception:  # a push is best effort: pages catch up from the journal
                 logger.exception("journal push failed")
 
