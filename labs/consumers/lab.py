@@ -12,8 +12,9 @@
    (a message the channel layer never delivered: Redis pub/sub delivers at most once, and
    not to a process whose connection to Redis was down at that moment) it
    reads the missing rows from the database first. A dropped *last* push has no successor
-   to reveal the gap, so a second after the pushes stop (and on every client ping) the
-   consumer compares with the journal and sends what it lacks. So each connection delivers
+   to reveal the gap, so a second after the pushes stop (and on every client ping, and when
+   the channel layer has subscribed again after losing Redis) the consumer compares with the
+   journal and sends what it lacks. So each connection delivers
    every row exactly once, in order, with no gap that outlives a second.
 3. Messages to the browser are JSON: ``{"type": "events", "events": [...]}`` where each
    event is the journal payload plus ``html`` (the row, rendered with the page's own
@@ -165,6 +166,18 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
                     await self._send_events(fresh)
         except Exception:
             logger.exception("lab session %s: could not forward journal events", self.session_id)
+        self._arm_settle()
+
+    async def layer_reconnected(self, message: dict[str, Any]) -> None:
+        """The channel layer lost Redis and has subscribed again (labs.live.channel_layer):
+        rows pushed meanwhile reached nobody, so read them now, and once more a moment later
+        for a push published while the subscription was being renewed."""
+        if self.session_id is None:
+            return
+        try:
+            await self._settle()
+        except Exception:
+            logger.exception("lab session %s: journal check failed", self.session_id)
         self._arm_settle()
 
     def _arm_settle(self) -> None:
