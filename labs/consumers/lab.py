@@ -24,7 +24,8 @@
    the burst summary when a burst is queued, starts or ends). ``{"type": "state"}`` on
    connect carries the current badge.
 4. Messages from the browser: ``{"type": "ping"}`` (answered with a pong) and
-   ``{"type": "resync", "after": N}``. Anything else is logged and ignored: it never closes
+   ``{"type": "resync", "after": N}`` (one replay at a time per socket: resyncs that arrive
+   while one runs are coalesced into one more, from the lowest ``after``). Anything else is logged and ignored: it never closes
    this socket, let alone anyone else's.
 
 The ORM is only reached through :func:`labs.consumers.base.read` and Redis through
@@ -76,6 +77,9 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
     #: the session's policy, kept for the badge (re-read after a POLICY_KINDS event)
     _policy: dict[str, Any] | None = None
     _settle_task: asyncio.Task | None = None
+    #: the resync replay running, and where the next one starts (None: no resync waiting)
+    _replay_task: asyncio.Task | None = None
+    _replay_after: int | None = None
     #: burst id -> what the summary panel needs, learnt from burst_queued events
     _bursts: dict[int, dict[str, Any]]
 
@@ -109,8 +113,9 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
         await self._send_state()
 
     async def disconnect(self, code: int) -> None:
-        if self._settle_task is not None:
-            self._settle_task.cancel()
+        for task in (self._settle_task, self._replay_task):
+            if task is not None:
+                task.cancel()
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
@@ -129,10 +134,7 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
                 after = message.get("after")
                 if isinstance(after, bool) or not isinstance(after, int) or after < 0:
                     raise ValueError(f"resync needs a non-negative integer 'after' (got {after!r})")
-                # Replay from what the client says it has; rows it has twice it drops by seq.
-                async with self._deliver_lock:
-                    self.last_seq = min(self.last_seq, after)
-                    await self._catch_up()
+                self._ask_replay(after)
             else:
                 raise ValueError(f"unknown message {clip(text_data or bytes_data)}")
         except Exception as exc:  # a bad message must never take the socket down
@@ -142,6 +144,27 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
                 getattr(self.scope.get("user"), "pk", None),
                 exc,
             )
+
+    def _ask_replay(self, after: int) -> None:
+        """Replay from ``after`` (what the client says it has; rows it gets twice it drops by
+        seq), one replay at a time: a resync while one runs only lowers where the next starts.
+
+        So a socket sending resyncs in a row costs at most the replay running and one more,
+        each at most ``MAX_REPLAY`` rows (further back, the page is told to reload), and the
+        consumer keeps reading the socket meanwhile."""
+        self._replay_after = after if self._replay_after is None else min(self._replay_after, after)
+        if self._replay_task is None or self._replay_task.done():
+            self._replay_task = asyncio.ensure_future(self._replay())
+
+    async def _replay(self) -> None:
+        while self._replay_after is not None:
+            after, self._replay_after = self._replay_after, None
+            try:
+                async with self._deliver_lock:
+                    self.last_seq = min(self.last_seq, after)
+                    await self._catch_up()
+            except Exception:
+                logger.exception("lab session %s: replay failed", self.session_id)
 
     # -- from the channel layer ------------------------------------------------------------
 
