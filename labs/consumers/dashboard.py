@@ -39,7 +39,7 @@ from typing import Any
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from labs import selectors
-from labs.consumers.base import CLOSE_FORBIDDEN, DirectDispatch, read
+from labs.consumers.base import CLOSE_FORBIDDEN, DirectDispatch, SocketLimits, read
 from labs.live.broadcast import class_group
 
 REFRESH_INTERVAL_S = 1.0
@@ -47,7 +47,7 @@ SETTLE_S = 1.5
 RESYNC_BUSY_S = 15.0
 
 
-class ClassDashboardConsumer(DirectDispatch, AsyncJsonWebsocketConsumer):
+class ClassDashboardConsumer(DirectDispatch, SocketLimits, AsyncJsonWebsocketConsumer):
     """Forwards a class's ``class.session`` updates to one instructor's dashboard page."""
 
     group: str | None = None

@@ -50,7 +50,14 @@ from urllib.parse import parse_qs
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from labs import presenters, selectors
-from labs.consumers.base import CLOSE_FORBIDDEN, DirectDispatch, clip, read, read_redis
+from labs.consumers.base import (
+    CLOSE_FORBIDDEN,
+    DirectDispatch,
+    SocketLimits,
+    clip,
+    read,
+    read_redis,
+)
 from labs.live import broadcast
 from labs.live.journal import BURST_END_KINDS
 from labs.presenters import SUMMARY_KINDS, render_badge
@@ -68,7 +75,7 @@ SETTLE_SECONDS = 1.0
 POLICY_KINDS = ("policy_set", "session_reset", "scenario_assigned")
 
 
-class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
+class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
     """Live journal, badge and summary of one lab session (see the module docstring)."""
 
     session_id: int | None = None
