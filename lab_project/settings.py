@@ -193,6 +193,12 @@ LAB_WORKER_CONCURRENCY = env_int("LAB_WORKER_CONCURRENCY", 128, min_value=1, max
 # the event loop that forwards live pushes): lab_project/http_limit.py says why 2.
 LAB_HTTP_CONCURRENCY = env_int("LAB_HTTP_CONCURRENCY", 2, min_value=1, max_value=256)
 CELERY_WORKER_CONCURRENCY = LAB_WORKER_CONCURRENCY
+# Bytes that may wait in the web process for one websocket client that does not read; past
+# it the socket is closed with 4008 and the page catches up when it reconnects
+# (labs/consumers/base.py, SocketLimits).
+LAB_WS_SEND_BUFFER_MAX_BYTES = env_int(
+    "LAB_WS_SEND_BUFFER_MAX_BYTES", 4 * 1024 * 1024, min_value=64 * 1024, max_value=1024**3
+)
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 
 # --- Bursts --------------------------------------------------------------------------------

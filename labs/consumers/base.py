@@ -1,18 +1,29 @@
-"""What both websocket consumers share: the close code for "not yours", the way they read
-the database and Redis off the event loop, and a dispatch without a per-message thread hop."""
+"""What both websocket consumers share: the close codes, the way they read the database and
+Redis off the event loop, a dispatch without a per-message thread hop, and the limits on the
+socket daphne serves them (:class:`SocketLimits`)."""
 
 from __future__ import annotations
 
+import functools
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
+from daphne.ws_protocol import WebSocketProtocol
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
 
 #: Close code for a socket whose user may not see what it asked for. The consumers accept,
 #: then close with it: a socket refused before ``accept`` reaches the page as a bare 1006.
 CLOSE_FORBIDDEN = 4403
+#: Close code for a socket whose client has not read what was sent to it: more than
+#: ``LAB_WS_SEND_BUFFER_MAX_BYTES`` wait in the server for it. The page reconnects and catches
+#: up from its last sequence number (or reloads when that is too far back).
+CLOSE_TOO_FAR_BEHIND = 4008
 
 
 def read(function):
@@ -57,3 +68,79 @@ def clip(value: Any, limit: int = 120) -> str:
     """``repr(value)`` cut to ``limit`` characters, for a log line about a bad message."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def daphne_protocol(send: Any) -> WebSocketProtocol | None:
+    """daphne's protocol object for the socket behind the ASGI ``send`` callable, or None
+    when another server (or a test communicator) serves it.
+
+    daphne 4.2 (pinned in requirements.txt) hands each application
+    ``functools.partial(Server.handle_reply, protocol)`` as ``send``; channels' session
+    middleware (4.3, pinned) passes on a method of its own instead, keeping daphne's in
+    ``real_send``. tests/integration/test_daphne_sockets.py runs a real daphne against this."""
+    for _ in range(4):  # daphne's send, or a wrapper or two around it
+        if isinstance(send, functools.partial) and send.args:
+            protocol = send.args[0]
+            return protocol if isinstance(protocol, WebSocketProtocol) else None
+        send = getattr(getattr(send, "__self__", None), "real_send", None)
+        if send is None:
+            return None
+    return None
+
+
+def unsent_bytes(transport: Any) -> int:
+    """Bytes written to a Twisted TCP transport that the kernel has not taken yet (what
+    ``twisted.internet.abstract.FileDescriptor`` holds in ``dataBuffer`` past ``offset``, plus
+    its pending ``_tempDataBuffer``)."""
+    return (
+        len(transport.dataBuffer) - transport.offset + getattr(transport, "_tempDataLen", 0)
+    )
+
+
+class SocketLimits:
+    """Consumer mixin: limits on the socket that daphne serves for this consumer.
+
+    - A frame or message from the client over daphne's size limit (1 MiB) closes the socket
+      with 1009 "message too big". Autobahn, under daphne, fails such a socket by dropping the
+      TCP connection, which the browser reports as a bare 1006; here it closes with a close
+      frame instead (``failByDrop`` off for this connection).
+    - What waits in daphne for a client that does not read (autobahn writes to the Twisted
+      transport, which buffers without limit once the kernel's buffers are full) is bounded:
+      when a message is to be sent while more than ``LAB_WS_SEND_BUFFER_MAX_BYTES`` wait, the
+      socket is closed with :data:`CLOSE_TOO_FAR_BEHIND` instead and nothing more is sent.
+      Autobahn drops the connection, and with it the buffer, when the close handshake does not
+      complete within its timeout; a page that comes back catches up from its last sequence
+      number.
+
+    Under another server (and under ``WebsocketCommunicator``) neither applies.
+    """
+
+    _server_send: Any = None
+    _transport: Any = None
+    _behind = False
+
+    async def websocket_connect(self, message: dict[str, Any]) -> None:
+        protocol = daphne_protocol(self.base_send)
+        if protocol is not None:
+            protocol.failByDrop = False
+            self._transport = protocol.transport
+            self._server_send = self.base_send
+            self.base_send = self._send_bounded
+        await super().websocket_connect(message)
+
+    async def _send_bounded(self, message: dict[str, Any]) -> None:
+        if message.get("type") == "websocket.send":
+            if self._behind:
+                return
+            waiting = unsent_bytes(self._transport)
+            if waiting > settings.LAB_WS_SEND_BUFFER_MAX_BYTES:
+                self._behind = True
+                logger.warning(
+                    "websocket %s: closed with %d, its client has not read %d bytes (limit %d)",
+                    self.scope.get("path"),
+                    CLOSE_TOO_FAR_BEHIND,
+                    waiting,
+                    settings.LAB_WS_SEND_BUFFER_MAX_BYTES,
+                )
+                message = {"type": "websocket.close", "code": CLOSE_TOO_FAR_BEHIND}
+        await self._server_send(message)

@@ -24,7 +24,8 @@ Self-healing: the channel layer delivers at most once (Redis pub/sub: nothing re
 process while its connection to Redis is down), and an update carries deltas, so one lost
 update would leave a row's totals
 short for good. So ``SETTLE_S`` after updates stop (and at least every ``RESYNC_BUSY_S`` while
-they keep coming) the consumer sends a fresh snapshot. It is sent from the consumer's own
+they keep coming) the consumer sends a fresh snapshot, and at once when the channel layer has
+subscribed again after losing Redis. It is sent from the consumer's own
 message loop (a message to itself), never from a side task, so it cannot overtake an update
 that is already being forwarded: the page sees updates and snapshots in one order.
 """
@@ -38,7 +39,7 @@ from typing import Any
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from labs import presenters, selectors
-from labs.consumers.base import CLOSE_FORBIDDEN, DirectDispatch, read
+from labs.consumers.base import CLOSE_FORBIDDEN, DirectDispatch, SocketLimits, read
 from labs.live import metrics
 from labs.live.broadcast import class_group
 
@@ -47,7 +48,7 @@ SETTLE_S = 1.5
 RESYNC_BUSY_S = 15.0
 
 
-class ClassDashboardConsumer(DirectDispatch, AsyncJsonWebsocketConsumer):
+class ClassDashboardConsumer(DirectDispatch, SocketLimits, AsyncJsonWebsocketConsumer):
     """Forwards a class's ``class.session`` updates to one instructor's dashboard page."""
 
     group: str | None = None
@@ -96,6 +97,14 @@ class ClassDashboardConsumer(DirectDispatch, AsyncJsonWebsocketConsumer):
         if time.monotonic() - self._last_refresh >= RESYNC_BUSY_S:
             await self._send_snapshot()
         else:
+            self._settle_later()
+
+    async def layer_reconnected(self, event: dict[str, Any]) -> None:
+        """The channel layer lost Redis and has subscribed again (labs.live.channel_layer):
+        updates published meanwhile reached nobody, so send the truth now, and once more after
+        the quiet period for an update published while the subscription was being renewed."""
+        if self.group is not None:
+            await self._send_snapshot()
             self._settle_later()
 
     def _settle_later(self) -> None:

@@ -12,8 +12,9 @@
    (a message the channel layer never delivered: Redis pub/sub delivers at most once, and
    not to a process whose connection to Redis was down at that moment) it
    reads the missing rows from the database first. A dropped *last* push has no successor
-   to reveal the gap, so a second after the pushes stop (and on every client ping) the
-   consumer compares with the journal and sends what it lacks. So each connection delivers
+   to reveal the gap, so a second after the pushes stop (and on every client ping, and when
+   the channel layer has subscribed again after losing Redis) the consumer compares with the
+   journal and sends what it lacks. So each connection delivers
    every row exactly once, in order, with no gap that outlives a second.
 3. Messages to the browser are JSON: ``{"type": "events", "events": [...]}`` where each
    event is the journal payload plus ``html`` (the row, rendered with the page's own
@@ -23,7 +24,8 @@
    the burst summary when a burst is queued, starts or ends). ``{"type": "state"}`` on
    connect carries the current badge.
 4. Messages from the browser: ``{"type": "ping"}`` (answered with a pong) and
-   ``{"type": "resync", "after": N}``. Anything else is logged and ignored: it never closes
+   ``{"type": "resync", "after": N}`` (one replay at a time per socket: resyncs that arrive
+   while one runs are coalesced into one more, from the lowest ``after``). Anything else is logged and ignored: it never closes
    this socket, let alone anyone else's.
 
 The ORM is only reached through :func:`labs.consumers.base.read` and Redis through
@@ -48,7 +50,14 @@ from urllib.parse import parse_qs
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from labs import presenters, selectors
-from labs.consumers.base import CLOSE_FORBIDDEN, DirectDispatch, clip, read, read_redis
+from labs.consumers.base import (
+    CLOSE_FORBIDDEN,
+    DirectDispatch,
+    SocketLimits,
+    clip,
+    read,
+    read_redis,
+)
 from labs.live import broadcast, metrics
 from labs.live.journal import BURST_END_KINDS
 from labs.presenters import SUMMARY_KINDS, render_badge
@@ -66,7 +75,7 @@ SETTLE_SECONDS = 1.0
 POLICY_KINDS = ("policy_set", "session_reset", "scenario_assigned")
 
 
-class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
+class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
     """Live journal, badge and summary of one lab session (see the module docstring)."""
 
     session_id: int | None = None
@@ -75,6 +84,9 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
     #: the session's policy, kept for the badge (re-read after a POLICY_KINDS event)
     _policy: dict[str, Any] | None = None
     _settle_task: asyncio.Task | None = None
+    #: the resync replay running, and where the next one starts (None: no resync waiting)
+    _replay_task: asyncio.Task | None = None
+    _replay_after: int | None = None
     #: burst id -> what the summary panel needs, learnt from burst_queued events
     _bursts: dict[int, dict[str, Any]]
 
@@ -109,8 +121,9 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
         await self._send_state()
 
     async def disconnect(self, code: int) -> None:
-        if self._settle_task is not None:
-            self._settle_task.cancel()
+        for task in (self._settle_task, self._replay_task):
+            if task is not None:
+                task.cancel()
         if self.group:
             metrics.socket_closed("lab")
             await self.channel_layer.group_discard(self.group, self.channel_name)
@@ -130,10 +143,7 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
                 after = message.get("after")
                 if isinstance(after, bool) or not isinstance(after, int) or after < 0:
                     raise ValueError(f"resync needs a non-negative integer 'after' (got {after!r})")
-                # Replay from what the client says it has; rows it has twice it drops by seq.
-                async with self._deliver_lock:
-                    self.last_seq = min(self.last_seq, after)
-                    await self._catch_up()
+                self._ask_replay(after)
             else:
                 raise ValueError(f"unknown message {clip(text_data or bytes_data)}")
         except Exception as exc:  # a bad message must never take the socket down
@@ -143,6 +153,27 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
                 getattr(self.scope.get("user"), "pk", None),
                 exc,
             )
+
+    def _ask_replay(self, after: int) -> None:
+        """Replay from ``after`` (what the client says it has; rows it gets twice it drops by
+        seq), one replay at a time: a resync while one runs only lowers where the next starts.
+
+        So a socket sending resyncs in a row costs at most the replay running and one more,
+        each at most ``MAX_REPLAY`` rows (further back, the page is told to reload), and the
+        consumer keeps reading the socket meanwhile."""
+        self._replay_after = after if self._replay_after is None else min(self._replay_after, after)
+        if self._replay_task is None or self._replay_task.done():
+            self._replay_task = asyncio.ensure_future(self._replay())
+
+    async def _replay(self) -> None:
+        while self._replay_after is not None:
+            after, self._replay_after = self._replay_after, None
+            try:
+                async with self._deliver_lock:
+                    self.last_seq = min(self.last_seq, after)
+                    await self._catch_up()
+            except Exception:
+                logger.exception("lab session %s: replay failed", self.session_id)
 
     # -- from the channel layer ------------------------------------------------------------
 
@@ -167,6 +198,18 @@ class LabSessionConsumer(DirectDispatch, AsyncWebsocketConsumer):
                     await self._send_events(fresh)
         except Exception:
             logger.exception("lab session %s: could not forward journal events", self.session_id)
+        self._arm_settle()
+
+    async def layer_reconnected(self, message: dict[str, Any]) -> None:
+        """The channel layer lost Redis and has subscribed again (labs.live.channel_layer):
+        rows pushed meanwhile reached nobody, so read them now, and once more a moment later
+        for a push published while the subscription was being renewed."""
+        if self.session_id is None:
+            return
+        try:
+            await self._settle()
+        except Exception:
+            logger.exception("lab session %s: journal check failed", self.session_id)
         self._arm_settle()
 
     def _arm_settle(self) -> None:

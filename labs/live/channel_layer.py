@@ -11,7 +11,10 @@ and a process receives everything on one subscribed connection.
 What pub/sub gives up is delivery to a consumer that is not listening at that moment (no
 per-channel buffer). The consumers never relied on that: the lab page reads any gap from the
 journal (and checks the journal once pushes go quiet), and the class dashboard re-sends a
-snapshot after each quiet period (labs/consumers.py, labs/dashboard_consumer.py).
+snapshot after each quiet period (labs/consumers/). Nor is a consumer left waiting for a push
+to reveal a gap after Redis restarts: once the layer's subscribing connection is back and its
+subscriptions are renewed, every channel of the process receives a ``layer.reconnected``
+message (:data:`RECONNECTED`) and its consumer catches up from the database.
 
 ``group_send_many`` is the journal writer's send: every message of a batch (two per session)
 goes out in one pipeline, one round trip instead of one per message. It uses the layer's own
@@ -35,12 +38,35 @@ from channels_redis.pubsub import (
     RedisSingleShardConnection,
 )
 from channels_redis.utils import _consistent_hash, _wrap_close, decode_hosts
+from redis.asyncio.client import PubSub
 
 logger = logging.getLogger(__name__)
 
+#: What every channel of a process receives once the layer has subscribed again after losing
+#: its connection to Redis: pushes published meanwhile reached nobody, so a consumer handles
+#: it (``layer_reconnected``) by reading what it missed from the database.
+RECONNECTED = {"type": "layer.reconnected"}
+
+
+class _PubSub(PubSub):
+    """redis-py's ``PubSub``, which tells its shard when it has re-subscribed.
+
+    redis-py calls ``on_connect`` each time the subscribing connection connects again (not on
+    the first connect) and re-subscribes every channel there; the shard is told after that,
+    so a catch-up that follows misses nothing published from then on."""
+
+    def __init__(self, shard: _Shard, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._shard = shard
+
+    async def on_connect(self, connection) -> None:
+        await super().on_connect(connection)
+        self._shard.resubscribed()
+
 
 class _Shard(RedisSingleShardConnection):
-    """One Redis connection's subscriptions, woken at once by the first subscription.
+    """One Redis connection's subscriptions, woken at once by the first subscription, telling
+    the process's channels when they are renewed after a lost connection (``_PubSub``).
 
     channels-redis's receive loop sleeps 100 ms at a time while the process has no
     subscription, so the first pushes after a process's first (or, after everyone left, next)
@@ -55,6 +81,15 @@ class _Shard(RedisSingleShardConnection):
     async def subscribe(self, channel):
         await super().subscribe(channel)
         self._subscribed.set()
+
+    def _ensure_redis(self):
+        if self._redis is None:
+            super()._ensure_redis()
+            self._pubsub = _PubSub(self, self._redis.connection_pool)
+
+    def resubscribed(self) -> None:
+        """The connection to Redis is back: every channel of the process hears about it."""
+        self.channel_layer.tell_every_channel(RECONNECTED)
 
     async def _do_receiving(self):
         while True:
@@ -78,6 +113,18 @@ class _LoopLayer(RedisPubSubLoopLayer):
     def __init__(self, hosts=None, **kwargs) -> None:
         super().__init__(hosts, **kwargs)
         self._shards = [_Shard(host, self) for host in decode_hosts(hosts)]
+
+    def tell_every_channel(self, message: dict[str, Any]) -> None:
+        """Queue ``message`` for every channel of this event loop (each consumer handles it
+        in order with the pushes it receives)."""
+        data = self.channel_layer.serialize(message)
+        for queue in self.channels.values():
+            queue.put_nowait(data)
+        logger.info(
+            "channel layer: subscribed to Redis again; %s sent to %d channel(s)",
+            message["type"],
+            len(self.channels),
+        )
 
 
 class LabChannelLayer(RedisPubSubChannelLayer):

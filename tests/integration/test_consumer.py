@@ -395,6 +395,71 @@ def test_resync_replays_after_the_given_seq(world):
     run(scenario)
 
 
+def test_resyncs_in_a_row_coalesce_into_a_bounded_replay(world, monkeypatch):
+    """Twenty resyncs from one socket re-read the journal a few times, not twenty: the replay
+    running and one more from the lowest point asked for (on a loaded machine, a resync read
+    only after that one started may add one more). Another student's pushes still come."""
+    session = world["session"]
+    rows = 600
+    add_rows(session, rows, push=False)
+    other = lab.session_open(
+        user=world["carol"], classroom=session.classroom, scenario=session.scenario
+    )
+    read_rows: list[int] = []
+    rows_after = selectors.rows_after
+
+    def counting_rows_after(session_id, after, limit):
+        found = rows_after(session_id, after, limit)
+        if session_id == session.pk:
+            read_rows.append(len(found))
+        return found
+
+    monkeypatch.setattr(selectors, "rows_after", counting_rows_after)
+    comm = socket(session.pk, world["alice"], after=rows)
+    watcher = socket(other.pk, world["carol"])
+
+    async def scenario():
+        for ws in (comm, watcher):
+            assert (await ws.connect(TIMEOUT))[0]
+            assert (await receive(ws))["type"] == "state"
+        for _ in range(20):
+            await comm.send_json_to({"type": "resync", "after": 0})
+        # Another student's row, pushed while the replays run, reaches her page.
+        (pushed,) = await database_sync_to_async(add_rows)(other, 1)
+        got = await receive_events(watcher, lambda e: e["seq"] == pushed)
+        assert [e["seq"] for e in got] == [pushed]
+        replayed: list[int] = []
+        while not await comm.receive_nothing(timeout=3):
+            message = await receive(comm)
+            if message["type"] == "events":
+                replayed.extend(e["seq"] for e in message["events"])
+        await comm.disconnect()
+        await watcher.disconnect()
+        return replayed
+
+    replayed = async_to_sync(scenario)()
+    assert set(replayed) == set(range(1, rows + 1))  # every row was replayed
+    assert sum(read_rows) <= 3 * rows, read_rows  # twenty replays read 12,000
+    assert len(replayed) <= 3 * rows
+
+
+def test_a_resync_further_back_than_the_replay_limit_answers_reload(world, monkeypatch):
+    session = world["session"]
+    add_rows(session, 30, push=False)
+    monkeypatch.setattr(consumers, "MAX_REPLAY", 10)
+    comm = socket(session.pk, world["alice"], after=30)
+
+    async def scenario():
+        assert (await comm.connect(TIMEOUT))[0]
+        assert (await receive(comm))["type"] == "state"
+        await comm.send_json_to({"type": "resync", "after": 5})
+        message = await receive(comm)
+        await comm.disconnect()
+        return message
+
+    assert async_to_sync(scenario)()["type"] == "reload"
+
+
 # --- bad input from the browser ---------------------------------------------------------------
 
 
