@@ -28,7 +28,7 @@ from tests.conftest import (
     make_student,
     tour_script,
 )
-from tests.e2e.conftest import ARTIFACTS, PAGE_TIMEOUT_MS, login
+from tests.e2e.conftest import ARTIFACTS, login
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -58,7 +58,9 @@ def room(db):
 def watched(browser):
     """A context whose pages report CSP violations, console errors and page errors."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(PAGE_TIMEOUT_MS)
+    # One test walks five pages, a burst and an experiment rerun: on a loaded machine any step
+    # may take several seconds, so each gets the burst's margin (a pass never waits for it).
+    context.set_default_timeout(BURST_TIMEOUT_MS)
     problems: list[str] = []
     context.expose_function("__reportCspViolation", lambda text: problems.append(f"CSP: {text}"))
     context.add_init_script(REPORT_VIOLATIONS)
