@@ -11,8 +11,10 @@ conditional UPDATE so two processes can never both make it (healthchecks-style c
   burst is never re-run, only ever marked.
 - While a burst runs, its worker process touches ``heartbeat_at`` every second. A RUNNING burst
   whose heartbeat is older than ``LAB_BURST_STALE_SECONDS`` belonged to a worker that died:
-  :func:`bursts_reap_stale` (called before every start, by every worker's heartbeat thread and
-  when a page loads) marks it INTERRUPTED and journals that, so the session can burst again.
+  :func:`bursts_reap_stale` marks it INTERRUPTED and journals that (the row is pushed to the
+  page like any other), so the session can burst again. Every worker's heartbeat thread, started
+  when the worker is ready (:func:`worker_ready`), reaps every :func:`reap_interval` seconds,
+  idle or busy; a start refused by an active burst and a page load reap that session too.
 """
 
 from __future__ import annotations
@@ -246,6 +248,20 @@ def restored_entry(session: LabSession, burst_id: int | None) -> journal.Entry:
     )
 
 
+def worker_ready() -> None:
+    """Start this worker process's burst thread now rather than at its first burst: besides
+    touching the heartbeats of the bursts running here, the thread reaps dead workers' bursts
+    every few seconds, so a burst whose worker was killed ends (and its page hears of it)
+    even when no page loads and nothing else runs."""
+    _ensure_heartbeat()
+
+
+def reap_interval() -> float:
+    """Seconds between two reaps by one worker: a dead worker's burst is marked at most this
+    long after its heartbeat goes stale (``LAB_BURST_STALE_SECONDS``)."""
+    return max(settings.LAB_BURST_HEARTBEAT_SECONDS, settings.LAB_BURST_STALE_SECONDS / 2)
+
+
 def _ensure_heartbeat() -> None:
     global _heartbeat_thread
     with _running_lock:
@@ -258,26 +274,25 @@ def _ensure_heartbeat() -> None:
 
 def _heartbeat_loop() -> None:
     interval = settings.LAB_BURST_HEARTBEAT_SECONDS
-    last_reap = 0.0
+    next_reap = 0.0
     while True:
         time.sleep(interval)
         with _running_lock:
             ids = list(_running)
-        if not ids:
-            # Idle: nothing to vouch for. Bursts of dead workers are reaped before every start
-            # and on page loads anyway.
-            continue
         try:
-            Burst.objects.filter(pk__in=ids, status=Burst.Status.RUNNING).update(
-                heartbeat_at=timezone.now()
-            )
-            if time.monotonic() - last_reap > settings.LAB_BURST_STALE_SECONDS:
-                last_reap = time.monotonic()
+            if ids:
+                Burst.objects.filter(pk__in=ids, status=Burst.Status.RUNNING).update(
+                    heartbeat_at=timezone.now()
+                )
+            if time.monotonic() >= next_reap:
+                # Every worker reaps, busy or idle; the marks are conditional updates, so two
+                # workers reaping together journal each dead burst once.
+                next_reap = time.monotonic() + reap_interval()
                 bursts_reap_stale()
         except Exception:  # the heartbeat must outlive a database hiccup
             logger.exception("burst heartbeat failed")
         finally:
-            # One short query a second does not need a connection held open between ticks.
+            # A few short queries a second do not need a connection held open between ticks.
             connection.close()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -9,10 +10,12 @@ from pathlib import Path
 
 import pytest
 import redis
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connections, transaction
 
-from labs.live import runtime
+from labs.live import broadcast, runtime
 from labs.live.writers import get_writer
 from labs.models import Burst, JournalEvent, LabSession
 from labs.services import bursts, lab
@@ -234,3 +237,46 @@ def test_redis_losing_the_breaker_restores_it_from_the_snapshot(celery_worker):
     # Still open: both calls fail fast without touching the dependency.
     assert attempts_of(second) == [0, 0]
     assert runtime.session_store(session.pk).has_state()
+
+
+def test_a_dead_workers_burst_is_interrupted_and_pushed_without_a_page_load(
+    worker_process, monkeypatch
+):
+    """SIGKILL to the worker's main process mid-burst, then two fresh idle workers: their reaper
+    marks the burst INTERRUPTED by itself (no page load, no new burst, nothing reaped from this
+    process), journals it exactly once and pushes the row to the session's page."""
+    monkeypatch.setenv("LAB_BURST_STALE_SECONDS", "2")
+    session = new_session(tour_script(dependency={"mode": "healthy", "latency_ms": 300}))
+    victim = worker_process()
+    burst = bursts.burst_start(session=session, user=session.owner, size=20)
+    wait_for(
+        lambda: JournalEvent.objects.filter(burst=burst, kind="attempt").count() >= 2,
+        message="a few attempts journaled",
+    )
+
+    async def watch_the_page() -> list[dict]:
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await layer.group_add(broadcast.session_group(session.pk), channel)
+        os.kill(victim.proc.pid, signal.SIGKILL)
+        await asyncio.to_thread(victim.proc.wait, 10)
+        await asyncio.to_thread(worker_process)
+        await asyncio.to_thread(worker_process)
+        try:
+            async with asyncio.timeout(60):
+                while True:
+                    message = await layer.receive(channel)
+                    kinds = [e["kind"] for e in message.get("events", [])]
+                    if "burst_interrupted" in kinds:
+                        return message["events"]
+        except TimeoutError:
+            return []
+
+    pushed = async_to_sync(watch_the_page)()
+    burst.refresh_from_db()
+    assert pushed, f"no burst_interrupted push within 60 s; the burst is {burst.status}"
+    assert [e["burst"] for e in pushed if e["kind"] == "burst_interrupted"] == [burst.pk]
+    burst.refresh_from_db()
+    assert burst.status == Burst.Status.INTERRUPTED
+    # Two reapers, one mark: the claim is a conditional update.
+    assert JournalEvent.objects.filter(burst=burst, kind="burst_interrupted").count() == 1
