@@ -5,7 +5,10 @@ conditional UPDATE so two processes can never both make it (healthchecks-style c
 
 - :func:`burst_start` refuses a second active burst in the same session twice over: a check
   under the session's row lock, and the partial unique index ``one_active_burst_per_session``
-  for whatever slips past it. The task is enqueued on commit, so a rollback enqueues nothing.
+  for whatever slips past it. The task is enqueued on commit, so a rollback enqueues nothing;
+  a burst the broker refuses (Redis down) is marked FAILED at once and the start raises
+  BurstNotQueued (503), so an outage never leaves the session blocked by a burst no worker
+  will ever see.
 - :func:`burst_run` claims QUEUED -> RUNNING; a redelivered message finds nothing to claim and
   does nothing. Calls have side effects on the dependency (a flaky counter going down), so a
   burst is never re-run, only ever marked.
@@ -51,6 +54,13 @@ class BurstAlreadyRunning(BurstRefused):
     status = 409
 
 
+class BurstNotQueued(BurstRefused):
+    """The broker (Redis) could not take the burst: it is already marked FAILED, nothing ran,
+    and the same click can be tried again in a moment."""
+
+    status = 503
+
+
 class BurstInvalid(BurstRefused):
     """Size or concurrency out of range; ``problems`` name the fields."""
 
@@ -79,8 +89,9 @@ def burst_start(*, session: LabSession, user, size: int, concurrency: int = 1) -
     """Queue a burst of ``size`` calls with ``concurrency`` callers in ``session``.
 
     Reserves the call numbers (``first_call_no``..), journals ``burst_queued`` and enqueues
-    ``labs.tasks.run_burst`` after commit. Raises BurstInvalid (400) for bad numbers and
-    BurstAlreadyRunning (409) when the session already has a queued or running burst.
+    ``labs.tasks.run_burst`` after commit. Raises BurstInvalid (400) for bad numbers,
+    BurstAlreadyRunning (409) when the session already has a queued or running burst and
+    BurstNotQueued (503, the burst marked FAILED) when the broker cannot take it.
     """
     problems = validate_burst(size, concurrency)
     if problems:
@@ -129,13 +140,34 @@ def _start(*, session: LabSession, user, size: int, concurrency: int) -> Burst:
                     )
                 ]
             )
-            queue.enqueue_burst_on_commit(burst.pk)
+            queue.enqueue_burst_on_commit(
+                burst.pk, on_unavailable=lambda exc: _not_queued(burst, exc)
+            )
     except IntegrityError as exc:
         # Another request created the active burst between our check and our insert.
         if "one_active_burst_per_session" in str(exc) or "UNIQUE" in str(exc).upper():
             raise BurstAlreadyRunning(_already_running_message()) from exc
         raise
     return burst
+
+
+def _not_queued(burst: Burst, exc: Exception) -> None:
+    """Fail a committed burst the broker refused, at once: left QUEUED it would block the
+    session until ``LAB_BURST_QUEUE_TIMEOUT_SECONDS``. Raises BurstNotQueued."""
+    logger.warning("burst %s could not be queued: %s", burst.pk, exc)
+    _mark(
+        burst,
+        Burst.Status.QUEUED,
+        Burst.Status.FAILED,
+        "burst_failed",
+        f"burst {burst.number} could not be queued: the lab lost its connection to Redis. "
+        "Nothing ran; run it again in a moment.",
+        snapshot=False,  # nothing ran, and the engine's Redis may be down too
+    )
+    raise BurstNotQueued(
+        "The lab is reconnecting to Redis, so this burst could not be queued and nothing ran. "
+        "Try again in a moment."
+    ) from exc
 
 
 def _already_running_message() -> str:
@@ -340,7 +372,9 @@ def bursts_reap_stale(*, session_id: int | None = None) -> int:
     return marked
 
 
-def _mark(burst: Burst, old: str, new: str, kind: str, message: str) -> int:
+def _mark(
+    burst: Burst, old: str, new: str, kind: str, message: str, *, snapshot: bool = True
+) -> int:
     with transaction.atomic():
         changed = Burst.objects.filter(pk=burst.pk, status=old).update(
             status=new, finished_at=timezone.now(), error=message
@@ -358,6 +392,6 @@ def _mark(burst: Burst, old: str, new: str, kind: str, message: str) -> int:
                     )
                 ]
             )
-    if changed:
+    if changed and snapshot:
         runtime.save_snapshot(burst.session_id)
     return changed
