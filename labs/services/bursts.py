@@ -183,6 +183,7 @@ WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
 _running: set[int] = set()
 _running_lock = threading.Lock()
 _heartbeat_thread: threading.Thread | None = None
+_reap_when_idle = False
 
 
 def burst_run(*, burst_id: int) -> str:
@@ -284,7 +285,10 @@ def worker_ready() -> None:
     """Start this worker process's burst thread now rather than at its first burst: besides
     touching the heartbeats of the bursts running here, the thread reaps dead workers' bursts
     every few seconds, so a burst whose worker was killed ends (and its page hears of it)
-    even when no page loads and nothing else runs."""
+    even when no page loads and nothing else runs. (A process that runs bursts without this
+    call, such as Celery's embedded test worker, reaps only while it has bursts running.)"""
+    global _reap_when_idle
+    _reap_when_idle = True
     _ensure_heartbeat()
 
 
@@ -311,14 +315,17 @@ def _heartbeat_loop() -> None:
         time.sleep(interval)
         with _running_lock:
             ids = list(_running)
+        # A ready worker reaps busy or idle; the marks are conditional updates, so two workers
+        # reaping together journal each dead burst once.
+        reap = bool(ids or _reap_when_idle) and time.monotonic() >= next_reap
+        if not ids and not reap:
+            continue
         try:
             if ids:
                 Burst.objects.filter(pk__in=ids, status=Burst.Status.RUNNING).update(
                     heartbeat_at=timezone.now()
                 )
-            if time.monotonic() >= next_reap:
-                # Every worker reaps, busy or idle; the marks are conditional updates, so two
-                # workers reaping together journal each dead burst once.
+            if reap:
                 next_reap = time.monotonic() + reap_interval()
                 bursts_reap_stale()
         except Exception:  # the heartbeat must outlive a database hiccup

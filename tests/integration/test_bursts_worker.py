@@ -76,8 +76,11 @@ def test_redelivered_burst_message_does_nothing(celery_worker):
     assert JournalEvent.objects.filter(session=session).count() == rows
 
 
-def test_ten_threads_starting_a_burst_at_once_start_exactly_one(celery_worker):
-    session = new_session(tour_script(dependency={"mode": "healthy", "latency_ms": 50}))
+def test_ten_threads_starting_a_burst_at_once_start_exactly_one(transactional_db, request):
+    """No worker consumes until every thread has clicked: the started burst stays QUEUED, so it
+    cannot end before a late thread arrives (under load one can come seconds after the
+    others), and every thread but one must meet it active."""
+    session = new_session(tour_script(dependency={"mode": "healthy", "latency_ms": 5}))
     barrier = threading.Barrier(10)
     started, refused, errors = [], [], []
 
@@ -101,6 +104,7 @@ def test_ten_threads_starting_a_burst_at_once_start_exactly_one(celery_worker):
     assert len(started) == 1
     assert len(refused) == 9
     assert all("already running" in message for message in refused)
+    request.getfixturevalue("celery_worker")  # now a worker runs the one burst
     assert finished(started[0]).status == Burst.Status.DONE
     assert Burst.objects.filter(session=session).count() == 1
 
