@@ -10,6 +10,20 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
 
 app = Celery("lab_project")
 app.config_from_object("django.conf:settings", namespace="CELERY")
+# A web request enqueues a burst while the student waits, so a Redis that is down must fail the
+# publish in about a second, not hang it: without socket timeouts a Redis that accepts the
+# connection but does not answer (stopped, overloaded, a dropped route) blocks the send forever,
+# and the default publish retry policy adds up to three more tries. A refused publish marks the
+# burst FAILED and the page says the lab is reconnecting (labs.services.bursts). The worker's
+# own reads poll with a 1 s BRPOP, well inside these timeouts.
+app.conf.broker_connection_timeout = 2
+app.conf.broker_transport_options = {"socket_connect_timeout": 1, "socket_timeout": 2}
+app.conf.task_publish_retry_policy = {
+    "max_retries": 1,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.2,
+}
 app.autodiscover_tasks()
 
 

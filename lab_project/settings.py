@@ -167,6 +167,9 @@ CACHES = {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": CACHE_REDIS_URL,
         "KEY_PREFIX": "fl",
+        # Run burst's rate limit reads it on every click: a Redis that stops answering must
+        # fail the request (503, reconnecting) within seconds, not hang it.
+        "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 2},
     }
 }
 

@@ -1,8 +1,9 @@
-"""Celery tasks: thin, they take ids and call a service."""
+"""Celery tasks: thin, they take ids and call a service; and the worker's burst thread."""
 
 from __future__ import annotations
 
 from celery import shared_task
+from celery.signals import worker_ready
 
 from labs.live import queue
 from labs.services import bursts
@@ -19,3 +20,11 @@ def run_burst(burst_id: int) -> str:
 def restore_class_fault(fault_id: int) -> int:
     """End a timed class-wide fault (idempotent: the fault row is claimed before restoring)."""
     return len(classroom_fault_restore(fault_id=fault_id).changed)
+
+
+@worker_ready.connect
+def _start_burst_heartbeat(**kwargs) -> None:
+    """Start the thread that vouches for this worker's bursts and reaps dead workers' ones as
+    soon as the worker is ready, so a killed worker's burst ends without anyone loading a page.
+    (Connected here, not in lab_project.celery, which sits below the services.)"""
+    bursts.worker_ready()

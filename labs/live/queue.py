@@ -7,7 +7,10 @@ every name here is a registered task.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.db import transaction
+from kombu.exceptions import OperationalError
 
 RUN_BURST = "labs.run_burst"
 RESTORE_CLASS_FAULT = "labs.restore_class_fault"
@@ -19,9 +22,33 @@ def _app():
     return app
 
 
-def enqueue_burst_on_commit(burst_id: int) -> None:
-    """Queue burst ``burst_id`` for a worker once the current transaction commits."""
-    transaction.on_commit(lambda: _app().send_task(RUN_BURST, args=(burst_id,)))
+class QueueUnavailable(Exception):
+    """The broker (Redis) could not take a message: unreachable, refusing or not answering
+    within the publish timeouts of ``lab_project.celery``."""
+
+
+def send_burst(burst_id: int) -> None:
+    """Queue burst ``burst_id`` for a worker now; QueueUnavailable when the broker is down."""
+    try:
+        _app().send_task(RUN_BURST, args=(burst_id,))
+    except OperationalError as exc:
+        raise QueueUnavailable(str(exc)) from exc
+
+
+def enqueue_burst_on_commit(
+    burst_id: int, on_unavailable: Callable[[QueueUnavailable], None]
+) -> None:
+    """Queue burst ``burst_id`` for a worker once the current transaction commits (a rollback
+    queues nothing). If the broker cannot take it, ``on_unavailable(exc)`` runs instead, after
+    the commit; whatever it raises reaches the code that committed."""
+
+    def send() -> None:
+        try:
+            send_burst(burst_id)
+        except QueueUnavailable as exc:
+            on_unavailable(exc)
+
+    transaction.on_commit(send)
 
 
 def enqueue_fault_restore(fault_id: int, countdown: int) -> None:

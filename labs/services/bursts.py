@@ -5,14 +5,19 @@ conditional UPDATE so two processes can never both make it (healthchecks-style c
 
 - :func:`burst_start` refuses a second active burst in the same session twice over: a check
   under the session's row lock, and the partial unique index ``one_active_burst_per_session``
-  for whatever slips past it. The task is enqueued on commit, so a rollback enqueues nothing.
+  for whatever slips past it. The task is enqueued on commit, so a rollback enqueues nothing;
+  a burst the broker refuses (Redis down) is marked FAILED at once and the start raises
+  BurstNotQueued (503), so an outage never leaves the session blocked by a burst no worker
+  will ever see.
 - :func:`burst_run` claims QUEUED -> RUNNING; a redelivered message finds nothing to claim and
   does nothing. Calls have side effects on the dependency (a flaky counter going down), so a
   burst is never re-run, only ever marked.
 - While a burst runs, its worker process touches ``heartbeat_at`` every second. A RUNNING burst
   whose heartbeat is older than ``LAB_BURST_STALE_SECONDS`` belonged to a worker that died:
-  :func:`bursts_reap_stale` (called before every start, by every worker's heartbeat thread and
-  when a page loads) marks it INTERRUPTED and journals that, so the session can burst again.
+  :func:`bursts_reap_stale` marks it INTERRUPTED and journals that (the row is pushed to the
+  page like any other), so the session can burst again. Every worker's heartbeat thread, started
+  when the worker is ready (:func:`worker_ready`), reaps every :func:`reap_interval` seconds,
+  idle or busy; a start refused by an active burst and a page load reap that session too.
 """
 
 from __future__ import annotations
@@ -53,6 +58,13 @@ class BurstAlreadyRunning(BurstRefused):
     status = 409
 
 
+class BurstNotQueued(BurstRefused):
+    """The broker (Redis) could not take the burst: it is already marked FAILED, nothing ran,
+    and the same click can be tried again in a moment."""
+
+    status = 503
+
+
 class BurstInvalid(BurstRefused):
     """Size or concurrency out of range; ``problems`` name the fields."""
 
@@ -81,8 +93,9 @@ def burst_start(*, session: LabSession, user, size: int, concurrency: int = 1) -
     """Queue a burst of ``size`` calls with ``concurrency`` callers in ``session``.
 
     Reserves the call numbers (``first_call_no``..), journals ``burst_queued`` and enqueues
-    ``labs.tasks.run_burst`` after commit. Raises BurstInvalid (400) for bad numbers and
-    BurstAlreadyRunning (409) when the session already has a queued or running burst.
+    ``labs.tasks.run_burst`` after commit. Raises BurstInvalid (400) for bad numbers,
+    BurstAlreadyRunning (409) when the session already has a queued or running burst and
+    BurstNotQueued (503, the burst marked FAILED) when the broker cannot take it.
     """
     problems = validate_burst(size, concurrency)
     if problems:
@@ -131,13 +144,34 @@ def _start(*, session: LabSession, user, size: int, concurrency: int) -> Burst:
                     )
                 ]
             )
-            queue.enqueue_burst_on_commit(burst.pk)
+            queue.enqueue_burst_on_commit(
+                burst.pk, on_unavailable=lambda exc: _not_queued(burst, exc)
+            )
     except IntegrityError as exc:
         # Another request created the active burst between our check and our insert.
         if "one_active_burst_per_session" in str(exc) or "UNIQUE" in str(exc).upper():
             raise BurstAlreadyRunning(_already_running_message()) from exc
         raise
     return burst
+
+
+def _not_queued(burst: Burst, exc: Exception) -> None:
+    """Fail a committed burst the broker refused, at once: left QUEUED it would block the
+    session until ``LAB_BURST_QUEUE_TIMEOUT_SECONDS``. Raises BurstNotQueued."""
+    logger.warning("burst %s could not be queued: %s", burst.pk, exc)
+    _mark(
+        burst,
+        Burst.Status.QUEUED,
+        Burst.Status.FAILED,
+        "burst_failed",
+        f"burst {burst.number} could not be queued: the lab lost its connection to Redis. "
+        "Nothing ran; run it again in a moment.",
+        snapshot=False,  # nothing ran, and the engine's Redis may be down too
+    )
+    raise BurstNotQueued(
+        "The lab is reconnecting to Redis, so this burst could not be queued and nothing ran. "
+        "Try again in a moment."
+    ) from exc
 
 
 def _already_running_message() -> str:
@@ -153,6 +187,7 @@ WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
 _running: set[int] = set()
 _running_lock = threading.Lock()
 _heartbeat_thread: threading.Thread | None = None
+_reap_when_idle = False
 
 
 def burst_run(*, burst_id: int) -> str:
@@ -250,6 +285,23 @@ def restored_entry(session: LabSession, burst_id: int | None) -> journal.Entry:
     )
 
 
+def worker_ready() -> None:
+    """Start this worker process's burst thread now rather than at its first burst: besides
+    touching the heartbeats of the bursts running here, the thread reaps dead workers' bursts
+    every few seconds, so a burst whose worker was killed ends (and its page hears of it)
+    even when no page loads and nothing else runs. (A process that runs bursts without this
+    call, such as Celery's embedded test worker, reaps only while it has bursts running.)"""
+    global _reap_when_idle
+    _reap_when_idle = True
+    _ensure_heartbeat()
+
+
+def reap_interval() -> float:
+    """Seconds between two reaps by one worker: a dead worker's burst is marked at most this
+    long after its heartbeat goes stale (``LAB_BURST_STALE_SECONDS``)."""
+    return max(settings.LAB_BURST_HEARTBEAT_SECONDS, settings.LAB_BURST_STALE_SECONDS / 2)
+
+
 def _ensure_heartbeat() -> None:
     global _heartbeat_thread
     with _running_lock:
@@ -262,26 +314,28 @@ def _ensure_heartbeat() -> None:
 
 def _heartbeat_loop() -> None:
     interval = settings.LAB_BURST_HEARTBEAT_SECONDS
-    last_reap = 0.0
+    next_reap = 0.0
     while True:
         time.sleep(interval)
         with _running_lock:
             ids = list(_running)
-        if not ids:
-            # Idle: nothing to vouch for. Bursts of dead workers are reaped before every start
-            # and on page loads anyway.
+        # A ready worker reaps busy or idle; the marks are conditional updates, so two workers
+        # reaping together journal each dead burst once.
+        reap = bool(ids or _reap_when_idle) and time.monotonic() >= next_reap
+        if not ids and not reap:
             continue
         try:
-            Burst.objects.filter(pk__in=ids, status=Burst.Status.RUNNING).update(
-                heartbeat_at=timezone.now()
-            )
-            if time.monotonic() - last_reap > settings.LAB_BURST_STALE_SECONDS:
-                last_reap = time.monotonic()
+            if ids:
+                Burst.objects.filter(pk__in=ids, status=Burst.Status.RUNNING).update(
+                    heartbeat_at=timezone.now()
+                )
+            if reap:
+                next_reap = time.monotonic() + reap_interval()
                 bursts_reap_stale()
         except Exception:  # the heartbeat must outlive a database hiccup
             logger.exception("burst heartbeat failed")
         finally:
-            # One short query a second does not need a connection held open between ticks.
+            # A few short queries a second do not need a connection held open between ticks.
             connection.close()
 
 
@@ -329,7 +383,9 @@ def bursts_reap_stale(*, session_id: int | None = None) -> int:
     return marked
 
 
-def _mark(burst: Burst, old: str, new: str, kind: str, message: str) -> int:
+def _mark(
+    burst: Burst, old: str, new: str, kind: str, message: str, *, snapshot: bool = True
+) -> int:
     with transaction.atomic():
         changed = Burst.objects.filter(pk=burst.pk, status=old).update(
             status=new, finished_at=timezone.now(), error=message
@@ -347,6 +403,6 @@ def _mark(burst: Burst, old: str, new: str, kind: str, message: str) -> int:
                     )
                 ]
             )
-    if changed:
+    if changed and snapshot:
         runtime.save_snapshot(burst.session_id)
     return changed

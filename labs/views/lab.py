@@ -9,8 +9,10 @@ summary), so the write views only answer with the form they were posted from.
 
 htmx requests get the named partial of ``labs/session.html`` for the element that made them
 (partials are named after their DOM ids). A refused value answers 422 (settings) or 400
-(burst) with the re-rendered form, errors beside the fields; 409 when a burst is already
-running. Without JavaScript the forms post normally: success redirects back to the page,
+(burst) with the re-rendered form, errors beside the fields. Run burst also answers 409 when a
+burst is already running and 429 past the per-user limit, both with only the form's message
+line (retargeted, so typed values stay), and 503 with the form while Redis is unreachable.
+Without JavaScript the forms post normally: success redirects back to the page,
 an error renders the whole page with the same messages.
 """
 
@@ -30,6 +32,9 @@ from django.http import (
 )
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import reswap, retarget
+from django_ratelimit.core import get_usage
+from redis.exceptions import RedisError
 
 from labs import presenters, selectors
 from labs.engine import STATE_LABELS
@@ -51,6 +56,11 @@ from labs.services.lab import session_open as session_open_service
 from labs.views import HtmxHttpRequest
 
 TEMPLATE = "labs/session.html"
+#: Run burst POSTs a student may make in a minute (refused ones count too), whatever session.
+RUN_BURST_LIMIT_PER_MINUTE = 30
+#: Seconds a client is told to wait before trying again while Redis is unreachable.
+RECONNECT_RETRY_AFTER = 5
+RECONNECTING = "The lab is reconnecting to Redis; nothing was queued. Try again in a moment."
 
 
 def is_read_only(user, session: LabSession) -> bool:
@@ -249,13 +259,30 @@ def session_policy(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @login_required
 def session_burst(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """Run a burst: 400 with the ranges for bad numbers, 409 while one is running."""
+    """Run a burst: 400 with the ranges for bad numbers, 409 while one is running, 429 past
+    the per-user limit and 503 while Redis is unreachable (nothing queued, try again)."""
     session = writable_session(request, pk)
     form = BurstForm(request.POST)
     form.is_valid()
     if form.too_long:
         return _refused(request, session, "burst-form", 400, burst_form=form)
     size, concurrency = form.values()
+    try:
+        usage = get_usage(
+            request, group="labs.run_burst", key="user",
+            rate=f"{RUN_BURST_LIMIT_PER_MINUTE}/m", increment=True,
+        )  # fmt: skip
+    except RedisError:
+        # The counter lives in Redis: if it cannot be read, a burst could not be queued either.
+        return _burst_unavailable(request, session, form, RECONNECTING)
+    if usage and usage["should_limit"]:
+        response = _burst_message(
+            request, session, 429,
+            f"Too many Run burst clicks: at most {RUN_BURST_LIMIT_PER_MINUTE} a minute for "
+            f"each student. Try again in {usage['time_left']} s.",
+        )  # fmt: skip
+        response["Retry-After"] = str(max(1, usage["time_left"]))
+        return response
     try:
         burst = burst_services.burst_start(
             session=session, user=request.user, size=size, concurrency=concurrency
@@ -264,12 +291,48 @@ def session_burst(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         form.add_problems(exc.problems)
         return _refused(request, session, "burst-form", 400, burst_form=form)
     except burst_services.BurstAlreadyRunning as exc:
-        return _refused(request, session, "burst-form", 409, burst_form=form, burst_error=str(exc))
+        return _burst_message(request, session, 409, str(exc))
+    except burst_services.BurstNotQueued as exc:
+        return _burst_unavailable(request, session, form, str(exc))
     context = {"session": session, **form_context(session, burst_form=form)}
     context["saved"] = (
         f"Burst {burst.number} queued: {burst.size} call{'s' if burst.size != 1 else ''}."
     )
     return _after_write(request, session, "burst-form", context)
+
+
+def _burst_message(
+    request: HtmxHttpRequest, session: LabSession, status: int, message: str
+) -> HttpResponse:
+    """A refusal that needs no field errors: htmx gets only the form's message line (retargeted
+    there, so the values typed stay as they are); without JavaScript, the whole page."""
+    if not request.htmx:
+        return render(
+            request, TEMPLATE, page_context(request, session, burst_error=message), status=status
+        )
+    response = render_partial(
+        request, "burst-message", {"session": session, "burst_error": message}, status
+    )
+    return reswap(retarget(response, "#burst-message"), "outerHTML")
+
+
+def _burst_unavailable(
+    request: HtmxHttpRequest, session: LabSession, form: BurstForm, message: str
+) -> HttpResponse:
+    """503 with the form (ready to click again) and the reconnecting sentence."""
+    if request.htmx:
+        response = render_partial(
+            request, "burst-form",
+            {"session": session, **form_context(session, burst_form=form, burst_error=message)},
+            503,
+        )  # fmt: skip
+    else:
+        response = render(
+            request, TEMPLATE,
+            page_context(request, session, burst_form=form, burst_error=message), status=503,
+        )  # fmt: skip
+    response["Retry-After"] = str(RECONNECT_RETRY_AFTER)
+    return response
 
 
 @require_POST

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -9,10 +10,12 @@ from pathlib import Path
 
 import pytest
 import redis
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connections, transaction
 
-from labs.live import runtime
+from labs.live import broadcast, runtime
 from labs.live.writers import get_writer
 from labs.models import Burst, JournalEvent, LabSession
 from labs.services import bursts, lab
@@ -73,8 +76,11 @@ def test_redelivered_burst_message_does_nothing(celery_worker):
     assert JournalEvent.objects.filter(session=session).count() == rows
 
 
-def test_ten_threads_starting_a_burst_at_once_start_exactly_one(celery_worker):
-    session = new_session(tour_script(dependency={"mode": "healthy", "latency_ms": 50}))
+def test_ten_threads_starting_a_burst_at_once_start_exactly_one(transactional_db, request):
+    """No worker consumes until every thread has clicked: the started burst stays QUEUED, so it
+    cannot end before a late thread arrives (under load one can come seconds after the
+    others), and every thread but one must meet it active."""
+    session = new_session(tour_script(dependency={"mode": "healthy", "latency_ms": 5}))
     barrier = threading.Barrier(10)
     started, refused, errors = [], [], []
 
@@ -98,6 +104,7 @@ def test_ten_threads_starting_a_burst_at_once_start_exactly_one(celery_worker):
     assert len(started) == 1
     assert len(refused) == 9
     assert all("already running" in message for message in refused)
+    request.getfixturevalue("celery_worker")  # now a worker runs the one burst
     assert finished(started[0]).status == Burst.Status.DONE
     assert Burst.objects.filter(session=session).count() == 1
 
@@ -234,3 +241,46 @@ def test_redis_losing_the_breaker_restores_it_from_the_snapshot(celery_worker):
     # Still open: both calls fail fast without touching the dependency.
     assert attempts_of(second) == [0, 0]
     assert runtime.session_store(session.pk).has_state()
+
+
+def test_a_dead_workers_burst_is_interrupted_and_pushed_without_a_page_load(
+    worker_process, monkeypatch
+):
+    """SIGKILL to the worker's main process mid-burst, then two fresh idle workers: their reaper
+    marks the burst INTERRUPTED by itself (no page load, no new burst, nothing reaped from this
+    process), journals it exactly once and pushes the row to the session's page."""
+    monkeypatch.setenv("LAB_BURST_STALE_SECONDS", "2")
+    session = new_session(tour_script(dependency={"mode": "healthy", "latency_ms": 300}))
+    victim = worker_process()
+    burst = bursts.burst_start(session=session, user=session.owner, size=20)
+    wait_for(
+        lambda: JournalEvent.objects.filter(burst=burst, kind="attempt").count() >= 2,
+        message="a few attempts journaled",
+    )
+
+    async def watch_the_page() -> list[dict]:
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await layer.group_add(broadcast.session_group(session.pk), channel)
+        os.kill(victim.proc.pid, signal.SIGKILL)
+        await asyncio.to_thread(victim.proc.wait, 10)
+        await asyncio.to_thread(worker_process)
+        await asyncio.to_thread(worker_process)
+        try:
+            async with asyncio.timeout(60):
+                while True:
+                    message = await layer.receive(channel)
+                    kinds = [e["kind"] for e in message.get("events", [])]
+                    if "burst_interrupted" in kinds:
+                        return message["events"]
+        except TimeoutError:
+            return []
+
+    pushed = async_to_sync(watch_the_page)()
+    burst.refresh_from_db()
+    assert pushed, f"no burst_interrupted push within 60 s; the burst is {burst.status}"
+    assert [e["burst"] for e in pushed if e["kind"] == "burst_interrupted"] == [burst.pk]
+    burst.refresh_from_db()
+    assert burst.status == Burst.Status.INTERRUPTED
+    # Two reapers, one mark: the claim is a conditional update.
+    assert JournalEvent.objects.filter(burst=burst, kind="burst_interrupted").count() == 1
