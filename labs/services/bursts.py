@@ -130,12 +130,11 @@ def _start(*, session: LabSession, user, size: int, concurrency: int) -> Burst:
             )
             journal.record(
                 [
-                    journal.Entry(
-                        session_id=locked.pk,
-                        classroom_id=locked.classroom_id,
+                    journal.entry(
+                        locked,
+                        "burst_queued",
+                        user=user,
                         burst_id=burst.pk,
-                        kind="burst_queued",
-                        actor_id=getattr(user, "pk", None),
                         message=(
                             f"burst {burst.number} queued: {size} call(s) from call "
                             f"{first_call}, {concurrency} caller(s) at once"
@@ -247,12 +246,11 @@ def burst_run(*, burst_id: int) -> str:
     except Exception as exc:
         logger.exception("burst %s failed", burst_id)
         writer.submit(
-            journal.Entry(
-                session_id=session.pk,
-                classroom_id=session.classroom_id,
+            journal.entry(
+                session,
+                "burst_failed",
+                f"burst {burst.number} stopped by an error in the lab: {exc}",
                 burst_id=burst_id,
-                kind="burst_failed",
-                message=f"burst {burst.number} stopped by an error in the lab: {exc}",
                 emitted=time.time(),
             )
         )
@@ -271,11 +269,10 @@ def burst_run(*, burst_id: int) -> str:
 def restored_entry(session: LabSession, burst_id: int | None) -> journal.Entry:
     """The journal entry saying Redis lost the session and the snapshot was put back."""
     state = (session.breaker_snapshot or {}).get("state", "closed")
-    return journal.Entry(
-        session_id=session.pk,
-        classroom_id=session.classroom_id,
+    return journal.entry(
+        session,
+        "state_restored",
         burst_id=burst_id,
-        kind="state_restored",
         state_to=state,
         message=(
             f"Redis had lost this session's breaker state; restored it from the database "
@@ -393,13 +390,8 @@ def _mark(
         if changed:
             journal.record(
                 [
-                    journal.Entry(
-                        session_id=burst.session_id,
-                        classroom_id=burst.session.classroom_id,
-                        burst_id=burst.pk,
-                        kind=kind,
-                        message=message,
-                        data={"burst": burst.number},
+                    journal.entry(
+                        burst.session, kind, message, burst_id=burst.pk, data={"burst": burst.number}
                     )
                 ]
             )

@@ -19,6 +19,7 @@ import pytest
 import redis
 from django.test import Client
 from django.urls import reverse
+from kombu import pools as kombu_pools
 
 from lab_project.celery import app
 from labs.models import Burst, JournalEvent, LabSession
@@ -71,8 +72,12 @@ class PrivateRedis:
 
 def use_broker(url: str) -> None:
     """Point the project's Celery app at ``url`` and drop its pooled connections and producers
-    (the reset Celery itself does in a forked child), so the next send connects there."""
-    app.pool.force_close_all()
+    (the reset Celery itself does in a forked child), so the next send connects there.
+
+    ``kombu.pools.reset`` rather than closing the app's pool: kombu keeps pools in a process-wide
+    registry, and a closed pool left in it is handed to every later send ("Acquire on closed
+    pool" in the tests that follow)."""
+    kombu_pools.reset()
     app.conf.broker_url = url
     app._after_fork()
 
