@@ -2,7 +2,7 @@
 the session's settings, and the breaker snapshot kept in the database.
 
 The engine knows nothing about Django; this module is where a ``LabSession`` row becomes a
-``GuardedClient`` with a ``RedisStore`` namespaced ``fl:s<id>``. Breaker state lives in Redis
+``GuardedClient`` with a ``RedisStore`` namespaced ``fl:{s<id>}``. Breaker state lives in Redis
 (shared by every worker); the database keeps a snapshot written on every transition and at
 the end of every burst, so if Redis loses a session's keys the state can be put back.
 """
@@ -53,8 +53,13 @@ def engine_redis() -> redis.Redis:
 
 
 def namespace(session_id: int) -> str:
-    """Redis key namespace of one session's engine state."""
-    return f"fl:s{session_id}"
+    """Redis key namespace of one session's engine state.
+
+    ``{s<id>}`` is a Redis Cluster hash tag: every key of the session hashes to one slot, so
+    its Lua scripts and MULTI/EXEC blocks run on a cluster too, and sessions spread over the
+    cluster's nodes.
+    """
+    return f"fl:{{s{session_id}}}"
 
 
 @contextlib.contextmanager
@@ -218,7 +223,7 @@ def store_snapshots_after_write(written: Sequence[Written]) -> None:
 #
 # The dependency's *state* (flaky counter, outage start) already lives in the store. Its
 # *settings* are the session's; a change (a student's click, an instructor's class-wide fault
-# or its expiry) is published to ``fl:s<id>:dependency_config`` after the commit. A running
+# or its expiry) is published to ``fl:{s<id>}:dependency_config`` after the commit. A running
 # burst reads that key once per finished call (from its journal sink, which sees every
 # call_result, at most every ``DependencyWatch.interval``) and swaps its FakeDependency when it
 # changed: a change never lands in the middle of an attempt.

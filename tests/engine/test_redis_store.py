@@ -352,9 +352,17 @@ def test_clear_deletes_every_key_of_the_namespace_and_nothing_else(redis_client,
     other.clear()
 
 
-def test_namespace_must_be_plain():
-    with pytest.raises(ValueError):
-        RedisStore(object(), "fl:{s1}")
+@pytest.mark.parametrize("bad", ["", "fl s1", "fl:{}", "fl:{s1}{s2}", "fl:{s1", "fl:s1}"])
+def test_a_namespace_has_no_spaces_and_at_most_one_non_empty_hash_tag(bad):
+    with pytest.raises(ValueError, match="namespace must be non-empty"):
+        RedisStore(object(), bad)
+
+
+def test_a_hash_tagged_namespace_keeps_every_key_in_one_cluster_slot(redis_client):
+    from redis.cluster import key_slot
+
+    store = RedisStore(redis_client, "fl:{s1}")
+    assert len({key_slot(k.encode()) for k in store.all_keys()}) == 1
 
 
 def test_a_script_redis_does_not_know_is_loaded_and_the_call_retried(redis_client, namespace):

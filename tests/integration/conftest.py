@@ -4,6 +4,8 @@
   the thread pool the lab uses in production, consuming from the real Redis broker.
 - ``worker_process``: a separate ``celery worker`` OS process (the command from
   ``lab_project.processes``), for tests that must kill a worker.
+- ``daphne_process``: a separate ``daphne`` OS process (the same command as ``make run``) on a
+  free port, for tests that spread pages over several web processes.
 - Redis databases of the test run (REDIS_DB_BASE=8: broker, channel layer, engine, cache) are
   flushed before each test, so no test sees another's breaker.
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -25,7 +28,7 @@ import redis
 from django.conf import settings
 from django.db import connection
 
-from lab_project.processes import worker_cmd
+from lab_project.processes import daphne_cmd, worker_cmd
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -154,6 +157,70 @@ def worker_process(transactional_db, tmp_path):
     yield start
     for worker in started:
         worker.stop()
+
+
+class DaphneProcess:
+    """A ``daphne`` OS process started by a test, serving the site on a free port."""
+
+    def __init__(self, log_path: Path, timeout: float = 60.0) -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.log = open(log_path, "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            daphne_cmd("127.0.0.1", self.port), cwd=ROOT, env=subprocess_env(),
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def wait_ready(self, timeout: float) -> None:
+        import urllib.error
+        import urllib.request
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daphne exited early:\n{self.log_path.read_text()}")
+            try:
+                url = f"{self.base_url}/accounts/login/"
+                with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 (ours)
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"daphne not answering after {timeout}s:\n{self.log_path.read_text()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self.log.close()
+
+
+@pytest.fixture
+def daphne_process(transactional_db, tmp_path):
+    """Factory: start a daphne process; every one started is stopped at teardown."""
+    started: list[DaphneProcess] = []
+
+    def start() -> DaphneProcess:
+        web = DaphneProcess(tmp_path / f"daphne-{len(started)}.log")
+        started.append(web)
+        return web
+
+    yield start
+    for web in started:
+        web.stop()
 
 
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, message: str = ""):

@@ -1,6 +1,7 @@
 """Redis store: the breaker shared by every worker, one Lua script per operation.
 
-Layout for a namespace ``ns`` (plain keys, no hash tags):
+Layout for a namespace ``ns`` (which may carry one Redis Cluster hash tag, ``fl:{s42}``, so
+that every key of the namespace hashes to one slot and the scripts run on a cluster too):
 
 ==========================  =========  =====================================================
 key                         type       holds
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import re
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,6 +55,9 @@ from labs.engine.stores.base import (
 __all__ = ["RedisStore"]
 
 _LUA = Path(__file__).with_name("lua")
+#: No spaces; braces only as one non-empty hash tag (``fl:{s42}``), which then decides the
+#: cluster slot of every key of the namespace.
+_NAMESPACE = re.compile(r"(?=.)[^{} ]*(?:\{[^{} ]+\}[^{} ]*)?")
 
 
 def _text(value: Any) -> str:
@@ -66,9 +71,10 @@ def _int(value: Any, default: int = 0) -> int:
 
 
 class RedisStore:
-    """State of one lab session in Redis under ``namespace`` (e.g. ``fl:s42``).
+    """State of one lab session in Redis under ``namespace`` (e.g. ``fl:{s42}``).
 
-    ``client`` is a ``redis.Redis`` (``decode_responses`` either way). Safe to share between
+    ``client`` is a ``redis.Redis`` or a ``redis.cluster.RedisCluster`` (``decode_responses``
+    either way; on a cluster the namespace needs a hash tag). Safe to share between
     threads (redis-py's connection pool) and to use from many processes at once: each
     operation is atomic on the server. Raises ``redis.RedisError`` when Redis is unreachable.
     """
@@ -76,9 +82,10 @@ class RedisStore:
     def __init__(
         self, client: Any, namespace: str, probe_lease_ms: int = DEFAULT_PROBE_LEASE_MS
     ) -> None:
-        if not namespace or any(c in namespace for c in "{} "):
+        if not _NAMESPACE.fullmatch(namespace or ""):
             raise ValueError(
-                f"namespace must be non-empty, without braces or spaces ({namespace!r})"
+                "namespace must be non-empty, without spaces, with at most one non-empty "
+                f"hash tag such as 'fl:{{s42}}' ({namespace!r})"
             )
         self.client = client
         self.namespace = namespace
@@ -290,10 +297,16 @@ class RedisStore:
     @staticmethod
     def export_states(stores: Sequence[RedisStore]) -> list[dict[str, Any] | None]:
         """``export_state`` of several stores on one client, in one MULTI/EXEC round trip;
-        None for a store whose namespace holds no state (see ``has_state``)."""
+        None for a store whose namespace holds no state (see ``has_state``).
+
+        On a cluster client the namespaces' slots differ, and no transaction spans slots: the
+        reads go in one plain pipeline, which redis-py splits by node (one round trip per
+        node, in parallel).
+        """
         if not stores:
             return []
-        pipe = stores[0].client.pipeline(transaction=True)
+        client = stores[0].client
+        pipe = client.pipeline(transaction=not hasattr(client, "get_node_from_key"))
         for store in stores:
             store._queue_export(pipe)
         results = pipe.execute()
