@@ -24,7 +24,11 @@ from labs.services import lab
 from tests.conftest import make_classroom, make_scenario, make_student, tour_script
 from tests.integration.conftest import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.postgres,
+    pytest.mark.django_db(transaction=True),
+]
 
 KIND = "pipe_test"
 
@@ -61,7 +65,11 @@ def writer_children() -> set[int]:
             cmdline = (proc / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat[1]) == os.getpid() and stat[0] != "Z" and b"labs.live.writer_process" in cmdline:
+        if (
+            int(stat[1]) == os.getpid()
+            and stat[0] != "Z"
+            and b"labs.live.writer_process" in cmdline
+        ):
             pids.add(int(proc.name))
     return pids
 
