@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 import redis
 from django.conf import settings
-from django.db import connections
+from django.db import connections, transaction
+from django.db.models import F
 
 from labs.live import journal
 from labs.live.writer_process import JournalPipe
-from labs.models import JournalEvent
+from labs.models import JournalEvent, LabSession
 from labs.services import lab
 from tests.conftest import make_classroom, make_scenario, make_student, tour_script
 from tests.integration.conftest import wait_for
@@ -172,3 +173,47 @@ def test_a_batch_committed_but_not_acknowledged_is_not_written_again(pipe):
         pipe.submit(entry(session, n))
     assert pipe.flush(120)
     assert_exactly_once_in_order([session], {session.pk: 20})
+
+
+def test_entries_pushed_out_of_a_full_buffer_and_lost_with_the_writer_are_journaled_as_lost():
+    """Another transaction holds the session's row (the write lock on SQLite), so the writer
+    process commits nothing while 50 entries arrive; the parent keeps only the newest 20. The
+    writer is killed: the restarted one writes those 20 and one ``journal_lost`` row counting
+    the 30 that nobody holds any more."""
+    (session,) = new_sessions(1)
+    pipe = JournalPipe(max_unacked=20)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_the_session_row():
+        try:
+            with transaction.atomic():
+                LabSession.objects.filter(pk=session.pk).update(next_seq=F("next_seq"))
+                holding.set()
+                release.wait(60)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold_the_session_row)
+    try:
+        pipe.start()
+        assert pipe.flush(120)
+        holder.start()
+        assert holding.wait(30)
+        for n in range(50):
+            pipe.submit(entry(session, n))
+        (child,) = writer_children()
+        os.kill(child, signal.SIGKILL)
+        wait_for(lambda: writer_children() and child not in writer_children(), timeout=30,
+                 message="a new writer process")  # fmt: skip
+    finally:
+        release.set()
+        holder.join()
+    assert pipe.flush(120)
+    pipe.stop()
+    rows = list(JournalEvent.objects.filter(session=session).order_by("seq"))
+    seqs = [row.seq for row in rows]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+    assert [row.data["n"] for row in rows if row.kind == KIND] == list(range(30, 50))
+    lost = [row for row in rows if row.kind == "journal_lost"]
+    assert [row.data["lost"] for row in lost] == [30]
+    assert "30 journal events lost" in lost[0].message
