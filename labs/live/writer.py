@@ -9,9 +9,14 @@ were emitted. On a worker this thread runs inside the writer process
 process itself. :func:`labs.live.writers.get_writer` chooses.
 
 What a crash can lose: events still in the writer's queue when the process is killed. The
-writer starts a batch the moment one event is queued, so that window is one insert long;
-rows already committed are never lost or duplicated, and sequence numbers are assigned only
-inside the committing transaction.
+writer process's parent keeps what it handed over until the writer reports it done
+(``on_prepared`` and ``on_done`` below) and hands it to a restarted writer, so on a worker
+nothing is lost. Rows already committed are never written twice: sequence numbers are
+assigned only inside the committing transaction, and a batch whose commit may or may not have
+happened (the connection broke during COMMIT, the process died before reporting it) is looked
+up by its :data:`Witness` before it is written again. A batch that cannot be written at all
+(an error that is not the database's) leaves a ``journal_lost`` row saying how many events it
+held.
 """
 
 from __future__ import annotations
@@ -21,14 +26,16 @@ import logging
 import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
+from datetime import datetime
 
 from django.db import close_old_connections, connection, transaction
 from django.db.utils import DatabaseError, InterfaceError, OperationalError
 
 from labs.live import broadcast, metrics
 from labs.live.journal import Entry, Written, append_entries, pushes_for
-from labs.models import LabSession
+from labs.models import JournalEvent, LabSession
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +67,49 @@ class _Flush:
 
 AfterWrite = Callable[[Sequence[Written]], None]
 
+#: One row of a batch that identifies the batch's commit: (session id, seq, created_at). All
+#: rows of a batch commit together, and no other transaction writes a row with this session,
+#: this sequence number and this timestamp, so the row is there exactly when the batch is.
+Witness = tuple[int, int, datetime]
+Prepared = Callable[[list[Entry], Witness], None]
+Done = Callable[[list[Entry]], None]
+
+LOST_KIND = "journal_lost"
+
+
+def witness_committed(witness: Witness) -> bool:
+    """Whether the batch that ``witness`` identifies is committed.
+
+    Takes the session's row lock first (PostgreSQL): a transaction of a writer that was killed
+    mid-COMMIT still holds it until the server has committed or rolled it back, so the answer
+    is final. SQLite rolls a dead writer's unfinished transaction back when the file is opened.
+    """
+    session_id, seq, created_at = witness
+    with transaction.atomic():
+        list(LabSession.objects.select_for_update().filter(pk=session_id).values_list("pk"))
+        return JournalEvent.objects.filter(
+            session_id=session_id, seq=seq, created_at=created_at
+        ).exists()
+
+
+def loss_entries(entries: Sequence[Entry], reason: str) -> list[Entry]:
+    """One ``journal_lost`` entry per session and burst, counting ``entries`` that were lost."""
+    counts: Counter[tuple[int, int, int | None]] = Counter(
+        (e.session_id, e.classroom_id, e.burst_id) for e in entries
+    )
+    return [
+        Entry(
+            session_id=session_id,
+            classroom_id=classroom_id,
+            burst_id=burst_id,
+            kind=LOST_KIND,
+            message=f"{count} journal event{'s' if count != 1 else ''} lost ({reason})",
+            data={"lost": count, "reason": reason},
+            emitted=time.time(),
+        )
+        for (session_id, classroom_id, burst_id), count in counts.items()
+    ]
+
 
 class JournalWriter:
     """Takes journal entries off a burst's timing path; writes and pushes them in batches.
@@ -73,6 +123,11 @@ class JournalWriter:
     ``after_write`` (optional) runs in the writer thread inside the batch's transaction, after
     the inserts; the burst runner uses it to store the breaker snapshot when a batch contains a
     transition.
+
+    ``on_prepared(batch, witness)`` (optional) runs just before the batch's COMMIT and
+    ``on_done(batch)`` once the batch is committed and pushed (or dropped because its sessions
+    are gone, or given up with a ``journal_lost`` row); the writer process reports both to its
+    parent, which keeps every entry until it is done.
     """
 
     def __init__(
@@ -81,11 +136,15 @@ class JournalWriter:
         max_batch: int = 2000,
         linger: float = 0.008,
         after_write: AfterWrite | None = None,
+        on_prepared: Prepared | None = None,
+        on_done: Done | None = None,
     ) -> None:
         self._queue: queue.SimpleQueue[Entry | _Flush | None] = queue.SimpleQueue()
         self._max_batch = max_batch
         self._linger = linger
         self._after_write = after_write
+        self._on_prepared = on_prepared
+        self._on_done = on_done
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -165,8 +224,11 @@ class JournalWriter:
             if batch:
                 try:
                     self._write(batch)
-                except Exception:  # never let the thread die: later batches must still land
+                except Exception as exc:  # never let the thread die: later batches must land
                     logger.exception("journal batch of %d lost", len(batch))
+                    self._journal_loss(batch, exc)
+                if self._on_done is not None:
+                    self._on_done(batch)
             for marker in flushes:
                 if marker.close:
                     connection.close()
@@ -177,19 +239,29 @@ class JournalWriter:
     def _write(self, batch: list[Entry]) -> None:
         delay = 0.02
         polling_until = time.monotonic() + SQLITE_POLL_SECONDS
+        in_doubt: list[Written] = []  # what an attempt whose COMMIT failed would have written
+        only_alive = False
         while True:
             try:
                 close_old_connections()
+                if in_doubt and witness_committed(_witness(in_doubt)):
+                    written = in_doubt  # the COMMIT went through after all
+                    break
+                in_doubt = []
                 self._poll_sqlite_lock()
                 with transaction.atomic():
-                    written = append_entries(batch)
+                    written = self._surviving(batch) if only_alive else append_entries(batch)
                     if self._after_write is not None:
                         self._after_write(written)
+                    if written:
+                        in_doubt = written
+                        if self._on_prepared is not None:
+                            self._on_prepared(batch, _witness(written))
                 break
             except LabSession.DoesNotExist:
-                # The session was deleted mid-burst (an admin cleaning up): nothing to keep.
-                written = self._write_surviving(batch)
-                break
+                # A session was deleted mid-burst (an admin cleaning up): write the entries of
+                # the sessions that are left.
+                only_alive = True
             except (OperationalError, InterfaceError, DatabaseError) as exc:
                 if _sqlite_busy(exc) and time.monotonic() < polling_until:
                     time.sleep(SQLITE_POLL_INTERVAL)  # another writer holds the lock: ask again
@@ -221,14 +293,25 @@ class JournalWriter:
             raw.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
             self._sqlite_polling = raw
 
-    def _write_surviving(self, batch: list[Entry]) -> list[Written]:
+    def _surviving(self, batch: list[Entry]) -> list[Written]:
+        """Append the entries of ``batch`` whose sessions still exist."""
         alive = set(
             LabSession.objects.filter(pk__in={e.session_id for e in batch}).values_list(
                 "pk", flat=True
             )
         )
         kept = [e for e in batch if e.session_id in alive]
-        if not kept:
-            return []
-        with transaction.atomic():
-            return append_entries(kept)
+        return append_entries(kept) if kept else []
+
+    def _journal_loss(self, batch: list[Entry], exc: Exception) -> None:
+        """Leave a row per session saying how many of its events a failed batch held."""
+        try:
+            with transaction.atomic():
+                self.written += len(append_entries(loss_entries(batch, type(exc).__name__)))
+        except Exception:
+            logger.exception("could not journal the loss of %d events", len(batch))
+
+
+def _witness(written: Sequence[Written]) -> Witness:
+    last = written[-1]
+    return (last.entry.session_id, last.seq, last.created_at)

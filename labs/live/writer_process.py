@@ -7,54 +7,99 @@ every attempt (benchmarks/burst_bench.py measured it), which is exactly the dist
 must not show students. In its own process the writer uses the other core and the burst thread's
 whole cost per event is one pickle and one ``send_bytes`` on a pipe.
 
-Crash behaviour: entries already written to the pipe are not lost when the worker process is
-killed; the writer process reads to the end of the pipe, writes everything and exits. Entries
-are never written twice: sequence numbers are only assigned in the writer's committing
-transaction.
+Crash behaviour: every entry and flush request travels with an id (a counter of this
+process). The writer process reports back, per batch, ``prepared`` (the batch's
+:data:`~labs.live.writer.Witness`, just before its COMMIT) and ``done`` (every id up to this
+one is committed and pushed). The parent keeps what is not done yet in a bounded buffer; when
+the writer process dies (SIGKILL, the OOM killer) its ack reader sees the pipe close, starts a
+new one and hands it the buffer again, so nothing written to the pipe but not committed is
+lost. A batch that was prepared but not reported done is the one that may or may not have
+committed: the new writer process looks its witness row up first and skips the batch if it is
+there, so nothing is written twice. Sequence numbers are assigned only in the committing
+transaction, so a resent entry gets the next number of its session: the journal stays
+gap-free and in order.
+
+What can still be lost: entries pushed out of a full buffer (``max_unacked``, a writer that
+has not committed anything for a long time) when the writer process then dies; the restarted
+one journals a ``journal_lost`` row per session and burst counting them. When the worker
+process itself is killed, its writer process reads to the end of the pipe, writes everything
+and exits.
 
 Interface: :class:`JournalPipe` implements :class:`labs.live.journal.JournalSink`, as the
-thread writer :class:`labs.live.writer.JournalWriter` does.
+thread writer :class:`labs.live.writer.JournalWriter` does. A write on the pipe never raises
+into a burst: a broken pipe means the writer died, and the entry is in the buffer.
 """
 
 from __future__ import annotations
 
-import itertools
+import collections
+import contextlib
 import json
 import logging
 import os
 import pickle
+import queue
 import struct
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import BinaryIO
 
 logger = logging.getLogger(__name__)
 
-_HEADER = struct.Struct("!I")
-_TOKEN = struct.Struct("!Q")
+_HEADER = struct.Struct("!I")  # child -> parent: payload size
+_FRAME = struct.Struct("!IQ")  # parent -> child: payload size, id
 _FLUSH = "flush"
 _STOP = "stop"
+_RESUME = "resume"
+_PREPARED = "prepared"
+_DONE = "done"
+
+#: Entries and flush requests the parent keeps until the writer process reports them done.
+MAX_UNACKED = 100_000
+
+
+def _read_exact(stream: BinaryIO, size: int) -> bytes | None:
+    data = stream.read(size)
+    return data if len(data) == size else None
 
 
 def _read_frame(stream: BinaryIO) -> bytes | None:
-    header = stream.read(_HEADER.size)
-    if len(header) < _HEADER.size:
+    header = _read_exact(stream, _HEADER.size)
+    if header is None:
         return None
-    (size,) = _HEADER.unpack(header)
-    payload = stream.read(size)
-    return payload if len(payload) == size else None
+    return _read_exact(stream, _HEADER.unpack(header)[0])
 
 
 def _child_main() -> None:
-    """The writer process: read framed entries on stdin, write them, ack flushes on stdout."""
+    """The writer process: read framed entries on stdin, write them, report on stdout."""
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    frames: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
+
+    def pump() -> None:
+        # Drain the pipe from the first moment, while Django boots: a parent resending its
+        # buffer to this process must not block on a full pipe meanwhile.
+        while True:
+            header = _read_exact(stdin, _FRAME.size)
+            if header is None:
+                break
+            size, emit_id = _FRAME.unpack(header)
+            payload = _read_exact(stdin, size)
+            if payload is None:
+                break
+            frames.put((emit_id, payload))
+        frames.put(None)
+
+    threading.Thread(target=pump, name="journal-pipe-reader", daemon=True).start()
+
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
     import django
 
     django.setup()
     from django.conf import settings
-    from django.db import connections
+    from django.db import connection, connections
 
     # The parent may be a test run whose database name was changed at run time.
     database = json.loads(os.environ.get("LAB_JOURNAL_DATABASE", "{}"))
@@ -67,39 +112,95 @@ def _child_main() -> None:
 
     from labs.live.journal import Entry
     from labs.live.runtime import store_snapshots_after_write
-    from labs.live.writer import JournalWriter
+    from labs.live.writer import JournalWriter, witness_committed
 
-    writer = JournalWriter(after_write=store_snapshots_after_write)
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     out_lock = threading.Lock()
 
-    def ack(token: int) -> None:
-        with out_lock:
-            stdout.write(_TOKEN.pack(token))
-            stdout.flush()
+    def report(*message) -> None:
+        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            with out_lock:
+                stdout.write(_HEADER.pack(len(payload)) + payload)
+                stdout.flush()
+        except OSError:
+            pass  # the parent is gone: nobody to tell, the rows are written all the same
 
+    # Ids of the entries handed to the writer, in order: its batches take them in this order.
+    ids: collections.deque[int] = collections.deque()
+
+    def prepared(batch, witness) -> None:
+        report(_PREPARED, ids[len(batch) - 1], witness)
+
+    def done(batch) -> None:
+        for _ in range(len(batch) - 1):
+            ids.popleft()
+        report(_DONE, ids.popleft())
+
+    writer = JournalWriter(
+        after_write=store_snapshots_after_write, on_prepared=prepared, on_done=done
+    )
+    skip_through = 0  # ids a dead predecessor had committed (see _RESUME)
     while True:
-        frame = _read_frame(stdin)
+        frame = frames.get()
         if frame is None:
             break  # the parent is gone: write what we have, then leave
-        item = pickle.loads(frame)  # noqa: S301 - framed by our own parent process
+        emit_id, payload = frame
+        item = pickle.loads(payload)  # noqa: S301 - framed by our own parent process
+        if emit_id and emit_id <= skip_through:
+            continue
         if isinstance(item, Entry):
+            ids.append(emit_id)
             writer.submit(item)
         elif item[0] == _FLUSH:
-            writer.flush_async(lambda token=item[1]: ack(token))
+            writer.flush_async(lambda emit_id=emit_id: report(_DONE, emit_id))
+        elif item[0] == _RESUME:
+            # Our predecessor died after preparing the batch ending at ``through``: if it had
+            # committed it, those entries are resent to us but must not be written again.
+            through, witness = item[1], item[2]
+            if _committed(witness_committed, witness):
+                skip_through = through
+                report(_DONE, through)
+            connection.close()
         elif item[0] == _STOP:
             break
     writer.flush(close_connection=True)
 
 
-class JournalPipe:
-    """Hands entries to a writer process (started on first use, restarted if it died)."""
+def _committed(witness_committed, witness) -> bool:
+    """``witness_committed(witness)``, asked again while the database is unreachable."""
+    from django.db import DatabaseError, connection
 
-    def __init__(self) -> None:
+    delay = 0.05
+    while True:
+        try:
+            return witness_committed(witness)
+        except DatabaseError as exc:
+            logger.warning("cannot look up the last prepared journal batch yet (%s)", exc)
+            connection.close()
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+class JournalPipe:
+    """Hands entries to a writer process (started on first use, restarted when it dies).
+
+    Keeps every entry until the writer process reports it committed (at most
+    ``max_unacked``), and hands what is left to the next writer process when one dies.
+    """
+
+    def __init__(self, max_unacked: int = MAX_UNACKED) -> None:
         self._lock = threading.Lock()
         self._process: subprocess.Popen | None = None
-        self._tokens = itertools.count(1)
-        self._acks: dict[int, threading.Event] = {}
+        self._last_id = 0
+        self._acked = 0
+        self._max_unacked = max_unacked
+        # (id, frame, entry or None for a flush), oldest first; pruned as the writer reports.
+        self._unacked: collections.deque[tuple[int, bytes, object]] = collections.deque()
+        self._evicted: list[tuple[int, object]] = []  # pushed out of a full buffer, not done
+        self._prepared: tuple[int, object] | None = None  # (last id, witness) of a batch
+        self._flushes: collections.deque[tuple[int, threading.Event]] = collections.deque()
+
+    # --- the writer process -----------------------------------------------------------------
 
     def _start(self) -> None:
         from django.db import connection
@@ -123,62 +224,146 @@ class JournalPipe:
             cwd=Path(__file__).resolve().parents[2],
         )
         self._process = process
-        threading.Thread(target=self._read_acks, args=(process,), daemon=True).start()
+        threading.Thread(
+            target=self._read_reports, args=(process,), name="journal-pipe-acks", daemon=True
+        ).start()
 
-    def _read_acks(self, process: subprocess.Popen) -> None:
+    def _restart_locked(self) -> None:
+        """Start a writer process and hand it everything not done yet (caller holds the lock)."""
+        self._process = None
+        self._start()
+        frames: list[bytes] = []
+        if self._prepared is not None and self._prepared[0] > self._acked:
+            payload = pickle.dumps((_RESUME, *self._prepared), protocol=pickle.HIGHEST_PROTOCOL)
+            frames.append(_FRAME.pack(len(payload), 0) + payload)
+        self._prepared = None
+        frames.extend(frame for _, frame, _ in self._unacked)
+        if self._evicted:
+            from labs.live.writer import loss_entries
+
+            lost = [entry for _, entry in self._evicted]
+            self._evicted.clear()
+            logger.error("journal writer process died with %d entries lost", len(lost))
+            for entry in loss_entries(lost, "the journal writer died with them"):
+                frames.append(
+                    self._frame_locked(pickle.dumps(entry, pickle.HIGHEST_PROTOCOL), entry)
+                )
+        if frames:
+            self._write_locked(b"".join(frames))
+
+    def _read_reports(self, process: subprocess.Popen) -> None:
+        """Take the writer process's reports until its stdout closes; then, unless it was
+        stopped on purpose, start another and hand it what is not done yet."""
         assert process.stdout is not None
-        while True:
-            data = process.stdout.read(_TOKEN.size)
-            if len(data) < _TOKEN.size:
+        while (frame := _read_frame(process.stdout)) is not None:
+            message = pickle.loads(frame)  # noqa: S301 - our own child process
+            if message[0] == _DONE:
+                self._done_through(message[1])
+            elif message[0] == _PREPARED:
+                with self._lock:
+                    if message[1] > self._acked:
+                        self._prepared = (message[1], message[2])
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        with self._lock:
+            if self._process is not process:
+                return  # stopped on purpose, or already replaced
+            logger.error("journal writer process died (exit %s); restarting it with %d "
+                         "entries not yet done", process.returncode, len(self._unacked))  # fmt: skip
+            try:
+                self._restart_locked()
+            except Exception:  # the next submit tries again
+                logger.exception("could not restart the journal writer process")
+                self._process = None
+
+    def _done_through(self, emit_id: int) -> None:
+        with self._lock:
+            if emit_id <= self._acked:
                 return
-            (token,) = _TOKEN.unpack(data)
-            event = self._acks.pop(token, None)
-            if event is not None:
-                event.set()
+            self._acked = emit_id
+            unacked = self._unacked
+            while unacked and unacked[0][0] <= emit_id:
+                unacked.popleft()
+            if self._evicted:
+                self._evicted = [(i, e) for i, e in self._evicted if i > emit_id]
+            if self._prepared is not None and self._prepared[0] <= emit_id:
+                self._prepared = None
+            flushes = self._flushes
+            while flushes and flushes[0][0] <= emit_id:
+                flushes.popleft()[1].set()
+
+    # --- the burst's side ---------------------------------------------------------------------
+
+    def _frame_locked(self, payload: bytes, entry: object) -> bytes:
+        """Give ``payload`` the next id and keep it until it is done (caller holds the lock)."""
+        self._last_id += 1
+        frame = _FRAME.pack(len(payload), self._last_id) + payload
+        self._unacked.append((self._last_id, frame, entry))
+        if len(self._unacked) > self._max_unacked:
+            emit_id, _, old = self._unacked.popleft()
+            if old is not None:
+                self._evicted.append((emit_id, old))
+        return frame
+
+    def _write_locked(self, data: bytes) -> None:
+        process = self._process
+        if process is None:
+            try:
+                self._restart_locked()  # hands over the buffer, ``data`` included
+            except Exception:
+                logger.exception("could not start the journal writer process")
+                self._process = None
+            return
+        # A broken pipe means the writer process died: its report reader restarts it and hands
+        # the new one the buffer, ``data`` included.
+        with contextlib.suppress(OSError):
+            process.stdin.write(data)  # type: ignore[union-attr]
 
     def start(self) -> None:
         """Start the writer process now (a worker does it when it starts, so the first
         burst does not wait for Django to boot in the child)."""
         with self._lock:
-            if self._process is None or self._process.poll() is not None:
-                self._start()
-
-    def _send(self, payload: bytes) -> None:
-        frame = _HEADER.pack(len(payload)) + payload
-        with self._lock:
-            if self._process is None or self._process.poll() is not None:
-                if self._process is not None:
-                    logger.error("journal writer process died (exit %s); restarting it",
-                                 self._process.returncode)  # fmt: skip
-                self._start()
-            assert self._process is not None and self._process.stdin is not None
-            self._process.stdin.write(frame)
+            if self._process is None:
+                self._restart_locked()
 
     def submit(self, entry) -> None:
         """Queue one entry for the writer process (a pickle and a pipe write)."""
-        self._send(pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL))
+        payload = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
+        with self._lock:
+            self._write_locked(self._frame_locked(payload, entry))
 
     def flush(self, timeout: float = 30.0, *, close_connection: bool = False) -> bool:
         """Wait until every entry submitted before this call is committed and pushed."""
-        if self._process is None:
+        if self._process is None and not self._unacked:
             return True
-        token = next(self._tokens)
         done = threading.Event()
-        self._acks[token] = done
-        self._send(pickle.dumps((_FLUSH, token)))
+        payload = pickle.dumps((_FLUSH,))
+        with self._lock:
+            frame = self._frame_locked(payload, None)
+            self._flushes.append((self._last_id, done))
+            self._write_locked(frame)
         return done.wait(timeout)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Write everything queued, then end the writer process."""
+        if not self.flush(timeout):
+            logger.error("journal writer process stopped with %d entries not done",
+                         len(self._unacked))  # fmt: skip
         with self._lock:
             process, self._process = self._process, None
         if process is None:
             return
         if process.poll() is None:
             assert process.stdin is not None
-            payload = pickle.dumps((_STOP, 0))
-            process.stdin.write(_HEADER.pack(len(payload)) + payload)
-            process.stdin.close()
+            payload = pickle.dumps((_STOP,))
+            try:
+                process.stdin.write(_FRAME.pack(len(payload), 0) + payload)
+                process.stdin.close()
+            except OSError:
+                pass
             try:
                 process.wait(timeout)
             except subprocess.TimeoutExpired:

@@ -1,0 +1,219 @@
+"""The writer process (JournalPipe) on the real database and Redis, its child SIGKILLed.
+
+The journal is the source of truth: a writer process that dies is restarted and everything it
+had not committed is sent again, and an entry it had committed is never written twice.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import connections, transaction
+from django.db.models import F
+
+from labs.live import journal
+from labs.live.writer_process import JournalPipe
+from labs.models import JournalEvent, LabSession
+from labs.services import lab
+from tests.conftest import make_classroom, make_scenario, make_student, tour_script
+from tests.integration.conftest import wait_for
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.postgres,
+    pytest.mark.django_db(transaction=True),
+]
+
+KIND = "pipe_test"
+
+
+def new_sessions(count: int):
+    scenario = make_scenario("pipe", script=tour_script())
+    room = make_classroom("Pipe", join_code="PIPE0001")
+    room.scenarios.add(scenario)
+    return [
+        lab.session_open(user=make_student(f"pipe{i}", room), classroom=room, scenario=scenario)
+        for i in range(count)
+    ]
+
+
+def entry(session, n: int) -> journal.Entry:
+    return journal.Entry(
+        session_id=session.pk,
+        classroom_id=session.classroom_id,
+        kind=KIND,
+        message=f"entry {n}",
+        data={"n": n},
+        emitted=time.time(),
+    )
+
+
+def writer_children() -> set[int]:
+    """Live journal writer processes started by this (the test's) process."""
+    pids = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if (
+            int(stat[1]) == os.getpid()
+            and stat[0] != "Z"
+            and b"labs.live.writer_process" in cmdline
+        ):
+            pids.add(int(proc.name))
+    return pids
+
+
+def journaled(sessions) -> int:
+    return JournalEvent.objects.filter(session__in=sessions, kind=KIND).count()
+
+
+def assert_exactly_once_in_order(sessions, submitted: dict[int, int]) -> None:
+    problems = []
+    for session in sessions:
+        rows = list(JournalEvent.objects.filter(session=session).order_by("seq"))
+        seqs = [row.seq for row in rows]
+        if seqs != list(range(seqs[0], seqs[0] + len(seqs))):
+            problems.append(f"session {session.pk}: sequence numbers have gaps")
+        numbers = [row.data["n"] for row in rows if row.kind == KIND]
+        expected = list(range(submitted[session.pk]))
+        if numbers != expected:
+            missing = len(set(expected) - set(numbers))
+            duplicated = len(numbers) - len(set(numbers))
+            problems.append(
+                f"session {session.pk}: {submitted[session.pk]} submitted, {len(numbers)} "
+                f"journaled, {missing} missing, {duplicated} duplicated, "
+                f"in order: {numbers == sorted(numbers)}"
+            )
+    assert not problems, "\n".join(problems)
+
+
+@pytest.fixture
+def pipe():
+    writer = JournalPipe()
+    yield writer
+    writer.stop()
+
+
+def test_writer_child_killed_five_times_mid_stream_loses_and_duplicates_nothing(pipe):
+    """Three threads submit entries for three sessions without pause while the writer child is
+    SIGKILLed five times, each time after its successor has written something. No submit may
+    raise, and afterwards every entry is in the journal exactly once, in submit order, with
+    gap-free sequence numbers."""
+    sessions = new_sessions(3)
+    submitted = {s.pk: 0 for s in sessions}
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def submit_until_stopped(session):
+        try:
+            while not stop.is_set():
+                pipe.submit(entry(session, submitted[session.pk]))
+                submitted[session.pk] += 1
+                time.sleep(0.0005)
+        except BaseException as exc:  # reported below: a submit must never fail a burst
+            errors.append(exc)
+
+    pipe.start()
+    assert pipe.flush(120), "the writer process did not start"
+    threads = [threading.Thread(target=submit_until_stopped, args=(s,)) for s in sessions]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in range(5):
+            before = journaled(sessions)
+            wait_for(lambda before=before: journaled(sessions) > before + 20, timeout=120,
+                     message="the writer process to write more rows")  # fmt: skip
+            children = writer_children()
+            assert len(children) == 1
+            os.kill(children.pop(), signal.SIGKILL)
+        before = journaled(sessions)
+        wait_for(lambda: journaled(sessions) > before + 20, timeout=120,
+                 message="a restarted writer process to write")  # fmt: skip
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert errors == []
+    assert pipe.flush(120)
+    connections.close_all()
+    assert_exactly_once_in_order(sessions, submitted)
+
+
+def test_a_batch_committed_but_not_acknowledged_is_not_written_again(pipe):
+    """Redis pauses writes (CLIENT PAUSE ... WRITE), so the child commits a batch and then waits
+    on its push, before it can acknowledge the batch. Killed there, the batch is committed but the parent
+    does not know: it must not be written a second time."""
+    (session,) = new_sessions(1)
+    pipe.start()
+    assert pipe.flush(120)
+    pause = redis.Redis.from_url(settings.CHANNEL_LAYER_REDIS_URL)
+    pause.execute_command("CLIENT", "PAUSE", 30000, "WRITE")
+    try:
+        for n in range(10):
+            pipe.submit(entry(session, n))
+        wait_for(lambda: journaled([session]) == 10, timeout=20,
+                 message="the batch to commit")  # fmt: skip
+        (child,) = writer_children()
+        os.kill(child, signal.SIGKILL)
+    finally:
+        pause.execute_command("CLIENT", "UNPAUSE")
+    for n in range(10, 20):
+        pipe.submit(entry(session, n))
+    assert pipe.flush(120)
+    assert_exactly_once_in_order([session], {session.pk: 20})
+
+
+def test_entries_pushed_out_of_a_full_buffer_and_lost_with_the_writer_are_journaled_as_lost():
+    """Another transaction holds the session's row (the write lock on SQLite), so the writer
+    process commits nothing while 50 entries arrive; the parent keeps only the newest 20. The
+    writer is killed: the restarted one writes those 20 and one ``journal_lost`` row counting
+    the 30 that nobody holds any more."""
+    (session,) = new_sessions(1)
+    pipe = JournalPipe(max_unacked=20)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_the_session_row():
+        try:
+            with transaction.atomic():
+                LabSession.objects.filter(pk=session.pk).update(next_seq=F("next_seq"))
+                holding.set()
+                release.wait(60)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold_the_session_row)
+    try:
+        pipe.start()
+        assert pipe.flush(120)
+        holder.start()
+        assert holding.wait(30)
+        for n in range(50):
+            pipe.submit(entry(session, n))
+        (child,) = writer_children()
+        os.kill(child, signal.SIGKILL)
+        wait_for(lambda: writer_children() and child not in writer_children(), timeout=30,
+                 message="a new writer process")  # fmt: skip
+    finally:
+        release.set()
+        holder.join()
+    assert pipe.flush(120)
+    pipe.stop()
+    rows = list(JournalEvent.objects.filter(session=session).order_by("seq"))
+    seqs = [row.seq for row in rows]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+    assert [row.data["n"] for row in rows if row.kind == KIND] == list(range(30, 50))
+    lost = [row for row in rows if row.kind == "journal_lost"]
+    assert [row.data["lost"] for row in lost] == [30]
+    assert "30 journal events lost" in lost[0].message
