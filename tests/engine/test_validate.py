@@ -263,3 +263,26 @@ def test_required_scenarios_are_shipped():
         "deadline",
         "rate_limited_retry_after",
     } <= names
+
+
+def test_a_count_window_smaller_than_min_calls_is_refused_naming_both_fields():
+    """Such a breaker could never open: the window never holds min_calls results."""
+    problems = validate_policy(
+        {"breaker": {"kind": "rolling_ratio", "window_calls": 3, "min_calls": 5}}
+    )
+    assert messages(problems) == [
+        "policy.breaker.min_calls: must be at most policy.breaker.window_calls (3), "
+        "or the breaker can never open (got 5)"
+    ]
+    assert validate_policy(
+        {"breaker": {"kind": "rolling_ratio", "window_calls": 5, "min_calls": 5}}
+    ) == []
+
+
+def test_a_wait_step_may_step_past_an_hour_long_cooldown_but_no_further():
+    base = {"name": "w", "steps": [{"wait_ms": 3_600_000}]}
+    assert validate_scenario(base) == []
+    base["steps"] = [{"wait_ms": 3_600_001}]
+    assert messages(validate_scenario(base)) == [
+        "steps[0].wait_ms: must be between 0 and 3600000 ms (got 3600001)"
+    ]
