@@ -336,24 +336,31 @@ class Breaker:
 
     # -- operator controls -------------------------------------------------------------------
 
-    def force_open(self, reason: str) -> None:
-        """Open until :meth:`force_closed` or :meth:`reset`; every call is rejected."""
-        self._force("open", reason)
+    def force_open(self, reason: str) -> bool:
+        """Open until :meth:`force_closed` or :meth:`reset`; every call is rejected.
 
-    def force_closed(self, reason: str) -> None:
-        """Closed until :meth:`reset`; every call passes and results are not counted."""
-        self._force("closed", reason)
+        Returns False, and emits nothing, when the breaker is already forced open."""
+        return self._force("open", reason)
 
-    def reset(self, reason: str) -> None:
+    def force_closed(self, reason: str) -> bool:
+        """Closed until :meth:`reset`; every call passes and results are not counted.
+
+        Returns False, and emits nothing, when the breaker is already forced closed."""
+        return self._force("closed", reason)
+
+    def reset(self, reason: str) -> bool:
         """Back to a fresh CLOSED breaker (counters, window and probe leases cleared)."""
-        self._force("reset", reason)
+        return self._force("reset", reason)
 
-    def _force(self, action: str, reason: str) -> None:
+    def _force(self, action: str, reason: str) -> bool:
         now = self._now()
-        before, gen = self.store.breaker_force(action, int(now * 1e6 + 0.5))
+        before, gen, changed = self.store.breaker_force(action, int(now * 1e6 + 0.5))
+        if not changed:
+            return False
         after = OPEN if action == "open" else STATE_CLOSED
         label = {"open": "forced open", "closed": "forced closed", "reset": "reset"}[action]
         self._transition(now, before, after, f"{label}: {reason}", None, None, gen)
+        return True
 
     # -- one-call wrapper --------------------------------------------------------------------
 
@@ -362,12 +369,22 @@ class Breaker:
         fn: Callable[[], T],
         *,
         is_failure: Callable[[BaseException], bool] = lambda exc: True,
+        is_success: Callable[[BaseException], bool] = lambda exc: False,
     ) -> T:
         """Run ``fn`` through the breaker: allow, call, record.
 
-        A return value records success; an exception records failure when ``is_failure``
-        says so (else ignored) and propagates. Raises :class:`CircuitOpenError` when
-        rejected (``fn`` is not called).
+        A return value records success. An exception propagates after recording:
+
+        * a cancellation or an interpreter exit (any ``BaseException`` that is not an
+          ``Exception``: ``asyncio.CancelledError``, ``KeyboardInterrupt``, ``SystemExit``,
+          ``GeneratorExit``) records ``ignored``: the caller gave up, the dependency did not
+          fail, and a cancelled probe frees its slot;
+        * an exception ``is_success`` accepts records success (pybreaker's ``exclude``,
+          gobreaker's ``IsSuccessful``: an expected error such as a 404 proves the dependency
+          answered);
+        * any other exception records failure when ``is_failure`` says so, else ignored.
+
+        Raises :class:`CircuitOpenError` when rejected (``fn`` is not called).
         """
         permit = self.allow()
         if not permit:
@@ -376,8 +393,14 @@ class Breaker:
         assert isinstance(permit, Permit)
         try:
             result = fn()
-        except BaseException as exc:
-            self.record(permit, "failure" if is_failure(exc) else "ignored")
+        except Exception as exc:
+            if is_success(exc):
+                self.record(permit, "success")
+            else:
+                self.record(permit, "failure" if is_failure(exc) else "ignored")
+            raise
+        except BaseException:
+            self.record(permit, "ignored")
             raise
         self.record(permit, "success")
         return result

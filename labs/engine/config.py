@@ -111,7 +111,7 @@ LIMITS: dict[str, Limit] = {
     "seed": Limit(0, 0, 2**32 - 1),
     "steps[].burst": Limit(6, 1, 20, "calls"),
     "steps[].concurrency": Limit(1, 1, 10, "callers"),
-    "steps[].wait_ms": Limit(0, 0, 60000, "ms"),
+    "steps[].wait_ms": Limit(0, 0, 3_600_000, "ms", note="virtual time: up to an hour"),
 }
 
 

@@ -184,6 +184,7 @@ def validate_policy(d: Any, prefix: str = "policy") -> list[Problem]:
                     LIMITS[f"policy.breaker.{key}"],
                     problems,
                 )
+        problems += _breaker_combinations(f"{prefix}.breaker", breaker, problems)
     budget = d.get("retry_budget")
     if budget is not None:
         if not isinstance(budget, Mapping):
@@ -203,6 +204,43 @@ def validate_policy(d: Any, prefix: str = "policy") -> list[Problem]:
                         LIMITS[f"policy.retry_budget.{key}"],
                         problems,
                     )
+    return problems
+
+
+def _breaker_value(breaker: Mapping[str, Any], key: str) -> Any:
+    return breaker.get(key, LIMITS[f"policy.breaker.{key}"].default)
+
+
+def _breaker_combinations(
+    path: str, breaker: Mapping[str, Any], found: list[Problem]
+) -> list[Problem]:
+    """Settings that are each in range but cannot work together, named both ways.
+
+    Only checked once each field alone is valid (``found`` holds the problems so far)."""
+    bad = {p.field for p in found}
+    problems: list[Problem] = []
+
+    def valid(*keys: str) -> bool:
+        return not any(f"{path}.{k}" in bad for k in keys)
+
+    kind = _breaker_value(breaker, "kind")
+    window_calls = _breaker_value(breaker, "window_calls")
+    min_calls = _breaker_value(breaker, "min_calls")
+    if (
+        kind == "rolling_ratio"
+        and window_calls is not None
+        and valid("window_calls", "min_calls")
+        and min_calls > window_calls
+    ):
+        # resilience4j clamps minimumNumberOfCalls to the window size instead; refusing
+        # keeps what the student typed and what runs the same thing.
+        problems.append(
+            Problem(
+                f"{path}.min_calls",
+                f"must be at most {path}.window_calls ({window_calls}), "
+                f"or the breaker can never open (got {min_calls})",
+            )
+        )
     return problems
 
 

@@ -138,9 +138,10 @@ class Store(Protocol):
         """Count a result (outcome ``s``, ``f`` or ``i``) and release its probe lease."""
         ...
 
-    def breaker_force(self, action: str, now_us: int) -> tuple[str, int]:
+    def breaker_force(self, action: str, now_us: int) -> tuple[str, int, bool]:
         """``open`` / ``closed`` (forced until reset) or ``reset``; returns (state before,
-        new generation)."""
+        generation, changed). Forcing the state already forced changes nothing (changed is
+        False, the generation stays)."""
         ...
 
     def breaker_read(self, spec: BreakerSpec, now_us: int) -> dict[str, Any]:

@@ -246,11 +246,14 @@ class MemoryStore:
                 del self._buckets[key]
         return successes, failures
 
-    def breaker_force(self, action: str, now_us: int) -> tuple[str, int]:
-        """Force open / closed (until reset), or reset; returns (state before, generation)."""
+    def breaker_force(self, action: str, now_us: int) -> tuple[str, int, bool]:
+        """Force open / closed (until reset), or reset; returns (state before, generation,
+        changed). Forcing the state the breaker is already forced to changes nothing."""
         with self._lock:
             b = self._b
             before = effective_state(b, now_us)
+            if action in ("open", "closed") and b["forced"] == action:
+                return before, b["gen"], False
             gen = b["gen"] + 1
             fresh = dict(_FRESH, gen=gen)
             if action == "open":
@@ -264,12 +267,18 @@ class MemoryStore:
             self._calls.clear()
             self._probes.clear()
             self._sync()
-            return before, gen
+            return before, gen, True
 
     def breaker_read(self, spec: BreakerSpec, now_us: int) -> dict[str, Any]:
-        """Stored breaker fields plus ``probes_in_flight`` (live leases)."""
+        """Stored breaker fields plus ``probes_in_flight`` (live leases); for a time window,
+        ``win_s`` / ``win_f`` are the counts of the buckets still in the window at ``now_us``."""
         with self._lock:
             fields = dict(self._b)
+            if spec.rolling and not spec.window_calls:
+                oldest = now_us // spec.bucket_us - spec.buckets
+                live = [v for k, v in self._buckets.items() if k > oldest]
+                fields["win_s"] = sum(v[0] for v in live)
+                fields["win_f"] = sum(v[1] for v in live)
             fields["probes_in_flight"] = sum(
                 1 for _, expires in self._probes.values() if expires > now_us
             )

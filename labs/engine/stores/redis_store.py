@@ -167,16 +167,22 @@ class RedisStore:
             return applied
         return RecordReply(*reply)
 
-    def breaker_force(self, action: str, now_us: int) -> tuple[str, int]:
-        """Force open / closed (until reset), or reset (one round trip)."""
+    def breaker_force(self, action: str, now_us: int) -> tuple[str, int, bool]:
+        """Force open / closed (until reset), or reset (one round trip); returns (state
+        before, generation, changed)."""
         if action not in ("open", "closed", "reset"):
             raise ValueError(f"unknown action {action!r}")
-        before, gen = self._force([*self._b_record_keys, *self._b_probes], (action, now_us))
-        return _text(before), int(gen)
+        before, gen, changed = self._force(
+            [*self._b_record_keys, *self._b_probes], (action, now_us)
+        )
+        return _text(before), int(gen), bool(changed)
 
     def breaker_read(self, spec: BreakerSpec, now_us: int) -> dict[str, Any]:
         """Stored breaker fields plus ``probes_in_flight`` (one round trip)."""
-        f = self._read([self.k_breaker, *self.k_probes], ())
+        window = spec.bucket_us if spec.rolling and not spec.window_calls else 0
+        f = self._read(
+            [self.k_breaker, self.k_window, *self.k_probes], (now_us, window, spec.buckets)
+        )
         return {
             "state": _text(f[0]) or "closed",
             "gen": _int(f[1]),
