@@ -196,10 +196,11 @@ class Breaker:
         if code == ADMIT and not moved:
             return Permit(gen, False, -1, "", call, burst)
         if moved:
-            cooldown = fmt_ms(self.config.cooldown_ms)
-            self._transition(
-                now, OPEN, HALF_OPEN, f"cooldown of {cooldown} elapsed", call, burst, gen
-            )
+            if self.config.cooldown_multiplier == 1:
+                why = f"cooldown of {fmt_ms(self.config.cooldown_ms)} elapsed"
+            else:
+                why = "cooldown elapsed"
+            self._transition(now, OPEN, HALF_OPEN, why, call, burst, gen)
         if code == ADMIT:
             return Permit(gen, False, -1, "", call, burst)
         if code == PROBE:
@@ -278,18 +279,24 @@ class Breaker:
             cooldown = fmt_ms((reply.open_until_us - int(now * 1e6 + 0.5)) / 1000)
             what = f"probe call #{permit.call}" if permit.call is not None else "probe"
             detail = f" ({error})" if error else ""
+            if reply.b:  # decided on the failure ratio of the half-open period's probes
+                why = f"{reply.a} of {reply.b} probes failed"
+            else:
+                why = f"{what} failed{detail}"
             self._transition(
                 now,
                 HALF_OPEN,
                 OPEN,
-                f"{what} failed{detail}; fresh cooldown {cooldown}",
+                f"{why}; fresh cooldown {cooldown}",
                 permit.call,
                 permit.burst,
                 reply.generation,
             )
         elif rc == CLOSED:
             what = f"probe call #{permit.call}" if permit.call is not None else "probe"
-            if self.config.success_threshold > 1:
+            if reply.b:
+                why = f"{reply.a} of {reply.b} probes succeeded"
+            elif self.config.success_threshold > 1:
                 why = f"{reply.a} probe successes (last: {what})"
             else:
                 why = f"{what} succeeded"
@@ -306,18 +313,21 @@ class Breaker:
     def state(self) -> str:
         """``"closed"``, ``"open"`` or ``"half_open"`` as read at the clock's now."""
         now_us = int(self._now() * 1e6 + 0.5)
-        return effective_state(self.store.breaker_read(self._spec, now_us), now_us)
+        fields = self.store.breaker_read(self._spec, now_us)
+        return effective_state(fields, now_us, self._spec.strict_edge)
 
     def snapshot(self) -> dict[str, Any]:
         """The breaker at the clock's now, JSON-serialisable.
 
         Keys: state, generation, forced (``open``/``closed``/None), failure_streak,
-        window_successes, window_failures, half_open_successes, opened_at_ms, open_until_ms,
+        window_successes, window_failures, half_open_successes, half_open_failures,
+        half_open_admitted (counted only with ``half_open_calls``), openings (consecutive
+        openings since the breaker last closed), opened_at_ms, open_until_ms,
         open_for_ms (cooldown left), probes_in_flight, and the config.
         """
         now_us = int(self._now() * 1e6 + 0.5)
         f = self.store.breaker_read(self._spec, now_us)
-        state = effective_state(f, now_us)
+        state = effective_state(f, now_us, self._spec.strict_edge)
         stored_open = f["state"] == "open" and not f["forced"]
         return {
             "state": state,
@@ -327,6 +337,9 @@ class Breaker:
             "window_successes": f["win_s"],
             "window_failures": f["win_f"],
             "half_open_successes": f["ho_succ"],
+            "half_open_failures": f["ho_fail"],
+            "half_open_admitted": f["ho_adm"],
+            "openings": f["opens"],
             "opened_at_ms": f["opened_at"] / 1000 if f["state"] == "open" else None,
             "open_until_ms": f["open_until"] / 1000 if stored_open else None,
             "open_for_ms": max(0.0, (f["open_until"] - now_us) / 1000) if stored_open else None,

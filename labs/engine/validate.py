@@ -38,7 +38,7 @@ __all__ = [
 
 _DEPENDENCY_KEYS = tuple(k.split(".", 1)[1] for k in LIMITS if k.startswith("dependency."))
 _BREAKER_KEYS = tuple(k.rsplit(".", 1)[1] for k in LIMITS if k.startswith("policy.breaker."))
-_BUDGET_KEYS = ("token_ratio", "max_tokens")
+_BUDGET_KEYS = tuple(k.rsplit(".", 1)[1] for k in LIMITS if k.startswith("policy.retry_budget."))
 _POLICY_KEYS = (
     "max_attempts",
     "backoff_base_ms",
@@ -49,6 +49,7 @@ _POLICY_KEYS = (
     "retry_budget",
     "deadline_ms",
     "attempt_timeout_ms",
+    "retry_after",
 )
 _SCENARIO_KEYS = ("name", "title", "description", "seed", "dependency", "policy", "steps")
 _STEP_ACTIONS = ("burst", "wait_ms", "set_dependency", "set_policy")
@@ -239,6 +240,49 @@ def _breaker_combinations(
                 f"{path}.min_calls",
                 f"must be at most {path}.window_calls ({window_calls}), "
                 f"or the breaker can never open (got {min_calls})",
+            )
+        )
+    cooldown = _breaker_value(breaker, "cooldown_ms")
+    ceiling = _breaker_value(breaker, "cooldown_max_ms")
+    multiplier = _breaker_value(breaker, "cooldown_multiplier")
+    if ceiling is not None and valid("cooldown_ms", "cooldown_max_ms") and ceiling < cooldown:
+        problems.append(
+            Problem(
+                f"{path}.cooldown_max_ms",
+                f"must be at least {path}.cooldown_ms ({_shown(cooldown)} ms), the schedule's "
+                f"first step (got {_shown(ceiling)})",
+            )
+        )
+    if ceiling is None and valid("cooldown_multiplier") and multiplier != 1:
+        problems.append(
+            Problem(
+                f"{path}.cooldown_multiplier",
+                f"a multiplier above 1 needs {path}.cooldown_max_ms (between 100 and "
+                f"3600000 ms) to cap the cooldown (got {_shown(multiplier)})",
+            )
+        )
+    calls = _breaker_value(breaker, "half_open_calls")
+    decision = _breaker_value(breaker, "half_open_decision")
+    if calls is None and decision == "ratio":
+        problems.append(
+            Problem(
+                f"{path}.half_open_decision",
+                f"ratio needs {path}.half_open_calls (between 1 and 100), the probes whose "
+                "failure ratio decides",
+            )
+        )
+    successes = _breaker_value(breaker, "success_threshold")
+    if (
+        calls is not None
+        and decision == "first_failure"
+        and valid("half_open_calls", "success_threshold")
+        and successes > calls
+    ):
+        problems.append(
+            Problem(
+                f"{path}.success_threshold",
+                f"must be at most {path}.half_open_calls ({calls}), or the breaker can never "
+                f"close (got {successes})",
             )
         )
     return problems

@@ -28,6 +28,7 @@ from labs.engine.stores.base import (
     RecordReply,
     effective_state,
     from_doc,
+    scaled_cooldown_us,
     to_doc,
 )
 
@@ -43,6 +44,9 @@ _FRESH = {
     "win_s": 0,
     "win_f": 0,
     "forced": "",
+    "opens": 0,
+    "ho_adm": 0,
+    "ho_fail": 0,
 }
 
 
@@ -100,18 +104,31 @@ class MemoryStore:
                 return AllowReply(REJECT_OPEN, gen, -1, "", -1, False)
             moved = False
             if state == "open":
-                if now_us < b["open_until"]:
-                    return AllowReply(REJECT_OPEN, gen, -1, "", b["open_until"], False)
+                until = b["open_until"]
+                if now_us < until or (spec.strict_edge and now_us == until):
+                    return AllowReply(REJECT_OPEN, gen, -1, "", until, False)
                 gen += 1
-                b.update(state="half_open", gen=gen, ho_succ=0)
+                b.update(state="half_open", gen=gen, ho_succ=0, ho_adm=0, ho_fail=0)
                 self._sync()
                 moved = True
             probes = self._probes
+            limit = spec.half_open_calls
+            if limit and b["ho_adm"] >= limit:
+                # Every admission of the period is used. If no probe is in flight, those
+                # without a result died (their results could only arrive stale): give
+                # their admissions back, so a dead holder cannot keep the breaker half-open.
+                if any(probes[i][1] > now_us for i in range(spec.max_probes) if i in probes):
+                    return AllowReply(REJECT_HALF_OPEN, gen, -1, "", 0, moved)
+                b["ho_adm"] = b["ho_succ"] + b["ho_fail"]
+                if b["ho_adm"] >= limit:
+                    return AllowReply(REJECT_HALF_OPEN, gen, -1, "", 0, moved)
             for slot in range(spec.max_probes):
                 lease = probes.get(slot)
                 if lease is None or lease[1] <= now_us:
                     token = f"m{next(self._tokens)}"
                     probes[slot] = (token, now_us + self.probe_lease_ms * 1000)
+                    if limit:
+                        b["ho_adm"] += 1
                     return AllowReply(PROBE, gen, slot, token, 0, moved)
             return AllowReply(REJECT_HALF_OPEN, gen, -1, "", 0, moved)
 
@@ -153,6 +170,8 @@ class MemoryStore:
                 return RecordReply(STALE, gen, 0, 0, 0)
             applied = self._applied
             if outcome == "i" or b["forced"]:
+                if slot >= 0 and spec.half_open_calls and not b["forced"] and b["ho_adm"]:
+                    b["ho_adm"] -= 1  # an ignored probe gives its admission back
                 return applied
             state = b["state"]
             if state == "closed":
@@ -166,35 +185,66 @@ class MemoryStore:
                     self._quiet = None
                     streak = b["streak"] + 1
                     if streak >= spec.failure_threshold:
-                        return self._open(OPENED, now_us, cooldown_us, streak, 0)
+                        return self._open(spec, OPENED, now_us, cooldown_us, streak, 0)
                     b["streak"] = streak
                     return applied
                 self._b_written = True
                 successes, failures = self._window_add(spec, outcome, now_us)
                 total = successes + failures
-                if total >= spec.min_calls and failures * 1_000_000 >= spec.ratio_ppm * total:
-                    return self._open(OPENED, now_us, cooldown_us, failures, total)
+                if (
+                    (outcome == "f" or not spec.failure_only)
+                    and total >= spec.min_calls
+                    and failures * 1_000_000 >= spec.ratio_ppm * total
+                ):
+                    return self._open(spec, OPENED, now_us, cooldown_us, failures, total)
                 return applied
             if state == "half_open":
+                self._b_written = True
+                if spec.half_open_ratio:
+                    succ = b["ho_succ"] + (outcome == "s")
+                    fails = b["ho_fail"] + (outcome == "f")
+                    n = succ + fails
+                    if n >= spec.half_open_calls:
+                        if fails * 1_000_000 >= spec.ratio_ppm * n:
+                            return self._open(spec, REOPENED, now_us, cooldown_us, fails, n)
+                        return self._close(succ, n)
+                    b["ho_succ"], b["ho_fail"] = succ, fails
+                    return applied
                 if outcome == "f":
-                    return self._open(REOPENED, now_us, cooldown_us, 0, 0)
+                    return self._open(spec, REOPENED, now_us, cooldown_us, 0, 0)
                 succ = b["ho_succ"] + 1
                 if succ >= spec.success_threshold:
-                    gen += 1
-                    b.update(state="closed", gen=gen, streak=0, ho_succ=0, win_s=0, win_f=0)
-                    self._buckets.clear()
-                    self._calls.clear()
-                    self._sync()
-                    return RecordReply(CLOSED, gen, succ, 0, 0)
-                self._b_written = True
+                    return self._close(succ, 0)
                 b["ho_succ"] = succ
                 return applied
             return applied
 
-    def _open(self, code: int, now_us: int, cooldown_us: int, a: int, c: int) -> RecordReply:
+    def _close(self, a: int, c: int) -> RecordReply:
         b = self._b
         gen = b["gen"] + 1
-        until = now_us + cooldown_us
+        b.update(
+            state="closed",
+            gen=gen,
+            streak=0,
+            ho_succ=0,
+            win_s=0,
+            win_f=0,
+            opens=0,
+            ho_adm=0,
+            ho_fail=0,
+        )
+        self._buckets.clear()
+        self._calls.clear()
+        self._sync()
+        return RecordReply(CLOSED, gen, a, c, 0)
+
+    def _open(
+        self, spec: BreakerSpec, code: int, now_us: int, cooldown_us: int, a: int, c: int
+    ) -> RecordReply:
+        b = self._b
+        gen = b["gen"] + 1
+        opens = b["opens"]
+        until = now_us + scaled_cooldown_us(spec, cooldown_us, opens)
         b.update(
             state="open",
             gen=gen,
@@ -204,6 +254,9 @@ class MemoryStore:
             ho_succ=0,
             win_s=0,
             win_f=0,
+            opens=opens + 1,
+            ho_adm=0,
+            ho_fail=0,
         )
         self._buckets.clear()
         self._calls.clear()

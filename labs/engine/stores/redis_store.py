@@ -120,7 +120,7 @@ class RedisStore:
         token = f"{self._token_prefix}:{next(self._tokens)}"
         reply = self._allow(
             (self._b_breaker, *self._b_probes[: spec.max_probes]),
-            (now_us, token, self.probe_lease_ms),
+            (now_us, token, self.probe_lease_ms, int(spec.strict_edge), spec.half_open_calls),
         )
         if type(reply) is int:  # closed: admitted (the script answers with the generation)
             admit = self._admit
@@ -143,19 +143,7 @@ class RedisStore:
         """Count one result and release its probe lease (one round trip)."""
         packed = self._b_specs.get(spec)
         if packed is None:
-            packed = self._b_specs[spec] = " ".join(
-                str(int(v))
-                for v in (
-                    spec.rolling,
-                    spec.failure_threshold,
-                    spec.ratio_ppm,
-                    spec.min_calls,
-                    spec.bucket_us,
-                    spec.buckets,
-                    spec.window_calls,
-                    spec.success_threshold,
-                )
-            ).encode()
+            packed = self._b_specs[spec] = spec.packed().encode()
         keys = self._b_record_keys
         if slot >= 0:
             keys = [*keys, self._b_probes[slot]]
@@ -193,7 +181,10 @@ class RedisStore:
             "win_s": _int(f[6]),
             "win_f": _int(f[7]),
             "forced": _text(f[8]),
-            "probes_in_flight": _int(f[9]),
+            "opens": _int(f[9]),
+            "ho_adm": _int(f[10]),
+            "ho_fail": _int(f[11]),
+            "probes_in_flight": _int(f[12]),
         }
 
     # -- dependency --------------------------------------------------------------------------

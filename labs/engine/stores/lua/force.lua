@@ -23,5 +23,6 @@ elseif ARGV[1] == 'closed' then
   forced = 'closed'
 end
 redis.call('HSET', b, 'state', state, 'gen', gen, 'streak', 0, 'opened_at', opened_at,
-  'open_until', 0, 'ho_succ', 0, 'win_s', 0, 'win_f', 0, 'forced', forced)
+  'open_until', 0, 'ho_succ', 0, 'win_s', 0, 'win_f', 0, 'forced', forced, 'opens', 0,
+  'ho_adm', 0, 'ho_fail', 0)
 return {before, gen, 1}
