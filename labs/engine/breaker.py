@@ -279,10 +279,8 @@ class Breaker:
             cooldown = fmt_ms((reply.open_until_us - int(now * 1e6 + 0.5)) / 1000)
             what = f"probe call #{permit.call}" if permit.call is not None else "probe"
             detail = f" ({error})" if error else ""
-            if reply.b:  # decided on the failure ratio of the half-open period's probes
-                why = f"{reply.a} of {reply.b} probes failed"
-            else:
-                why = f"{what} failed{detail}"
+            # reply.b: decided on the failure ratio of the half-open period's probes
+            why = f"{reply.a} of {reply.b} probes failed" if reply.b else f"{what} failed{detail}"
             self._transition(
                 now,
                 HALF_OPEN,

@@ -16,15 +16,15 @@ __all__ = [
     "BREAKER_KINDS",
     "BUDGET_KINDS",
     "COOLDOWN_EDGES",
-    "HALF_OPEN_DECISIONS",
-    "RATIO_CHECKS",
-    "RETRY_AFTERS",
     "ERROR_KINDS",
+    "HALF_OPEN_DECISIONS",
     "JITTERS",
     "LIMITS",
     "MODES",
     "NESTINGS",
     "OUTCOME_TOKENS",
+    "RATIO_CHECKS",
+    "RETRY_AFTERS",
     "BreakerConfig",
     "DependencyConfig",
     "Limit",
@@ -122,7 +122,10 @@ LIMITS: dict[str, Limit] = {
         "inclusive", type="choice", choices=COOLDOWN_EDGES, note="half-open at open_until or after"
     ),
     "policy.breaker.ratio_checked_on": Limit(
-        "every_result", type="choice", choices=RATIO_CHECKS, note="rolling ratio: when it is checked"
+        "every_result",
+        type="choice",
+        choices=RATIO_CHECKS,
+        note="rolling ratio: when it is checked",
     ),
     "policy.breaker.cooldown_multiplier": Limit(
         1, 1, 10, type="number", note="each consecutive opening multiplies the cooldown"
@@ -233,7 +236,8 @@ class BreakerConfig:
             self.cooldown_max_ms is None or self.cooldown_max_ms > 0, "cooldown_max_ms must be > 0"
         )
         _need(
-            self.half_open_calls is None or self.half_open_calls >= 1, "half_open_calls must be >= 1"
+            self.half_open_calls is None or self.half_open_calls >= 1,
+            "half_open_calls must be >= 1",
         )
         _need(
             self.half_open_decision == "first_failure" or self.half_open_calls is not None,

@@ -314,9 +314,7 @@ def test_every_state_has_a_label_and_transitions_read_with_them():
 
 
 def test_snapshot_reports_the_time_window_counts_at_the_clock_now(store):
-    breaker, clock, _ = make(
-        store, kind="rolling_ratio", min_calls=10, window_ms=1000, buckets=4
-    )
+    breaker, clock, _ = make(store, kind="rolling_ratio", min_calls=10, window_ms=1000, buckets=4)
     fail_calls(breaker, 2)
     breaker.record(breaker.allow(), "success")
     snap = breaker.snapshot()

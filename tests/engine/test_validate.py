@@ -274,9 +274,10 @@ def test_a_count_window_smaller_than_min_calls_is_refused_naming_both_fields():
         "policy.breaker.min_calls: must be at most policy.breaker.window_calls (3), "
         "or the breaker can never open (got 5)"
     ]
-    assert validate_policy(
-        {"breaker": {"kind": "rolling_ratio", "window_calls": 5, "min_calls": 5}}
-    ) == []
+    assert (
+        validate_policy({"breaker": {"kind": "rolling_ratio", "window_calls": 5, "min_calls": 5}})
+        == []
+    )
 
 
 def test_a_wait_step_may_step_past_an_hour_long_cooldown_but_no_further():
