@@ -36,6 +36,27 @@ configs = st.one_of(
     ),
 )
 
+# The peer libraries' options, drawn on top of either kind.
+peer_options = st.fixed_dictionaries(
+    {
+        "cooldown_edge": st.sampled_from(["inclusive", "strict"]),
+        "ratio_checked_on": st.sampled_from(["every_result", "failure"]),
+        "cooldown_multiplier": st.sampled_from([1, 1.5, 2, 3.7]),
+        "cooldown_max_ms": st.sampled_from([1000, 2500, 60000]),
+        "half_open_calls": st.one_of(st.none(), st.integers(1, 4)),
+        "half_open_decision": st.sampled_from(["first_failure", "ratio"]),
+        "success_threshold": st.integers(1, 2),
+    }
+).filter(
+    lambda o: o["half_open_calls"] is not None or o["half_open_decision"] == "first_failure"
+)
+configs = st.one_of(
+    configs,
+    st.tuples(configs, peer_options).map(
+        lambda pair: BreakerConfig(**{**pair[0].to_dict(), **pair[1]})
+    ),
+)
+
 outcome = st.sampled_from("fffsssi")  # enough failures to open, successes to close
 operations = st.lists(
     st.one_of(
@@ -69,7 +90,7 @@ def module_redis():
 
 
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(config=configs, ops=operations, cooldown_us=st.sampled_from([100_000, 1_000_000, 2_000_000]))
 @example(  # every decision at least once, whatever the random draws

@@ -28,12 +28,15 @@ __all__ = [
     "REJECT_OPEN",
     "REOPENED",
     "STALE",
+    "WINDOW_SLICES",
     "AllowReply",
     "BreakerSpec",
     "RecordReply",
     "Store",
     "effective_state",
     "from_doc",
+    "peer_budget_doc",
+    "peer_budget_from_doc",
     "scaled_cooldown_us",
     "to_doc",
 ]
@@ -184,6 +187,20 @@ class Store(Protocol):
         """Take one whole token if there is one; returns (taken, balance)."""
         ...
 
+    def budget_throttle(self, op: str, ratio_milli: int, max_milli: int) -> tuple[bool, int]:
+        """gRPC retry throttling in milli-tokens (the bucket starts full at ``max_milli``):
+        ``success`` adds ``ratio_milli`` up to the ceiling, ``failure`` takes 1000 down to 0.
+        Returns (retries allowed: ``2 x tokens > max``, tokens)."""
+        ...
+
+    def budget_window(
+        self, op: str, now_us: int, slice_us: int, reserve: int, amount: int
+    ) -> tuple[bool, int]:
+        """Finagle's retry budget: a sum over the last 10 slices of ``slice_us`` plus
+        ``reserve``; ``deposit`` adds ``amount`` to the current slice, ``withdraw`` takes it
+        if the sum holds it. Returns (taken, sum after)."""
+        ...
+
     def export_state(self) -> dict[str, Any]:
         """Everything needed to rebuild the state elsewhere, JSON-serialisable."""
         ...
@@ -256,6 +273,7 @@ def to_doc(
     calls: list[str],
     dependency: dict[str, int] | None,
     budget_micro: int | None,
+    peer_budget: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build the export document from a store's raw fields."""
     return {
@@ -273,7 +291,30 @@ def to_doc(
         if dependency is None
         else {doc: int(dependency.get(raw) or 0) for doc, raw in _DOC_DEPENDENCY.items()},
         "budget": None if budget_micro is None else {"tokens_micro": int(budget_micro)},
+        "peer_budget": peer_budget or None,
     }
+
+
+#: Finagle's budget sums the last this many slices of its time-to-live.
+WINDOW_SLICES = 10
+
+
+def peer_budget_doc(throttle_milli: int | None, slices: dict[int, int]) -> dict[str, Any] | None:
+    """The ``peer_budget`` part of the export document (gRPC and Finagle budgets)."""
+    if throttle_milli is None and not slices:
+        return None
+    return {
+        "throttle_milli": throttle_milli,
+        "slices": {str(k): int(v) for k, v in sorted(slices.items())},
+    }
+
+
+def peer_budget_from_doc(doc: dict[str, Any]) -> tuple[int | None, dict[int, int]]:
+    """(gRPC milli-tokens or None, Finagle slices) from an export document."""
+    peer = doc.get("peer_budget") or {}
+    throttle = peer.get("throttle_milli")
+    slices = {int(k): int(v) for k, v in (peer.get("slices") or {}).items()}
+    return (None if throttle is None else int(throttle)), slices
 
 
 def from_doc(

@@ -23,11 +23,14 @@ from labs.engine.stores.base import (
     REJECT_OPEN,
     REOPENED,
     STALE,
+    WINDOW_SLICES,
     AllowReply,
     BreakerSpec,
     RecordReply,
     effective_state,
     from_doc,
+    peer_budget_doc,
+    peer_budget_from_doc,
     scaled_cooldown_us,
     to_doc,
 )
@@ -78,6 +81,8 @@ class MemoryStore:
         self._probes: dict[int, tuple[str, int]] = {}  # slot -> (token, expires_at_us)
         self._dep: dict[str, int] | None = None
         self._budget: int | None = None
+        self._throttle: int | None = None  # gRPC retry throttling, milli-tokens
+        self._slices: dict[int, int] = {}  # Finagle's retry budget: slice -> net amount
 
     # -- breaker -----------------------------------------------------------------------------
 
@@ -375,6 +380,38 @@ class MemoryStore:
             self._budget = tokens
             return False, tokens
 
+    def budget_throttle(self, op: str, ratio_milli: int, max_milli: int) -> tuple[bool, int]:
+        """gRPC retry throttling: success adds the ratio, failure takes one token."""
+        with self._lock:
+            tokens = max_milli if self._throttle is None else self._throttle
+            if op == "success":
+                tokens = min(max_milli, tokens + ratio_milli)
+            elif op == "failure":
+                tokens = max(0, tokens - 1000)
+            self._throttle = tokens
+            return 2 * tokens > max_milli, tokens
+
+    def budget_window(
+        self, op: str, now_us: int, slice_us: int, reserve: int, amount: int
+    ) -> tuple[bool, int]:
+        """Finagle's retry budget: deposits and withdrawals live for the last 10 slices."""
+        with self._lock:
+            idx = now_us // slice_us
+            slices = self._slices
+            for key in [k for k in slices if k <= idx - WINDOW_SLICES]:
+                del slices[key]
+            count = reserve + sum(slices.values())
+            taken = True
+            if op == "deposit":
+                slices[idx] = slices.get(idx, 0) + amount
+                count += amount
+            elif count >= amount:
+                slices[idx] = slices.get(idx, 0) - amount
+                count -= amount
+            else:
+                taken = False
+            return taken, count
+
     # -- whole state -------------------------------------------------------------------------
 
     def export_state(self) -> dict[str, Any]:
@@ -386,6 +423,7 @@ class MemoryStore:
                 list(self._calls),
                 dict(self._dep) if self._dep is not None else None,
                 self._budget,
+                peer_budget_doc(self._throttle, self._slices),
             )
 
     def import_state(self, state: dict[str, Any]) -> None:
@@ -399,12 +437,19 @@ class MemoryStore:
             self._calls = deque(calls)
             self._dep = dep
             self._budget = budget
+            self._throttle, self._slices = peer_budget_from_doc(state)
             self._probes.clear()
 
     def has_state(self) -> bool:
         """Whether any breaker, dependency or budget state exists."""
         with self._lock:
-            return self._b_written or self._dep is not None or self._budget is not None
+            return (
+                self._b_written
+                or self._dep is not None
+                or self._budget is not None
+                or self._throttle is not None
+                or bool(self._slices)
+            )
 
     def clear(self) -> None:
         """Forget everything."""
@@ -417,3 +462,5 @@ class MemoryStore:
             self._probes.clear()
             self._dep = None
             self._budget = None
+            self._throttle = None
+            self._slices.clear()
