@@ -47,9 +47,7 @@ peer_options = st.fixed_dictionaries(
         "half_open_decision": st.sampled_from(["first_failure", "ratio"]),
         "success_threshold": st.integers(1, 2),
     }
-).filter(
-    lambda o: o["half_open_calls"] is not None or o["half_open_decision"] == "first_failure"
-)
+).filter(lambda o: o["half_open_calls"] is not None or o["half_open_decision"] == "first_failure")
 configs = st.one_of(
     configs,
     st.tuples(configs, peer_options).map(
@@ -199,6 +197,44 @@ def test_dependency_and_budget_state_agree_too(
                 )
             else:
                 assert memory.budget_withdraw(ceiling) == redis_store.budget_withdraw(ceiling)
+        assert memory.export_state() == redis_store.export_state()
+    finally:
+        redis_store.clear()
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("throttle"), st.sampled_from(["success", "failure", "read"])),
+            st.tuples(st.just("window"), st.sampled_from(["deposit", "withdraw"])),
+            st.tuples(st.just("advance"), st.integers(0, 3_000_000)),
+        ),
+        max_size=40,
+    ),
+    ratio=st.integers(0, 1000),
+    ceiling=st.integers(1000, 20_000),
+    reserve=st.integers(0, 5000),
+    amount=st.integers(1, 3000),
+)
+def test_the_peer_budgets_agree_too(module_redis, ops, ratio, ceiling, reserve, amount):
+    memory = MemoryStore()
+    redis_store = RedisStore(module_redis, f"fldiff:{uuid.uuid4().hex[:10]}")
+    now = 5_000_000
+    try:
+        for op in ops:
+            if op[0] == "throttle":
+                assert memory.budget_throttle(op[1], ratio, ceiling) == (
+                    redis_store.budget_throttle(op[1], ratio, ceiling)
+                )
+            elif op[0] == "window":
+                assert memory.budget_window(op[1], now, 1_000_000, reserve, amount) == (
+                    redis_store.budget_window(op[1], now, 1_000_000, reserve, amount)
+                )
+            else:
+                now += op[1]
         assert memory.export_state() == redis_store.export_state()
     finally:
         redis_store.clear()
