@@ -270,7 +270,10 @@ class RetryBudgetConfig:
         _need(self.min_retries_per_sec >= 0 and self.percent_can_retry >= 0, "must be >= 0")
 
     def to_dict(self) -> dict[str, Any]:
-        """Canonical JSON form."""
+        """Canonical JSON form: the engine's own budget (``per_call``) is its two numbers, a
+        peer library's budget every field."""
+        if self.kind == "per_call":
+            return {"token_ratio": self.token_ratio, "max_tokens": self.max_tokens}
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
