@@ -12,6 +12,9 @@ Rows:
   (each one EVALSHA); beside them pybreaker's ``call(f)`` with ``CircuitRedisStorage`` (its
   decision and record together). The "round trips" column counts Redis commands per
   operation. Target: median <= 150 us each.
+* the peer libraries' options switched on (``PEER_BREAKER``: a rolling count window checked
+  on failures, strict edge, growing cooldown, half-open decided on a ratio; gRPC throttling
+  and Finagle's budget on Redis): what they cost beside the rows above. No target.
 * the tour (scenarios/tour.json) in virtual time. Target: < 5 ms.
 * 200 cooperative callers on a VirtualClock (flaky dependency, up to 4 attempts each).
 * the tour with --real: wall time against the sum of configured sleeps (2810 ms).
@@ -44,6 +47,8 @@ from labs.engine import (  # noqa: E402
     GuardedClient,
     MemoryStore,
     RedisStore,
+    RetryBudget,
+    RetryBudgetConfig,
     SystemClock,
     VirtualClock,
     parse_policy,
@@ -164,6 +169,60 @@ def bench_redis(url: str, n: int) -> dict:
     return {**timings, "trips": trips, "pybreaker_trips": pybreaker_trips}
 
 
+#: Every breaker option of the peer libraries switched on (docs/engine.md), for the cost rows.
+PEER_BREAKER = BreakerConfig(
+    kind="rolling_ratio",
+    window_calls=20,
+    min_calls=10,
+    cooldown_edge="strict",
+    ratio_checked_on="failure",
+    cooldown_multiplier=2,
+    cooldown_max_ms=60000,
+    half_open_calls=3,
+    half_open_decision="ratio",
+)
+
+
+def bench_peers(url: str | None, n: int) -> dict:
+    """The peer options' cost: the same operations as the rows above with them on."""
+    breaker = Breaker(PEER_BREAKER, store=MemoryStore(), clock=SystemClock())
+
+    def memory_call() -> None:
+        breaker.record(breaker.allow(), "success")
+
+    out = interleaved({"memory": memory_call}, n, 10)
+    if url is None:
+        return out
+    import redis
+
+    client = redis.Redis.from_url(url)
+    client.ping()
+    store = RedisStore(client, f"flbench:{uuid.uuid4().hex[:8]}")
+    clock = SystemClock("wall")
+    remote = Breaker(PEER_BREAKER, store=store, clock=clock)
+    grpc = RetryBudget(RetryBudgetConfig(kind="grpc"), store=store)
+    finagle = RetryBudget(RetryBudgetConfig(kind="finagle"), store=store, clock=clock)
+    permits: list = []
+    out |= interleaved(
+        {
+            "decide": lambda: permits.append(remote.allow()),
+            "record": lambda: remote.record(permits.pop(), "success"),
+            "grpc": lambda: grpc.observe(True),
+            "finagle": finagle.deposit,
+        },
+        n // 4,
+    )
+    out["trips"] = {
+        "decide": counted(client, lambda: permits.append(remote.allow())),
+        "record": counted(client, lambda: remote.record(permits.pop(), "success")),
+        "grpc": counted(client, lambda: grpc.observe(True)),
+        "finagle": counted(client, finagle.deposit),
+    }
+    store.clear()
+    client.close()
+    return out
+
+
 def bench_tour(n: int) -> list[float]:
     out = []
     for _ in range(n):
@@ -218,6 +277,7 @@ def main() -> None:
     except Exception as exc:  # report and go on: the other rows still mean something
         print(f"(redis rows skipped: {exc})", file=sys.stderr)
         red = None
+    peers = bench_peers(args.redis_url if red else None, 4000 * scale)
     tour = bench_tour(40 * scale)
     crowd = bench_crowd(3 * scale)
     real = None if args.no_real else bench_real(1 if args.quick else 3)
@@ -258,6 +318,36 @@ def main() -> None:
             "<= 150 us",
         )
         row("Redis record", red["record"], None, f"{trips[1]:g}", "<= 150 us")
+    row("peer options on: in-memory admitted call", peers["memory"], None, "0", "")
+    if "decide" in peers:
+        row(
+            "peer options on: Redis decision",
+            peers["decide"],
+            None,
+            f"{peers['trips']['decide']:g}",
+            "",
+        )
+        row(
+            "peer options on: Redis record",
+            peers["record"],
+            None,
+            f"{peers['trips']['record']:g}",
+            "",
+        )
+        row(
+            "gRPC retry throttling, one attempt (Redis)",
+            peers["grpc"],
+            None,
+            f"{peers['trips']['grpc']:g}",
+            "",
+        )
+        row(
+            "Finagle retry budget, one deposit (Redis)",
+            peers["finagle"],
+            None,
+            f"{peers['trips']['finagle']:g}",
+            "",
+        )
     row("tour, virtual time", tour, None, "-", "< 5 ms", unit="ms")
     row("200 callers x <= 4 attempts, virtual time", crowd, None, "-", "< 500 ms", unit="ms")
 

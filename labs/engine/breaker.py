@@ -196,10 +196,11 @@ class Breaker:
         if code == ADMIT and not moved:
             return Permit(gen, False, -1, "", call, burst)
         if moved:
-            cooldown = fmt_ms(self.config.cooldown_ms)
-            self._transition(
-                now, OPEN, HALF_OPEN, f"cooldown of {cooldown} elapsed", call, burst, gen
-            )
+            if self.config.cooldown_multiplier == 1:
+                why = f"cooldown of {fmt_ms(self.config.cooldown_ms)} elapsed"
+            else:
+                why = "cooldown elapsed"
+            self._transition(now, OPEN, HALF_OPEN, why, call, burst, gen)
         if code == ADMIT:
             return Permit(gen, False, -1, "", call, burst)
         if code == PROBE:
@@ -278,18 +279,22 @@ class Breaker:
             cooldown = fmt_ms((reply.open_until_us - int(now * 1e6 + 0.5)) / 1000)
             what = f"probe call #{permit.call}" if permit.call is not None else "probe"
             detail = f" ({error})" if error else ""
+            # reply.b: decided on the failure ratio of the half-open period's probes
+            why = f"{reply.a} of {reply.b} probes failed" if reply.b else f"{what} failed{detail}"
             self._transition(
                 now,
                 HALF_OPEN,
                 OPEN,
-                f"{what} failed{detail}; fresh cooldown {cooldown}",
+                f"{why}; fresh cooldown {cooldown}",
                 permit.call,
                 permit.burst,
                 reply.generation,
             )
         elif rc == CLOSED:
             what = f"probe call #{permit.call}" if permit.call is not None else "probe"
-            if self.config.success_threshold > 1:
+            if reply.b:
+                why = f"{reply.a} of {reply.b} probes succeeded"
+            elif self.config.success_threshold > 1:
                 why = f"{reply.a} probe successes (last: {what})"
             else:
                 why = f"{what} succeeded"
@@ -306,18 +311,21 @@ class Breaker:
     def state(self) -> str:
         """``"closed"``, ``"open"`` or ``"half_open"`` as read at the clock's now."""
         now_us = int(self._now() * 1e6 + 0.5)
-        return effective_state(self.store.breaker_read(self._spec, now_us), now_us)
+        fields = self.store.breaker_read(self._spec, now_us)
+        return effective_state(fields, now_us, self._spec.strict_edge)
 
     def snapshot(self) -> dict[str, Any]:
         """The breaker at the clock's now, JSON-serialisable.
 
         Keys: state, generation, forced (``open``/``closed``/None), failure_streak,
-        window_successes, window_failures, half_open_successes, opened_at_ms, open_until_ms,
+        window_successes, window_failures, half_open_successes, half_open_failures,
+        half_open_admitted (counted only with ``half_open_calls``), openings (consecutive
+        openings since the breaker last closed), opened_at_ms, open_until_ms,
         open_for_ms (cooldown left), probes_in_flight, and the config.
         """
         now_us = int(self._now() * 1e6 + 0.5)
         f = self.store.breaker_read(self._spec, now_us)
-        state = effective_state(f, now_us)
+        state = effective_state(f, now_us, self._spec.strict_edge)
         stored_open = f["state"] == "open" and not f["forced"]
         return {
             "state": state,
@@ -327,6 +335,9 @@ class Breaker:
             "window_successes": f["win_s"],
             "window_failures": f["win_f"],
             "half_open_successes": f["ho_succ"],
+            "half_open_failures": f["ho_fail"],
+            "half_open_admitted": f["ho_adm"],
+            "openings": f["opens"],
             "opened_at_ms": f["opened_at"] / 1000 if f["state"] == "open" else None,
             "open_until_ms": f["open_until"] / 1000 if stored_open else None,
             "open_for_ms": max(0.0, (f["open_until"] - now_us) / 1000) if stored_open else None,
@@ -336,24 +347,31 @@ class Breaker:
 
     # -- operator controls -------------------------------------------------------------------
 
-    def force_open(self, reason: str) -> None:
-        """Open until :meth:`force_closed` or :meth:`reset`; every call is rejected."""
-        self._force("open", reason)
+    def force_open(self, reason: str) -> bool:
+        """Open until :meth:`force_closed` or :meth:`reset`; every call is rejected.
 
-    def force_closed(self, reason: str) -> None:
-        """Closed until :meth:`reset`; every call passes and results are not counted."""
-        self._force("closed", reason)
+        Returns False, and emits nothing, when the breaker is already forced open."""
+        return self._force("open", reason)
 
-    def reset(self, reason: str) -> None:
+    def force_closed(self, reason: str) -> bool:
+        """Closed until :meth:`reset`; every call passes and results are not counted.
+
+        Returns False, and emits nothing, when the breaker is already forced closed."""
+        return self._force("closed", reason)
+
+    def reset(self, reason: str) -> bool:
         """Back to a fresh CLOSED breaker (counters, window and probe leases cleared)."""
-        self._force("reset", reason)
+        return self._force("reset", reason)
 
-    def _force(self, action: str, reason: str) -> None:
+    def _force(self, action: str, reason: str) -> bool:
         now = self._now()
-        before, gen = self.store.breaker_force(action, int(now * 1e6 + 0.5))
+        before, gen, changed = self.store.breaker_force(action, int(now * 1e6 + 0.5))
+        if not changed:
+            return False
         after = OPEN if action == "open" else STATE_CLOSED
         label = {"open": "forced open", "closed": "forced closed", "reset": "reset"}[action]
         self._transition(now, before, after, f"{label}: {reason}", None, None, gen)
+        return True
 
     # -- one-call wrapper --------------------------------------------------------------------
 
@@ -362,12 +380,22 @@ class Breaker:
         fn: Callable[[], T],
         *,
         is_failure: Callable[[BaseException], bool] = lambda exc: True,
+        is_success: Callable[[BaseException], bool] = lambda exc: False,
     ) -> T:
         """Run ``fn`` through the breaker: allow, call, record.
 
-        A return value records success; an exception records failure when ``is_failure``
-        says so (else ignored) and propagates. Raises :class:`CircuitOpenError` when
-        rejected (``fn`` is not called).
+        A return value records success. An exception propagates after recording:
+
+        * a cancellation or an interpreter exit (any ``BaseException`` that is not an
+          ``Exception``: ``asyncio.CancelledError``, ``KeyboardInterrupt``, ``SystemExit``,
+          ``GeneratorExit``) records ``ignored``: the caller gave up, the dependency did not
+          fail, and a cancelled probe frees its slot;
+        * an exception ``is_success`` accepts records success (pybreaker's ``exclude``,
+          gobreaker's ``IsSuccessful``: an expected error such as a 404 proves the dependency
+          answered);
+        * any other exception records failure when ``is_failure`` says so, else ignored.
+
+        Raises :class:`CircuitOpenError` when rejected (``fn`` is not called).
         """
         permit = self.allow()
         if not permit:
@@ -376,8 +404,14 @@ class Breaker:
         assert isinstance(permit, Permit)
         try:
             result = fn()
-        except BaseException as exc:
-            self.record(permit, "failure" if is_failure(exc) else "ignored")
+        except Exception as exc:
+            if is_success(exc):
+                self.record(permit, "success")
+            else:
+                self.record(permit, "failure" if is_failure(exc) else "ignored")
+            raise
+        except BaseException:
+            self.record(permit, "ignored")
             raise
         self.record(permit, "success")
         return result

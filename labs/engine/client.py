@@ -34,7 +34,13 @@ from labs.engine.clock import Clock
 from labs.engine.config import Policy
 from labs.engine.dependency import AttemptResult, FakeDependency
 from labs.engine.events import FAST_FAIL_OUTCOMES, Event, Sink, fmt_ms, is_fast_fail, null_sink
-from labs.engine.retry import RetryBudget, counts_against_dependency, is_retryable, retry_delay
+from labs.engine.retry import (
+    Delay,
+    RetryBudget,
+    counts_against_dependency,
+    is_retryable,
+    retry_delay,
+)
 from labs.engine.stores.base import Store
 
 __all__ = ["CALL_OUTCOMES", "BurstResult", "CallResult", "GuardedClient"]
@@ -176,7 +182,9 @@ class GuardedClient:
         self.sink = sink if sink is not None else null_sink
         budget_store = store if store is not None else breaker.store
         self.budget = (
-            RetryBudget(policy.retry_budget, store=budget_store) if policy.retry_budget else None
+            RetryBudget(policy.retry_budget, store=budget_store, clock=clock)
+            if policy.retry_budget
+            else None
         )
 
     # -- one call ----------------------------------------------------------------------------
@@ -210,8 +218,12 @@ class GuardedClient:
         Returns the result and, for a failure, why the loop stopped (for the explanation)."""
         policy = self.policy
         clock = self.clock
-        if self.budget is not None:
-            self.budget.deposit()
+        budget = self.budget
+        throttled = budget is not None and budget.kind == "grpc"
+        verdict: tuple[bool, float] = (True, 0.0)
+        if budget is not None and budget.kind != "grpc":
+            budget.deposit()
+        restart = 0  # a server pushback restarts the backoff exponent after it
         deadline = None if policy.deadline_ms is None else start + policy.deadline_ms / 1000
         backoff_total = 0.0
         previous: float | None = None
@@ -248,6 +260,8 @@ class GuardedClient:
                 opened = (
                     self.breaker.record(permit, verdict, error=answer.error).transition == "open"
                 )
+            if throttled and (answer.ok or is_retryable(answer.error)):
+                verdict = budget.observe(answer.ok)  # type: ignore[union-attr]
             if answer.ok:
                 return self._done(call_no, burst, start, n, "success", backoff_total, None, probe)
             error = answer.error
@@ -284,15 +298,27 @@ class GuardedClient:
                     probe,
                     "the breaker opened; an open breaker is never retried",
                 )
+            pushback = policy.retry_after == "pushback" and bool(answer.retry_after_ms)
             delay = retry_delay(
                 policy.jitter,
-                n,
+                n - restart,
                 policy.backoff_base_ms,
                 policy.backoff_cap_ms,
                 self.rng,
                 previous,
-                answer.retry_after_ms,
+                None if pushback else answer.retry_after_ms,
             )
+            if pushback:
+                # gRPC's server pushback: the next attempt waits exactly what the server
+                # asked, and the backoff after it starts again from the first step.
+                pushed = float(answer.retry_after_ms or 0)
+                delay = Delay(
+                    pushed,
+                    delay.ms,
+                    f"server pushback {fmt_ms(pushed)}, exactly; the backoff restarts after it",
+                    pushed,
+                )
+                restart = n
             now = clock.now()
             if deadline is not None and now + delay.ms / 1000 >= deadline:
                 self._emit(
@@ -313,16 +339,15 @@ class GuardedClient:
                 return self._done(
                     call_no, burst, start, n, "deadline_exceeded", backoff_total, error, probe
                 )
-            if self.budget is not None:
-                taken, balance = self.budget.try_withdraw()
+            if budget is not None:
+                taken, balance = verdict if throttled else budget.try_withdraw()
                 if not taken:
                     self._emit(
                         "budget_exhausted",
                         call_no,
                         burst,
                         n,
-                        f"attempt {n} failed ({error}); retry budget has {balance:.2f} tokens "
-                        "(a retry needs 1); not retrying",
+                        f"attempt {n} failed ({error}); {budget.refusal(balance)}; not retrying",
                         outcome="budget_exhausted",
                         error=error,
                         data={"tokens": balance},

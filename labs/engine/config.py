@@ -14,12 +14,17 @@ from typing import Any, Literal
 
 __all__ = [
     "BREAKER_KINDS",
+    "BUDGET_KINDS",
+    "COOLDOWN_EDGES",
     "ERROR_KINDS",
+    "HALF_OPEN_DECISIONS",
     "JITTERS",
     "LIMITS",
     "MODES",
     "NESTINGS",
     "OUTCOME_TOKENS",
+    "RATIO_CHECKS",
+    "RETRY_AFTERS",
     "BreakerConfig",
     "DependencyConfig",
     "Limit",
@@ -38,6 +43,12 @@ OUTCOME_TOKENS = ("ok", "fail", *ERROR_KINDS)
 JITTERS = ("none", "full", "equal", "decorrelated", "proportional")
 NESTINGS = ("breaker_outside", "retry_outside")
 BREAKER_KINDS = ("consecutive", "rolling_ratio")
+# The peer libraries' choices (the first of each is the engine's own behaviour).
+COOLDOWN_EDGES = ("inclusive", "strict")
+RATIO_CHECKS = ("every_result", "failure")
+HALF_OPEN_DECISIONS = ("first_failure", "ratio")
+BUDGET_KINDS = ("per_call", "grpc", "finagle")
+RETRY_AFTERS = ("capped", "pushback")
 
 Mode = Literal["healthy", "flaky", "down", "slow", "error_rate", "outage", "rate_limited", "script"]
 Jitter = Literal["none", "full", "equal", "decorrelated", "proportional"]
@@ -106,12 +117,42 @@ LIMITS: dict[str, Limit] = {
     "policy.breaker.window_ms": Limit(10000, 100, 600000, "ms"),
     "policy.breaker.buckets": Limit(10, 1, 60),
     "policy.breaker.window_calls": Limit(None, 1, 1000, "calls", nullable=True),
+    # -- the peer libraries' options (docs/engine.md, "Settings that follow a peer library") --
+    "policy.breaker.cooldown_edge": Limit(
+        "inclusive", type="choice", choices=COOLDOWN_EDGES, note="half-open at open_until or after"
+    ),
+    "policy.breaker.ratio_checked_on": Limit(
+        "every_result",
+        type="choice",
+        choices=RATIO_CHECKS,
+        note="rolling ratio: when it is checked",
+    ),
+    "policy.breaker.cooldown_multiplier": Limit(
+        1, 1, 10, type="number", note="each consecutive opening multiplies the cooldown"
+    ),
+    "policy.breaker.cooldown_max_ms": Limit(
+        None, 100, 3_600_000, "ms", nullable=True, note="the longest cooldown"
+    ),
+    "policy.breaker.half_open_calls": Limit(
+        None, 1, 100, "calls", nullable=True, note="probes admitted per half-open period"
+    ),
+    "policy.breaker.half_open_decision": Limit(
+        "first_failure", type="choice", choices=HALF_OPEN_DECISIONS
+    ),
+    "policy.retry_budget.kind": Limit("per_call", type="choice", choices=BUDGET_KINDS),
+    "policy.retry_budget.ttl_ms": Limit(10000, 1000, 60000, "ms", note="finagle"),
+    "policy.retry_budget.min_retries_per_sec": Limit(10, 0, 1000, note="finagle"),
+    "policy.retry_budget.percent_can_retry": Limit(
+        0.2, 0, 10, type="number", note="finagle: retries per request"
+    ),
+    "policy.retry_after": Limit("capped", type="choice", choices=RETRY_AFTERS),
+    # -- end of the peer libraries' options --
     "policy.retry_budget.token_ratio": Limit(0.1, 0, 1, type="number"),
     "policy.retry_budget.max_tokens": Limit(10, 1, 100, type="number"),
     "seed": Limit(0, 0, 2**32 - 1),
     "steps[].burst": Limit(6, 1, 20, "calls"),
     "steps[].concurrency": Limit(1, 1, 10, "callers"),
-    "steps[].wait_ms": Limit(0, 0, 60000, "ms"),
+    "steps[].wait_ms": Limit(0, 0, 3_600_000, "ms", note="virtual time: up to an hour"),
 }
 
 
@@ -170,6 +211,13 @@ class BreakerConfig:
     window_ms: float = 10000
     buckets: int = 10
     window_calls: int | None = None
+    # The peer libraries' options (docs/engine.md); the defaults are the engine's own.
+    cooldown_edge: Literal["inclusive", "strict"] = "inclusive"
+    ratio_checked_on: Literal["every_result", "failure"] = "every_result"
+    cooldown_multiplier: float = 1
+    cooldown_max_ms: float | None = None
+    half_open_calls: int | None = None
+    half_open_decision: Literal["first_failure", "ratio"] = "first_failure"
 
     def __post_init__(self) -> None:
         _need(self.kind in BREAKER_KINDS, f"unknown breaker kind {self.kind!r}")
@@ -180,6 +228,21 @@ class BreakerConfig:
         _need(0 <= self.failure_ratio <= 1, "failure_ratio must be between 0 and 1")
         _need(self.window_ms > 0 and self.buckets >= 1, "window_ms and buckets must be > 0")
         _need(self.window_calls is None or self.window_calls >= 1, "window_calls must be >= 1")
+        _need(self.cooldown_edge in COOLDOWN_EDGES, f"unknown cooldown_edge {self.cooldown_edge!r}")
+        _need(self.ratio_checked_on in RATIO_CHECKS, "unknown ratio_checked_on")
+        _need(self.half_open_decision in HALF_OPEN_DECISIONS, "unknown half_open_decision")
+        _need(self.cooldown_multiplier >= 1, "cooldown_multiplier must be >= 1")
+        _need(
+            self.cooldown_max_ms is None or self.cooldown_max_ms > 0, "cooldown_max_ms must be > 0"
+        )
+        _need(
+            self.half_open_calls is None or self.half_open_calls >= 1,
+            "half_open_calls must be >= 1",
+        )
+        _need(
+            self.half_open_decision == "first_failure" or self.half_open_calls is not None,
+            "half_open_decision ratio needs half_open_calls",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Canonical JSON form."""
@@ -193,13 +256,25 @@ class RetryBudgetConfig:
 
     token_ratio: float = 0.1
     max_tokens: float = 10
+    # The peer libraries' budgets (docs/engine.md): ``grpc`` is gRPC's retry throttling
+    # (token_ratio, max_tokens), ``finagle`` Finagle's RetryBudget (the three below).
+    kind: Literal["per_call", "grpc", "finagle"] = "per_call"
+    ttl_ms: float = 10000
+    min_retries_per_sec: int = 10
+    percent_can_retry: float = 0.2
 
     def __post_init__(self) -> None:
         _need(self.token_ratio >= 0 and self.max_tokens >= 0, "budget values must be >= 0")
+        _need(self.kind in BUDGET_KINDS, f"unknown retry budget kind {self.kind!r}")
+        _need(self.ttl_ms >= 1000, "ttl_ms must be >= 1000")
+        _need(self.min_retries_per_sec >= 0 and self.percent_can_retry >= 0, "must be >= 0")
 
     def to_dict(self) -> dict[str, Any]:
-        """Canonical JSON form."""
-        return {"token_ratio": self.token_ratio, "max_tokens": self.max_tokens}
+        """Canonical JSON form: the engine's own budget (``per_call``) is its two numbers, a
+        peer library's budget every field."""
+        if self.kind == "per_call":
+            return {"token_ratio": self.token_ratio, "max_tokens": self.max_tokens}
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True)
@@ -215,9 +290,11 @@ class Policy:
     retry_budget: RetryBudgetConfig | None = None
     deadline_ms: float | None = None
     attempt_timeout_ms: float | None = None
+    retry_after: Literal["capped", "pushback"] = "capped"
 
     def __post_init__(self) -> None:
         _need(self.max_attempts >= 1, "max_attempts must be >= 1")
+        _need(self.retry_after in RETRY_AFTERS, f"unknown retry_after {self.retry_after!r}")
         _need(self.jitter in JITTERS, f"unknown jitter {self.jitter!r}")
         _need(self.nesting in NESTINGS, f"unknown nesting {self.nesting!r}")
         _need(self.backoff_base_ms >= 0, "backoff_base_ms must be >= 0")
@@ -240,6 +317,7 @@ class Policy:
             "retry_budget": None if self.retry_budget is None else self.retry_budget.to_dict(),
             "deadline_ms": self.deadline_ms,
             "attempt_timeout_ms": self.attempt_timeout_ms,
+            "retry_after": self.retry_after,
         }
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from labs.engine.clock import Clock
 from labs.engine.config import JITTERS, RetryBudgetConfig
 from labs.engine.events import fmt_ms
 from labs.engine.stores.base import Store
@@ -165,9 +166,10 @@ def retry_delay(
 
 
 class RetryBudget:
-    """A token bucket capping retries as a fraction of calls, shared through the store.
+    """A retry budget shared through the store, of one of three kinds (``config.kind``).
 
-    Arithmetic (tokens held as integer micro-tokens, so every store agrees exactly):
+    ``per_call`` (the engine's own; tokens held as integer micro-tokens, so every store
+    agrees exactly):
 
     * the bucket starts full, at ``max_tokens``;
     * every call that starts its retry loop deposits ``token_ratio`` tokens, never above
@@ -178,19 +180,86 @@ class RetryBudget:
     With ratio r, a long run of failing calls can retry about r times per call: the budget
     caps retry load at roughly ``r`` extra attempts per call (plus the initial ``max_tokens``).
     The balance never goes negative.
+
+    ``grpc`` (gRPC retry throttling, gRFC A6 as grpc-go's ``retryThrottler``): the bucket
+    starts full at ``max_tokens``; every failed attempt (a retryable error) takes one token
+    (never below 0), every successful attempt adds ``token_ratio`` (never above
+    ``max_tokens``); a retry is allowed only while ``tokens > max_tokens / 2`` after the
+    failure that asks for it. Milli-tokens, as A6 allows three decimals: no drift.
+
+    ``finagle`` (Finagle's ``RetryBudget``): every call deposits 1000 (none when
+    ``percent_can_retry`` is 0), a retry withdraws ``int(1000 / percent_can_retry)`` (1 when
+    it is 0); deposits and withdrawals count for ``ttl_ms`` (10 slices of ``ttl_ms / 10``);
+    the balance is their sum plus a reserve of ``min_retries_per_sec x ttl seconds x
+    withdrawal``. It starts with the reserve only.
     """
 
-    def __init__(self, config: RetryBudgetConfig, *, store: Store) -> None:
+    def __init__(
+        self, config: RetryBudgetConfig, *, store: Store, clock: Clock | None = None
+    ) -> None:
         self.config = config
         self.store = store
+        self.clock = clock
+        self.kind = config.kind
         self._ratio = round(config.token_ratio * 1_000_000)
         self._max = round(config.max_tokens * 1_000_000)
+        self._ratio_milli = round(config.token_ratio * 1000)
+        self._max_milli = round(config.max_tokens * 1000)
+        percent = config.percent_can_retry
+        self._deposit = 0 if percent == 0 else 1000
+        self._withdraw = 1 if percent == 0 else int(1000 / percent)
+        ttl_s = int(config.ttl_ms // 1000)
+        self._reserve = config.min_retries_per_sec * ttl_s * self._withdraw
+        self._slice_us = round(config.ttl_ms * 1000) // 10
+        if self.kind == "finagle" and clock is None:
+            raise ValueError("a finagle retry budget needs a clock")
+
+    def _now_us(self) -> int:
+        assert self.clock is not None
+        return int(self.clock.now() * 1e6 + 0.5)
 
     def deposit(self) -> float:
-        """Credit one call; returns the balance in tokens."""
-        return self.store.budget_deposit(self._ratio, self._max) / 1_000_000
+        """Credit one call (``per_call``, ``finagle``); returns the balance."""
+        if self.kind == "per_call":
+            return self.store.budget_deposit(self._ratio, self._max) / 1_000_000
+        if self.kind == "finagle":
+            _, count = self.store.budget_window(
+                "deposit", self._now_us(), self._slice_us, self._reserve, self._deposit
+            )
+            return count / self._withdraw
+        return self.store.budget_throttle("read", 0, self._max_milli)[1] / 1000
+
+    def observe(self, ok: bool) -> tuple[bool, float]:
+        """gRPC throttling: count one attempt's result (a success, or a retryable failure);
+        returns (a retry is allowed, tokens). Other kinds: (True, 0.0), nothing counted."""
+        if self.kind != "grpc":
+            return True, 0.0
+        allowed, tokens = self.store.budget_throttle(
+            "success" if ok else "failure", self._ratio_milli, self._max_milli
+        )
+        return allowed, tokens / 1000
 
     def try_withdraw(self) -> tuple[bool, float]:
-        """Spend one token for a retry if there is one; returns (spent, balance in tokens)."""
-        taken, balance = self.store.budget_withdraw(self._max)
-        return taken, balance / 1_000_000
+        """Spend for one retry if the budget allows it; returns (spent, balance). For
+        ``grpc`` the answer is :meth:`observe`'s, so this only reads."""
+        if self.kind == "per_call":
+            taken, balance = self.store.budget_withdraw(self._max)
+            return taken, balance / 1_000_000
+        if self.kind == "finagle":
+            taken, count = self.store.budget_window(
+                "withdraw", self._now_us(), self._slice_us, self._reserve, self._withdraw
+            )
+            return taken, count / self._withdraw
+        allowed, tokens = self.store.budget_throttle("read", 0, self._max_milli)
+        return allowed, tokens / 1000
+
+    def refusal(self, balance: float) -> str:
+        """Why a retry was refused, in words."""
+        if self.kind == "grpc":
+            return (
+                f"retry throttling has {balance:.3f} tokens (a retry needs more than "
+                f"{self.config.max_tokens / 2:g})"
+            )
+        if self.kind == "finagle":
+            return f"retry budget holds {balance:.2f} retries (a retry needs 1)"
+        return f"retry budget has {balance:.2f} tokens (a retry needs 1)"

@@ -38,7 +38,7 @@ __all__ = [
 
 _DEPENDENCY_KEYS = tuple(k.split(".", 1)[1] for k in LIMITS if k.startswith("dependency."))
 _BREAKER_KEYS = tuple(k.rsplit(".", 1)[1] for k in LIMITS if k.startswith("policy.breaker."))
-_BUDGET_KEYS = ("token_ratio", "max_tokens")
+_BUDGET_KEYS = tuple(k.rsplit(".", 1)[1] for k in LIMITS if k.startswith("policy.retry_budget."))
 _POLICY_KEYS = (
     "max_attempts",
     "backoff_base_ms",
@@ -49,6 +49,7 @@ _POLICY_KEYS = (
     "retry_budget",
     "deadline_ms",
     "attempt_timeout_ms",
+    "retry_after",
 )
 _SCENARIO_KEYS = ("name", "title", "description", "seed", "dependency", "policy", "steps")
 _STEP_ACTIONS = ("burst", "wait_ms", "set_dependency", "set_policy")
@@ -184,6 +185,7 @@ def validate_policy(d: Any, prefix: str = "policy") -> list[Problem]:
                     LIMITS[f"policy.breaker.{key}"],
                     problems,
                 )
+        problems += _breaker_combinations(f"{prefix}.breaker", breaker, problems)
     budget = d.get("retry_budget")
     if budget is not None:
         if not isinstance(budget, Mapping):
@@ -203,6 +205,86 @@ def validate_policy(d: Any, prefix: str = "policy") -> list[Problem]:
                         LIMITS[f"policy.retry_budget.{key}"],
                         problems,
                     )
+    return problems
+
+
+def _breaker_value(breaker: Mapping[str, Any], key: str) -> Any:
+    return breaker.get(key, LIMITS[f"policy.breaker.{key}"].default)
+
+
+def _breaker_combinations(
+    path: str, breaker: Mapping[str, Any], found: list[Problem]
+) -> list[Problem]:
+    """Settings that are each in range but cannot work together, named both ways.
+
+    Only checked once each field alone is valid (``found`` holds the problems so far)."""
+    bad = {p.field for p in found}
+    problems: list[Problem] = []
+
+    def valid(*keys: str) -> bool:
+        return not any(f"{path}.{k}" in bad for k in keys)
+
+    kind = _breaker_value(breaker, "kind")
+    window_calls = _breaker_value(breaker, "window_calls")
+    min_calls = _breaker_value(breaker, "min_calls")
+    if (
+        kind == "rolling_ratio"
+        and window_calls is not None
+        and valid("window_calls", "min_calls")
+        and min_calls > window_calls
+    ):
+        # resilience4j clamps minimumNumberOfCalls to the window size instead; refusing
+        # keeps what the student typed and what runs the same thing.
+        problems.append(
+            Problem(
+                f"{path}.min_calls",
+                f"must be at most {path}.window_calls ({window_calls}), "
+                f"or the breaker can never open (got {min_calls})",
+            )
+        )
+    cooldown = _breaker_value(breaker, "cooldown_ms")
+    ceiling = _breaker_value(breaker, "cooldown_max_ms")
+    multiplier = _breaker_value(breaker, "cooldown_multiplier")
+    if ceiling is not None and valid("cooldown_ms", "cooldown_max_ms") and ceiling < cooldown:
+        problems.append(
+            Problem(
+                f"{path}.cooldown_max_ms",
+                f"must be at least {path}.cooldown_ms ({_shown(cooldown)} ms), the schedule's "
+                f"first step (got {_shown(ceiling)})",
+            )
+        )
+    if ceiling is None and valid("cooldown_multiplier") and multiplier != 1:
+        problems.append(
+            Problem(
+                f"{path}.cooldown_multiplier",
+                f"a multiplier above 1 needs {path}.cooldown_max_ms (between 100 and "
+                f"3600000 ms) to cap the cooldown (got {_shown(multiplier)})",
+            )
+        )
+    calls = _breaker_value(breaker, "half_open_calls")
+    decision = _breaker_value(breaker, "half_open_decision")
+    if calls is None and decision == "ratio":
+        problems.append(
+            Problem(
+                f"{path}.half_open_decision",
+                f"ratio needs {path}.half_open_calls (between 1 and 100), the probes whose "
+                "failure ratio decides",
+            )
+        )
+    successes = _breaker_value(breaker, "success_threshold")
+    if (
+        calls is not None
+        and decision == "first_failure"
+        and valid("half_open_calls", "success_threshold")
+        and successes > calls
+    ):
+        problems.append(
+            Problem(
+                f"{path}.success_threshold",
+                f"must be at most {path}.half_open_calls ({calls}), or the breaker can never "
+                f"close (got {successes})",
+            )
+        )
     return problems
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
@@ -307,3 +308,69 @@ def test_every_state_has_a_label_and_transitions_read_with_them():
         "breaker OPEN -> HALF-OPEN",
         "breaker HALF-OPEN -> CLOSED",
     ]
+
+
+# -- regressions -----------------------------------------------------------------------------
+
+
+def test_snapshot_reports_the_time_window_counts_at_the_clock_now(store):
+    breaker, clock, _ = make(store, kind="rolling_ratio", min_calls=10, window_ms=1000, buckets=4)
+    fail_calls(breaker, 2)
+    breaker.record(breaker.allow(), "success")
+    snap = breaker.snapshot()
+    assert (snap["window_failures"], snap["window_successes"]) == (2, 1)
+    clock.advance(1.0)  # the whole window has passed: nothing left in it
+    snap = breaker.snapshot()
+    assert (snap["window_failures"], snap["window_successes"]) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    "exc", [asyncio.CancelledError, KeyboardInterrupt, SystemExit, GeneratorExit]
+)
+def test_a_cancelled_call_is_neutral_and_frees_its_probe_slot(store, exc):
+    breaker, clock, _ = make(store, failure_threshold=1, cooldown_ms=100)
+
+    def cancelled():
+        raise exc()
+
+    with pytest.raises(exc):
+        breaker.call(cancelled)
+    assert breaker.state() == "closed"
+    fail_calls(breaker, 1)
+    clock.advance(0.1)
+    with pytest.raises(exc):
+        breaker.call(cancelled)  # the probe is cancelled: its slot is free again
+    assert breaker.state() == "half_open"
+    probe = breaker.allow()
+    assert probe and probe.probe
+
+
+def test_breaker_call_can_count_an_error_as_a_success(store):
+    """pybreaker's ``exclude`` and gobreaker's ``IsSuccessful``: an error the caller expects
+    (a 404, say) proves the dependency answered."""
+    breaker, _, _ = make(store, failure_threshold=2)
+    fail_calls(breaker, 1)
+
+    class NotFound(Exception):
+        pass
+
+    def missing():
+        raise NotFound()
+
+    with pytest.raises(NotFound):
+        breaker.call(missing, is_success=lambda exc: isinstance(exc, NotFound))
+    assert breaker.snapshot()["failure_streak"] == 0
+
+
+def test_forcing_the_state_the_breaker_is_already_forced_to_changes_nothing(store):
+    breaker, _, events = make(store)
+    assert breaker.force_open("maintenance") is True
+    gen = breaker.snapshot()["generation"]
+    assert breaker.force_open("again") is False
+    assert breaker.snapshot()["generation"] == gen
+    assert [(t.state_from, t.state_to) for t in events.of_kind("transition")] == [
+        ("closed", "open")
+    ]
+    assert breaker.force_closed("drill") is True
+    assert breaker.force_closed("drill again") is False
+    assert len(events.of_kind("transition")) == 2

@@ -36,6 +36,25 @@ configs = st.one_of(
     ),
 )
 
+# The peer libraries' options, drawn on top of either kind.
+peer_options = st.fixed_dictionaries(
+    {
+        "cooldown_edge": st.sampled_from(["inclusive", "strict"]),
+        "ratio_checked_on": st.sampled_from(["every_result", "failure"]),
+        "cooldown_multiplier": st.sampled_from([1, 1.5, 2, 3.7]),
+        "cooldown_max_ms": st.sampled_from([1000, 2500, 60000]),
+        "half_open_calls": st.one_of(st.none(), st.integers(1, 4)),
+        "half_open_decision": st.sampled_from(["first_failure", "ratio"]),
+        "success_threshold": st.integers(1, 2),
+    }
+).filter(lambda o: o["half_open_calls"] is not None or o["half_open_decision"] == "first_failure")
+configs = st.one_of(
+    configs,
+    st.tuples(configs, peer_options).map(
+        lambda pair: BreakerConfig(**{**pair[0].to_dict(), **pair[1]})
+    ),
+)
+
 outcome = st.sampled_from("fffsssi")  # enough failures to open, successes to close
 operations = st.lists(
     st.one_of(
@@ -69,7 +88,7 @@ def module_redis():
 
 
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(config=configs, ops=operations, cooldown_us=st.sampled_from([100_000, 1_000_000, 2_000_000]))
 @example(  # every decision at least once, whatever the random draws
@@ -178,6 +197,44 @@ def test_dependency_and_budget_state_agree_too(
                 )
             else:
                 assert memory.budget_withdraw(ceiling) == redis_store.budget_withdraw(ceiling)
+        assert memory.export_state() == redis_store.export_state()
+    finally:
+        redis_store.clear()
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("throttle"), st.sampled_from(["success", "failure", "read"])),
+            st.tuples(st.just("window"), st.sampled_from(["deposit", "withdraw"])),
+            st.tuples(st.just("advance"), st.integers(0, 3_000_000)),
+        ),
+        max_size=40,
+    ),
+    ratio=st.integers(0, 1000),
+    ceiling=st.integers(1000, 20_000),
+    reserve=st.integers(0, 5000),
+    amount=st.integers(1, 3000),
+)
+def test_the_peer_budgets_agree_too(module_redis, ops, ratio, ceiling, reserve, amount):
+    memory = MemoryStore()
+    redis_store = RedisStore(module_redis, f"fldiff:{uuid.uuid4().hex[:10]}")
+    now = 5_000_000
+    try:
+        for op in ops:
+            if op[0] == "throttle":
+                assert memory.budget_throttle(op[1], ratio, ceiling) == (
+                    redis_store.budget_throttle(op[1], ratio, ceiling)
+                )
+            elif op[0] == "window":
+                assert memory.budget_window(op[1], now, 1_000_000, reserve, amount) == (
+                    redis_store.budget_window(op[1], now, 1_000_000, reserve, amount)
+                )
+            else:
+                now += op[1]
         assert memory.export_state() == redis_store.export_state()
     finally:
         redis_store.clear()

@@ -56,7 +56,7 @@ breakers = st.one_of(
             "window_ms": st.integers(100, 3000),
             "buckets": st.integers(1, 10),
         }
-    ),
+    ).filter(lambda b: b["window_calls"] is None or b["window_calls"] >= b["min_calls"]),
 ).flatmap(
     lambda b: st.fixed_dictionaries(
         {

@@ -263,3 +263,77 @@ def test_required_scenarios_are_shipped():
         "deadline",
         "rate_limited_retry_after",
     } <= names
+
+
+def test_a_count_window_smaller_than_min_calls_is_refused_naming_both_fields():
+    """Such a breaker could never open: the window never holds min_calls results."""
+    problems = validate_policy(
+        {"breaker": {"kind": "rolling_ratio", "window_calls": 3, "min_calls": 5}}
+    )
+    assert messages(problems) == [
+        "policy.breaker.min_calls: must be at most policy.breaker.window_calls (3), "
+        "or the breaker can never open (got 5)"
+    ]
+    assert (
+        validate_policy({"breaker": {"kind": "rolling_ratio", "window_calls": 5, "min_calls": 5}})
+        == []
+    )
+
+
+def test_a_wait_step_may_step_past_an_hour_long_cooldown_but_no_further():
+    base = {"name": "w", "steps": [{"wait_ms": 3_600_000}]}
+    assert validate_scenario(base) == []
+    base["steps"] = [{"wait_ms": 3_600_001}]
+    assert messages(validate_scenario(base)) == [
+        "steps[0].wait_ms: must be between 0 and 3600000 ms (got 3600001)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("breaker", "expected"),
+    [
+        (
+            {"cooldown_ms": 2000, "cooldown_max_ms": 1000},
+            "policy.breaker.cooldown_max_ms: must be at least policy.breaker.cooldown_ms "
+            "(2000 ms), the schedule's first step (got 1000)",
+        ),
+        (
+            {"cooldown_multiplier": 2},
+            "policy.breaker.cooldown_multiplier: a multiplier above 1 needs "
+            "policy.breaker.cooldown_max_ms (between 100 and 3600000 ms) to cap the cooldown "
+            "(got 2)",
+        ),
+        (
+            {"half_open_decision": "ratio"},
+            "policy.breaker.half_open_decision: ratio needs policy.breaker.half_open_calls "
+            "(between 1 and 100), the probes whose failure ratio decides",
+        ),
+        (
+            {"half_open_calls": 2, "success_threshold": 3},
+            "policy.breaker.success_threshold: must be at most policy.breaker.half_open_calls "
+            "(2), or the breaker can never close (got 3)",
+        ),
+        (
+            {"cooldown_edge": "sometimes"},
+            "policy.breaker.cooldown_edge: must be one of inclusive, strict (got 'sometimes')",
+        ),
+        (
+            {"cooldown_multiplier": 11, "cooldown_max_ms": 5000},
+            "policy.breaker.cooldown_multiplier: must be between 1 and 10 (got 11)",
+        ),
+    ],
+)
+def test_peer_options_are_checked_alone_and_together(breaker, expected):
+    assert messages(validate_policy({"breaker": breaker})) == [expected]
+
+
+def test_peer_budget_fields_are_checked():
+    assert messages(validate_policy({"retry_budget": {"kind": "finagle", "ttl_ms": 500}})) == [
+        "policy.retry_budget.ttl_ms: must be between 1000 and 60000 ms (got 500)"
+    ]
+    assert (
+        validate_policy(
+            {"retry_after": "pushback", "retry_budget": {"kind": "grpc", "max_tokens": 10}}
+        )
+        == []
+    )

@@ -28,12 +28,16 @@ __all__ = [
     "REJECT_OPEN",
     "REOPENED",
     "STALE",
+    "WINDOW_SLICES",
     "AllowReply",
     "BreakerSpec",
     "RecordReply",
     "Store",
     "effective_state",
     "from_doc",
+    "peer_budget_doc",
+    "peer_budget_from_doc",
+    "scaled_cooldown_us",
     "to_doc",
 ]
 
@@ -59,6 +63,13 @@ class BreakerSpec(NamedTuple):
     window_calls: int  # 0: time window of ``buckets`` x ``bucket_us``
     max_probes: int
     success_threshold: int
+    # The peer-library options; the defaults are the engine's own behaviour.
+    strict_edge: bool = False  # half-open only once now > open_until (else now >= open_until)
+    failure_only: bool = False  # rolling ratio checked after a failure only (else every result)
+    cooldown_mult_milli: int = 1000  # each consecutive opening multiplies the cooldown by this/1000
+    cooldown_max_us: int = 0  # the cooldown's ceiling (0: none)
+    half_open_calls: int = 0  # probes admitted per half-open period (0: no limit but in-flight)
+    half_open_ratio: bool = False  # half-open decided on the failure ratio of half_open_calls
 
     @classmethod
     def of(cls, config: BreakerConfig) -> BreakerSpec:
@@ -74,7 +85,17 @@ class BreakerSpec(NamedTuple):
             window_calls=int(config.window_calls or 0),
             max_probes=int(config.half_open_max_probes),
             success_threshold=int(config.success_threshold),
+            strict_edge=config.cooldown_edge == "strict",
+            failure_only=config.ratio_checked_on == "failure",
+            cooldown_mult_milli=round(config.cooldown_multiplier * 1000),
+            cooldown_max_us=round((config.cooldown_max_ms or 0) * 1000),
+            half_open_calls=int(config.half_open_calls or 0),
+            half_open_ratio=config.half_open_decision == "ratio",
         )
+
+    def packed(self) -> str:
+        """The spec as the Lua scripts read it: integers separated by spaces."""
+        return " ".join(str(int(v)) for v in self)
 
 
 class AllowReply(NamedTuple):
@@ -138,9 +159,10 @@ class Store(Protocol):
         """Count a result (outcome ``s``, ``f`` or ``i``) and release its probe lease."""
         ...
 
-    def breaker_force(self, action: str, now_us: int) -> tuple[str, int]:
+    def breaker_force(self, action: str, now_us: int) -> tuple[str, int, bool]:
         """``open`` / ``closed`` (forced until reset) or ``reset``; returns (state before,
-        new generation)."""
+        generation, changed). Forcing the state already forced changes nothing (changed is
+        False, the generation stays)."""
         ...
 
     def breaker_read(self, spec: BreakerSpec, now_us: int) -> dict[str, Any]:
@@ -165,6 +187,20 @@ class Store(Protocol):
         """Take one whole token if there is one; returns (taken, balance)."""
         ...
 
+    def budget_throttle(self, op: str, ratio_milli: int, max_milli: int) -> tuple[bool, int]:
+        """gRPC retry throttling in milli-tokens (the bucket starts full at ``max_milli``):
+        ``success`` adds ``ratio_milli`` up to the ceiling, ``failure`` takes 1000 down to 0.
+        Returns (retries allowed: ``2 x tokens > max``, tokens)."""
+        ...
+
+    def budget_window(
+        self, op: str, now_us: int, slice_us: int, reserve: int, amount: int
+    ) -> tuple[bool, int]:
+        """Finagle's retry budget: a sum over the last 10 slices of ``slice_us`` plus
+        ``reserve``; ``deposit`` adds ``amount`` to the current slice, ``withdraw`` takes it
+        if the sum holds it. Returns (taken, sum after)."""
+        ...
+
     def export_state(self) -> dict[str, Any]:
         """Everything needed to rebuild the state elsewhere, JSON-serialisable."""
         ...
@@ -182,18 +218,33 @@ class Store(Protocol):
         ...
 
 
-def effective_state(fields: dict[str, Any], now_us: int) -> str:
+def effective_state(fields: dict[str, Any], now_us: int, strict_edge: bool = False) -> str:
     """The state as read at ``now_us``: an OPEN whose cooldown has elapsed reads HALF_OPEN.
 
-    The cooldown edge is inclusive: at exactly ``open_until`` the breaker is half-open.
+    The cooldown edge is inclusive by default: at exactly ``open_until`` the breaker is
+    half-open; with ``strict_edge`` only once ``now_us > open_until``.
     """
     forced = fields.get("forced") or ""
     if forced:
         return str(forced)
     state = fields.get("state") or "closed"
-    if state == "open" and now_us >= int(fields.get("open_until") or 0):
+    until = int(fields.get("open_until") or 0)
+    if state == "open" and (now_us > until if strict_edge else now_us >= until):
         return "half_open"
     return str(state)
+
+
+def scaled_cooldown_us(spec: BreakerSpec, cooldown_us: int, openings: int) -> int:
+    """The cooldown of an opening that follows ``openings`` consecutive ones (0 for the first
+    since the breaker last closed): ``min(max, cooldown x multiplier^openings)``, in integer
+    microseconds, each multiplication floored, so both stores agree exactly."""
+    mult, ceiling = spec.cooldown_mult_milli, spec.cooldown_max_us
+    if mult != 1000:
+        for _ in range(openings):
+            cooldown_us = cooldown_us * mult // 1000
+            if ceiling and cooldown_us >= ceiling:
+                break
+    return min(cooldown_us, ceiling) if ceiling else cooldown_us
 
 
 # -- the exported state document (same for every store) ---------------------------------------
@@ -208,6 +259,9 @@ _DOC_BREAKER = {
     "window_successes": "win_s",
     "window_failures": "win_f",
     "forced": "forced",
+    "openings": "opens",
+    "half_open_admitted": "ho_adm",
+    "half_open_failures": "ho_fail",
 }
 _DOC_DEPENDENCY = {"fail_left": "fail_left", "armed_at_us": "started", "attempts": "attempts"}
 _TEXT_FIELDS = ("state", "forced")
@@ -219,6 +273,7 @@ def to_doc(
     calls: list[str],
     dependency: dict[str, int] | None,
     budget_micro: int | None,
+    peer_budget: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build the export document from a store's raw fields."""
     return {
@@ -236,7 +291,30 @@ def to_doc(
         if dependency is None
         else {doc: int(dependency.get(raw) or 0) for doc, raw in _DOC_DEPENDENCY.items()},
         "budget": None if budget_micro is None else {"tokens_micro": int(budget_micro)},
+        "peer_budget": peer_budget or None,
     }
+
+
+#: Finagle's budget sums the last this many slices of its time-to-live.
+WINDOW_SLICES = 10
+
+
+def peer_budget_doc(throttle_milli: int | None, slices: dict[int, int]) -> dict[str, Any] | None:
+    """The ``peer_budget`` part of the export document (gRPC and Finagle budgets)."""
+    if throttle_milli is None and not slices:
+        return None
+    return {
+        "throttle_milli": throttle_milli,
+        "slices": {str(k): int(v) for k, v in sorted(slices.items())},
+    }
+
+
+def peer_budget_from_doc(doc: dict[str, Any]) -> tuple[int | None, dict[int, int]]:
+    """(gRPC milli-tokens or None, Finagle slices) from an export document."""
+    peer = doc.get("peer_budget") or {}
+    throttle = peer.get("throttle_milli")
+    slices = {int(k): int(v) for k, v in (peer.get("slices") or {}).items()}
+    return (None if throttle is None else int(throttle)), slices
 
 
 def from_doc(

@@ -23,11 +23,15 @@ from labs.engine.stores.base import (
     REJECT_OPEN,
     REOPENED,
     STALE,
+    WINDOW_SLICES,
     AllowReply,
     BreakerSpec,
     RecordReply,
     effective_state,
     from_doc,
+    peer_budget_doc,
+    peer_budget_from_doc,
+    scaled_cooldown_us,
     to_doc,
 )
 
@@ -43,6 +47,9 @@ _FRESH = {
     "win_s": 0,
     "win_f": 0,
     "forced": "",
+    "opens": 0,
+    "ho_adm": 0,
+    "ho_fail": 0,
 }
 
 
@@ -74,6 +81,8 @@ class MemoryStore:
         self._probes: dict[int, tuple[str, int]] = {}  # slot -> (token, expires_at_us)
         self._dep: dict[str, int] | None = None
         self._budget: int | None = None
+        self._throttle: int | None = None  # gRPC retry throttling, milli-tokens
+        self._slices: dict[int, int] = {}  # Finagle's retry budget: slice -> net amount
 
     # -- breaker -----------------------------------------------------------------------------
 
@@ -100,18 +109,31 @@ class MemoryStore:
                 return AllowReply(REJECT_OPEN, gen, -1, "", -1, False)
             moved = False
             if state == "open":
-                if now_us < b["open_until"]:
-                    return AllowReply(REJECT_OPEN, gen, -1, "", b["open_until"], False)
+                until = b["open_until"]
+                if now_us < until or (spec.strict_edge and now_us == until):
+                    return AllowReply(REJECT_OPEN, gen, -1, "", until, False)
                 gen += 1
-                b.update(state="half_open", gen=gen, ho_succ=0)
+                b.update(state="half_open", gen=gen, ho_succ=0, ho_adm=0, ho_fail=0)
                 self._sync()
                 moved = True
             probes = self._probes
+            limit = spec.half_open_calls
+            if limit and b["ho_adm"] >= limit:
+                # Every admission of the period is used. If no probe is in flight, those
+                # without a result died (their results could only arrive stale): give
+                # their admissions back, so a dead holder cannot keep the breaker half-open.
+                if any(probes[i][1] > now_us for i in range(spec.max_probes) if i in probes):
+                    return AllowReply(REJECT_HALF_OPEN, gen, -1, "", 0, moved)
+                b["ho_adm"] = b["ho_succ"] + b["ho_fail"]
+                if b["ho_adm"] >= limit:
+                    return AllowReply(REJECT_HALF_OPEN, gen, -1, "", 0, moved)
             for slot in range(spec.max_probes):
                 lease = probes.get(slot)
                 if lease is None or lease[1] <= now_us:
                     token = f"m{next(self._tokens)}"
                     probes[slot] = (token, now_us + self.probe_lease_ms * 1000)
+                    if limit:
+                        b["ho_adm"] += 1
                     return AllowReply(PROBE, gen, slot, token, 0, moved)
             return AllowReply(REJECT_HALF_OPEN, gen, -1, "", 0, moved)
 
@@ -153,6 +175,8 @@ class MemoryStore:
                 return RecordReply(STALE, gen, 0, 0, 0)
             applied = self._applied
             if outcome == "i" or b["forced"]:
+                if slot >= 0 and spec.half_open_calls and not b["forced"] and b["ho_adm"]:
+                    b["ho_adm"] -= 1  # an ignored probe gives its admission back
                 return applied
             state = b["state"]
             if state == "closed":
@@ -166,35 +190,66 @@ class MemoryStore:
                     self._quiet = None
                     streak = b["streak"] + 1
                     if streak >= spec.failure_threshold:
-                        return self._open(OPENED, now_us, cooldown_us, streak, 0)
+                        return self._open(spec, OPENED, now_us, cooldown_us, streak, 0)
                     b["streak"] = streak
                     return applied
                 self._b_written = True
                 successes, failures = self._window_add(spec, outcome, now_us)
                 total = successes + failures
-                if total >= spec.min_calls and failures * 1_000_000 >= spec.ratio_ppm * total:
-                    return self._open(OPENED, now_us, cooldown_us, failures, total)
+                if (
+                    (outcome == "f" or not spec.failure_only)
+                    and total >= spec.min_calls
+                    and failures * 1_000_000 >= spec.ratio_ppm * total
+                ):
+                    return self._open(spec, OPENED, now_us, cooldown_us, failures, total)
                 return applied
             if state == "half_open":
+                self._b_written = True
+                if spec.half_open_ratio:
+                    succ = b["ho_succ"] + (outcome == "s")
+                    fails = b["ho_fail"] + (outcome == "f")
+                    n = succ + fails
+                    if n >= spec.half_open_calls:
+                        if fails * 1_000_000 >= spec.ratio_ppm * n:
+                            return self._open(spec, REOPENED, now_us, cooldown_us, fails, n)
+                        return self._close(succ, n)
+                    b["ho_succ"], b["ho_fail"] = succ, fails
+                    return applied
                 if outcome == "f":
-                    return self._open(REOPENED, now_us, cooldown_us, 0, 0)
+                    return self._open(spec, REOPENED, now_us, cooldown_us, 0, 0)
                 succ = b["ho_succ"] + 1
                 if succ >= spec.success_threshold:
-                    gen += 1
-                    b.update(state="closed", gen=gen, streak=0, ho_succ=0, win_s=0, win_f=0)
-                    self._buckets.clear()
-                    self._calls.clear()
-                    self._sync()
-                    return RecordReply(CLOSED, gen, succ, 0, 0)
-                self._b_written = True
+                    return self._close(succ, 0)
                 b["ho_succ"] = succ
                 return applied
             return applied
 
-    def _open(self, code: int, now_us: int, cooldown_us: int, a: int, c: int) -> RecordReply:
+    def _close(self, a: int, c: int) -> RecordReply:
         b = self._b
         gen = b["gen"] + 1
-        until = now_us + cooldown_us
+        b.update(
+            state="closed",
+            gen=gen,
+            streak=0,
+            ho_succ=0,
+            win_s=0,
+            win_f=0,
+            opens=0,
+            ho_adm=0,
+            ho_fail=0,
+        )
+        self._buckets.clear()
+        self._calls.clear()
+        self._sync()
+        return RecordReply(CLOSED, gen, a, c, 0)
+
+    def _open(
+        self, spec: BreakerSpec, code: int, now_us: int, cooldown_us: int, a: int, c: int
+    ) -> RecordReply:
+        b = self._b
+        gen = b["gen"] + 1
+        opens = b["opens"]
+        until = now_us + scaled_cooldown_us(spec, cooldown_us, opens)
         b.update(
             state="open",
             gen=gen,
@@ -204,6 +259,9 @@ class MemoryStore:
             ho_succ=0,
             win_s=0,
             win_f=0,
+            opens=opens + 1,
+            ho_adm=0,
+            ho_fail=0,
         )
         self._buckets.clear()
         self._calls.clear()
@@ -246,11 +304,14 @@ class MemoryStore:
                 del self._buckets[key]
         return successes, failures
 
-    def breaker_force(self, action: str, now_us: int) -> tuple[str, int]:
-        """Force open / closed (until reset), or reset; returns (state before, generation)."""
+    def breaker_force(self, action: str, now_us: int) -> tuple[str, int, bool]:
+        """Force open / closed (until reset), or reset; returns (state before, generation,
+        changed). Forcing the state the breaker is already forced to changes nothing."""
         with self._lock:
             b = self._b
             before = effective_state(b, now_us)
+            if action in ("open", "closed") and b["forced"] == action:
+                return before, b["gen"], False
             gen = b["gen"] + 1
             fresh = dict(_FRESH, gen=gen)
             if action == "open":
@@ -264,12 +325,18 @@ class MemoryStore:
             self._calls.clear()
             self._probes.clear()
             self._sync()
-            return before, gen
+            return before, gen, True
 
     def breaker_read(self, spec: BreakerSpec, now_us: int) -> dict[str, Any]:
-        """Stored breaker fields plus ``probes_in_flight`` (live leases)."""
+        """Stored breaker fields plus ``probes_in_flight`` (live leases); for a time window,
+        ``win_s`` / ``win_f`` are the counts of the buckets still in the window at ``now_us``."""
         with self._lock:
             fields = dict(self._b)
+            if spec.rolling and not spec.window_calls:
+                oldest = now_us // spec.bucket_us - spec.buckets
+                live = [v for k, v in self._buckets.items() if k > oldest]
+                fields["win_s"] = sum(v[0] for v in live)
+                fields["win_f"] = sum(v[1] for v in live)
             fields["probes_in_flight"] = sum(
                 1 for _, expires in self._probes.values() if expires > now_us
             )
@@ -313,6 +380,38 @@ class MemoryStore:
             self._budget = tokens
             return False, tokens
 
+    def budget_throttle(self, op: str, ratio_milli: int, max_milli: int) -> tuple[bool, int]:
+        """gRPC retry throttling: success adds the ratio, failure takes one token."""
+        with self._lock:
+            tokens = max_milli if self._throttle is None else self._throttle
+            if op == "success":
+                tokens = min(max_milli, tokens + ratio_milli)
+            elif op == "failure":
+                tokens = max(0, tokens - 1000)
+            self._throttle = tokens
+            return 2 * tokens > max_milli, tokens
+
+    def budget_window(
+        self, op: str, now_us: int, slice_us: int, reserve: int, amount: int
+    ) -> tuple[bool, int]:
+        """Finagle's retry budget: deposits and withdrawals live for the last 10 slices."""
+        with self._lock:
+            idx = now_us // slice_us
+            slices = self._slices
+            for key in [k for k in slices if k <= idx - WINDOW_SLICES]:
+                del slices[key]
+            count = reserve + sum(slices.values())
+            taken = True
+            if op == "deposit":
+                slices[idx] = slices.get(idx, 0) + amount
+                count += amount
+            elif count >= amount:
+                slices[idx] = slices.get(idx, 0) - amount
+                count -= amount
+            else:
+                taken = False
+            return taken, count
+
     # -- whole state -------------------------------------------------------------------------
 
     def export_state(self) -> dict[str, Any]:
@@ -324,6 +423,7 @@ class MemoryStore:
                 list(self._calls),
                 dict(self._dep) if self._dep is not None else None,
                 self._budget,
+                peer_budget_doc(self._throttle, self._slices),
             )
 
     def import_state(self, state: dict[str, Any]) -> None:
@@ -337,12 +437,19 @@ class MemoryStore:
             self._calls = deque(calls)
             self._dep = dep
             self._budget = budget
+            self._throttle, self._slices = peer_budget_from_doc(state)
             self._probes.clear()
 
     def has_state(self) -> bool:
         """Whether any breaker, dependency or budget state exists."""
         with self._lock:
-            return self._b_written or self._dep is not None or self._budget is not None
+            return (
+                self._b_written
+                or self._dep is not None
+                or self._budget is not None
+                or self._throttle is not None
+                or bool(self._slices)
+            )
 
     def clear(self) -> None:
         """Forget everything."""
@@ -355,3 +462,5 @@ class MemoryStore:
             self._probes.clear()
             self._dep = None
             self._budget = None
+            self._throttle = None
+            self._slices.clear()

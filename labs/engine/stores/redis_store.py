@@ -12,6 +12,8 @@ key                         type       holds
 ``ns:probe:<slot>``         string     a half-open probe lease: owner token, ``PX`` TTL
 ``ns:dependency``           hash       flaky counter, armed-at time, attempts
 ``ns:budget``               hash       retry budget balance in micro-tokens
+``ns:budget_peer``          hash       gRPC throttling milli-tokens (``throttle``), Finagle
+                                       budget slices (``w:<slice>``: net amount)
 ==========================  =========  =====================================================
 
 Every admission decision, recorded result, dependency attempt and budget move is exactly
@@ -49,6 +51,8 @@ from labs.engine.stores.base import (
     BreakerSpec,
     RecordReply,
     from_doc,
+    peer_budget_doc,
+    peer_budget_from_doc,
     to_doc,
 )
 
@@ -96,6 +100,7 @@ class RedisStore:
         self.k_probes = [f"{namespace}:probe:{i}" for i in range(MAX_PROBE_SLOTS)]
         self.k_dependency = f"{namespace}:dependency"
         self.k_budget = f"{namespace}:budget"
+        self.k_budget_peer = f"{namespace}:budget_peer"
         self._breaker_keys = [self.k_breaker, self.k_window, self.k_calls]
         self._token_prefix = uuid.uuid4().hex[:12]
         self._tokens = itertools.count(1)
@@ -105,6 +110,7 @@ class RedisStore:
         self._read = _Script(client, "read")
         self._dependency = _Script(client, "dependency")
         self._budget = _Script(client, "budget")
+        self._budget_peer = _Script(client, "budget_peer")
         # Keys and per-config arguments encoded once, and the closed-state replies cached per
         # generation: packing the command and building replies are a measurable share of a
         # decision's client-side cost (the "Redis decision" and "Redis record" rows of
@@ -118,7 +124,13 @@ class RedisStore:
 
     def all_keys(self) -> list[str]:
         """Every key this store may write."""
-        return [*self._breaker_keys, *self.k_probes, self.k_dependency, self.k_budget]
+        return [
+            *self._breaker_keys,
+            *self.k_probes,
+            self.k_dependency,
+            self.k_budget,
+            self.k_budget_peer,
+        ]
 
     # -- breaker -----------------------------------------------------------------------------
 
@@ -127,7 +139,7 @@ class RedisStore:
         token = f"{self._token_prefix}:{next(self._tokens)}"
         reply = self._allow(
             (self._b_breaker, *self._b_probes[: spec.max_probes]),
-            (now_us, token, self.probe_lease_ms),
+            (now_us, token, self.probe_lease_ms, int(spec.strict_edge), spec.half_open_calls),
         )
         if type(reply) is int:  # closed: admitted (the script answers with the generation)
             admit = self._admit
@@ -150,19 +162,7 @@ class RedisStore:
         """Count one result and release its probe lease (one round trip)."""
         packed = self._b_specs.get(spec)
         if packed is None:
-            packed = self._b_specs[spec] = " ".join(
-                str(int(v))
-                for v in (
-                    spec.rolling,
-                    spec.failure_threshold,
-                    spec.ratio_ppm,
-                    spec.min_calls,
-                    spec.bucket_us,
-                    spec.buckets,
-                    spec.window_calls,
-                    spec.success_threshold,
-                )
-            ).encode()
+            packed = self._b_specs[spec] = spec.packed().encode()
         keys = self._b_record_keys
         if slot >= 0:
             keys = [*keys, self._b_probes[slot]]
@@ -174,16 +174,22 @@ class RedisStore:
             return applied
         return RecordReply(*reply)
 
-    def breaker_force(self, action: str, now_us: int) -> tuple[str, int]:
-        """Force open / closed (until reset), or reset (one round trip)."""
+    def breaker_force(self, action: str, now_us: int) -> tuple[str, int, bool]:
+        """Force open / closed (until reset), or reset (one round trip); returns (state
+        before, generation, changed)."""
         if action not in ("open", "closed", "reset"):
             raise ValueError(f"unknown action {action!r}")
-        before, gen = self._force([*self._b_record_keys, *self._b_probes], (action, now_us))
-        return _text(before), int(gen)
+        before, gen, changed = self._force(
+            [*self._b_record_keys, *self._b_probes], (action, now_us)
+        )
+        return _text(before), int(gen), bool(changed)
 
     def breaker_read(self, spec: BreakerSpec, now_us: int) -> dict[str, Any]:
         """Stored breaker fields plus ``probes_in_flight`` (one round trip)."""
-        f = self._read([self.k_breaker, *self.k_probes], ())
+        window = spec.bucket_us if spec.rolling and not spec.window_calls else 0
+        f = self._read(
+            [self.k_breaker, self.k_window, *self.k_probes], (now_us, window, spec.buckets)
+        )
         return {
             "state": _text(f[0]) or "closed",
             "gen": _int(f[1]),
@@ -194,7 +200,10 @@ class RedisStore:
             "win_s": _int(f[6]),
             "win_f": _int(f[7]),
             "forced": _text(f[8]),
-            "probes_in_flight": _int(f[9]),
+            "opens": _int(f[9]),
+            "ho_adm": _int(f[10]),
+            "ho_fail": _int(f[11]),
+            "probes_in_flight": _int(f[12]),
         }
 
     # -- dependency --------------------------------------------------------------------------
@@ -226,6 +235,22 @@ class RedisStore:
         taken, tokens = self._budget((self.k_budget,), ("withdraw", 0, max_micro))
         return bool(taken), int(tokens)
 
+    def budget_throttle(self, op: str, ratio_milli: int, max_milli: int) -> tuple[bool, int]:
+        """gRPC retry throttling (one round trip)."""
+        allowed, tokens = self._budget_peer(
+            (self.k_budget_peer,), ("throttle", op, ratio_milli, max_milli)
+        )
+        return bool(allowed), int(tokens)
+
+    def budget_window(
+        self, op: str, now_us: int, slice_us: int, reserve: int, amount: int
+    ) -> tuple[bool, int]:
+        """Finagle's retry budget (one round trip)."""
+        taken, count = self._budget_peer(
+            (self.k_budget_peer,), ("window", op, now_us, slice_us, reserve, amount)
+        )
+        return bool(taken), int(count)
+
     # -- whole state -------------------------------------------------------------------------
 
     def export_state(self) -> dict[str, Any]:
@@ -234,7 +259,7 @@ class RedisStore:
         self._queue_export(pipe)
         return self._parse_export(pipe.execute())
 
-    _EXPORT_READS = 5
+    _EXPORT_READS = 6
 
     def _queue_export(self, pipe) -> None:
         pipe.hgetall(self.k_breaker)
@@ -242,15 +267,19 @@ class RedisStore:
         pipe.lrange(self.k_calls, 0, -1)
         pipe.hgetall(self.k_dependency)
         pipe.hget(self.k_budget, "tokens")
+        pipe.hgetall(self.k_budget_peer)
 
     @staticmethod
     def _has_state_in(results: Sequence[Any]) -> bool:
-        breaker, _window, _calls, dep, budget = results
-        return bool(breaker or dep or budget is not None)
+        breaker, _window, _calls, dep, budget, peer = results
+        return bool(breaker or dep or budget is not None or peer)
 
     @staticmethod
     def _parse_export(results: Sequence[Any]) -> dict[str, Any]:
-        breaker, window, calls, dep, budget = results
+        breaker, window, calls, dep, budget, peer = results
+        peer = {_text(k): _int(v) for k, v in peer.items()}
+        throttle = peer.pop("throttle", None)
+        slices = {int(k[2:]): v for k, v in peer.items() if k.startswith("w:")}
         breaker = {_text(k): _text(v) for k, v in breaker.items()}
         for key in breaker:
             if key not in ("state", "forced"):
@@ -265,6 +294,7 @@ class RedisStore:
             [_text(c) for c in calls],
             {_text(k): _int(v) for k, v in dep.items()} if dep else None,
             None if budget is None else _int(budget),
+            peer_budget_doc(throttle, slices),
         )
 
     def import_state(self, state: dict[str, Any]) -> None:
@@ -288,11 +318,19 @@ class RedisStore:
             pipe.hset(self.k_dependency, mapping=dep)
         if budget is not None:
             pipe.hset(self.k_budget, "tokens", budget)
+        throttle, slices = peer_budget_from_doc(state)
+        peer = {f"w:{k}": v for k, v in slices.items()}
+        if throttle is not None:
+            peer["throttle"] = throttle
+        if peer:
+            pipe.hset(self.k_budget_peer, mapping=peer)
         pipe.execute()
 
     def has_state(self) -> bool:
         """Whether the namespace holds breaker, dependency or budget state."""
-        return bool(self.client.exists(self.k_breaker, self.k_dependency, self.k_budget))
+        return bool(
+            self.client.exists(self.k_breaker, self.k_dependency, self.k_budget, self.k_budget_peer)
+        )
 
     @staticmethod
     def export_states(stores: Sequence[RedisStore]) -> list[dict[str, Any] | None]:

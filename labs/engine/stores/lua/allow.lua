@@ -1,6 +1,7 @@
 -- Admission decision for one call. One atomic round trip.
 -- KEYS[1] breaker hash, KEYS[2..] the probe slots (one per allowed probe)
--- ARGV[1] now (us, caller's clock), ARGV[2] lease token, ARGV[3] lease (ms)
+-- ARGV[1] now (us, caller's clock), ARGV[2] lease token, ARGV[3] lease (ms),
+-- ARGV[4] strict cooldown edge (0|1), ARGV[5] probes admitted per half-open period (0: no limit)
 -- Reply: the generation alone (an integer) to admit a call in a closed breaker, the hot
 -- path; else {code, generation, slot, open_until, moved} with
 --   code 1 probe (slot leased), 2 rejected open, 3 rejected half-open, 0 admit after moving
@@ -15,17 +16,35 @@ if forced == 'closed' then return gen end
 local moved = 0
 if state == 'open' then
   local open_until = tonumber(f[3] or '0')
-  -- inclusive cooldown edge: at exactly open_until the breaker is half-open
-  if now < open_until then return {2, gen, -1, open_until, 0} end
+  -- inclusive cooldown edge: at exactly open_until the breaker is half-open (strict: after)
+  if now < open_until or (ARGV[4] == '1' and now == open_until) then
+    return {2, gen, -1, open_until, 0}
+  end
   gen = gen + 1
-  redis.call('HSET', b, 'state', 'half_open', 'gen', gen, 'ho_succ', 0)
+  redis.call('HSET', b, 'state', 'half_open', 'gen', gen, 'ho_succ', 0, 'ho_adm', 0,
+    'ho_fail', 0)
   state = 'half_open'
   moved = 1
 end
 if state == 'closed' then return gen end
+local limit = tonumber(ARGV[5])
+if limit > 0 then
+  local h = redis.call('HMGET', b, 'ho_adm', 'ho_succ', 'ho_fail')
+  if tonumber(h[1] or '0') >= limit then
+    -- every admission of the period is used; with no probe in flight, those without a
+    -- result died (their results could only arrive stale): give their admissions back
+    for i = 2, #KEYS do
+      if redis.call('EXISTS', KEYS[i]) == 1 then return {3, gen, -1, 0, moved} end
+    end
+    local results = tonumber(h[2] or '0') + tonumber(h[3] or '0')
+    redis.call('HSET', b, 'ho_adm', results)
+    if results >= limit then return {3, gen, -1, 0, moved} end
+  end
+end
 -- half-open: lease a free probe slot; a lease whose holder died expires by itself (PX)
 for i = 2, #KEYS do
   if redis.call('SET', KEYS[i], ARGV[2], 'NX', 'PX', ARGV[3]) then
+    if limit > 0 then redis.call('HINCRBY', b, 'ho_adm', 1) end
     return {1, gen, i - 2, 0, moved}
   end
 end

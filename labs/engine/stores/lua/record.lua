@@ -2,15 +2,18 @@
 -- KEYS[1] breaker hash, KEYS[2] window hash, KEYS[3] window list,
 -- KEYS[4] (probes only) the permit's probe lease
 -- ARGV: 1 generation, 2 token, 3 outcome (s|f|i), 4 now_us, 5 cooldown_us,
---       6 the breaker spec, space-separated: rolling (0|1), failure_threshold, ratio_ppm,
---         min_calls, bucket_us, buckets, window_calls, success_threshold
+--       6 the breaker spec, space-separated (BreakerSpec order): rolling (0|1),
+--         failure_threshold, ratio_ppm, min_calls, bucket_us, buckets, window_calls,
+--         max_probes, success_threshold, strict_edge, failure_only, cooldown_mult_milli,
+--         cooldown_max_us, half_open_calls, half_open_ratio
 -- Reply: the generation alone (an integer) when the result was counted without a transition,
 -- the hot path; else {code, generation, a, b, open_until} with
 --   code 0 stale, 2 opened, 3 closed, 4 re-opened
 local b = KEYS[1]
 local function num(x) return string.format('%.0f', x) end
 
-local f = redis.call('HMGET', b, 'state', 'gen', 'streak', 'ho_succ', 'forced', 'win_s', 'win_f')
+local f = redis.call('HMGET', b, 'state', 'gen', 'streak', 'ho_succ', 'forced', 'win_s', 'win_f',
+  'opens', 'ho_adm', 'ho_fail')
 local gen = tonumber(f[2] or '0')
 -- a probe counts only while its lease still holds its token: an expired lease (gone, or
 -- taken by a replacement probe) makes the result stale
@@ -20,19 +23,46 @@ if KEYS[4] then
 end
 if tonumber(ARGV[1]) ~= gen then return {0, gen, 0, 0, 0} end
 local outcome = ARGV[3]
-if (f[5] or '') ~= '' or outcome == 'i' then return gen end
-local state = f[1] or 'closed'
-local now = tonumber(ARGV[4])
 local spec = {}
 for v in string.gmatch(ARGV[6], '%S+') do spec[#spec + 1] = tonumber(v) end
+if (f[5] or '') ~= '' or outcome == 'i' then
+  -- an ignored probe gives its half-open admission back
+  if KEYS[4] and (f[5] or '') == '' and spec[14] > 0 and tonumber(f[9] or '0') > 0 then
+    redis.call('HINCRBY', b, 'ho_adm', -1)
+  end
+  return gen
+end
+local state = f[1] or 'closed'
+local now = tonumber(ARGV[4])
 
 local function open(code, a, c)
   gen = gen + 1
-  local open_until = now + tonumber(ARGV[5])
+  -- the cooldown grows with each consecutive opening: min(max, cooldown x mult^openings),
+  -- each multiplication floored (as stores/base.py scaled_cooldown_us)
+  local opens = tonumber(f[8] or '0')
+  local cooldown = tonumber(ARGV[5])
+  local mult, ceiling = spec[12], spec[13]
+  if mult ~= 1000 then
+    for _ = 1, opens do
+      cooldown = math.floor(cooldown * mult / 1000)
+      if ceiling > 0 and cooldown >= ceiling then break end
+    end
+  end
+  if ceiling > 0 and cooldown > ceiling then cooldown = ceiling end
+  local open_until = now + cooldown
   redis.call('HSET', b, 'state', 'open', 'gen', gen, 'opened_at', num(now),
-    'open_until', num(open_until), 'streak', 0, 'ho_succ', 0, 'win_s', 0, 'win_f', 0)
+    'open_until', num(open_until), 'streak', 0, 'ho_succ', 0, 'win_s', 0, 'win_f', 0,
+    'opens', opens + 1, 'ho_adm', 0, 'ho_fail', 0)
   redis.call('DEL', KEYS[2], KEYS[3])
   return {code, gen, a, c, open_until}
+end
+
+local function close(a, c)
+  gen = gen + 1
+  redis.call('HSET', b, 'state', 'closed', 'gen', gen, 'streak', 0, 'ho_succ', 0,
+    'win_s', 0, 'win_f', 0, 'opens', 0, 'ho_adm', 0, 'ho_fail', 0)
+  redis.call('DEL', KEYS[2], KEYS[3])
+  return {3, gen, a, c, 0}
 end
 
 if state == 'closed' then
@@ -72,22 +102,31 @@ if state == 'closed' then
     end
   end
   local total = s + fl
-  if total >= spec[4] and fl * 1000000 >= spec[3] * total then
+  -- the ratio is checked after every result, or after a failure only (spec[11])
+  if (outcome == 'f' or spec[11] == 0) and total >= spec[4]
+      and fl * 1000000 >= spec[3] * total then
     return open(2, fl, total)
   end
   return gen
 end
 
 if state == 'half_open' then
+  if spec[15] == 1 then
+    -- decided on the failure ratio once half_open_calls results are in
+    local succ = tonumber(f[4] or '0')
+    local fails = tonumber(f[10] or '0')
+    if outcome == 's' then succ = succ + 1 else fails = fails + 1 end
+    local n = succ + fails
+    if n >= spec[14] then
+      if fails * 1000000 >= spec[3] * n then return open(4, fails, n) end
+      return close(succ, n)
+    end
+    redis.call('HSET', b, 'ho_succ', succ, 'ho_fail', fails)
+    return gen
+  end
   if outcome == 'f' then return open(4, 0, 0) end
   local succ = tonumber(f[4] or '0') + 1
-  if succ >= spec[8] then
-    gen = gen + 1
-    redis.call('HSET', b, 'state', 'closed', 'gen', gen, 'streak', 0, 'ho_succ', 0,
-      'win_s', 0, 'win_f', 0)
-    redis.call('DEL', KEYS[2], KEYS[3])
-    return {3, gen, succ, 0, 0}
-  end
+  if succ >= spec[9] then return close(succ, 0) end
   redis.call('HSET', b, 'ho_succ', succ)
   return gen
 end

@@ -1,0 +1,308 @@
+"""The peer libraries' published examples, translated into engine tests on a virtual clock.
+
+Each test names the library and the file whose arithmetic it pins (docs/engine.md has the
+table). Every test runs on both stores (the ``store`` fixture: memory and Redis).
+"""
+
+from __future__ import annotations
+
+import random
+
+from labs.engine import (
+    Breaker,
+    BreakerConfig,
+    EventList,
+    RetryBudget,
+    RetryBudgetConfig,
+    VirtualClock,
+)
+
+
+def make(store, **config):
+    clock = VirtualClock()
+    events = EventList()
+    breaker = Breaker(
+        BreakerConfig(**config), store=store, clock=clock, rng=random.Random(1), sink=events
+    )
+    return breaker, clock, events
+
+
+def record(breaker, outcome):
+    permit = breaker.allow()
+    assert permit, permit
+    return breaker.record(permit, outcome)
+
+
+def open_for_ms(breaker):
+    return breaker.snapshot()["open_for_ms"]
+
+
+# -- open duration that backs off: resilience4j IntervalFunction.ofExponentialBackoff ----------
+
+
+def test_cooldown_grows_by_the_multiplier_up_to_the_cap_and_resets_on_close(store):
+    """resilience4j ``IntervalFunction.ofExponentialBackoff(1000 ms, 2.0, 5000 ms)`` as
+    ``waitIntervalFunctionInOpenState``: attempt n waits min(5000, 1000 x 2^(n-1)):
+    1000, 2000, 4000, 5000, 5000; a close starts the schedule again."""
+    breaker, clock, _ = make(
+        store, failure_threshold=1, cooldown_ms=1000, cooldown_multiplier=2, cooldown_max_ms=5000
+    )
+    record(breaker, "failure")
+    waits = []
+    for _ in range(5):
+        waits.append(open_for_ms(breaker))
+        clock.advance(waits[-1] / 1000)
+        record(breaker, "failure")  # the probe fails: re-opened, longer
+    assert waits == [1000, 2000, 4000, 5000, 5000]
+    assert breaker.snapshot()["openings"] == 6
+    clock.advance(5)
+    record(breaker, "success")  # the probe succeeds: closed, schedule reset
+    record(breaker, "failure")
+    assert open_for_ms(breaker) == 1000
+
+
+# -- the cooldown edge: gobreaker (strict) against pybreaker (inclusive) -----------------------
+
+
+def test_a_strict_cooldown_edge_opens_the_half_open_state_only_after_open_until(store):
+    """gobreaker ``currentState``: ``if cb.expiry.Before(now)`` moves OPEN to HALF-OPEN, so at
+    exactly the expiry it is still open (the engine's default is inclusive, like pybreaker)."""
+    breaker, clock, _ = make(store, failure_threshold=1, cooldown_ms=1000, cooldown_edge="strict")
+    record(breaker, "failure")
+    clock.advance(1.0)
+    assert breaker.state() == "open"
+    assert not breaker.allow()
+    clock.advance(0.000001)
+    assert breaker.state() == "half_open"
+    assert breaker.allow().probe
+
+
+# -- when the ratio is evaluated: resilience4j (every result) against Polly (failures) -------
+
+
+def _ratio_breaker(store, checked_on):
+    return make(
+        store,
+        kind="rolling_ratio",
+        failure_ratio=0.5,
+        min_calls=4,
+        window_calls=4,
+        ratio_checked_on=checked_on,
+    )
+
+
+def test_resilience4j_checks_the_ratio_after_every_result_so_a_success_can_open(store):
+    """resilience4j ``CircuitBreakerStateMachine.ClosedState.onSuccess`` calls
+    ``checkIfThresholdsExceeded``: f, f, s, s reaches 2 failures in 4 calls (50 %) on the
+    fourth result, a success, and opens."""
+    breaker, _, _ = _ratio_breaker(store, "every_result")
+    results = [record(breaker, o).transition for o in ("failure", "failure", "success", "success")]
+    assert results == [None, None, None, "open"]
+
+
+def test_polly_checks_the_ratio_after_a_failure_only(store):
+    """Polly v8 ``AdvancedCircuitBehavior``: ``OnActionSuccess`` only counts,
+    ``OnActionFailure`` compares the failure rate; f, f, s, s stays closed, and the next
+    failure (window f, s, s, f: 50 %) opens."""
+    breaker, _, _ = _ratio_breaker(store, "failure")
+    results = [
+        record(breaker, o).transition
+        for o in ("failure", "failure", "success", "success", "failure")
+    ]
+    assert results == [None, None, None, None, "open"]
+
+
+# -- the probe budget per half-open period: gobreaker MaxRequests -----------------------------
+
+
+def test_half_open_calls_caps_the_probes_of_a_period_not_only_those_in_flight(store):
+    """gobreaker ``beforeRequest``: in half-open, ``counts.Requests >= maxRequests`` returns
+    ``ErrTooManyRequests``; ``onSuccess`` closes at ``ConsecutiveSuccesses >= maxRequests``.
+    With 3 probes in flight and 3 successes to close, the engine's in-flight cap alone admits a
+    fourth probe after two successes; ``half_open_calls`` 3 does not."""
+    plain, clock, _ = make(
+        store, failure_threshold=1, cooldown_ms=100, half_open_max_probes=3, success_threshold=3
+    )
+    record(plain, "failure")
+    clock.advance(0.1)
+    probes = [plain.allow() for _ in range(3)]
+    assert all(p.probe for p in probes)
+    plain.record(probes[0], "success")
+    plain.record(probes[1], "success")
+    assert plain.allow()  # the in-flight cap alone: a fourth probe
+    plain.reset("next")
+
+    breaker, clock, _ = make(
+        store,
+        failure_threshold=1,
+        cooldown_ms=100,
+        half_open_max_probes=3,
+        success_threshold=3,
+        half_open_calls=3,
+    )
+    record(breaker, "failure")
+    clock.advance(0.1)
+    probes = [breaker.allow() for _ in range(3)]
+    breaker.record(probes[0], "success")
+    breaker.record(probes[1], "success")
+    refused = breaker.allow()
+    assert not refused and refused.reason == "half_open"
+    assert breaker.record(probes[2], "success").transition == "closed"
+
+
+def test_an_ignored_probe_gives_its_admission_back(store):
+    breaker, clock, _ = make(store, failure_threshold=1, cooldown_ms=100, half_open_calls=1)
+    record(breaker, "failure")
+    clock.advance(0.1)
+    breaker.record(breaker.allow(), "ignored")
+    assert breaker.allow().probe
+
+
+# -- half-open decided by a ratio: resilience4j permittedNumberOfCallsInHalfOpenState ---------
+
+
+def _half_open_ratio(store):
+    breaker, clock, events = make(
+        store,
+        failure_threshold=1,
+        cooldown_ms=100,
+        failure_ratio=0.5,
+        half_open_max_probes=4,
+        half_open_calls=4,
+        half_open_decision="ratio",
+    )
+    record(breaker, "failure")
+    clock.advance(0.1)
+    return breaker, events
+
+
+def test_resilience4j_half_open_closes_below_the_failure_rate(store):
+    """resilience4j ``HalfOpenState``: after ``permittedNumberOfCallsInHalfOpenState`` (4)
+    results the failure rate decides against ``failureRateThreshold`` (50 %): s, f, s, s is
+    25 %, so it closes; a failure alone does not re-open before the four are in."""
+    breaker, events = _half_open_ratio(store)
+    probes = [breaker.allow() for _ in range(4)]
+    codes = {"s": "success", "f": "failure"}
+    results = [breaker.record(p, codes[o]).transition for p, o in zip(probes, "sfss", strict=True)]
+    assert results == [None, None, None, "closed"]
+    assert events.of_kind("transition")[-1].reason == "3 of 4 probes succeeded"
+
+
+def test_resilience4j_half_open_reopens_at_the_failure_rate(store):
+    breaker, events = _half_open_ratio(store)
+    probes = [breaker.allow() for _ in range(4)]
+    codes = {"s": "success", "f": "failure"}
+    results = [breaker.record(p, codes[o]).transition for p, o in zip(probes, "ffss", strict=True)]
+    assert results == [None, None, None, "open"]
+    assert events.of_kind("transition")[-1].reason.startswith("2 of 4 probes failed")
+
+
+# -- gRPC retry throttling (A6), as grpc-go's retryThrottler ----------------------------------
+
+
+def test_grpc_throttling_allows_retries_only_above_half_the_tokens_without_drift(store):
+    """gRFC A6 with its documented setting ``maxTokens`` 10, ``tokenRatio`` 0.1 (grpc-go
+    ``retryThrottler.throttle``: tokens -= 1, then throttled when tokens <= max / 2):
+    failures leave 9, 8, 7, 6 (retries allowed) and 5 (throttled). Ten successes then bring
+    exactly 6.0 (floats give 5.999...), and one failure leaves 5: throttled; an eleventh
+    success makes it 5.1 after the failure: allowed."""
+    budget = RetryBudget(
+        RetryBudgetConfig(kind="grpc", max_tokens=10, token_ratio=0.1), store=store
+    )
+    assert [budget.observe(False) for _ in range(5)] == [
+        (True, 9.0),
+        (True, 8.0),
+        (True, 7.0),
+        (True, 6.0),
+        (False, 5.0),
+    ]
+    for _ in range(10):
+        budget.observe(True)
+    assert budget.observe(False) == (False, 5.0)
+    for _ in range(11):
+        budget.observe(True)
+    assert budget.observe(False) == (True, 5.1)
+
+
+def test_grpc_throttling_never_goes_below_zero_nor_above_max(store):
+    budget = RetryBudget(RetryBudgetConfig(kind="grpc", max_tokens=2, token_ratio=1), store=store)
+    for _ in range(5):
+        allowed, tokens = budget.observe(False)
+    assert (allowed, tokens) == (False, 0.0)
+    for _ in range(5):
+        allowed, tokens = budget.observe(True)
+    assert (allowed, tokens) == (True, 2.0)
+
+
+def test_a_grpc_throttled_client_stops_retrying_after_the_fifth_failure(store, rig):
+    r = rig(
+        {"mode": "down"},
+        {
+            "max_attempts": 5,
+            "retry_budget": {"kind": "grpc", "max_tokens": 10, "token_ratio": 0.1},
+            "breaker": {"failure_threshold": 20},
+        },
+        store=store,
+    )
+    burst = r.burst(3)
+    # call 1: failures leave 9, 8, 7, 6 (retried) and 5 (its last attempt anyway);
+    # calls 2 and 3: a failure leaves 4, then 3: throttled, no retry
+    assert burst.attempts == [5, 1, 1]
+    assert [c.outcome for c in burst.calls] == ["failure", "budget_exhausted", "budget_exhausted"]
+
+
+# -- Finagle's RetryBudget --------------------------------------------------------------------
+
+
+def _finagle(store, clock, **config):
+    return RetryBudget(RetryBudgetConfig(kind="finagle", **config), store=store, clock=clock)
+
+
+def test_finagle_budget_retries_a_percent_of_requests_and_starts_empty(store):
+    """Finagle ``RetryBudgetTest`` "apply minRetriesPerSec=0": with ``percentCanRetry`` 0.1
+    and no reserve, a fresh budget allows no retry, and over many requests (each a deposit
+    then a try) one in ten is retried (deposit 1000, withdrawal 10000)."""
+    clock = VirtualClock()
+    budget = _finagle(store, clock, ttl_ms=60000, min_retries_per_sec=0, percent_can_retry=0.1)
+    assert budget.try_withdraw() == (False, 0.0)
+    retried = 0
+    for _ in range(1000):
+        budget.deposit()
+        taken, _ = budget.try_withdraw()
+        retried += taken
+    assert retried == 100
+
+
+def test_finagle_budget_has_a_reserve_of_min_retries_per_second_over_the_ttl(store):
+    """Finagle ``RetryBudgetTest`` "apply with minRetries and maxPercentOver=0": ttl 1 s and
+    10 retries per second give a reserve of 10 retries, and requests add nothing."""
+    clock = VirtualClock()
+    budget = _finagle(store, clock, ttl_ms=1000, min_retries_per_sec=10, percent_can_retry=0)
+    assert budget.deposit() == 10
+    taken = [budget.try_withdraw()[0] for _ in range(11)]
+    assert taken == [True] * 10 + [False]
+
+
+def test_finagle_deposits_and_withdrawals_expire_after_the_ttl(store):
+    """Finagle's ``TokenBucket.newLeakyBucket(ttl, reserve)``: what was put or taken counts for
+    the ttl only (a windowed sum of 10 slices)."""
+    clock = VirtualClock()
+    budget = _finagle(store, clock, ttl_ms=10000, min_retries_per_sec=0, percent_can_retry=0.5)
+    for _ in range(4):
+        budget.deposit()  # 4000: two retries (a withdrawal is 2000)
+    assert budget.try_withdraw() == (True, 1.0)
+    clock.advance(10.0)  # every slice has expired
+    assert budget.try_withdraw() == (False, 0.0)
+
+
+def test_grpc_server_pushback_fixes_the_next_delay_beyond_the_backoff_cap(store, rig):
+    """gRFC A6 "Pushback": a server's ``grpc-retry-pushback-ms`` sets the next delay exactly
+    (no jitter, no cap); here a 429's Retry-After plays the pushback. With ``capped`` (the
+    engine's default) the same hint is honoured only up to ``backoff_cap_ms``."""
+    dependency = {"mode": "rate_limited", "retry_after_ms": 300, "latency_ms": 5}
+    policy = {"max_attempts": 3, "backoff_base_ms": 25, "backoff_cap_ms": 100}
+    pushed = rig(dependency, {**policy, "retry_after": "pushback"}, store=store)
+    [call] = pushed.burst(1).calls
+    assert (call.attempts, call.outcome, call.backoff_ms) == (2, "success", 295)
+    [sleep] = pushed.events.of_kind("sleep")
+    assert "server pushback 295 ms, exactly" in sleep.explain
