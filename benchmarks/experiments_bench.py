@@ -37,6 +37,7 @@ HEADLINES = {
         "calls_decorrelated",
         "slowest",
     ),
+    "metastable": ("peak_naive", "peak_chosen", "recovery_naive", "recovery_chosen"),
 }
 
 

@@ -45,7 +45,7 @@ from labs.engine.config import (
     default_dependency,
     default_policy,
 )
-from labs.engine.dependency import AttemptResult, FakeDependency
+from labs.engine.dependency import AttemptResult, Dependency, FakeDependency
 from labs.engine.events import (
     EVENT_KINDS,
     FAST_FAIL_OUTCOMES,
@@ -56,7 +56,17 @@ from labs.engine.events import (
 )
 from labs.engine.retry import RetryBudget, backoff_ms, is_retryable, jittered_backoff_ms
 from labs.engine.scenario import Executor, run_scenario
+from labs.engine.shared import (
+    Decision,
+    MemorySharedModel,
+    Second,
+    SharedConfig,
+    SharedDependency,
+    SharedModel,
+    Trigger,
+)
 from labs.engine.stores import MemoryStore, RedisStore, Store
+from labs.engine.stores.shared_redis import RedisSharedModel
 from labs.engine.validate import (
     Problem,
     ValidationError,
@@ -64,9 +74,13 @@ from labs.engine.validate import (
     parse_dependency,
     parse_policy,
     parse_scenario,
+    parse_shared,
+    parse_trigger,
     validate_dependency,
     validate_policy,
     validate_scenario,
+    validate_shared,
+    validate_trigger,
 )
 
 __all__ = [
@@ -83,6 +97,8 @@ __all__ = [
     "CallResult",
     "CircuitOpenError",
     "Clock",
+    "Decision",
+    "Dependency",
     "DependencyConfig",
     "Event",
     "EventList",
@@ -90,18 +106,25 @@ __all__ = [
     "FakeDependency",
     "GuardedClient",
     "Limit",
+    "MemorySharedModel",
     "MemoryStore",
     "Permit",
     "Policy",
     "Problem",
+    "RedisSharedModel",
     "RedisStore",
     "Rejection",
     "RetryBudget",
     "RetryBudgetConfig",
     "Scenario",
+    "Second",
+    "SharedConfig",
+    "SharedDependency",
+    "SharedModel",
     "Sink",
     "Store",
     "SystemClock",
+    "Trigger",
     "ValidationError",
     "VirtualClock",
     "backoff_ms",
@@ -114,9 +137,13 @@ __all__ = [
     "parse_dependency",
     "parse_policy",
     "parse_scenario",
+    "parse_shared",
+    "parse_trigger",
     "run_scenario",
     "state_label",
     "validate_dependency",
     "validate_policy",
     "validate_scenario",
+    "validate_shared",
+    "validate_trigger",
 ]

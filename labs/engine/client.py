@@ -32,7 +32,7 @@ from typing import Any
 from labs.engine.breaker import Breaker, Outcome, Permit, Rejection
 from labs.engine.clock import Clock
 from labs.engine.config import Policy
-from labs.engine.dependency import AttemptResult, FakeDependency
+from labs.engine.dependency import AttemptResult, Dependency
 from labs.engine.events import FAST_FAIL_OUTCOMES, Event, Sink, fmt_ms, is_fast_fail, null_sink
 from labs.engine.retry import (
     Delay,
@@ -149,6 +149,14 @@ def _r(x: float) -> float:
     return round(x, 3)
 
 
+def _attempt_data(answer: AttemptResult) -> dict[str, Any]:
+    """An attempt event's data: the Retry-After hint and what the dependency added."""
+    data = {"retry_after_ms": answer.retry_after_ms} if answer.retry_after_ms else {}
+    if answer.data:
+        data.update(answer.data)
+    return data
+
+
 def _verdict(ok: bool, error: str | None) -> Outcome:
     """What the breaker is told: a 400 says nothing about the dependency's health."""
     if ok:
@@ -168,7 +176,7 @@ class GuardedClient:
         policy: Policy,
         *,
         breaker: Breaker,
-        dependency: FakeDependency,
+        dependency: Dependency,
         clock: Clock,
         rng: random.Random,
         sink: Sink | None = None,
@@ -177,6 +185,9 @@ class GuardedClient:
         self.policy = policy
         self.breaker = breaker
         self.dependency = dependency
+        # A dependency that sets ``wants_call_context`` (the shared model) also receives the
+        # attempt number and the call's deadline (absolute, on ``clock``).
+        self._context = bool(getattr(dependency, "wants_call_context", False))
         self.clock = clock
         self.rng = rng
         self.sink = sink if sink is not None else null_sink
@@ -251,7 +262,12 @@ class GuardedClient:
                     return self._rejected(call_no, burst, start, allowed, attempts, backoff_total)
                 permit = allowed
                 probe = probe or permit.probe
-            answer = self.dependency.attempt(policy.attempt_timeout_ms)
+            if self._context:
+                answer = self.dependency.attempt(
+                    policy.attempt_timeout_ms, attempt=n, deadline=deadline
+                )
+            else:
+                answer = self.dependency.attempt(policy.attempt_timeout_ms)
             attempts = n
             self._emit_attempt(call_no, burst, n, answer)
             opened = False
@@ -482,7 +498,7 @@ class GuardedClient:
             outcome="ok" if answer.ok else "error",
             error=answer.error,
             latency_ms=answer.latency_ms,
-            data={"retry_after_ms": answer.retry_after_ms} if answer.retry_after_ms else {},
+            data=_attempt_data(answer),
         )
 
     def _rejected(

@@ -153,6 +153,16 @@ LIMITS: dict[str, Limit] = {
     "steps[].burst": Limit(6, 1, 20, "calls"),
     "steps[].concurrency": Limit(1, 1, 10, "callers"),
     "steps[].wait_ms": Limit(0, 0, 3_600_000, "ms", note="virtual time: up to an hour"),
+    # -- the shared dependency (labs/engine/shared.py): a class's server model, its triggers --
+    "shared.servers": Limit(8, 1, 64, "servers", note="each serves one attempt at a time"),
+    "shared.service_ms": Limit(40, 1, 2000, "ms", note="service time of one attempt"),
+    "shared.max_queue_ms": Limit(2000, 0, 10000, "ms", note="a longer queue wait is shed"),
+    "shared.trigger.kind": Limit("down", type="choice", choices=("down", "slow", "capacity")),
+    "shared.trigger.duration_ms": Limit(8000, 100, 600000, "ms"),
+    "shared.trigger.factor": Limit(3, 1, 20, type="number", note="slow: service time x k"),
+    "shared.trigger.servers": Limit(
+        0, 0, 63, "servers", note="capacity: servers left, below shared.servers"
+    ),
 }
 
 

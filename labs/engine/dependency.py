@@ -17,23 +17,37 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from labs.engine.clock import Clock
 from labs.engine.config import DependencyConfig
 from labs.engine.stores.base import Store
 
-__all__ = ["AttemptResult", "FakeDependency"]
+__all__ = ["AttemptResult", "Dependency", "FakeDependency"]
 
 
 @dataclass(frozen=True, slots=True)
 class AttemptResult:
     """One attempt's answer. ``error`` is None when ``ok``, else 503, 500, timeout, 429 or
-    400; ``retry_after_ms`` accompanies a 429; ``latency_ms`` is how long the attempt took."""
+    400; ``retry_after_ms`` accompanies a 429; ``latency_ms`` is how long the attempt took;
+    ``data`` is what the dependency adds for the journal (the shared model's decision)."""
 
     ok: bool
     error: str | None
     latency_ms: float
     retry_after_ms: float | None = None
+    data: dict[str, Any] | None = None
+
+
+class Dependency(Protocol):
+    """What the guarded client calls: one attempt, given the client's attempt timeout.
+
+    An implementation that sets ``wants_call_context = True`` is called as
+    ``attempt(timeout_ms, attempt=n, deadline=at)`` instead (the attempt number within the
+    call, and the call's deadline as an absolute time on the client's clock, or None).
+    """
+
+    def attempt(self, timeout_ms: float | None = None) -> AttemptResult: ...
 
 
 class FakeDependency:

@@ -23,6 +23,7 @@ from labs.engine.config import (
     Scenario,
     Step,
 )
+from labs.engine.shared import SharedConfig, Trigger
 
 __all__ = [
     "Problem",
@@ -443,3 +444,68 @@ def parse_scenario(d: Mapping[str, Any]) -> Scenario:
         policy=parse_policy(d.get("policy", {})),
         steps=tuple(parse_step(s) for s in d["steps"]),
     )
+
+
+# -- the shared dependency (labs/engine/shared.py) ------------------------------------------
+
+_SHARED_KEYS = ("servers", "service_ms", "max_queue_ms")
+_TRIGGER_KEYS = ("kind", "duration_ms", "factor", "servers")
+
+
+def validate_shared(d: Any, prefix: str = "shared") -> list[Problem]:
+    """Problems with a shared-dependency dict (``servers``, ``service_ms``,
+    ``max_queue_ms``); missing keys take their defaults."""
+    if not isinstance(d, Mapping):
+        return _not_object(prefix, d)
+    problems = _unknown(prefix, d, _SHARED_KEYS)
+    for key in _SHARED_KEYS:
+        if key in d:
+            _check(f"{prefix}.{key}", d[key], LIMITS[f"shared.{key}"], problems)
+    return problems
+
+
+def parse_shared(d: Mapping[str, Any]) -> SharedConfig:
+    """A :class:`~labs.engine.shared.SharedConfig` from a dict. Raises ValidationError."""
+    _raise_if(validate_shared(d))
+    return SharedConfig(**d)
+
+
+def validate_trigger(d: Any, servers: int | None = None, prefix: str = "trigger") -> list[Problem]:
+    """Problems with a trigger dict (``kind``, ``duration_ms``, ``factor`` for slow,
+    ``servers`` for capacity). ``servers`` is the model's server count: a capacity drop must
+    leave fewer (0 to servers - 1)."""
+    if not isinstance(d, Mapping):
+        return _not_object(prefix, d)
+    problems = _unknown(prefix, d, _TRIGGER_KEYS)
+    if "kind" not in d:
+        problems.append(
+            Problem(f"{prefix}.kind", f"is required: {LIMITS['shared.trigger.kind'].describe()}")
+        )
+    for key in _TRIGGER_KEYS:
+        if key in d:
+            _check(f"{prefix}.{key}", d[key], LIMITS[f"shared.trigger.{key}"], problems)
+    kept = d.get("servers", LIMITS["shared.trigger.servers"].default)
+    if (
+        d.get("kind") == "capacity"
+        and servers is not None
+        and _is_int(kept)
+        and not 0 <= kept < servers
+    ):
+        problems.append(
+            Problem(
+                f"{prefix}.servers",
+                f"must be between 0 and {servers - 1} servers (fewer than the {servers} "
+                f"the shared dependency has; got {kept})",
+            )
+        )
+    return problems
+
+
+def parse_trigger(d: Mapping[str, Any], servers: int | None = None) -> Trigger:
+    """A :class:`~labs.engine.shared.Trigger` from a dict. Raises ValidationError."""
+    _raise_if(validate_trigger(d, servers))
+    values = {key: d[key] for key in _TRIGGER_KEYS if key in d}
+    values.setdefault("duration_ms", LIMITS["shared.trigger.duration_ms"].default)
+    values.setdefault("factor", LIMITS["shared.trigger.factor"].default)
+    values.setdefault("servers", LIMITS["shared.trigger.servers"].default)
+    return Trigger(**values)

@@ -7,14 +7,14 @@ experiment's module holds its parameter dataclass, ``LIMITS``, ``validate`` and 
 
 from __future__ import annotations
 
-from labs.experiments import amplification, breaker, contention, deadline, storm
+from labs.experiments import amplification, breaker, contention, deadline, metastable, storm
 from labs.experiments.base import Experiment
 
 __all__ = ["EXPERIMENTS", "Experiment", "get"]
 
 EXPERIMENTS: dict[str, Experiment] = {
     module.EXPERIMENT.name: module.EXPERIMENT
-    for module in (amplification, storm, breaker, deadline, contention)
+    for module in (amplification, storm, breaker, deadline, contention, metastable)
 }
 
 

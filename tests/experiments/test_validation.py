@@ -14,8 +14,8 @@ from labs.experiments.base import Param
 ALL = list(EXPERIMENTS)
 
 
-def test_the_five_experiments():
-    assert ALL == ["amplification", "storm", "breaker", "deadline", "contention"]
+def test_the_six_experiments():
+    assert ALL == ["amplification", "storm", "breaker", "deadline", "contention", "metastable"]
     with pytest.raises(KeyError, match="experiments: amplification, storm"):
         get("nope")
 

@@ -1,0 +1,550 @@
+"""The shared dependency: one server model with finite capacity that many clients call at once.
+
+The model is exact and needs one decision per attempt. It keeps the ``servers`` "free at"
+times (integer microseconds). An attempt arriving at ``t``:
+
+1. takes the server that is free earliest (ties: the lowest index) and would start at
+   ``start = max(t, free_at)``; its queue wait is ``wait = start - t``;
+2. is **shed** at once (a 503, no server taken) when ``wait > max_queue_ms``;
+3. is **skipped** at once (a 503, no server taken, no work) when the client sent a deadline
+   and ``start >= deadline`` (it could not start before it);
+4. otherwise holds the server from ``start`` to ``finish = start + service`` (the server's
+   ``free_at`` becomes ``finish``) and is answered at ``finish``: **ok**, or **error** (503)
+   while a ``down`` trigger runs; unless the client gave an attempt timeout and
+   ``finish - t > timeout``: then the client stops waiting at ``t + timeout`` (**timeout**)
+   while the server still does the work, which nobody receives (**wasted** server time).
+
+Because every attempt takes the earliest free server and only ever pushes that server's
+``free_at`` later, the smallest ``free_at`` never decreases: attempts start in arrival order
+(FIFO) and no two attempts hold one server at overlapping times. The model's time never
+runs backwards: an arrival stamped earlier than the previous one is taken as arriving with it.
+
+Triggers (one at a time; a new one replaces the one running), each for a duration, judged at
+the attempt's arrival:
+
+* ``down``: every attempt is served (it queues and takes its service time) and answers 503;
+* ``slow``: service time x ``factor`` (kept in hundredths: ``service x round(100 k) // 100``);
+* ``capacity``: ``servers`` drops to ``c'`` (0 to servers-1): servers ``c'+1 .. c`` are held
+  busy until the trigger ends (their ``free_at`` is raised to its end), so queued work moves
+  onto them the moment they come back and FIFO still holds. A capacity trigger replaced or
+  cleared early frees the held servers that took no work meanwhile.
+
+After a trigger ends the model is healthy again; whether the queue drains depends only on
+the load the clients send.
+
+Counters per second (second = ``floor(t_us / 10^6)`` on the model's time base), written in
+the same atomic step as the decision:
+
+* at the arrival's second: ``offered``; ``calls`` (attempt 1) or ``retries`` (attempt 2+);
+  ``shed``; ``skipped``; for a served attempt one count in the queue-wait histogram
+  (``q<i>``, bounds :data:`WAIT_BOUNDS_MS`);
+* at the second the client sees the answer: ``ok`` (and ``calls_ok``), ``error``, ``timeout``;
+* at the second the wasted work ends: ``wasted_us`` (the service time of a timed-out attempt).
+
+Two implementations with the same semantics, reply for reply: :class:`MemorySharedModel`
+(one process; a lock) and :class:`~labs.engine.stores.shared_redis.RedisSharedModel` (one Lua
+script per attempt). :class:`SharedDependency` puts either behind the guarded client's
+dependency interface.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from labs.engine.clock import Clock
+from labs.engine.config import LIMITS
+from labs.engine.dependency import AttemptResult
+
+__all__ = [
+    "OUTCOMES",
+    "SECOND_FIELDS",
+    "TRIGGER_KINDS",
+    "WAIT_BOUNDS_MS",
+    "Decision",
+    "MemorySharedModel",
+    "Second",
+    "SharedConfig",
+    "SharedDependency",
+    "SharedModel",
+    "Trigger",
+    "seconds_from_fields",
+    "wait_bucket",
+    "wait_quantile_ms",
+]
+
+MAX_SERVERS = 64
+TRIGGER_KINDS = tuple(LIMITS["shared.trigger.kind"].choices)
+#: What the client sees: ``ok``; ``error`` (503 after service, down trigger); ``shed`` (503 at
+#: once, queue too long); ``skipped`` (503 at once, could not start before the deadline);
+#: ``timeout`` (the client stopped waiting after its attempt timeout).
+OUTCOMES = ("ok", "error", "shed", "skipped", "timeout")
+#: Upper bounds (inclusive, ms) of the queue-wait histogram's buckets; a wait is at most
+#: ``max_queue_ms`` <= 10000, so the last bound holds every served attempt.
+WAIT_BOUNDS_MS = (
+    0, 1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100, 150, 200, 300, 500, 700,
+    1000, 1500, 2000, 3000, 5000, 7000, 10000,
+)  # fmt: skip
+_WAIT_BOUNDS_US = tuple(b * 1000 for b in WAIT_BOUNDS_MS)
+#: The per-second counters, in the order :class:`Second` lists them.
+SECOND_FIELDS = (
+    "offered",
+    "ok",
+    "error",
+    "shed",
+    "skipped",
+    "timeout",
+    "wasted_us",
+    "calls",
+    "calls_ok",
+    "retries",
+)
+
+
+def wait_bucket(wait_us: int) -> int:
+    """Index of the histogram bucket holding a queue wait of ``wait_us`` microseconds."""
+    for i, bound in enumerate(_WAIT_BOUNDS_US):
+        if wait_us <= bound:
+            return i
+    return len(_WAIT_BOUNDS_US) - 1
+
+
+def wait_quantile_ms(histogram: Iterable[int], q: float) -> float | None:
+    """The ``q`` quantile (0 < q <= 1) of a wait histogram, as its bucket's upper bound in ms:
+    the smallest bound with at least ``ceil(q x n)`` waits at or below it. None when empty."""
+    counts = list(histogram)
+    total = sum(counts)
+    if not total:
+        return None
+    need = -(-q * total // 1)  # ceil without float surprises for q x n integral
+    seen = 0
+    for bound, count in zip(WAIT_BOUNDS_MS, counts, strict=False):
+        seen += count
+        if seen >= need:
+            return float(bound)
+    return float(WAIT_BOUNDS_MS[-1])
+
+
+@dataclass(frozen=True)
+class SharedConfig:
+    """The server model: ``servers`` serving one attempt at a time, ``service_ms`` per attempt,
+    and the longest queue wait accepted (``max_queue_ms``; longer is shed at once).
+
+    Capacity is ``servers x 1000 / service_ms`` attempts per second (8 x 1000 / 40 = 200/s
+    with the defaults, which 30 clients at 5 calls/s load to 75 %). Use
+    :func:`labs.engine.validate.parse_shared` for the lab's ranges; direct construction checks
+    only structural sanity.
+    """
+
+    servers: int = LIMITS["shared.servers"].default
+    service_ms: int = LIMITS["shared.service_ms"].default
+    max_queue_ms: int = LIMITS["shared.max_queue_ms"].default
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.servers <= MAX_SERVERS:
+            raise ValueError(f"servers must be between 1 and {MAX_SERVERS}")
+        if self.service_ms <= 0 or self.max_queue_ms < 0:
+            raise ValueError("service_ms must be > 0 and max_queue_ms >= 0")
+
+    @property
+    def capacity_per_s(self) -> float:
+        """Attempts per second the servers complete when always busy."""
+        return self.servers * 1000 / self.service_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        """Canonical JSON form."""
+        return {
+            "servers": self.servers,
+            "service_ms": self.service_ms,
+            "max_queue_ms": self.max_queue_ms,
+        }
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """A trigger an instructor fires for ``duration_ms``: ``down``, ``slow`` (service x
+    ``factor``) or ``capacity`` (``servers`` in service). Build it with
+    :func:`labs.engine.validate.parse_trigger` to check the lab's ranges."""
+
+    kind: Literal["down", "slow", "capacity"]
+    duration_ms: int
+    factor: float = 2.0
+    servers: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in TRIGGER_KINDS:
+            raise ValueError(f"unknown trigger kind {self.kind!r}")
+        if self.duration_ms <= 0 or self.factor < 1 or self.servers < 0:
+            raise ValueError("duration_ms must be > 0, factor >= 1, servers >= 0")
+
+    @property
+    def factor_pct(self) -> int:
+        """The slow factor in hundredths (the form both implementations compute with)."""
+        return round(self.factor * 100)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Canonical JSON form."""
+        return {
+            "kind": self.kind,
+            "duration_ms": self.duration_ms,
+            "factor": self.factor,
+            "servers": self.servers,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The model's reply to one attempt (times are integer microseconds, model time base).
+
+    ``outcome`` is one of :data:`OUTCOMES`; the client learns it at ``answer_us`` (its
+    latency is ``answer_us - arrival_us``). ``server`` (0-based) is -1 and ``start_us`` /
+    ``finish_us`` are 0 when the attempt took no server (shed, skipped); ``wait_us`` is the
+    queue wait it had (or would have had).
+    """
+
+    outcome: str
+    arrival_us: int
+    answer_us: int
+    start_us: int
+    finish_us: int
+    server: int
+    wait_us: int
+    service_us: int
+
+    @property
+    def latency_ms(self) -> float:
+        """How long the client waits for the answer."""
+        return (self.answer_us - self.arrival_us) / 1000
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (journal data)."""
+        return {
+            "outcome": self.outcome,
+            "arrival_us": self.arrival_us,
+            "answer_us": self.answer_us,
+            "start_us": self.start_us,
+            "finish_us": self.finish_us,
+            "server": self.server,
+            "wait_us": self.wait_us,
+            "service_us": self.service_us,
+        }
+
+
+@dataclass(frozen=True)
+class Second:
+    """The counters of one second (see the module docstring for which second counts what)."""
+
+    second: int
+    offered: int = 0
+    ok: int = 0
+    error: int = 0
+    shed: int = 0
+    skipped: int = 0
+    timeout: int = 0
+    wasted_us: int = 0
+    calls: int = 0
+    calls_ok: int = 0
+    retries: int = 0
+    waits: tuple[int, ...] = field(default=(0,) * len(WAIT_BOUNDS_MS))
+
+    @property
+    def wasted_ms(self) -> float:
+        """Server time spent on attempts nobody received."""
+        return self.wasted_us / 1000
+
+    @property
+    def wait_p50_ms(self) -> float | None:
+        """Median queue wait of the attempts served that arrived in this second."""
+        return wait_quantile_ms(self.waits, 0.5)
+
+    @property
+    def wait_p99_ms(self) -> float | None:
+        """99th percentile queue wait (bucket upper bound)."""
+        return wait_quantile_ms(self.waits, 0.99)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form, with the two wait quantiles."""
+        data = {name: getattr(self, name) for name in ("second", *SECOND_FIELDS)}
+        data["waits"] = list(self.waits)
+        data["wait_p50_ms"] = self.wait_p50_ms
+        data["wait_p99_ms"] = self.wait_p99_ms
+        return data
+
+
+def seconds_from_fields(fields: Mapping[Any, Any]) -> list[Second]:
+    """Per-second counters from the flat ``"<second>:<name>" -> count`` mapping both
+    implementations keep (Redis hash fields; bytes or str), sorted by second."""
+    table: dict[int, dict[str, Any]] = {}
+    for key, value in fields.items():
+        text = key.decode() if isinstance(key, bytes) else str(key)
+        sec, _, name = text.partition(":")
+        row = table.setdefault(int(sec), {"waits": [0] * len(WAIT_BOUNDS_MS)})
+        count = int(value)
+        if name.startswith("q"):
+            row["waits"][int(name[1:])] = count
+        else:
+            row[name] = count
+    out = []
+    for sec in sorted(table):
+        row = table[sec]
+        row["waits"] = tuple(row["waits"])
+        out.append(Second(second=sec, **row))
+    return out
+
+
+class SharedModel(Protocol):
+    """What :class:`SharedDependency` needs from a model (both implementations provide it).
+
+    ``now_us`` None means the model's own clock (the memory model's clock, Redis's ``TIME``);
+    ``timeout_us`` / ``deadline_us`` are *relative to the arrival* (None: none), so callers
+    whose clocks disagree still get consistent answers.
+    """
+
+    def decide(
+        self,
+        now_us: int | None = None,
+        *,
+        timeout_us: int | None = None,
+        deadline_us: int | None = None,
+        attempt: int = 1,
+    ) -> Decision: ...
+
+
+def _sec(t_us: int) -> int:
+    return t_us // 1_000_000
+
+
+class MemorySharedModel:
+    """The model in one process: a lock around the decision and the counters.
+
+    ``clock`` (virtual or system) stamps arrivals when ``decide`` gets no ``now_us``. The
+    :class:`~labs.engine.stores.shared_redis.RedisSharedModel` mirrors this code line for line
+    in Lua; a differential test compares every reply.
+    """
+
+    def __init__(self, config: SharedConfig | None = None, *, clock: Clock | None = None) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._config = config or SharedConfig()
+        self._free = [0] * MAX_SERVERS
+        self._held: dict[int, int] = {}
+        self._trigger: tuple[str, int, int, int, int] | None = None  # kind, from, until, pct, c'
+        self._last = 0
+        self._fields: Counter[str] = Counter()
+
+    # -- settings ----------------------------------------------------------------------------
+
+    @property
+    def config(self) -> SharedConfig:
+        """The configuration in force."""
+        return self._config
+
+    def configure(self, config: SharedConfig) -> None:
+        """Change servers, service time and queue limit; queued work keeps its schedule."""
+        with self._lock:
+            self._config = config
+
+    def _now(self, now_us: int | None) -> int:
+        if now_us is not None:
+            return int(now_us)
+        if self.clock is None:
+            raise ValueError("now_us is required for a model without a clock")
+        return int(self.clock.now() * 1e6 + 0.5)
+
+    def trigger(self, trigger: Trigger, now_us: int | None = None) -> dict[str, Any] | None:
+        """Fire ``trigger`` from now for its duration, replacing any trigger still running.
+
+        Returns the replaced trigger (``kind``, ``from_us``, ``until_us``) or None.
+        """
+        with self._lock:
+            t = max(self._now(now_us), self._last)
+            replaced = self._end_trigger(t)
+            until = t + trigger.duration_ms * 1000
+            servers = min(trigger.servers, self._config.servers)
+            self._trigger = (trigger.kind, t, until, trigger.factor_pct, servers)
+            if trigger.kind == "capacity":
+                for i in range(servers, self._config.servers):
+                    self._held[i] = self._free[i]
+                    self._free[i] = max(self._free[i], until)
+            return replaced
+
+    def clear_trigger(self, now_us: int | None = None) -> dict[str, Any] | None:
+        """End the running trigger now; returns it (as :meth:`trigger` does) or None."""
+        with self._lock:
+            return self._end_trigger(max(self._now(now_us), self._last))
+
+    def _end_trigger(self, t: int) -> dict[str, Any] | None:
+        running = self._trigger
+        self._trigger = None
+        if running is None:
+            self._held.clear()
+            return None
+        kind, start, until, _, _ = running
+        if kind == "capacity" and t < until:
+            for i, before in self._held.items():
+                if self._free[i] == until:  # took no work while held: free it again
+                    self._free[i] = max(before, t)
+        self._held.clear()
+        if t >= until:
+            return None
+        return {"kind": kind, "from_us": start, "until_us": until}
+
+    # -- the decision ------------------------------------------------------------------------
+
+    def decide(
+        self,
+        now_us: int | None = None,
+        *,
+        timeout_us: int | None = None,
+        deadline_us: int | None = None,
+        attempt: int = 1,
+    ) -> Decision:
+        """Decide one attempt and count it (atomic). See the module docstring for the rules."""
+        with self._lock:
+            cfg = self._config
+            t = max(self._now(now_us), self._last)
+            self._last = t
+            service = cfg.service_ms * 1000
+            down = False
+            trig = self._trigger
+            if trig is not None and trig[1] <= t < trig[2]:
+                if trig[0] == "down":
+                    down = True
+                elif trig[0] == "slow":
+                    service = service * trig[3] // 100
+            free = self._free
+            best = 0
+            for i in range(1, cfg.servers):
+                if free[i] < free[best]:
+                    best = i
+            start = max(t, free[best])
+            wait = start - t
+            counts = self._fields
+            sec = _sec(t)
+            counts[f"{sec}:offered"] += 1
+            counts[f"{sec}:calls" if attempt <= 1 else f"{sec}:retries"] += 1
+            if wait > cfg.max_queue_ms * 1000:
+                counts[f"{sec}:shed"] += 1
+                return Decision("shed", t, t, 0, 0, -1, wait, service)
+            if deadline_us is not None and start >= t + deadline_us:
+                counts[f"{sec}:skipped"] += 1
+                return Decision("skipped", t, t, 0, 0, -1, wait, service)
+            finish = start + service
+            free[best] = finish
+            counts[f"{sec}:q{wait_bucket(wait)}"] += 1
+            if timeout_us is not None and finish - t > timeout_us:
+                answer = t + timeout_us
+                counts[f"{_sec(answer)}:timeout"] += 1
+                counts[f"{_sec(finish)}:wasted_us"] += service
+                return Decision("timeout", t, answer, start, finish, best, wait, service)
+            if down:
+                counts[f"{_sec(finish)}:error"] += 1
+                return Decision("error", t, finish, start, finish, best, wait, service)
+            counts[f"{_sec(finish)}:ok"] += 1
+            counts[f"{_sec(finish)}:calls_ok"] += 1
+            return Decision("ok", t, finish, start, finish, best, wait, service)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def counters(self) -> list[Second]:
+        """Every second's counters so far, sorted by second."""
+        with self._lock:
+            snapshot = dict(self._fields)
+        return seconds_from_fields(snapshot)
+
+    def state(self) -> dict[str, Any]:
+        """Configuration, running trigger and the servers' free-at times (for tests, views)."""
+        with self._lock:
+            trig = self._trigger
+            return {
+                "config": self._config.to_dict(),
+                "trigger": None
+                if trig is None
+                else {
+                    "kind": trig[0],
+                    "from_us": trig[1],
+                    "until_us": trig[2],
+                    "factor_pct": trig[3],
+                    "servers": trig[4],
+                },
+                "free_us": self._free[: self._config.servers],
+                "last_us": self._last,
+            }
+
+    def reset(self) -> None:
+        """Idle servers, no trigger, no counters (the configuration stays)."""
+        with self._lock:
+            self._free = [0] * MAX_SERVERS
+            self._held.clear()
+            self._trigger = None
+            self._last = 0
+            self._fields.clear()
+
+
+class SharedDependency:
+    """The shared model behind the guarded client's dependency interface.
+
+    ``attempt(timeout_ms, attempt=n, deadline=at)`` asks the model once (one round trip on
+    Redis), sleeps on ``clock`` until the answer (or until the attempt timeout, whichever is
+    first: the model's reply already says which) and returns an
+    :class:`~labs.engine.dependency.AttemptResult`: ok; ``503`` (down, shed or skipped);
+    ``timeout``. ``AttemptResult.data`` carries the model's :class:`Decision` as a dict.
+
+    With ``propagate_deadline`` the client sends along the instant it stops waiting for this
+    attempt: the call's deadline, or the end of the attempt timeout if that is earlier. The
+    server then skips an attempt that could not start before it (no wasted work).
+    ``GuardedClient`` passes the attempt number and the call's deadline because this class
+    sets ``wants_call_context``.
+    """
+
+    wants_call_context = True
+
+    def __init__(
+        self, model: SharedModel, *, clock: Clock, propagate_deadline: bool = False
+    ) -> None:
+        self.model = model
+        self.clock = clock
+        self.propagate_deadline = propagate_deadline
+        self.last: Decision | None = None
+
+    def attempt(
+        self,
+        timeout_ms: float | None = None,
+        *,
+        attempt: int = 1,
+        deadline: float | None = None,
+    ) -> AttemptResult:
+        """One attempt (``deadline``: absolute, on ``clock``, or None)."""
+        now = self.clock.now()
+        timeout_us = None if timeout_ms is None else round(timeout_ms * 1000)
+        deadline_us = None
+        if self.propagate_deadline:
+            if deadline is not None:
+                deadline_us = max(0, round((deadline - now) * 1e6))
+            if timeout_us is not None and (deadline_us is None or timeout_us < deadline_us):
+                deadline_us = timeout_us
+        decision = self.model.decide(
+            None if _owns_time(self.model) else int(now * 1e6 + 0.5),
+            timeout_us=timeout_us,
+            deadline_us=deadline_us,
+            attempt=attempt,
+        )
+        self.last = decision
+        took_us = decision.answer_us - decision.arrival_us
+        if took_us > 0:
+            self.clock.sleep(took_us / 1e6)
+        took = took_us / 1000
+        data = decision.to_dict()
+        if decision.outcome == "ok":
+            return AttemptResult(True, None, took, data=data)
+        if decision.outcome == "timeout":
+            return AttemptResult(False, "timeout", took, data=data)
+        return AttemptResult(False, "503", took, data=data)
+
+
+def _owns_time(model: Any) -> bool:
+    """Whether the model stamps arrivals itself (Redis ``TIME``) rather than taking ours."""
+    return bool(getattr(model, "server_time", False))

@@ -1,0 +1,86 @@
+-- One attempt at the shared dependency: the decision and its counters, one atomic round trip.
+-- Mirrors labs/engine/shared.py MemorySharedModel.decide rule for rule.
+-- KEYS[1] model hash {servers, service_us, max_queue_us, last, trig*, f<i> free-at times}
+-- KEYS[2] counters hash "<second>:<name>" -> count
+-- ARGV[1] arrival us ('' = Redis TIME), ARGV[2] timeout us (-1 none),
+-- ARGV[3] deadline us after arrival (-1 none), ARGV[4] attempt number, ARGV[5] counters TTL ms
+-- Reply {outcome, arrival, answer, start, finish, server (0-based, -1), wait, service}
+local m, k = KEYS[1], KEYS[2]
+local cfg = redis.call('HMGET', m, 'servers', 'service_us', 'max_queue_us', 'last',
+  'trig', 'trig_from', 'trig_until', 'trig_pct')
+local servers = tonumber(cfg[1])
+if not servers then return redis.error_reply('shared dependency not configured') end
+local t
+if ARGV[1] == '' then
+  local now = redis.call('TIME')
+  t = tonumber(now[1]) * 1000000 + tonumber(now[2])
+else
+  t = tonumber(ARGV[1])
+end
+local last = tonumber(cfg[4]) or 0
+if t < last then t = last end
+local function fmt(x) return string.format('%.0f', x) end
+redis.call('HSET', m, 'last', fmt(t))
+local service = tonumber(cfg[2])
+local down = false
+if cfg[5] and cfg[5] ~= '' and tonumber(cfg[6]) <= t and t < tonumber(cfg[7]) then
+  if cfg[5] == 'down' then
+    down = true
+  elseif cfg[5] == 'slow' then
+    service = math.floor(service * tonumber(cfg[8]) / 100)
+  end
+end
+local names = {}
+for i = 0, servers - 1 do names[i + 1] = 'f' .. i end
+local free = redis.call('HMGET', m, unpack(names))
+local best, best_free = 0, tonumber(free[1]) or 0
+for i = 1, servers - 1 do
+  local f = tonumber(free[i + 1]) or 0
+  if f < best_free then best, best_free = i, f end
+end
+local start = t
+if best_free > t then start = best_free end
+local wait = start - t
+local function sec(x) return fmt((x - x % 1000000) / 1000000) end
+local s = sec(t)
+redis.call('HINCRBY', k, s .. ':offered', 1)
+if tonumber(ARGV[4]) <= 1 then
+  redis.call('HINCRBY', k, s .. ':calls', 1)
+else
+  redis.call('HINCRBY', k, s .. ':retries', 1)
+end
+redis.call('PEXPIRE', k, ARGV[5])
+if wait > tonumber(cfg[3]) then
+  redis.call('HINCRBY', k, s .. ':shed', 1)
+  return {'shed', t, t, 0, 0, -1, wait, service}
+end
+local deadline = tonumber(ARGV[3])
+if deadline >= 0 and start >= t + deadline then
+  redis.call('HINCRBY', k, s .. ':skipped', 1)
+  return {'skipped', t, t, 0, 0, -1, wait, service}
+end
+local finish = start + service
+redis.call('HSET', m, 'f' .. best, fmt(finish))
+-- queue-wait histogram: bounds in ms, as WAIT_BOUNDS_MS
+local bounds = {0, 1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100, 150, 200, 300, 500, 700,
+  1000, 1500, 2000, 3000, 5000, 7000, 10000}
+local bucket = #bounds - 1
+for i = 1, #bounds do
+  if wait <= bounds[i] * 1000 then bucket = i - 1; break end
+end
+redis.call('HINCRBY', k, s .. ':q' .. bucket, 1)
+local timeout = tonumber(ARGV[2])
+if timeout >= 0 and finish - t > timeout then
+  local answer = t + timeout
+  redis.call('HINCRBY', k, sec(answer) .. ':timeout', 1)
+  redis.call('HINCRBY', k, sec(finish) .. ':wasted_us', fmt(service))
+  return {'timeout', t, answer, start, finish, best, wait, service}
+end
+local fs = sec(finish)
+if down then
+  redis.call('HINCRBY', k, fs .. ':error', 1)
+  return {'error', t, finish, start, finish, best, wait, service}
+end
+redis.call('HINCRBY', k, fs .. ':ok', 1)
+redis.call('HINCRBY', k, fs .. ':calls_ok', 1)
+return {'ok', t, finish, start, finish, best, wait, service}

@@ -1,0 +1,220 @@
+"""The shared dependency's model in Redis: every worker process of a class calls one model.
+
+Layout for a model id ``ID`` (both keys under the hash tag ``{shared:ID}``, so they live on
+one slot and the scripts run on Redis Cluster; every key a script touches is in ``KEYS``):
+
+=============================  ======  ==================================================
+key                            type    holds
+=============================  ======  ==================================================
+``{shared:ID}:model``          hash    ``servers``, ``service_us``, ``max_queue_us``;
+                                       ``last`` (latest arrival, us); ``f0`` .. ``f63``
+                                       (each server's free-at time, us); the trigger:
+                                       ``trig``, ``trig_from``, ``trig_until``,
+                                       ``trig_pct``, ``trig_servers``, ``held``
+``{shared:ID}:counters``       hash    ``<second>:<name>`` -> count (names: ``offered``,
+                                       ``ok``, ``error``, ``shed``, ``skipped``,
+                                       ``timeout``, ``wasted_us``, ``calls``,
+                                       ``calls_ok``, ``retries``, ``q<bucket>``); expires
+                                       ``counters_ttl_ms`` after the last attempt
+=============================  ======  ==================================================
+
+Every attempt is exactly one ``EVALSHA`` of ``lua/shared_attempt.lua``: the decision, the
+server's new free-at time and all the counters in one atomic step. Firing or clearing a
+trigger is one ``EVALSHA`` of ``lua/shared_control.lua``. With ``server_time`` (the default)
+arrivals are stamped with Redis's ``TIME`` inside the script, so arrival order is the order
+in which Redis runs the scripts, whatever the callers' clocks say; with ``server_time=False``
+the caller's ``now_us`` is used (a virtual clock drives it deterministically, as the
+differential test does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from labs.engine.shared import (
+    MAX_SERVERS,
+    Decision,
+    Second,
+    SharedConfig,
+    Trigger,
+    seconds_from_fields,
+)
+from labs.engine.stores.redis_store import _Script, _text
+
+__all__ = ["RedisSharedModel"]
+
+#: The counters of a model nobody calls any more disappear after an hour.
+DEFAULT_COUNTERS_TTL_MS = 3_600_000
+
+
+class RedisSharedModel:
+    """The shared model of ``model_id`` in Redis; same semantics as
+    :class:`~labs.engine.shared.MemorySharedModel`, reply for reply.
+
+    Safe to share between threads and to use from many processes at once. ``configure``
+    must have run once (by any process) before the first attempt; an attempt on an
+    unconfigured model raises ``redis.ResponseError``.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        model_id: str,
+        *,
+        server_time: bool = True,
+        counters_ttl_ms: int = DEFAULT_COUNTERS_TTL_MS,
+    ) -> None:
+        model_id = str(model_id)
+        if not model_id or any(c in model_id for c in "{} "):
+            raise ValueError(f"model_id must be non-empty, without braces or spaces ({model_id!r})")
+        self.client = client
+        self.model_id = model_id
+        self.server_time = server_time
+        self.counters_ttl_ms = int(counters_ttl_ms)
+        tag = f"{{shared:{model_id}}}"
+        self.k_model = f"{tag}:model"
+        self.k_counters = f"{tag}:counters"
+        self._keys = (self.k_model.encode(), self.k_counters.encode())
+        self._attempt = _Script(client, "shared_attempt")
+        self._control = _Script(client, "shared_control")
+
+    def all_keys(self) -> list[str]:
+        """Every key this model writes."""
+        return [self.k_model, self.k_counters]
+
+    # -- settings ----------------------------------------------------------------------------
+
+    def configure(self, config: SharedConfig) -> None:
+        """Write servers, service time and queue limit (one ``HSET``); queued work keeps its
+        schedule, the trigger keeps running."""
+        self.client.hset(
+            self.k_model,
+            mapping={
+                "servers": config.servers,
+                "service_us": config.service_ms * 1000,
+                "max_queue_us": config.max_queue_ms * 1000,
+            },
+        )
+
+    @property
+    def config(self) -> SharedConfig:
+        """The configuration stored in Redis (one ``HMGET``). Raises LookupError if none."""
+        servers, service, queue = self.client.hmget(
+            self.k_model, "servers", "service_us", "max_queue_us"
+        )
+        if servers is None:
+            raise LookupError(f"shared dependency {self.model_id!r} is not configured")
+        return SharedConfig(int(servers), int(service) // 1000, int(queue) // 1000)
+
+    def _now_arg(self, now_us: int | None) -> str:
+        if self.server_time or now_us is None:
+            return ""
+        return str(int(now_us))
+
+    def trigger(self, trigger: Trigger, now_us: int | None = None) -> dict[str, Any] | None:
+        """Fire ``trigger`` now, replacing any trigger still running (one round trip).
+
+        Returns the replaced trigger (``kind``, ``from_us``, ``until_us``) or None.
+        """
+        reply = self._control(
+            self._keys[:1],
+            (
+                "trigger",
+                self._now_arg(now_us),
+                trigger.kind,
+                trigger.duration_ms * 1000,
+                trigger.factor_pct,
+                trigger.servers,
+            ),
+        )
+        return _replaced(reply)
+
+    def clear_trigger(self, now_us: int | None = None) -> dict[str, Any] | None:
+        """End the running trigger now (one round trip); returns it, or None."""
+        reply = self._control(self._keys[:1], ("clear", self._now_arg(now_us), "", 0, 0, 0))
+        return _replaced(reply)
+
+    # -- the decision ------------------------------------------------------------------------
+
+    def decide(
+        self,
+        now_us: int | None = None,
+        *,
+        timeout_us: int | None = None,
+        deadline_us: int | None = None,
+        attempt: int = 1,
+    ) -> Decision:
+        """Decide one attempt and count it: exactly one ``EVALSHA``."""
+        reply = self._attempt(
+            self._keys,
+            (
+                self._now_arg(now_us),
+                -1 if timeout_us is None else int(timeout_us),
+                -1 if deadline_us is None else int(deadline_us),
+                int(attempt),
+                self.counters_ttl_ms,
+            ),
+        )
+        outcome, *numbers = reply
+        return Decision(_text(outcome), *(int(n) for n in numbers))
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def counters(self) -> list[Second]:
+        """Every second's counters still stored, sorted by second (one ``HGETALL``)."""
+        return seconds_from_fields(self.client.hgetall(self.k_counters))
+
+    def state(self) -> dict[str, Any]:
+        """Configuration, running trigger and the servers' free-at times (one ``HGETALL``);
+        the same shape as :meth:`MemorySharedModel.state`."""
+        raw = {_text(k): _text(v) for k, v in self.client.hgetall(self.k_model).items()}
+        servers = int(raw.get("servers", 0))
+        trigger = None
+        if raw.get("trig"):
+            trigger = {
+                "kind": raw["trig"],
+                "from_us": int(raw["trig_from"]),
+                "until_us": int(raw["trig_until"]),
+                "factor_pct": int(raw["trig_pct"]),
+                "servers": int(raw["trig_servers"]),
+            }
+        return {
+            "config": None if not servers else self.config.to_dict(),
+            "trigger": trigger,
+            "free_us": [int(raw.get(f"f{i}", 0)) for i in range(min(servers, MAX_SERVERS))],
+            "last_us": int(raw.get("last", 0)),
+        }
+
+    def reset(self) -> None:
+        """Idle servers, no trigger, no counters; the configuration stays (one MULTI/EXEC)."""
+        config = None
+        with contextlib.suppress(LookupError):
+            config = self.config
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(self.k_model, self.k_counters)
+        if config is not None:
+            pipe.hset(
+                self.k_model,
+                mapping={
+                    "servers": config.servers,
+                    "service_us": config.service_ms * 1000,
+                    "max_queue_us": config.max_queue_ms * 1000,
+                },
+            )
+        pipe.execute()
+
+    def clear(self) -> None:
+        """Delete the model's keys (configuration included)."""
+        self.client.delete(self.k_model, self.k_counters)
+
+    def __repr__(self) -> str:
+        return f"RedisSharedModel(model_id={self.model_id!r})"
+
+
+def _replaced(reply: Any) -> dict[str, Any] | None:
+    kind, start, until = reply
+    kind = _text(kind)
+    if not kind:
+        return None
+    return {"kind": kind, "from_us": int(start), "until_us": int(until)}

@@ -1,0 +1,416 @@
+"""The shared dependency: the model's rules, both implementations reply for reply, the guarded
+client on it, validation, one round trip per attempt, and exactness across processes."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from labs.engine import (
+    Breaker,
+    EventList,
+    GuardedClient,
+    MemorySharedModel,
+    MemoryStore,
+    RedisSharedModel,
+    SharedConfig,
+    SharedDependency,
+    Trigger,
+    ValidationError,
+    VirtualClock,
+    parse_policy,
+    parse_shared,
+    parse_trigger,
+    validate_shared,
+    validate_trigger,
+)
+from labs.engine.config import LIMITS
+from labs.engine.shared import WAIT_BOUNDS_MS, wait_bucket, wait_quantile_ms
+
+from .helpers import REDIS_URL, ROOT
+
+MS = 1000  # microseconds
+
+
+def both(config, redis_client=None):
+    """The memory model, and the Redis one on caller time when a client is given."""
+    models = [MemorySharedModel(config)]
+    if redis_client is not None:
+        model = RedisSharedModel(redis_client, uuid.uuid4().hex[:10], server_time=False)
+        model.configure(config)
+        models.append(model)
+    return models
+
+
+@pytest.fixture(params=["memory", "redis"])
+def model(request):
+    config = SharedConfig(servers=2, service_ms=100, max_queue_ms=150)
+    if request.param == "memory":
+        yield MemorySharedModel(config)
+        return
+    client = request.getfixturevalue("redis_client")
+    m = RedisSharedModel(client, uuid.uuid4().hex[:10], server_time=False)
+    m.configure(config)
+    yield m
+    m.clear()
+
+
+# -- the rules, on both implementations --------------------------------------------------------
+
+
+def test_fifo_queue_on_the_earliest_free_server_then_shed_beyond_max_queue(model):
+    a, b, c, d, e = (model.decide(t * MS) for t in (0, 0, 10, 20, 30))
+    assert (a.outcome, a.server, a.start_us, a.answer_us) == ("ok", 0, 0, 100 * MS)
+    assert (b.outcome, b.server, b.start_us) == ("ok", 1, 0)
+    assert (c.server, c.start_us, c.wait_us, c.answer_us) == (0, 100 * MS, 90 * MS, 200 * MS)
+    assert (d.server, d.start_us, d.wait_us) == (1, 100 * MS, 80 * MS)
+    # next free at 200 ms: a 170 ms wait is over the 150 ms limit -> 503 at once, no server
+    assert (e.outcome, e.server, e.answer_us, e.wait_us) == ("shed", -1, 30 * MS, 170 * MS)
+    assert model.state()["free_us"] == [200 * MS, 200 * MS]
+
+
+def test_a_wait_of_exactly_max_queue_is_served(model):
+    model.decide(0)
+    model.decide(0)
+    assert model.decide(0).outcome == "ok"  # waits 100 ms <= 150
+    model.decide(0)
+    edge = model.decide(50 * MS)  # next free at 200 ms: waits exactly 150 ms
+    assert (edge.outcome, edge.wait_us) == ("ok", 150 * MS)
+
+
+def test_a_client_timeout_does_not_free_the_server_and_the_work_is_wasted(model):
+    model.decide(0)
+    model.decide(0)
+    late = model.decide(10 * MS, timeout_us=50 * MS)
+    assert (late.outcome, late.answer_us, late.finish_us) == ("timeout", 60 * MS, 200 * MS)
+    nxt = model.decide(20 * MS)
+    assert nxt.start_us == 100 * MS and nxt.server == 1  # server 0 still does the dead work
+    assert model.decide(60 * MS).start_us == 200 * MS
+    (second,) = model.counters()
+    assert (second.timeout, second.wasted_us, second.ok) == (1, 100 * MS, 4)
+    # answered at exactly the timeout: received (a timeout is strictly longer)
+    assert model.decide(1000 * MS, timeout_us=100 * MS).outcome == "ok"
+
+
+def test_a_deadline_sent_along_skips_an_attempt_that_could_not_start_before_it(model):
+    model.decide(0)
+    model.decide(0)
+    skipped = model.decide(0, deadline_us=100 * MS)  # would start at 100 ms: at the deadline
+    assert (skipped.outcome, skipped.answer_us, skipped.server) == ("skipped", 0, -1)
+    kept = model.decide(0, deadline_us=100 * MS + 1)
+    assert (kept.outcome, kept.start_us) == ("ok", 100 * MS)
+    (second,) = model.counters()
+    assert (second.skipped, second.wasted_us, second.offered) == (1, 0, 4)
+
+
+def test_down_answers_503_after_the_service_time_then_heals(model):
+    model.trigger(Trigger("down", 500), now_us=0)
+    failed = model.decide(10 * MS)
+    assert (failed.outcome, failed.answer_us) == ("error", 110 * MS)
+    assert model.decide(500 * MS).outcome == "ok"  # the trigger ended at 500 ms
+
+
+def test_slow_multiplies_the_service_time_for_arrivals_during_it(model):
+    model.trigger(Trigger("slow", 1000, factor=2.5), now_us=0)
+    assert model.decide(0).service_us == 250 * MS
+    assert model.decide(1000 * MS).service_us == 100 * MS
+
+
+def test_capacity_drop_holds_servers_until_the_end_and_queued_work_moves_onto_them(model):
+    model.trigger(Trigger("capacity", 300, servers=1), now_us=0)
+    first = model.decide(0)
+    second = model.decide(0)  # server 1 is held until 300 ms
+    assert (first.server, second.server, second.start_us) == (0, 0, 100 * MS)
+    third = model.decide(0)  # waits 150 ms
+    assert third.outcome == "shed" or third.start_us >= 200 * MS
+    model.trigger(Trigger("capacity", 300, servers=1), now_us=400 * MS)
+    after = [model.decide(400 * MS) for _ in range(2)]
+    assert [d.start_us for d in after] == [400 * MS, 500 * MS]
+
+
+def test_a_trigger_replaces_the_running_one_and_an_early_end_frees_held_servers(model):
+    assert model.trigger(Trigger("capacity", 10_000, servers=0), now_us=0) is None
+    held = model.decide(0)
+    assert held.outcome == "shed"  # every server held for 10 s
+    replaced = model.trigger(Trigger("slow", 1000, factor=2), now_us=1000 * MS)
+    assert replaced == {"kind": "capacity", "from_us": 0, "until_us": 10_000 * MS}
+    back = model.decide(1000 * MS)
+    assert (back.outcome, back.start_us, back.service_us) == ("ok", 1000 * MS, 200 * MS)
+    assert model.clear_trigger(1100 * MS) == {
+        "kind": "slow",
+        "from_us": 1000 * MS,
+        "until_us": 2000 * MS,
+    }
+    assert model.clear_trigger(1200 * MS) is None
+
+
+def test_time_never_runs_backwards(model):
+    model.decide(500 * MS)
+    early = model.decide(100 * MS)
+    assert early.arrival_us == 500 * MS
+
+
+def test_counters_per_second_count_each_event_at_its_second(model):
+    model.decide(900 * MS)  # ok at 1.0 s
+    model.decide(950 * MS, attempt=2)  # retry, ok at 1.05 s
+    model.decide(960 * MS, attempt=1, timeout_us=10 * MS)  # waits: times out at 0.97 s
+    rows = {s.second: s for s in model.counters()}
+    assert (rows[0].offered, rows[0].calls, rows[0].retries, rows[0].timeout) == (3, 2, 1, 1)
+    assert (rows[1].ok, rows[1].calls_ok, rows[1].wasted_us) == (2, 2, 100 * MS)
+    assert rows[0].waits[wait_bucket(0)] == 2 and sum(rows[0].waits) == 3
+
+
+def test_wait_quantiles_read_the_histogram():
+    hist = [0] * len(WAIT_BOUNDS_MS)
+    hist[wait_bucket(0)] = 50
+    hist[wait_bucket(400 * MS)] = 49
+    hist[wait_bucket(1900 * MS)] = 1
+    assert wait_quantile_ms(hist, 0.5) == 0
+    assert wait_quantile_ms(hist, 0.99) == 500
+    assert wait_quantile_ms(hist, 1.0) == 2000
+    assert wait_quantile_ms([0] * len(WAIT_BOUNDS_MS), 0.5) is None
+
+
+# -- the two implementations agree, reply for reply --------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_memory_and_redis_give_the_same_reply_to_every_seeded_attempt(redis_client, seed):
+    rng = random.Random(seed)
+    config = SharedConfig(
+        servers=rng.randint(1, 6),
+        service_ms=rng.choice([3, 20, 45]),
+        max_queue_ms=rng.choice([0, 60, 400]),
+    )
+    memory, redis_model = both(config, redis_client)
+    t = 0
+    for step in range(600):
+        t += rng.choice([0, 0, 1, 500, 4_000, 15_000, 120_000])
+        if rng.random() < 0.03:
+            kind = rng.choice(["down", "slow", "capacity"])
+            trig = Trigger(
+                kind,
+                rng.choice([100, 400, 2000]),
+                factor=rng.choice([1, 1.5, 3.33]),
+                servers=rng.randint(0, config.servers),
+            )
+            assert memory.trigger(trig, t) == redis_model.trigger(trig, t), step
+            continue
+        if rng.random() < 0.01:
+            assert memory.clear_trigger(t) == redis_model.clear_trigger(t), step
+            continue
+        kwargs = {
+            "timeout_us": rng.choice([None, None, 5_000, 50_000, 300_000]),
+            "deadline_us": rng.choice([None, None, 0, 10_000, 200_000]),
+            "attempt": rng.choice([1, 1, 2, 3]),
+        }
+        assert memory.decide(t, **kwargs) == redis_model.decide(t, **kwargs), step
+    assert memory.state() == redis_model.state()
+    assert memory.counters() == redis_model.counters()
+    redis_model.clear()
+
+
+# -- the guarded client on the shared dependency ------------------------------------------------
+
+
+def _client(model, clock, policy, *, propagate=False, seed=1):
+    store = MemoryStore()
+    rng = random.Random(seed)
+    events = EventList()
+    policy = parse_policy(policy)
+    breaker = Breaker(policy.breaker, store=store, clock=clock, rng=rng)
+    dependency = SharedDependency(model, clock=clock, propagate_deadline=propagate)
+    client = GuardedClient(
+        policy,
+        breaker=breaker,
+        dependency=dependency,
+        clock=clock,
+        rng=rng,
+        sink=events,
+        store=store,
+    )
+    return client, events
+
+
+def test_a_guarded_call_sleeps_until_the_answer_and_a_client_timeout_is_a_timeout_outcome():
+    clock = VirtualClock()
+    model = MemorySharedModel(
+        SharedConfig(servers=1, service_ms=100, max_queue_ms=1000), clock=clock
+    )
+    model.decide()  # the server is busy until 100 ms
+    client, events = _client(
+        model, clock, {"max_attempts": 2, "backoff_base_ms": 0, "attempt_timeout_ms": 150}
+    )
+    result = client.call(1)
+    attempts = [e for e in events if e.kind == "attempt"]
+    assert [a.error for a in attempts] == ["timeout", None]
+    assert attempts[0].latency_ms == 150 and attempts[0].data["outcome"] == "timeout"
+    # attempt 1 would finish at 200 ms: the client gives up at 150; the retry waits for the
+    # server until 200 ms (the dead work), then is served in 100 ms: 150 ms, within the timeout
+    assert (result.outcome, result.end_ms) == ("success", 300)
+    (second,) = model.counters()
+    assert (second.timeout, second.calls, second.retries, second.calls_ok) == (1, 2, 1, 2)
+    assert second.wasted_us == 100 * MS
+
+
+def test_the_policy_deadline_is_sent_along_only_when_propagating():
+    for propagate, expected in ((False, "timeout"), (True, "skipped")):
+        clock = VirtualClock()
+        model = MemorySharedModel(
+            SharedConfig(servers=1, service_ms=100, max_queue_ms=1000), clock=clock
+        )
+        model.decide()
+        model.decide()
+        client, events = _client(
+            model, clock, {"max_attempts": 1, "deadline_ms": 150}, propagate=propagate
+        )
+        client.call(1)
+        (attempt,) = [e for e in events if e.kind == "attempt"]
+        assert attempt.data["outcome"] == ("ok" if not propagate else expected)
+        (second,) = model.counters()
+        assert second.wasted_us == 0
+
+
+def test_propagating_the_attempt_timeout_spares_the_server_the_dead_work():
+    clock = VirtualClock()
+    model = MemorySharedModel(
+        SharedConfig(servers=1, service_ms=100, max_queue_ms=1000), clock=clock
+    )
+    model.decide()
+    model.decide()
+    client, events = _client(
+        model, clock, {"max_attempts": 1, "attempt_timeout_ms": 150}, propagate=True
+    )
+    client.call(1)
+    (attempt,) = [e for e in events if e.kind == "attempt"]
+    assert (attempt.error, attempt.data["outcome"], attempt.latency_ms) == ("503", "skipped", 0)
+    assert model.state()["free_us"] == [200 * MS]
+
+
+# -- validation -----------------------------------------------------------------------------------
+
+
+def test_out_of_range_settings_are_refused_naming_the_field_and_range():
+    problems = [
+        str(p) for p in validate_shared({"servers": 65, "service_ms": 0, "max_queue_ms": -1})
+    ]
+    assert problems == [
+        "shared.servers: must be between 1 and 64 servers (got 65)",
+        "shared.service_ms: must be between 1 and 2000 ms (got 0)",
+        "shared.max_queue_ms: must be between 0 and 10000 ms (got -1)",
+    ]
+    with pytest.raises(ValidationError, match=r"shared\.servers"):
+        parse_shared({"servers": "8"})
+    assert parse_shared({}) == SharedConfig()
+    assert SharedConfig().to_dict() == {
+        k.split(".")[1]: LIMITS[k].default
+        for k in ("shared.servers", "shared.service_ms", "shared.max_queue_ms")
+    }
+
+
+def test_triggers_are_validated_with_the_model_s_server_count():
+    assert [str(p) for p in validate_trigger({"kind": "capacity", "servers": 8}, servers=8)] == [
+        "trigger.servers: must be between 0 and 7 servers (fewer than the 8 the shared "
+        "dependency has; got 8)"
+    ]
+    assert [str(p) for p in validate_trigger({"kind": "melt", "factor": 50})] == [
+        "trigger.kind: must be one of down, slow, capacity (got 'melt')",
+        "trigger.factor: must be between 1 and 20 (got 50)",
+    ]
+    assert str(validate_trigger({})[0]).startswith("trigger.kind: is required")
+    assert parse_trigger({"kind": "slow", "factor": 2}) == Trigger("slow", 8000, 2, 0)
+
+
+# -- Redis: one round trip, and exact across processes -------------------------------------------
+
+
+def test_every_attempt_is_one_round_trip_and_keys_share_one_hash_tag(redis_client):
+    redis = pytest.importorskip("redis")
+
+    class CountingRedis(redis.Redis):
+        def execute_command(self, *args, **options):
+            self.commands.append(str(args[0]))
+            return super().execute_command(*args, **options)
+
+    client = CountingRedis.from_url(REDIS_URL)
+    client.commands = []
+    model = RedisSharedModel(client, uuid.uuid4().hex[:10])
+    model.configure(SharedConfig())
+    model.trigger(Trigger("slow", 1000))
+    client.commands = []
+    for attempt in (1, 2, 3):
+        model.decide(timeout_us=1000, deadline_us=5000, attempt=attempt)
+    assert client.commands == ["EVALSHA"] * 3
+    slots = {redis.cluster.key_slot(k.encode()) for k in model.all_keys()}
+    assert len(slots) == 1 and all(
+        k.startswith(f"{{shared:{model.model_id}}}") for k in model.all_keys()
+    )
+    model.clear()
+    client.close()
+
+
+def test_an_unconfigured_model_refuses_attempts(redis_client):
+    redis = pytest.importorskip("redis")
+    model = RedisSharedModel(redis_client, uuid.uuid4().hex[:10])
+    with pytest.raises(redis.ResponseError, match="not configured"):
+        model.decide()
+    with pytest.raises(ValueError, match="model_id"):
+        RedisSharedModel(redis_client, "a{b}")
+
+
+def test_two_processes_of_callers_never_overlap_on_a_server_and_keep_fifo(redis_client):
+    model = RedisSharedModel(redis_client, uuid.uuid4().hex[:10])
+    model.configure(SharedConfig(servers=3, service_ms=4, max_queue_ms=60))
+    worker = ROOT / "tests" / "engine" / "shared_worker.py"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(worker), REDIS_URL, model.model_id, "12", "25", str(i)],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for i in range(2)
+    ]
+    for p in procs:
+        assert p.stdout.readline().strip() == "ready"
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    decisions = []
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        decisions += json.loads(out)
+    assert len(decisions) == 2 * 12 * 25
+    served = [d for d in decisions if d["server"] >= 0]
+    assert len(served) > 100 and any(d["wait_us"] > 0 for d in served)  # there was a queue
+    by_server: dict[int, list] = {}
+    for d in served:
+        by_server.setdefault(d["server"], []).append((d["start_us"], d["finish_us"]))
+    for intervals in by_server.values():
+        intervals.sort()
+        for (_, end), (start, _) in itertools.pairwise(intervals):
+            assert start >= end  # no two attempts on one server at overlapping times
+    ordered = sorted(served, key=lambda d: (d["arrival_us"], d["start_us"]))
+    starts = [d["start_us"] for d in ordered]
+    assert starts == sorted(starts)  # FIFO: a later arrival never starts earlier
+    totals = {name: 0 for name in ("offered", "ok", "shed", "timeout")}
+    for second in model.counters():
+        for name in totals:
+            totals[name] += getattr(second, name)
+    outcomes = [d["outcome"] for d in decisions]
+    assert totals == {
+        "offered": len(decisions),
+        "ok": outcomes.count("ok"),
+        "shed": outcomes.count("shed"),
+        "timeout": outcomes.count("timeout"),
+    }
+    model.clear()
