@@ -12,7 +12,7 @@ import secrets
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, Permission
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
@@ -114,13 +114,42 @@ def classroom_regenerate_join_code(*, classroom: Classroom) -> str:
     return code
 
 
+#: The model permissions an instructor needs in the admin (the group's migration grants the
+#: same set; the admin scopes every row to the instructor's own classes).
+INSTRUCTOR_PERMISSIONS = [
+    f"{action}_{model}"
+    for model, actions in (
+        ("classroom", ("view", "change", "add")),
+        ("membership", ("view", "change", "add", "delete")),
+        ("scenario", ("view",)),
+        ("labsession", ("view", "change")),
+        ("burst", ("view",)),
+        ("journalevent", ("view",)),
+    )
+    for action in actions
+]
+
+
+def instructors_group() -> Group:
+    """The Instructors group, with its permissions: recreated whole if someone deleted it
+    (or a test database was flushed), so an instructor never lands in an admin that refuses
+    every page."""
+    group, _ = Group.objects.get_or_create(name=INSTRUCTORS_GROUP)
+    if not group.permissions.exists():
+        group.permissions.add(
+            *Permission.objects.filter(
+                content_type__app_label="labs", codename__in=INSTRUCTOR_PERMISSIONS
+            )
+        )
+    return group
+
+
 def instructor_enrol(*, user, classroom: Classroom) -> Membership:
     """Make ``user`` an instructor of ``classroom``: staff, in the Instructors group."""
     if not user.is_staff:
         user.is_staff = True
         user.save(update_fields=["is_staff"])
-    group, _ = Group.objects.get_or_create(name=INSTRUCTORS_GROUP)
-    user.groups.add(group)
+    user.groups.add(instructors_group())
     membership, _ = Membership.objects.update_or_create(
         user=user, classroom=classroom, defaults={"role": Membership.Role.INSTRUCTOR}
     )

@@ -55,8 +55,22 @@ def entry(session, n: int) -> journal.Entry:
     )
 
 
+#: Writer processes this test process already had (the process-wide writer another test
+#: started): not the pipe under test.
+_ELSEWHERE: set[int] = set()
+
+
+@pytest.fixture(autouse=True)
+def _ignore_writers_started_elsewhere():
+    _ELSEWHERE.clear()
+    _ELSEWHERE.update(writer_children())
+    yield
+    _ELSEWHERE.clear()
+
+
 def writer_children() -> set[int]:
-    """Live journal writer processes started by this (the test's) process."""
+    """Live journal writer processes started by this (the test's) process for the pipe under
+    test."""
     pids = set()
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -72,7 +86,7 @@ def writer_children() -> set[int]:
             and b"labs.live.writer_process" in cmdline
         ):
             pids.add(int(proc.name))
-    return pids
+    return pids - _ELSEWHERE
 
 
 def journaled(sessions) -> int:

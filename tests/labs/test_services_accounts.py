@@ -213,3 +213,32 @@ def test_student_join_class_refuses_instructors(instructor, other_classroom, cla
         student_join_class(user=instructor, join_code="CLASSA01")
     assert Membership.objects.get(user=instructor, classroom=classroom).role == "instructor"
     assert not Membership.objects.filter(user=instructor, classroom=other_classroom).exists()
+
+
+def test_enrolling_an_instructor_recreates_a_deleted_instructors_group_with_its_permissions(
+    classroom,
+):
+    from django.contrib.auth.models import Group
+
+    from labs.services.accounts import INSTRUCTOR_PERMISSIONS, instructor_enrol
+    from tests.conftest import make_user
+
+    Group.objects.filter(name="Instructors").delete()
+    teacher = make_user("newteacher")
+    instructor_enrol(user=teacher, classroom=classroom)
+    teacher = type(teacher).objects.get(pk=teacher.pk)
+    assert teacher.has_perm("labs.change_classroom")
+    granted = set(
+        Group.objects.get(name="Instructors").permissions.values_list("codename", flat=True)
+    )
+    assert granted == set(INSTRUCTOR_PERMISSIONS)
+
+
+def test_the_service_grants_what_the_groups_migration_grants():
+    import importlib
+
+    from labs.services.accounts import INSTRUCTOR_PERMISSIONS
+
+    migration = importlib.import_module("labs.migrations.0002_instructors_group")
+    frozen = {f"{a}_{m}" for m, actions in migration.PERMISSIONS for a in actions}
+    assert frozen == set(INSTRUCTOR_PERMISSIONS)
