@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import contextlib
 import http.cookiejar
-import io
 import os
 import re
 import shutil
 import signal
 import socket
 import subprocess
-import tarfile
 import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.fresh_copy import copy_repository, processes_under
 
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 360
@@ -34,38 +34,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def copy_repository(target: Path) -> None:
-    """The committed tree (HEAD), exactly what a fresh clone has: neither the work in progress
-    of a shared working tree nor ignored files (``.venv``, ``db/``) come along."""
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", "HEAD"], cwd=ROOT, capture_output=True, check=True
-    ).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(target, filter="data")
-
-
-def processes_under(marker: str) -> list[tuple[int, str]]:
-    """Live processes whose command line or working directory mentions ``marker``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            cwd = os.readlink(entry / "cwd")
-            state = next(
-                line for line in (entry / "status").read_text().splitlines()
-                if line.startswith("State:")
-            )  # fmt: skip
-        except (OSError, StopIteration):
-            continue
-        if "Z" in state.split()[1]:
-            continue  # a zombie is already dead
-        if marker in cmdline or cwd.startswith(marker):
-            found.append((int(entry.name), cmdline.strip()))
-    return found
 
 
 def clean_environment(copy: Path, port: int) -> dict[str, str]:

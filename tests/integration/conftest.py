@@ -134,6 +134,13 @@ class WorkerProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
 
+    def rss_bytes(self) -> int:
+        """The process's resident memory now."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
@@ -162,15 +169,15 @@ def worker_process(transactional_db, tmp_path):
 class DaphneProcess:
     """A ``daphne`` OS process started by a test, serving the site on a free port."""
 
-    def __init__(self, log_path: Path, timeout: float = 60.0) -> None:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{self.port}"
+    def __init__(
+        self, log_path: Path, timeout: float = 60.0, env: dict[str, str] | None = None
+    ) -> None:
+        self.port = free_port()
+        self.base_url = self.url = self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.log = open(log_path, "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            daphne_cmd("127.0.0.1", self.port), cwd=ROOT, env=subprocess_env(),
+            daphne_cmd("127.0.0.1", self.port), cwd=ROOT, env=env or subprocess_env(),
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         try:
@@ -196,6 +203,13 @@ class DaphneProcess:
                 pass
             time.sleep(0.2)
         raise RuntimeError(f"daphne not answering after {timeout}s:\n{self.log_path.read_text()}")
+
+    def rss_bytes(self) -> int:
+        """The process's resident memory now."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -232,3 +246,57 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, message: 
             return value
         time.sleep(interval)
     pytest.fail(f"timed out after {timeout}s waiting for {message or predicate}")
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (loopback)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class OwnRedis:
+    """A redis-server process of one test's own, which the test may kill and start again on the
+    same port (empty, as after a crash with persistence off). ``url`` names database 0."""
+
+    def __init__(self, directory: Path) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.directory = directory
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--dir", str(self.directory)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        client = redis.Redis.from_url(self.url)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if client.ping():
+                    return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+
+@pytest.fixture
+def own_redis(tmp_path):
+    """A started :class:`OwnRedis`, killed at the end of the test."""
+    server = OwnRedis(tmp_path)
+    server.start()
+    yield server
+    server.kill()
+

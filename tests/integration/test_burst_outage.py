@@ -9,12 +9,6 @@ with the form and a "reconnecting" sentence. Once Redis is back, the next click 
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
-import time
-from pathlib import Path
-
 import pytest
 import redis
 from django.test import Client
@@ -25,46 +19,18 @@ from lab_project.celery import app
 from labs.models import Burst, JournalEvent, LabSession
 from labs.services import lab
 from tests.conftest import make_classroom, make_scenario, make_student
+from tests.integration.conftest import OwnRedis
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
 
-class PrivateRedis:
-    """A redis-server process this test owns: ``stop`` kills it, ``start`` brings it back on the
-    same port (empty, as after a crash with persistence off)."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.tmp_path = tmp_path
-        self.proc: subprocess.Popen | None = None
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [shutil.which("redis-server") or "redis-server", "--port", str(self.port),
-             "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.tmp_path)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        client = redis.Redis.from_url(self.url)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                client.ping()
-                return
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+class PrivateRedis(OwnRedis):
+    """The broker's own redis-server: ``stop`` kills it, ``start`` brings it back."""
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        self.kill()
 
     def queued(self) -> int:
         return redis.Redis.from_url(self.url).llen("celery")

@@ -11,11 +11,8 @@ import json
 import os
 import socket
 import struct
-import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,11 +24,10 @@ from django.test import Client
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from lab_project.processes import daphne_cmd
 from labs.live import broadcast, journal
 from labs.services import lab
 from tests.conftest import make_classroom, make_instructor, make_scenario, make_student
-from tests.integration.conftest import ROOT, subprocess_env
+from tests.integration.conftest import DaphneProcess, subprocess_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -39,58 +35,17 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 SEND_BUFFER_MAX = 1024 * 1024
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
-
-class Daphne:
-    def __init__(self, log_path: Path) -> None:
-        self.port = free_port()
-        self.log_path = log_path
-        env = subprocess_env()
-        env["LAB_WS_SEND_BUFFER_MAX_BYTES"] = str(SEND_BUFFER_MAX)
-        with open(log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                daphne_cmd("127.0.0.1", self.port), cwd=ROOT, env=env, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"daphne exited:\n{log_path.read_text()}")
-            try:
-                with urllib.request.urlopen(f"{self.base}/accounts/login/", timeout=2):  # noqa: S310
-                    return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"daphne did not answer:\n{log_path.read_text()}") from None
-                time.sleep(0.2)
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def rss_bytes(self) -> int:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        raise AssertionError("no VmRSS")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, 15)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, 9)
-                self.proc.wait(5)
+def limited_daphne(log_path: Path) -> DaphneProcess:
+    """A daphne process with a small send-buffer limit (the slow-reader test fills it)."""
+    env = subprocess_env()
+    env["LAB_WS_SEND_BUFFER_MAX_BYTES"] = str(SEND_BUFFER_MAX)
+    return DaphneProcess(log_path, env=env)
 
 
 @pytest.fixture
 def daphne(transactional_db, tmp_path):
-    server = Daphne(tmp_path / "daphne.log")
+    server = limited_daphne(tmp_path / "daphne.log")
     yield server
     server.stop()
 
@@ -116,7 +71,7 @@ def cookie_for(user) -> str:
     return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
 
 
-def open_socket(daphne: Daphne, path: str, user):
+def open_socket(daphne: DaphneProcess, path: str, user):
     return connect(
         f"ws://127.0.0.1:{daphne.port}{path}",
         origin=daphne.base,
@@ -169,7 +124,7 @@ class StalledClient:
     """A raw TCP websocket client with a tiny receive buffer that never reads after the
     handshake (it still sends a ping now and then, as a live page does)."""
 
-    def __init__(self, daphne: Daphne, path: str, user) -> None:
+    def __init__(self, daphne: DaphneProcess, path: str, user) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         self.sock.connect(("127.0.0.1", daphne.port))

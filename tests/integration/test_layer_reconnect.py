@@ -11,8 +11,6 @@ to reach the page with no further push.
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
 import threading
 import time
 
@@ -27,6 +25,7 @@ from lab_project.asgi import application
 from labs.live import broadcast, journal
 from labs.services import lab
 from tests.conftest import make_classroom, make_instructor, make_scenario, make_student
+from tests.integration.conftest import OwnRedis
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -36,46 +35,9 @@ TIMEOUT = 5
 CATCH_UP_TIMEOUT = 20
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
-
-class RedisServer:
-    """A redis-server process of this test's own, which the test may kill and start again on
-    the same port."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        client = redis.Redis.from_url(self.url)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if client.ping():
-                    return
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def restart(self) -> None:
-        self.kill()
-        self.start()
+class RedisServer(OwnRedis):
+    """The channel layer's own redis-server."""
 
     def subscribers(self, group: str) -> int:
         (_, count), = redis.Redis.from_url(self.url).pubsub_numsub(f"asgi__group__{group}")
@@ -83,9 +45,9 @@ class RedisServer:
 
 
 @pytest.fixture
-def layer_redis(settings):
+def layer_redis(settings, tmp_path):
     """The channel layer on a redis-server of this test's own."""
-    server = RedisServer()
+    server = RedisServer(tmp_path)
     server.start()
     settings.CHANNEL_LAYERS = {
         "default": {

@@ -6,9 +6,6 @@ with every part up, and with a Redis server stopped under it."""
 from __future__ import annotations
 
 import json
-import shutil
-import socket
-import subprocess
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -20,12 +17,11 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect
 
-from lab_project.processes import daphne_cmd
 from labs.live import health
 from labs.models import Burst, JournalEvent
 from labs.services import bursts, lab
 from tests.conftest import make_classroom, make_scenario, make_student, tour_script
-from tests.integration.conftest import ROOT, subprocess_env, wait_for
+from tests.integration.conftest import DaphneProcess, wait_for
 
 pytestmark = [
     pytest.mark.integration,
@@ -37,11 +33,6 @@ pytestmark = [
 DOWN = tour_script(dependency={"mode": "down", "latency_ms": 2})
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
     request = urllib.request.Request(url, headers=headers or {})  # noqa: S310 (our own server)
@@ -50,38 +41,6 @@ def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
             return response.status, response.read()
     except urllib.error.HTTPError as error:
         return error.code, error.read()
-
-
-class Daphne:
-    """A daphne process serving the lab on a free port."""
-
-    def __init__(self, log_path: Path) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(log_path, "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            daphne_cmd("127.0.0.1", self.port), cwd=ROOT, env=subprocess_env(),
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        wait_for(self._answers, timeout=60, interval=0.2, message="daphne to answer")
-
-    def _answers(self) -> bool:
-        if self.proc.poll() is not None:
-            pytest.fail("daphne exited early")
-        try:
-            return _get(f"{self.url}/accounts/login/")[0] == 200
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.log.close()
 
 
 @pytest.fixture
@@ -95,7 +54,7 @@ def metrics_dir(tmp_path, monkeypatch) -> Path:
 
 @pytest.fixture
 def daphne(metrics_dir, tmp_path, transactional_db):
-    server = Daphne(tmp_path / "daphne.log")
+    server = DaphneProcess(tmp_path / "daphne.log")
     yield server
     server.stop()
 
@@ -211,36 +170,8 @@ def test_healthz_is_200_with_every_part_up(worker_process, daphne):
     assert 0 <= report["checks"]["writer"]["lag_s"] <= health.WRITER_MAX_LAG_SECONDS
 
 
-@pytest.fixture
-def own_redis(tmp_path):
-    """A redis-server of this test's own, to stop mid-test; yields its URL."""
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.skip("no redis-server on PATH")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-
-    def answers() -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-                sock.sendall(b"PING\r\n")
-                return sock.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
-
-    wait_for(answers, timeout=20, message="the test's redis-server")
-    yield proc, f"redis://127.0.0.1:{port}"
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait(10)
-
-
 def test_healthz_is_503_naming_redis_when_redis_is_down(own_redis, settings, transactional_db):
-    proc, url = own_redis
+    url = own_redis.url.removesuffix("/0")
     settings.LAB_ENGINE_REDIS_URL = f"{url}/2"
     settings.CELERY_BROKER_URL = f"{url}/0"
     health.beat()  # a worker's heartbeat, as a live worker records it
@@ -250,8 +181,7 @@ def test_healthz_is_503_naming_redis_when_redis_is_down(own_redis, settings, tra
     assert up.status_code == 200, up.json()
     assert up.json()["status"] == "ok"
 
-    proc.terminate()
-    proc.wait(10)
+    own_redis.kill()
     down = client.get("/healthz")
     assert down.status_code == 503
     report = down.json()
