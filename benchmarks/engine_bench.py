@@ -14,7 +14,8 @@ Rows:
   operation. Target: median <= 150 us each.
 * the peer libraries' options switched on (``PEER_BREAKER``: a rolling count window checked
   on failures, strict edge, growing cooldown, half-open decided on a ratio; gRPC throttling
-  and Finagle's budget on Redis): what they cost beside the rows above. No target.
+  and Finagle's budget on Redis), and slow calls (``SLOW_BREAKER``, every other call slow):
+  what they cost beside the rows above. No target.
 * the tour (scenarios/tour.json) in virtual time. Target: < 5 ms.
 * 200 cooperative callers on a VirtualClock (flaky dependency, up to 4 attempts each).
 * the tour with --real: wall time against the sum of configured sleeps (2810 ms).
@@ -183,14 +184,28 @@ PEER_BREAKER = BreakerConfig(
 )
 
 
+#: resilience4j's slow calls on a rolling count window; every other call is slow (50 %, below
+#: the 90 % that would open), so the slow path is measured without the breaker opening.
+SLOW_BREAKER = BreakerConfig(
+    kind="rolling_ratio", window_calls=20, min_calls=10, slow_call_ms=100, slow_call_ratio=0.9
+)
+_SLOW_DURATIONS = (50.0, 150.0)
+
+
 def bench_peers(url: str | None, n: int) -> dict:
     """The peer options' cost: the same operations as the rows above with them on."""
     breaker = Breaker(PEER_BREAKER, store=MemoryStore(), clock=SystemClock())
+    slow = Breaker(SLOW_BREAKER, store=MemoryStore(), clock=SystemClock())
+    turn = [0]
 
     def memory_call() -> None:
         breaker.record(breaker.allow(), "success")
 
-    out = interleaved({"memory": memory_call}, n, 10)
+    def slow_call() -> None:
+        turn[0] ^= 1
+        slow.record(slow.allow(), "success", duration_ms=_SLOW_DURATIONS[turn[0]])
+
+    out = interleaved({"memory": memory_call, "slow_memory": slow_call}, n, 10)
     if url is None:
         return out
     import redis
@@ -200,6 +215,14 @@ def bench_peers(url: str | None, n: int) -> dict:
     store = RedisStore(client, f"flbench:{uuid.uuid4().hex[:8]}")
     clock = SystemClock("wall")
     remote = Breaker(PEER_BREAKER, store=store, clock=clock)
+    slow_store = RedisStore(client, f"flbench:{uuid.uuid4().hex[:8]}")
+    slow_remote = Breaker(SLOW_BREAKER, store=slow_store, clock=clock)
+    slow_permits: list = []
+
+    def slow_record() -> None:
+        turn[0] ^= 1
+        slow_remote.record(slow_permits.pop(), "success", duration_ms=_SLOW_DURATIONS[turn[0]])
+
     grpc = RetryBudget(RetryBudgetConfig(kind="grpc"), store=store)
     finagle = RetryBudget(RetryBudgetConfig(kind="finagle"), store=store, clock=clock)
     permits: list = []
@@ -209,16 +232,21 @@ def bench_peers(url: str | None, n: int) -> dict:
             "record": lambda: remote.record(permits.pop(), "success"),
             "grpc": lambda: grpc.observe(True),
             "finagle": finagle.deposit,
+            "slow_decide": lambda: slow_permits.append(slow_remote.allow()),
+            "slow_record": slow_record,
         },
         n // 4,
     )
+    slow_permits.extend(slow_remote.allow() for _ in range(50))
     out["trips"] = {
         "decide": counted(client, lambda: permits.append(remote.allow())),
         "record": counted(client, lambda: remote.record(permits.pop(), "success")),
         "grpc": counted(client, lambda: grpc.observe(True)),
         "finagle": counted(client, finagle.deposit),
+        "slow_record": counted(client, slow_record),
     }
     store.clear()
+    slow_store.clear()
     client.close()
     return out
 
@@ -319,6 +347,7 @@ def main() -> None:
         )
         row("Redis record", red["record"], None, f"{trips[1]:g}", "<= 150 us")
     row("peer options on: in-memory admitted call", peers["memory"], None, "0", "")
+    row("slow calls on: in-memory admitted call", peers["slow_memory"], None, "0", "")
     if "decide" in peers:
         row(
             "peer options on: Redis decision",
@@ -332,6 +361,13 @@ def main() -> None:
             peers["record"],
             None,
             f"{peers['trips']['record']:g}",
+            "",
+        )
+        row(
+            "slow calls on: Redis record",
+            peers["slow_record"],
+            None,
+            f"{peers['trips']['slow_record']:g}",
             "",
         )
         row(

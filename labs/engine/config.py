@@ -139,6 +139,12 @@ LIMITS: dict[str, Limit] = {
     "policy.breaker.half_open_decision": Limit(
         "first_failure", type="choice", choices=HALF_OPEN_DECISIONS
     ),
+    "policy.breaker.slow_call_ms": Limit(
+        None, 1, 600_000, "ms", nullable=True, note="rolling ratio: a longer call is slow"
+    ),
+    "policy.breaker.slow_call_ratio": Limit(
+        1, 0, 1, type="number", note="rolling ratio: the slow-call rate that opens"
+    ),
     "policy.retry_budget.kind": Limit("per_call", type="choice", choices=BUDGET_KINDS),
     "policy.retry_budget.ttl_ms": Limit(10000, 1000, 60000, "ms", note="finagle"),
     "policy.retry_budget.min_retries_per_sec": Limit(10, 0, 1000, note="finagle"),
@@ -228,6 +234,10 @@ class BreakerConfig:
     cooldown_max_ms: float | None = None
     half_open_calls: int | None = None
     half_open_decision: Literal["first_failure", "ratio"] = "first_failure"
+    # resilience4j's slow calls: a call longer than ``slow_call_ms`` is slow, and a slow-call
+    # rate at or above ``slow_call_ratio`` opens the breaker as the failure rate does.
+    slow_call_ms: float | None = None
+    slow_call_ratio: float = 1
 
     def __post_init__(self) -> None:
         _need(self.kind in BREAKER_KINDS, f"unknown breaker kind {self.kind!r}")
@@ -252,6 +262,16 @@ class BreakerConfig:
         _need(
             self.half_open_decision == "first_failure" or self.half_open_calls is not None,
             "half_open_decision ratio needs half_open_calls",
+        )
+        _need(0 <= self.slow_call_ratio <= 1, "slow_call_ratio must be between 0 and 1")
+        _need(
+            self.slow_call_ms is None
+            or (
+                self.slow_call_ms > 0
+                and self.kind == "rolling_ratio"
+                and self.ratio_checked_on == "every_result"
+            ),
+            "slow_call_ms needs a rolling_ratio breaker checked on every result",
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -286,6 +286,37 @@ def _breaker_combinations(
                 f"close (got {successes})",
             )
         )
+    slow_ms = _breaker_value(breaker, "slow_call_ms")
+    slow_ratio = _breaker_value(breaker, "slow_call_ratio")
+    checked_on = _breaker_value(breaker, "ratio_checked_on")
+    if slow_ms is not None and valid("slow_call_ms", "kind") and kind != "rolling_ratio":
+        problems.append(
+            Problem(
+                f"{path}.slow_call_ms",
+                f"needs {path}.kind rolling_ratio: the slow-call rate is a ratio over the "
+                f"rolling window (got kind {_shown(kind)})",
+            )
+        )
+    elif (
+        slow_ms is not None
+        and valid("slow_call_ms", "ratio_checked_on")
+        and checked_on != "every_result"
+    ):
+        problems.append(
+            Problem(
+                f"{path}.slow_call_ms",
+                f"needs {path}.ratio_checked_on every_result: a slow success can open the "
+                f"breaker (got {_shown(checked_on)})",
+            )
+        )
+    if slow_ms is None and valid("slow_call_ratio") and slow_ratio != 1:
+        problems.append(
+            Problem(
+                f"{path}.slow_call_ratio",
+                f"a slow-call rate below 1 needs {path}.slow_call_ms (between 1 and 600000 ms), "
+                f"the duration above which a call is slow (got {_shown(slow_ratio)})",
+            )
+        )
     return problems
 
 

@@ -96,6 +96,8 @@ POLICY_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("breaker_ratio_checked_on", "policy.breaker.ratio_checked_on", "Rolling: ratio checked on"),
     ("breaker_half_open_calls", "policy.breaker.half_open_calls", "Half-open: probes per period"),
     ("breaker_half_open_decision", "policy.breaker.half_open_decision", "Half-open: decided by"),
+    ("breaker_slow_call_ms", "policy.breaker.slow_call_ms", "Rolling: slow call above"),
+    ("breaker_slow_call_ratio", "policy.breaker.slow_call_ratio", "Rolling: slow-call ratio"),
     ("budget_kind", "policy.retry_budget.kind", "Retry budget: kind"),
     ("budget_ttl_ms", "policy.retry_budget.ttl_ms", "Finagle: deposit lifetime"),
     (
@@ -147,6 +149,7 @@ POLICY_ADVANCED_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "Breaker: ratio and half-open",
         ("breaker_ratio_checked_on", "breaker_half_open_calls", "breaker_half_open_decision"),
     ),
+    ("Breaker: slow calls", ("breaker_slow_call_ms", "breaker_slow_call_ratio")),
     (
         "Retry budget: peer kinds",
         (

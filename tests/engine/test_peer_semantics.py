@@ -306,3 +306,155 @@ def test_grpc_server_pushback_fixes_the_next_delay_beyond_the_backoff_cap(store,
     assert (call.attempts, call.outcome, call.backoff_ms) == (2, "success", 295)
     [sleep] = pushed.events.of_kind("sleep")
     assert "server pushback 295 ms, exactly" in sleep.explain
+
+
+# -- slow calls: resilience4j slowCallDurationThreshold and slowCallRateThreshold -------------
+
+
+def _slow_breaker(store, **extra):
+    """resilience4j ``CircuitBreakerStateMachineTest``'s breaker: a count window of 5 calls
+    (minimumNumberOfCalls 5), failure and slow-call rates of 50 %, calls slower than 4 s."""
+    config = dict(
+        kind="rolling_ratio",
+        window_calls=5,
+        min_calls=5,
+        failure_ratio=0.5,
+        slow_call_ms=4000,
+        slow_call_ratio=0.5,
+        cooldown_ms=1000,
+    )
+    config.update(extra)
+    return make(store, **config)
+
+
+def timed(breaker, outcome, duration_ms):
+    permit = breaker.allow()
+    assert permit, permit
+    return breaker.record(permit, outcome, duration_ms=duration_ms)
+
+
+def test_resilience4j_opens_on_the_slow_call_rate_below_the_failure_rate(store):
+    """resilience4j ``shouldOpenAfterSlowCallRateThresholdExceeded``: slow failure, slow
+    success, fast failure, fast success, then a slow success fills the window of 5: failure
+    rate 40 % (below 50 %), slow-call rate 3 / 5 = 60 % (at or above 50 %): OPEN."""
+    breaker, _, events = _slow_breaker(store)
+    moves = [
+        timed(breaker, "failure", 5000).transition,
+        timed(breaker, "success", 5000).transition,
+        timed(breaker, "failure", 100).transition,
+        timed(breaker, "success", 100).transition,
+    ]
+    assert moves == [None] * 4
+    snap = breaker.snapshot()
+    assert (snap["window_successes"], snap["window_failures"], snap["window_slow"]) == (2, 2, 2)
+    assert timed(breaker, "success", 5000).transition == "open"
+    reason = events.of_kind("transition")[-1].reason
+    assert reason.startswith("slow-call ratio 60% >= 50% over the last 5 calls (slower than 4")
+
+
+def test_resilience4j_slow_call_rate_below_the_threshold_keeps_it_closed(store):
+    """resilience4j ``FixedSizeSlidingWindowMetricsTest``: a slow success, a slow error and
+    three fast successes are 5 calls, 2 slow: a slow-call rate of 40 %, below 50 %."""
+    breaker, _, _ = _slow_breaker(store)
+    for outcome, ms in (("success", 10000), ("failure", 10000)) + (("success", 100),) * 3:
+        assert timed(breaker, outcome, ms).transition is None
+    snap = breaker.snapshot()
+    assert (snap["window_successes"], snap["window_failures"], snap["window_slow"]) == (4, 1, 2)
+    assert snap["state"] == "closed"
+
+
+def test_a_call_is_slow_only_above_the_threshold(store):
+    """resilience4j ``CircuitBreakerMetrics.onSuccess``: ``duration > threshold`` is slow; a
+    call of exactly the threshold, or one without a duration, is not."""
+    breaker, _, _ = _slow_breaker(store, slow_call_ratio=0.2)
+    for _ in range(4):
+        timed(breaker, "success", 4000)
+    record(breaker, "success")
+    assert breaker.snapshot()["window_slow"] == 0
+    assert breaker.state() == "closed"
+    assert timed(breaker, "success", 4000.001).transition == "open"
+
+
+def test_slow_calls_leave_a_time_window_with_their_bucket(store):
+    """On a time window the slow calls expire with the bucket they were counted in."""
+    breaker, clock, _ = _slow_breaker(
+        store, window_calls=None, window_ms=1000, buckets=2, min_calls=4
+    )
+    timed(breaker, "success", 5000)
+    timed(breaker, "success", 5000)
+    assert breaker.snapshot()["window_slow"] == 2
+    clock.advance(1.0)
+    assert breaker.snapshot()["window_slow"] == 0
+    for _ in range(3):
+        assert timed(breaker, "success", 10).transition is None
+    assert timed(breaker, "success", 5000).transition is None  # 1 slow of 4: 25 %
+    assert timed(breaker, "success", 5000).transition is None  # 2 of 5: 40 %
+    assert timed(breaker, "success", 5000).transition == "open"  # 3 of 6: 50 %
+
+
+def test_resilience4j_half_open_reopens_on_the_slow_call_rate(store):
+    """resilience4j ``shouldTransitionBackToOpenStateWhenSlowCallRateIsAboveThreshold``: 4
+    permitted half-open calls, three slow successes and a fast one: failure rate 0 %,
+    slow-call rate 75 %: back to OPEN."""
+    breaker, clock, events = _slow_breaker(
+        store, half_open_max_probes=4, half_open_calls=4, half_open_decision="ratio"
+    )
+    for _ in range(5):
+        timed(breaker, "failure", 10)
+    assert breaker.state() == "open"
+    clock.advance(1.0)
+    probes = [breaker.allow() for _ in range(4)]
+    took = (5000, 5000, 5000, 1000)
+    moves = [
+        breaker.record(p, "success", duration_ms=ms).transition
+        for p, ms in zip(probes, took, strict=True)
+    ]
+    assert moves == [None, None, None, "open"]
+    assert events.of_kind("transition")[-1].reason.startswith("3 of 4 probes were slow")
+
+
+def test_breaker_call_times_the_call_on_the_breakers_clock(store):
+    breaker, clock, _ = _slow_breaker(store, min_calls=1, window_calls=1)
+    assert breaker.call(lambda: clock.advance(4.5) or "slow answer") == "slow answer"
+    assert breaker.state() == "open"
+
+
+def test_slow_counts_survive_an_export_to_the_other_store(store):
+    """The exported document carries the slow counts (only when there are some), so a
+    session moved between stores keeps them."""
+    from labs.engine import MemoryStore
+
+    breaker, _, _ = _slow_breaker(store)
+    timed(breaker, "success", 5000)
+    timed(breaker, "failure", 5000)
+    doc = store.export_state()
+    assert doc["slow"] == {"window_slow": 2}
+    other = MemoryStore()
+    other.import_state(doc)
+    exported = other.export_state()
+    assert (exported["slow"], exported["window"]) == (doc["slow"], doc["window"])
+    moved = Breaker(breaker.config, store=other, clock=breaker.clock)
+    assert moved.snapshot()["window_slow"] == 2
+    assert timed(moved, "success", 5000).transition is None  # 3 slow of 3: under min_calls
+
+
+def test_a_guarded_client_opens_on_a_slow_but_healthy_dependency(store, rig):
+    """Every call succeeds, each in 300 ms of virtual time: with calls above 200 ms slow and
+    a slow-call rate of 50 % over 4 calls, the fourth call opens the breaker and the fifth
+    fails fast; at 5 ms a call is not slow and the breaker stays closed."""
+    policy = {
+        "max_attempts": 1,
+        "breaker": {
+            "kind": "rolling_ratio",
+            "window_calls": 4,
+            "min_calls": 4,
+            "slow_call_ms": 200,
+            "slow_call_ratio": 0.5,
+        },
+    }
+    slow = rig({"mode": "slow", "latency_ms": 300}, policy, store=store).burst(5)
+    assert [c.outcome for c in slow.calls][:4] == ["success"] * 4
+    assert slow.calls[4].outcome == "rejected_open" and slow.attempts[4] == 0
+    store.clear()
+    fast = rig({"mode": "healthy", "latency_ms": 5}, policy, store=store).burst(5)
+    assert [c.outcome for c in fast.calls] == ["success"] * 5

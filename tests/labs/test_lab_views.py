@@ -638,6 +638,7 @@ def test_a_form_body_over_the_upload_limit_is_refused_whole(owner_client, sessio
 ADVANCED_FIELDS = (
     "breaker_cooldown_edge", "breaker_cooldown_multiplier", "breaker_cooldown_max_ms",
     "breaker_ratio_checked_on", "breaker_half_open_calls", "breaker_half_open_decision",
+    "breaker_slow_call_ms", "breaker_slow_call_ratio",
     "budget_kind", "budget_ttl_ms", "budget_min_retries_per_sec", "budget_percent_can_retry",
     "retry_after",
 )  # fmt: skip
@@ -685,6 +686,22 @@ def test_posting_an_advanced_field_changes_the_policy(owner_client, session):
     assert session.policy["retry_after"] == "pushback"
     html = response.content.decode()
     assert 'name="breaker_cooldown_max_ms" value="16000"' in _advanced_section(html)
+
+
+def test_slow_calls_are_set_from_the_advanced_section(owner_client, session):
+    response = owner_client.post(
+        url("session_policy", session),
+        {
+            "breaker_kind": "rolling_ratio",
+            "breaker_slow_call_ms": "300",
+            "breaker_slow_call_ratio": "0.5",
+        },
+        **HTMX,
+    )
+    assert response.status_code == 200
+    session.refresh_from_db()
+    breaker = session.policy["breaker"]
+    assert (breaker["slow_call_ms"], breaker["slow_call_ratio"]) == (300, 0.5)
 
 
 def test_the_advanced_budget_kinds_are_set_from_the_form(owner_client, session):
@@ -740,6 +757,11 @@ def test_a_bad_advanced_field_is_named_with_its_range_and_opens_the_section(owne
 @pytest.mark.parametrize(
     ("post", "field_label", "names"),
     [
+        (
+            {"breaker_slow_call_ms": "500"},
+            "Rolling: slow call above (ms)",
+            "policy.breaker.kind rolling_ratio",
+        ),
         (
             {"breaker_cooldown_multiplier": "2", "breaker_cooldown_max_ms": ""},
             "Cooldown multiplier",

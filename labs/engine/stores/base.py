@@ -70,6 +70,8 @@ class BreakerSpec(NamedTuple):
     cooldown_max_us: int = 0  # the cooldown's ceiling (0: none)
     half_open_calls: int = 0  # probes admitted per half-open period (0: no limit but in-flight)
     half_open_ratio: bool = False  # half-open decided on the failure ratio of half_open_calls
+    slow_us: int = 0  # a call longer than this is slow (0: slow calls are not counted)
+    slow_ppm: int = 1_000_000  # the slow-call rate that opens, in parts per million
 
     @classmethod
     def of(cls, config: BreakerConfig) -> BreakerSpec:
@@ -91,6 +93,8 @@ class BreakerSpec(NamedTuple):
             cooldown_max_us=round((config.cooldown_max_ms or 0) * 1000),
             half_open_calls=int(config.half_open_calls or 0),
             half_open_ratio=config.half_open_decision == "ratio",
+            slow_us=round((config.slow_call_ms or 0) * 1000),
+            slow_ppm=round(config.slow_call_ratio * 1_000_000),
         )
 
     def packed(self) -> str:
@@ -121,7 +125,8 @@ class RecordReply(NamedTuple):
     lease no longer holds its token because it expired), APPLIED (counted, no
     transition), OPENED (closed -> open), CLOSED (half-open -> closed), REOPENED (half-open ->
     open). For a transition, ``a``/``b`` explain it: the failure streak, or failures/total of
-    the window, or the half-open successes (0 for APPLIED and STALE). ``open_until_us`` is
+    the window, or the half-open successes (0 for APPLIED and STALE); a negative ``a`` says
+    the slow-call rate opened it: ``-a`` slow calls of ``b``. ``open_until_us`` is
     set when the breaker (re)opened.
     """
 
@@ -286,13 +291,30 @@ def to_doc(
             )
             for doc, raw in _DOC_BREAKER.items()
         },
-        "window": {"buckets": buckets, "calls": calls},
+        "window": {
+            "buckets": {
+                k: list(v[:3]) if len(v) > 2 and v[2] else list(v[:2]) for k, v in buckets.items()
+            },
+            "calls": calls,
+        },
+        **_slow_doc(breaker),
         "dependency": None
         if dependency is None
         else {doc: int(dependency.get(raw) or 0) for doc, raw in _DOC_DEPENDENCY.items()},
         "budget": None if budget_micro is None else {"tokens_micro": int(budget_micro)},
         "peer_budget": peer_budget or None,
     }
+
+
+#: Slow-call counters (``slow_call_ms``): in the document only when not zero, so a breaker
+#: that does not count slow calls exports what it always did.
+_DOC_SLOW = {"window_slow": "win_w", "half_open_slow": "ho_slow"}
+
+
+def _slow_doc(breaker: dict[str, Any] | None) -> dict[str, Any]:
+    slow = {doc: int(breaker.get(raw) or 0) for doc, raw in _DOC_SLOW.items()} if breaker else {}
+    slow = {k: v for k, v in slow.items() if v}
+    return {"slow": slow} if slow else {}
 
 
 #: Finagle's budget sums the last this many slices of its time-to-live.
@@ -336,8 +358,14 @@ def from_doc(
             )
             for d, raw in _DOC_BREAKER.items()
         }
+        slow = doc.get("slow") or {}
+        raw_breaker.update({raw: int(slow.get(d) or 0) for d, raw in _DOC_SLOW.items()})
     window = doc.get("window") or {}
-    buckets = {str(k): [int(v[0]), int(v[1])] for k, v in (window.get("buckets") or {}).items()}
+    # a bucket is [successes, failures], or [successes, failures, slow] when it has slow calls
+    buckets = {
+        str(k): [int(v[0]), int(v[1]), int(v[2]) if len(v) > 2 else 0]
+        for k, v in (window.get("buckets") or {}).items()
+    }
     calls = [str(c) for c in window.get("calls") or []]
     dependency = doc.get("dependency")
     raw_dep = None

@@ -50,6 +50,8 @@ _FRESH = {
     "opens": 0,
     "ho_adm": 0,
     "ho_fail": 0,
+    "win_w": 0,
+    "ho_slow": 0,
 }
 
 
@@ -113,7 +115,7 @@ class MemoryStore:
                 if now_us < until or (spec.strict_edge and now_us == until):
                     return AllowReply(REJECT_OPEN, gen, -1, "", until, False)
                 gen += 1
-                b.update(state="half_open", gen=gen, ho_succ=0, ho_adm=0, ho_fail=0)
+                b.update(state="half_open", gen=gen, ho_succ=0, ho_adm=0, ho_fail=0, ho_slow=0)
                 self._sync()
                 moved = True
             probes = self._probes
@@ -194,28 +196,31 @@ class MemoryStore:
                     b["streak"] = streak
                     return applied
                 self._b_written = True
-                successes, failures = self._window_add(spec, outcome, now_us)
+                successes, failures, slow = self._window_add(spec, outcome, now_us)
                 total = successes + failures
-                if (
-                    (outcome == "f" or not spec.failure_only)
-                    and total >= spec.min_calls
-                    and failures * 1_000_000 >= spec.ratio_ppm * total
-                ):
-                    return self._open(spec, OPENED, now_us, cooldown_us, failures, total)
+                if (outcome == "f" or not spec.failure_only) and total >= spec.min_calls:
+                    if failures * 1_000_000 >= spec.ratio_ppm * total:
+                        return self._open(spec, OPENED, now_us, cooldown_us, failures, total)
+                    # resilience4j: the slow-call rate opens the breaker as the failure rate does
+                    if spec.slow_us and slow * 1_000_000 >= spec.slow_ppm * total:
+                        return self._open(spec, OPENED, now_us, cooldown_us, -slow, total)
                 return applied
             if state == "half_open":
                 self._b_written = True
                 if spec.half_open_ratio:
-                    succ = b["ho_succ"] + (outcome == "s")
-                    fails = b["ho_fail"] + (outcome == "f")
+                    succ = b["ho_succ"] + (outcome in "sS")
+                    fails = b["ho_fail"] + (outcome in "fF")
+                    slow = b["ho_slow"] + (outcome in "SF")
                     n = succ + fails
                     if n >= spec.half_open_calls:
                         if fails * 1_000_000 >= spec.ratio_ppm * n:
                             return self._open(spec, REOPENED, now_us, cooldown_us, fails, n)
+                        if spec.slow_us and slow * 1_000_000 >= spec.slow_ppm * n:
+                            return self._open(spec, REOPENED, now_us, cooldown_us, -slow, n)
                         return self._close(succ, n)
-                    b["ho_succ"], b["ho_fail"] = succ, fails
+                    b["ho_succ"], b["ho_fail"], b["ho_slow"] = succ, fails, slow
                     return applied
-                if outcome == "f":
+                if outcome in "fF":
                     return self._open(spec, REOPENED, now_us, cooldown_us, 0, 0)
                 succ = b["ho_succ"] + 1
                 if succ >= spec.success_threshold:
@@ -237,6 +242,8 @@ class MemoryStore:
             opens=0,
             ho_adm=0,
             ho_fail=0,
+            win_w=0,
+            ho_slow=0,
         )
         self._buckets.clear()
         self._calls.clear()
@@ -262,6 +269,8 @@ class MemoryStore:
             opens=opens + 1,
             ho_adm=0,
             ho_fail=0,
+            win_w=0,
+            ho_slow=0,
         )
         self._buckets.clear()
         self._calls.clear()
@@ -278,31 +287,41 @@ class MemoryStore:
         self._door = AllowReply(ADMIT, gen, -1, "", 0, False) if closed else None
         self._quiet = self._applied if closed and not b["streak"] else None
 
-    def _window_add(self, spec: BreakerSpec, outcome: str, now_us: int) -> tuple[int, int]:
+    def _window_add(self, spec: BreakerSpec, outcome: str, now_us: int) -> tuple[int, int, int]:
+        """Count ``outcome`` in the rolling window: (successes, failures, slow calls).
+
+        ``S`` and ``F`` are a slow success and a slow failure."""
         b = self._b
         if spec.window_calls:
-            successes = b["win_s"] + (outcome == "s")
-            failures = b["win_f"] + (outcome == "f")
+            successes = b["win_s"] + (outcome in "sS")
+            failures = b["win_f"] + (outcome in "fF")
+            slow = b["win_w"] + (outcome in "SF")
             self._calls.appendleft(outcome)
             if len(self._calls) > spec.window_calls:
-                if self._calls.pop() == "s":
+                oldest = self._calls.pop()
+                if oldest in "sS":
                     successes -= 1
                 else:
                     failures -= 1
-            b["win_s"], b["win_f"] = successes, failures
-            return successes, failures
+                if oldest in "SF":
+                    slow -= 1
+            b["win_s"], b["win_f"], b["win_w"] = successes, failures, slow
+            return successes, failures, slow
         idx = now_us // spec.bucket_us
-        counts = self._buckets.setdefault(idx, [0, 0])
-        counts[0 if outcome == "s" else 1] += 1
-        successes = failures = 0
+        counts = self._buckets.setdefault(idx, [0, 0, 0])
+        counts[0 if outcome in "sS" else 1] += 1
+        if outcome in "SF":
+            counts[2] += 1
+        successes = failures = slow = 0
         for key in list(self._buckets):
             if key > idx - spec.buckets:
-                s, f = self._buckets[key]
+                s, f, w = self._buckets[key]
                 successes += s
                 failures += f
+                slow += w
             else:
                 del self._buckets[key]
-        return successes, failures
+        return successes, failures, slow
 
     def breaker_force(self, action: str, now_us: int) -> tuple[str, int, bool]:
         """Force open / closed (until reset), or reset; returns (state before, generation,
@@ -337,6 +356,7 @@ class MemoryStore:
                 live = [v for k, v in self._buckets.items() if k > oldest]
                 fields["win_s"] = sum(v[0] for v in live)
                 fields["win_f"] = sum(v[1] for v in live)
+                fields["win_w"] = sum(v[2] for v in live)
             fields["probes_in_flight"] = sum(
                 1 for _, expires in self._probes.values() if expires > now_us
             )
@@ -433,7 +453,7 @@ class MemoryStore:
             self._b = dict(_FRESH, **(breaker or {}))
             self._sync()
             self._b_written = breaker is not None
-            self._buckets = {int(k): list(v) for k, v in buckets.items()}
+            self._buckets = {int(k): list(v) for k, v in buckets.items()}  # [s, f, slow]
             self._calls = deque(calls)
             self._dep = dep
             self._budget = budget

@@ -8,6 +8,7 @@ key                         type       holds
 ==========================  =========  =====================================================
 ``ns:breaker``              hash       state, generation, streak, open_until, ...
 ``ns:window``               hash       rolling time window: ``s:<bucket>`` / ``f:<bucket>``
+                                       (and ``w:<bucket>``, its slow calls)
 ``ns:window_calls``         list       rolling count window: newest outcome first
 ``ns:probe:<slot>``         string     a half-open probe lease: owner token, ``PX`` TTL
 ``ns:dependency``           hash       flaky counter, armed-at time, attempts
@@ -203,7 +204,9 @@ class RedisStore:
             "opens": _int(f[9]),
             "ho_adm": _int(f[10]),
             "ho_fail": _int(f[11]),
-            "probes_in_flight": _int(f[12]),
+            "win_w": _int(f[12]),
+            "ho_slow": _int(f[13]),
+            "probes_in_flight": _int(f[14]),
         }
 
     # -- dependency --------------------------------------------------------------------------
@@ -287,7 +290,7 @@ class RedisStore:
         buckets: dict[str, list[int]] = {}
         for field, count in window.items():
             kind, _, idx = _text(field).partition(":")
-            buckets.setdefault(idx, [0, 0])[0 if kind == "s" else 1] = _int(count)
+            buckets.setdefault(idx, [0, 0, 0])["sfw".index(kind)] = _int(count)
         return to_doc(
             breaker or None,
             buckets,
@@ -305,11 +308,13 @@ class RedisStore:
         if breaker:
             pipe.hset(self.k_breaker, mapping=breaker)
         window = {}
-        for idx, (s, f) in buckets.items():
+        for idx, (s, f, w) in buckets.items():
             if s:
                 window[f"s:{idx}"] = s
             if f:
                 window[f"f:{idx}"] = f
+            if w:
+                window[f"w:{idx}"] = w
         if window:
             pipe.hset(self.k_window, mapping=window)
         if calls:

@@ -22,7 +22,7 @@ if state == 'open' then
   end
   gen = gen + 1
   redis.call('HSET', b, 'state', 'half_open', 'gen', gen, 'ho_succ', 0, 'ho_adm', 0,
-    'ho_fail', 0)
+    'ho_fail', 0, 'ho_slow', 0)
   state = 'half_open'
   moved = 1
 end
