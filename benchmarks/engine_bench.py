@@ -14,8 +14,9 @@ Rows:
   operation. Target: median <= 150 us each.
 * the peer libraries' options switched on (``PEER_BREAKER``: a rolling count window checked
   on failures, strict edge, growing cooldown, half-open decided on a ratio; gRPC throttling
-  and Finagle's budget on Redis), and slow calls (``SLOW_BREAKER``, every other call slow):
-  what they cost beside the rows above. No target.
+  and Finagle's budget on Redis), slow calls (``SLOW_BREAKER``, every other call slow) and
+  gobreaker's counting (``GOBREAKER_BREAKER``): what they cost beside the rows above. No
+  target.
 * the tour (scenarios/tour.json) in virtual time. Target: < 5 ms.
 * 200 cooperative callers on a VirtualClock (flaky dependency, up to 4 attempts each).
 * the tour with --real: wall time against the sum of configured sleeps (2810 ms).
@@ -190,12 +191,15 @@ SLOW_BREAKER = BreakerConfig(
     kind="rolling_ratio", window_calls=20, min_calls=10, slow_call_ms=100, slow_call_ratio=0.9
 )
 _SLOW_DURATIONS = (50.0, 150.0)
+#: gobreaker's counting: its Counts kept, the closed state's counts cleared every minute.
+GOBREAKER_BREAKER = BreakerConfig(counts="gobreaker", count_interval_ms=60000)
 
 
 def bench_peers(url: str | None, n: int) -> dict:
     """The peer options' cost: the same operations as the rows above with them on."""
     breaker = Breaker(PEER_BREAKER, store=MemoryStore(), clock=SystemClock())
     slow = Breaker(SLOW_BREAKER, store=MemoryStore(), clock=SystemClock())
+    gob = Breaker(GOBREAKER_BREAKER, store=MemoryStore(), clock=SystemClock())
     turn = [0]
 
     def memory_call() -> None:
@@ -205,7 +209,12 @@ def bench_peers(url: str | None, n: int) -> dict:
         turn[0] ^= 1
         slow.record(slow.allow(), "success", duration_ms=_SLOW_DURATIONS[turn[0]])
 
-    out = interleaved({"memory": memory_call, "slow_memory": slow_call}, n, 10)
+    def gob_call() -> None:
+        gob.record(gob.allow(), "success")
+
+    out = interleaved(
+        {"memory": memory_call, "slow_memory": slow_call, "gob_memory": gob_call}, n, 10
+    )
     if url is None:
         return out
     import redis
@@ -218,6 +227,9 @@ def bench_peers(url: str | None, n: int) -> dict:
     slow_store = RedisStore(client, f"flbench:{uuid.uuid4().hex[:8]}")
     slow_remote = Breaker(SLOW_BREAKER, store=slow_store, clock=clock)
     slow_permits: list = []
+    gob_store = RedisStore(client, f"flbench:{uuid.uuid4().hex[:8]}")
+    gob_remote = Breaker(GOBREAKER_BREAKER, store=gob_store, clock=clock)
+    gob_permits: list = []
 
     def slow_record() -> None:
         turn[0] ^= 1
@@ -234,6 +246,8 @@ def bench_peers(url: str | None, n: int) -> dict:
             "finagle": finagle.deposit,
             "slow_decide": lambda: slow_permits.append(slow_remote.allow()),
             "slow_record": slow_record,
+            "gob_decide": lambda: gob_permits.append(gob_remote.allow()),
+            "gob_record": lambda: gob_remote.record(gob_permits.pop(), "success"),
         },
         n // 4,
     )
@@ -244,7 +258,10 @@ def bench_peers(url: str | None, n: int) -> dict:
         "grpc": counted(client, lambda: grpc.observe(True)),
         "finagle": counted(client, finagle.deposit),
         "slow_record": counted(client, slow_record),
+        "gob_decide": counted(client, lambda: gob_permits.append(gob_remote.allow())),
+        "gob_record": counted(client, lambda: gob_remote.record(gob_permits.pop(), "success")),
     }
+    gob_store.clear()
     store.clear()
     slow_store.clear()
     client.close()
@@ -348,6 +365,7 @@ def main() -> None:
         row("Redis record", red["record"], None, f"{trips[1]:g}", "<= 150 us")
     row("peer options on: in-memory admitted call", peers["memory"], None, "0", "")
     row("slow calls on: in-memory admitted call", peers["slow_memory"], None, "0", "")
+    row("gobreaker counting on: in-memory admitted call", peers["gob_memory"], None, "0", "")
     if "decide" in peers:
         row(
             "peer options on: Redis decision",
@@ -370,6 +388,14 @@ def main() -> None:
             f"{peers['trips']['slow_record']:g}",
             "",
         )
+        for key, what in (("gob_decide", "decision"), ("gob_record", "record")):
+            row(
+                f"gobreaker counting on: Redis {what}",
+                peers[key],
+                None,
+                f"{peers['trips'][key]:g}",
+                "",
+            )
         row(
             "gRPC retry throttling, one attempt (Redis)",
             peers["grpc"],

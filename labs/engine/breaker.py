@@ -168,6 +168,11 @@ class Breaker:
         self._jitter_pct = config.cooldown_jitter_pct
         self._plain: Permit | None = None
         self._door = getattr(store, "breaker_door", None)
+        spec = self._spec
+        if spec.counts or spec.interval_us:
+            self._door = None  # every admission is counted, or may end an interval
+        # a result needs the time for a rolling window or a counting interval
+        self._timed = spec.rolling or bool(spec.interval_us)
 
     # -- the two steps -----------------------------------------------------------------------
 
@@ -250,7 +255,7 @@ class Breaker:
         if code is None:
             raise ValueError(f"outcome must be success, failure or ignored (got {outcome!r})")
         cooldown_us = self._cooldown_us
-        if code == "f" or permit.probe or self._spec[0]:
+        if code == "f" or permit.probe or self._timed:
             now = self._now()
             now_us = int(now * 1e6 + 0.5)
             if code == "f" and self._jitter_pct:
@@ -350,6 +355,7 @@ class Breaker:
 
         Keys: state, generation, forced (``open``/``closed``/None), failure_streak,
         window_successes, window_failures, window_slow (slow calls, with ``slow_call_ms``),
+        counts (gobreaker's Counts with ``counts: gobreaker``, else None),
         half_open_successes, half_open_failures,
         half_open_admitted (counted only with ``half_open_calls``), openings (consecutive
         openings since the breaker last closed), opened_at_ms, open_until_ms,
@@ -367,6 +373,15 @@ class Breaker:
             "window_successes": f["win_s"],
             "window_failures": f["win_f"],
             "window_slow": f["win_w"],
+            "counts": {
+                "requests": f["c_req"],
+                "total_successes": f["c_ts"],
+                "total_failures": f["c_tf"],
+                "consecutive_successes": f["c_cs"],
+                "consecutive_failures": f["c_cf"],
+            }
+            if self._spec.counts
+            else None,
             "half_open_successes": f["ho_succ"],
             "half_open_failures": f["ho_fail"],
             "half_open_admitted": f["ho_adm"],

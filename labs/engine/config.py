@@ -16,6 +16,7 @@ __all__ = [
     "BREAKER_KINDS",
     "BUDGET_KINDS",
     "COOLDOWN_EDGES",
+    "COUNTS",
     "ERROR_KINDS",
     "HALF_OPEN_DECISIONS",
     "JITTERS",
@@ -46,6 +47,7 @@ BREAKER_KINDS = ("consecutive", "rolling_ratio")
 # The peer libraries' choices (the first of each is the engine's own behaviour).
 COOLDOWN_EDGES = ("inclusive", "strict")
 RATIO_CHECKS = ("every_result", "failure")
+COUNTS = ("engine", "gobreaker")
 HALF_OPEN_DECISIONS = ("first_failure", "ratio")
 BUDGET_KINDS = ("per_call", "grpc", "finagle")
 RETRY_AFTERS = ("capped", "pushback")
@@ -145,6 +147,12 @@ LIMITS: dict[str, Limit] = {
     "policy.breaker.slow_call_ratio": Limit(
         1, 0, 1, type="number", note="rolling ratio: the slow-call rate that opens"
     ),
+    "policy.breaker.counts": Limit(
+        "engine", type="choice", choices=COUNTS, note="gobreaker: report its Counts"
+    ),
+    "policy.breaker.count_interval_ms": Limit(
+        None, 100, 3_600_000, "ms", nullable=True, note="consecutive: counts clear this often"
+    ),
     "policy.retry_budget.kind": Limit("per_call", type="choice", choices=BUDGET_KINDS),
     "policy.retry_budget.ttl_ms": Limit(10000, 1000, 60000, "ms", note="finagle"),
     "policy.retry_budget.min_retries_per_sec": Limit(10, 0, 1000, note="finagle"),
@@ -238,6 +246,10 @@ class BreakerConfig:
     # rate at or above ``slow_call_ratio`` opens the breaker as the failure rate does.
     slow_call_ms: float | None = None
     slow_call_ratio: float = 1
+    # gobreaker's counting: ``counts`` "gobreaker" keeps its Counts (cleared on every state
+    # change); ``count_interval_ms`` (gobreaker Interval) clears the closed state's counts.
+    counts: Literal["engine", "gobreaker"] = "engine"
+    count_interval_ms: float | None = None
 
     def __post_init__(self) -> None:
         _need(self.kind in BREAKER_KINDS, f"unknown breaker kind {self.kind!r}")
@@ -272,6 +284,12 @@ class BreakerConfig:
                 and self.ratio_checked_on == "every_result"
             ),
             "slow_call_ms needs a rolling_ratio breaker checked on every result",
+        )
+        _need(self.counts in COUNTS, f"unknown counts {self.counts!r}")
+        _need(
+            self.count_interval_ms is None
+            or (self.count_interval_ms > 0 and self.kind == "consecutive"),
+            "count_interval_ms needs a consecutive breaker",
         )
 
     def to_dict(self) -> dict[str, Any]:

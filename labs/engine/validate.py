@@ -309,6 +309,15 @@ def _breaker_combinations(
                 f"breaker (got {_shown(checked_on)})",
             )
         )
+    interval = _breaker_value(breaker, "count_interval_ms")
+    if interval is not None and valid("count_interval_ms", "kind") and kind != "consecutive":
+        problems.append(
+            Problem(
+                f"{path}.count_interval_ms",
+                f"needs {path}.kind consecutive: a rolling window clears itself "
+                f"(got kind {_shown(kind)})",
+            )
+        )
     if slow_ms is None and valid("slow_call_ratio") and slow_ratio != 1:
         problems.append(
             Problem(

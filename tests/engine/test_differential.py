@@ -56,6 +56,12 @@ slow_options = st.fixed_dictionaries(
         "ratio_checked_on": st.just("every_result"),
     }
 )
+gobreaker_options = st.fixed_dictionaries(
+    {
+        "counts": st.sampled_from(["engine", "gobreaker"]),
+        "count_interval_ms": st.sampled_from([None, 100, 1000]),
+    }
+)
 configs = st.one_of(
     configs,
     st.tuples(configs, peer_options).map(
@@ -63,6 +69,10 @@ configs = st.one_of(
     ),
     st.tuples(configs, peer_options, slow_options)
     .filter(lambda triple: triple[0].kind == "rolling_ratio")
+    .map(lambda t: BreakerConfig(**{**t[0].to_dict(), **t[1], **t[2]})),
+    # gobreaker's counting: its Counts on either kind, the interval on a consecutive breaker
+    st.tuples(configs, peer_options, gobreaker_options)
+    .filter(lambda t: t[0].kind == "consecutive" or t[2]["count_interval_ms"] is None)
     .map(lambda t: BreakerConfig(**{**t[0].to_dict(), **t[1], **t[2]})),
 )
 
@@ -194,7 +204,8 @@ def test_memory_and_redis_stores_make_identical_decisions(module_redis, config, 
             elif op[0] == "force":
                 assert memory.breaker_force(op[1], now) == redis_store.breaker_force(op[1], now)
         assert memory.breaker_read(spec, now) == redis_store.breaker_read(spec, now)
-        assert memory.export_state().get("slow") == redis_store.export_state().get("slow")
+        m_doc, r_doc = memory.export_state(), redis_store.export_state()
+        assert (m_doc.get("slow"), m_doc.get("counts")) == (r_doc.get("slow"), r_doc.get("counts"))
     finally:
         redis_store.clear()
 

@@ -458,3 +458,117 @@ def test_a_guarded_client_opens_on_a_slow_but_healthy_dependency(store, rig):
     store.clear()
     fast = rig({"mode": "healthy", "latency_ms": 5}, policy, store=store).burst(5)
     assert [c.outcome for c in fast.calls] == ["success"] * 5
+
+
+# -- gobreaker's counting: Counts, cleared on every state change and every Interval -----------
+
+
+def counts(breaker):
+    """gobreaker's ``Counts{Requests, TotalSuccesses, TotalFailures, ConsecutiveSuccesses,
+    ConsecutiveFailures}`` as a tuple."""
+    c = breaker.snapshot()["counts"]
+    return (
+        c["requests"],
+        c["total_successes"],
+        c["total_failures"],
+        c["consecutive_successes"],
+        c["consecutive_failures"],
+    )
+
+
+def test_gobreaker_default_breaker_counts(store):
+    """gobreaker v2 ``TestDefaultCircuitBreaker``: ``ReadyToTrip`` is ConsecutiveFailures > 5
+    (``failure_threshold`` 6), ``Timeout`` 60 s; Counts clear on every state change, and a
+    rejected call is not a request."""
+    breaker, clock, _ = make(store, counts="gobreaker", failure_threshold=6, cooldown_ms=60000)
+    for _ in range(5):
+        record(breaker, "failure")
+    assert breaker.state() == "closed" and counts(breaker) == (5, 0, 5, 0, 5)
+    record(breaker, "success")
+    assert counts(breaker) == (6, 1, 5, 1, 0)
+    record(breaker, "failure")
+    assert counts(breaker) == (7, 1, 6, 0, 1)
+    for _ in range(5):
+        record(breaker, "failure")  # 6 consecutive failures
+    assert breaker.state() == "open" and counts(breaker) == (0, 0, 0, 0, 0)
+    assert not breaker.allow() and not breaker.allow()
+    assert counts(breaker) == (0, 0, 0, 0, 0)
+    clock.advance(59)
+    assert breaker.state() == "open"
+    clock.advance(1)
+    assert breaker.state() == "half_open"
+    record(breaker, "failure")
+    assert breaker.state() == "open" and counts(breaker) == (0, 0, 0, 0, 0)
+    clock.advance(60)
+    record(breaker, "success")
+    assert breaker.state() == "closed" and counts(breaker) == (0, 0, 0, 0, 0)
+
+
+def test_gobreaker_interval_clears_the_closed_states_counts(store):
+    """gobreaker v2 ``TestCustomCircuitBreaker`` (``Interval`` 30 s): five rounds of success,
+    failure are Counts{10, 5, 5, 0, 1}; a success 29 s on adds to them; once the interval is
+    over the next request starts from zero: a failure is Counts{1, 0, 1, 0, 1}."""
+    breaker, clock, _ = make(
+        store, counts="gobreaker", failure_threshold=20, count_interval_ms=30000
+    )
+    for _ in range(5):
+        record(breaker, "success")
+        record(breaker, "failure")
+    assert counts(breaker) == (10, 5, 5, 0, 1)
+    clock.advance(29)
+    record(breaker, "success")
+    assert counts(breaker) == (11, 6, 5, 1, 0)
+    clock.advance(1)  # over Interval
+    assert counts(breaker) == (0, 0, 0, 0, 0)  # read as cleared, nothing written
+    record(breaker, "failure")
+    assert breaker.state() == "closed" and counts(breaker) == (1, 0, 1, 0, 1)
+
+
+def test_gobreaker_half_open_counts_requests_up_to_max_requests(store):
+    """gobreaker v2 ``TestCustomCircuitBreaker``, half-open with ``MaxRequests`` 3: two
+    successes are Counts{2, 2, 0, 2, 0}; a third probe in flight makes Requests 3 and a
+    fourth is refused (over MaxRequests); the third success closes it, Counts cleared."""
+    breaker, clock, _ = make(
+        store,
+        counts="gobreaker",
+        failure_threshold=1,
+        cooldown_ms=90000,
+        half_open_max_probes=3,
+        half_open_calls=3,
+        success_threshold=3,
+    )
+    record(breaker, "failure")
+    clock.advance(90)
+    record(breaker, "success")
+    record(breaker, "success")
+    assert breaker.state() == "half_open" and counts(breaker) == (2, 2, 0, 2, 0)
+    third = breaker.allow()
+    assert third and counts(breaker) == (3, 2, 0, 2, 0)
+    assert not breaker.allow()  # over MaxRequests
+    assert breaker.record(third, "success").transition == "closed"
+    assert counts(breaker) == (0, 0, 0, 0, 0)
+
+
+def test_the_interval_clears_the_failure_streak_and_outdates_calls_in_flight(store):
+    """The engine's consecutive breaker with ``count_interval_ms``: failures in different
+    intervals do not add up, and a result of a call admitted in an earlier interval is stale
+    (gobreaker: a new generation)."""
+    breaker, clock, _ = make(store, failure_threshold=3, count_interval_ms=1000)
+    record(breaker, "failure")
+    record(breaker, "failure")
+    held = breaker.allow()
+    clock.advance(1.0)
+    assert breaker.snapshot()["failure_streak"] == 0
+    assert breaker.record(held, "failure").applied is False
+    record(breaker, "failure")
+    record(breaker, "failure")
+    assert breaker.state() == "closed"
+    record(breaker, "failure")
+    assert breaker.state() == "open"
+
+
+def test_counts_are_not_reported_unless_asked_for(store):
+    breaker, _, _ = make(store)
+    record(breaker, "failure")
+    assert breaker.snapshot()["counts"] is None
+    assert "counts" not in store.export_state()

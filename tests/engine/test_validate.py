@@ -345,6 +345,20 @@ def test_a_wait_step_may_step_past_an_hour_long_cooldown_but_no_further():
             {"kind": "rolling_ratio", "slow_call_ms": 500, "slow_call_ratio": 1.5},
             "policy.breaker.slow_call_ratio: must be between 0 and 1 (got 1.5)",
         ),
+        (
+            {"kind": "rolling_ratio", "count_interval_ms": 30000},
+            "policy.breaker.count_interval_ms: needs policy.breaker.kind consecutive: a rolling "
+            "window clears itself (got kind 'rolling_ratio')",
+        ),
+        (
+            {"count_interval_ms": 50},
+            "policy.breaker.count_interval_ms: must be null (off) or between 100 and 3600000 ms "
+            "(got 50)",
+        ),
+        (
+            {"counts": "hystrix"},
+            "policy.breaker.counts: must be one of engine, gobreaker (got 'hystrix')",
+        ),
     ],
 )
 def test_peer_options_are_checked_alone_and_together(breaker, expected):

@@ -72,6 +72,8 @@ class BreakerSpec(NamedTuple):
     half_open_ratio: bool = False  # half-open decided on the failure ratio of half_open_calls
     slow_us: int = 0  # a call longer than this is slow (0: slow calls are not counted)
     slow_ppm: int = 1_000_000  # the slow-call rate that opens, in parts per million
+    counts: bool = False  # keep gobreaker's Counts (requests, totals, consecutive runs)
+    interval_us: int = 0  # gobreaker Interval: the closed state's counts clear this often
 
     @classmethod
     def of(cls, config: BreakerConfig) -> BreakerSpec:
@@ -95,6 +97,8 @@ class BreakerSpec(NamedTuple):
             half_open_ratio=config.half_open_decision == "ratio",
             slow_us=round((config.slow_call_ms or 0) * 1000),
             slow_ppm=round(config.slow_call_ratio * 1_000_000),
+            counts=config.counts == "gobreaker",
+            interval_us=round((config.count_interval_ms or 0) * 1000),
         )
 
     def packed(self) -> str:
@@ -309,12 +313,25 @@ def to_doc(
 #: Slow-call counters (``slow_call_ms``): in the document only when not zero, so a breaker
 #: that does not count slow calls exports what it always did.
 _DOC_SLOW = {"window_slow": "win_w", "half_open_slow": "ho_slow"}
+#: gobreaker's Counts and the closed state's interval end, likewise only when not zero.
+_DOC_COUNTS = {
+    "requests": "c_req",
+    "total_successes": "c_ts",
+    "total_failures": "c_tf",
+    "consecutive_successes": "c_cs",
+    "consecutive_failures": "c_cf",
+    "interval_ends_us": "c_exp",
+}
 
 
 def _slow_doc(breaker: dict[str, Any] | None) -> dict[str, Any]:
-    slow = {doc: int(breaker.get(raw) or 0) for doc, raw in _DOC_SLOW.items()} if breaker else {}
-    slow = {k: v for k, v in slow.items() if v}
-    return {"slow": slow} if slow else {}
+    out: dict[str, Any] = {}
+    for section, names in (("slow", _DOC_SLOW), ("counts", _DOC_COUNTS)):
+        values = {d: int(breaker.get(raw) or 0) for d, raw in names.items()} if breaker else {}
+        values = {k: v for k, v in values.items() if v}
+        if values:
+            out[section] = values
+    return out
 
 
 #: Finagle's budget sums the last this many slices of its time-to-live.
@@ -360,6 +377,8 @@ def from_doc(
         }
         slow = doc.get("slow") or {}
         raw_breaker.update({raw: int(slow.get(d) or 0) for d, raw in _DOC_SLOW.items()})
+        counts = doc.get("counts") or {}
+        raw_breaker.update({raw: int(counts.get(d) or 0) for d, raw in _DOC_COUNTS.items()})
     window = doc.get("window") or {}
     # a bucket is [successes, failures], or [successes, failures, slow] when it has slow calls
     buckets = {

@@ -52,7 +52,15 @@ _FRESH = {
     "ho_fail": 0,
     "win_w": 0,
     "ho_slow": 0,
+    # gobreaker's Counts (``counts: gobreaker``) and the closed state's interval expiry
+    "c_req": 0,
+    "c_ts": 0,
+    "c_tf": 0,
+    "c_cs": 0,
+    "c_cf": 0,
+    "c_exp": 0,
 }
+_NO_COUNTS = {"c_req": 0, "c_ts": 0, "c_tf": 0, "c_cs": 0, "c_cf": 0}
 
 
 class MemoryStore:
@@ -98,10 +106,13 @@ class MemoryStore:
     def breaker_allow(self, spec: BreakerSpec, now_us: int) -> AllowReply:
         """Admission decision (see :class:`~labs.engine.stores.base.AllowReply`)."""
         door = self._door
-        if door is not None:
+        if door is not None and not (spec.counts or spec.interval_us):
             return door
         with self._lock:
             if self._door is not None:
+                if self._b["forced"] or not (spec.counts or spec.interval_us):
+                    return self._door
+                self._closed_admit(spec, now_us)
                 return self._door
             b = self._b
             gen = b["gen"]
@@ -116,6 +127,7 @@ class MemoryStore:
                     return AllowReply(REJECT_OPEN, gen, -1, "", until, False)
                 gen += 1
                 b.update(state="half_open", gen=gen, ho_succ=0, ho_adm=0, ho_fail=0, ho_slow=0)
+                b.update(_NO_COUNTS)
                 self._sync()
                 moved = True
             probes = self._probes
@@ -136,6 +148,8 @@ class MemoryStore:
                     probes[slot] = (token, now_us + self.probe_lease_ms * 1000)
                     if limit:
                         b["ho_adm"] += 1
+                    if spec.counts:
+                        b["c_req"] += 1
                     return AllowReply(PROBE, gen, slot, token, 0, moved)
             return AllowReply(REJECT_HALF_OPEN, gen, -1, "", 0, moved)
 
@@ -159,6 +173,8 @@ class MemoryStore:
             and outcome != "f"
             and slot < 0
             and not spec[0]
+            and not spec.counts
+            and not spec.interval_us
         ):
             return quiet
         with self._lock:
@@ -181,6 +197,21 @@ class MemoryStore:
                     b["ho_adm"] -= 1  # an ignored probe gives its admission back
                 return applied
             state = b["state"]
+            if state == "closed" and spec.interval_us and now_us >= b["c_exp"] > 0:
+                # gobreaker: the interval's end starts a new generation, to which this
+                # result does not belong
+                self._new_interval(spec, now_us)
+                return RecordReply(STALE, b["gen"], 0, 0, 0)
+            if spec.counts:
+                self._b_written = True
+                if outcome in "sS":
+                    b["c_ts"] += 1
+                    b["c_cs"] += 1
+                    b["c_cf"] = 0
+                else:
+                    b["c_tf"] += 1
+                    b["c_cf"] += 1
+                    b["c_cs"] = 0
             if state == "closed":
                 if not spec[0]:  # consecutive (spec.rolling, read by index on the hot path)
                     if outcome == "s":
@@ -217,21 +248,41 @@ class MemoryStore:
                             return self._open(spec, REOPENED, now_us, cooldown_us, fails, n)
                         if spec.slow_us and slow * 1_000_000 >= spec.slow_ppm * n:
                             return self._open(spec, REOPENED, now_us, cooldown_us, -slow, n)
-                        return self._close(succ, n)
+                        return self._close(spec, now_us, succ, n)
                     b["ho_succ"], b["ho_fail"], b["ho_slow"] = succ, fails, slow
                     return applied
                 if outcome in "fF":
                     return self._open(spec, REOPENED, now_us, cooldown_us, 0, 0)
                 succ = b["ho_succ"] + 1
                 if succ >= spec.success_threshold:
-                    return self._close(succ, 0)
+                    return self._close(spec, now_us, succ, 0)
                 b["ho_succ"] = succ
                 return applied
             return applied
 
-    def _close(self, a: int, c: int) -> RecordReply:
+    def _closed_admit(self, spec: BreakerSpec, now_us: int) -> None:
+        """A closed-state admission with gobreaker's counting: the interval, then Requests."""
+        b = self._b
+        self._b_written = True
+        if spec.interval_us:
+            if not b["c_exp"]:
+                b["c_exp"] = now_us + spec.interval_us
+            elif now_us >= b["c_exp"]:
+                self._new_interval(spec, now_us)
+        if spec.counts:
+            b["c_req"] += 1
+
+    def _new_interval(self, spec: BreakerSpec, now_us: int) -> None:
+        """gobreaker ``toNewGeneration`` in the closed state: counts cleared, a new generation
+        (results of calls admitted before are stale), the next interval from now."""
+        b = self._b
+        b.update(_NO_COUNTS, gen=b["gen"] + 1, streak=0, c_exp=now_us + spec.interval_us)
+        self._sync()
+
+    def _close(self, spec: BreakerSpec, now_us: int, a: int, c: int) -> RecordReply:
         b = self._b
         gen = b["gen"] + 1
+        b.update(_NO_COUNTS, c_exp=now_us + spec.interval_us if spec.interval_us else 0)
         b.update(
             state="closed",
             gen=gen,
@@ -257,6 +308,7 @@ class MemoryStore:
         gen = b["gen"] + 1
         opens = b["opens"]
         until = now_us + scaled_cooldown_us(spec, cooldown_us, opens)
+        b.update(_NO_COUNTS, c_exp=0)
         b.update(
             state="open",
             gen=gen,
@@ -357,6 +409,13 @@ class MemoryStore:
                 fields["win_s"] = sum(v[0] for v in live)
                 fields["win_f"] = sum(v[1] for v in live)
                 fields["win_w"] = sum(v[2] for v in live)
+            if (
+                spec.interval_us
+                and fields["state"] == "closed"
+                and not fields["forced"]
+                and now_us >= fields["c_exp"] > 0
+            ):
+                fields.update(_NO_COUNTS, streak=0)  # the interval is over: read as cleared
             fields["probes_in_flight"] = sum(
                 1 for _, expires in self._probes.values() if expires > now_us
             )

@@ -140,7 +140,15 @@ class RedisStore:
         token = f"{self._token_prefix}:{next(self._tokens)}"
         reply = self._allow(
             (self._b_breaker, *self._b_probes[: spec.max_probes]),
-            (now_us, token, self.probe_lease_ms, int(spec.strict_edge), spec.half_open_calls),
+            (
+                now_us,
+                token,
+                self.probe_lease_ms,
+                int(spec.strict_edge),
+                spec.half_open_calls,
+                spec.interval_us,
+                int(spec.counts),
+            ),
         )
         if type(reply) is int:  # closed: admitted (the script answers with the generation)
             admit = self._admit
@@ -189,7 +197,8 @@ class RedisStore:
         """Stored breaker fields plus ``probes_in_flight`` (one round trip)."""
         window = spec.bucket_us if spec.rolling and not spec.window_calls else 0
         f = self._read(
-            [self.k_breaker, self.k_window, *self.k_probes], (now_us, window, spec.buckets)
+            [self.k_breaker, self.k_window, *self.k_probes],
+            (now_us, window, spec.buckets, spec.interval_us),
         )
         return {
             "state": _text(f[0]) or "closed",
@@ -206,7 +215,13 @@ class RedisStore:
             "ho_fail": _int(f[11]),
             "win_w": _int(f[12]),
             "ho_slow": _int(f[13]),
-            "probes_in_flight": _int(f[14]),
+            "c_req": _int(f[14]),
+            "c_ts": _int(f[15]),
+            "c_tf": _int(f[16]),
+            "c_cs": _int(f[17]),
+            "c_cf": _int(f[18]),
+            "c_exp": _int(f[19]),
+            "probes_in_flight": _int(f[20]),
         }
 
     # -- dependency --------------------------------------------------------------------------

@@ -1,12 +1,16 @@
 -- Admission decision for one call. One atomic round trip.
 -- KEYS[1] breaker hash, KEYS[2..] the probe slots (one per allowed probe)
 -- ARGV[1] now (us, caller's clock), ARGV[2] lease token, ARGV[3] lease (ms),
--- ARGV[4] strict cooldown edge (0|1), ARGV[5] probes admitted per half-open period (0: no limit)
+-- ARGV[4] strict cooldown edge (0|1), ARGV[5] probes admitted per half-open period (0: no limit),
+-- ARGV[6] gobreaker Interval (us, 0: none), ARGV[7] keep gobreaker's Counts (0|1)
 -- Reply: the generation alone (an integer) to admit a call in a closed breaker, the hot
 -- path; else {code, generation, slot, open_until, moved} with
 --   code 1 probe (slot leased), 2 rejected open, 3 rejected half-open, 0 admit after moving
 local b = KEYS[1]
 local now = tonumber(ARGV[1])
+local interval = tonumber(ARGV[6] or '0')
+local counts = ARGV[7] == '1'
+local function num(x) return string.format('%.0f', x) end
 local f = redis.call('HMGET', b, 'state', 'gen', 'open_until', 'forced')
 local state = f[1] or 'closed'
 local gen = tonumber(f[2] or '0')
@@ -22,11 +26,25 @@ if state == 'open' then
   end
   gen = gen + 1
   redis.call('HSET', b, 'state', 'half_open', 'gen', gen, 'ho_succ', 0, 'ho_adm', 0,
-    'ho_fail', 0, 'ho_slow', 0)
+    'ho_fail', 0, 'ho_slow', 0, 'c_req', 0, 'c_ts', 0, 'c_tf', 0, 'c_cs', 0, 'c_cf', 0)
   state = 'half_open'
   moved = 1
 end
-if state == 'closed' then return gen end
+if state == 'closed' then
+  if interval > 0 then
+    local expires = tonumber(redis.call('HGET', b, 'c_exp') or '0')
+    if expires == 0 then
+      redis.call('HSET', b, 'c_exp', num(now + interval))
+    elseif now >= expires then
+      -- gobreaker toNewGeneration: the closed state's counts clear, a new generation
+      gen = gen + 1
+      redis.call('HSET', b, 'gen', gen, 'streak', 0, 'c_req', 0, 'c_ts', 0, 'c_tf', 0,
+        'c_cs', 0, 'c_cf', 0, 'c_exp', num(now + interval))
+    end
+  end
+  if counts then redis.call('HINCRBY', b, 'c_req', 1) end
+  return gen
+end
 local limit = tonumber(ARGV[5])
 if limit > 0 then
   local h = redis.call('HMGET', b, 'ho_adm', 'ho_succ', 'ho_fail')
@@ -45,6 +63,7 @@ end
 for i = 2, #KEYS do
   if redis.call('SET', KEYS[i], ARGV[2], 'NX', 'PX', ARGV[3]) then
     if limit > 0 then redis.call('HINCRBY', b, 'ho_adm', 1) end
+    if counts then redis.call('HINCRBY', b, 'c_req', 1) end
     return {1, gen, i - 2, 0, moved}
   end
 end

@@ -6,7 +6,8 @@
 --       6 the breaker spec, space-separated (BreakerSpec order): rolling (0|1),
 --         failure_threshold, ratio_ppm, min_calls, bucket_us, buckets, window_calls,
 --         max_probes, success_threshold, strict_edge, failure_only, cooldown_mult_milli,
---         cooldown_max_us, half_open_calls, half_open_ratio, slow_us, slow_ppm
+--         cooldown_max_us, half_open_calls, half_open_ratio, slow_us, slow_ppm, counts (0|1),
+--         interval_us
 -- Reply: the generation alone (an integer) when the result was counted without a transition,
 -- the hot path; else {code, generation, a, b, open_until} with
 --   code 0 stale, 2 opened, 3 closed, 4 re-opened; a negative a: the slow-call rate opened it
@@ -14,7 +15,7 @@ local b = KEYS[1]
 local function num(x) return string.format('%.0f', x) end
 
 local f = redis.call('HMGET', b, 'state', 'gen', 'streak', 'ho_succ', 'forced', 'win_s', 'win_f',
-  'opens', 'ho_adm', 'ho_fail', 'win_w', 'ho_slow')
+  'opens', 'ho_adm', 'ho_fail', 'win_w', 'ho_slow', 'c_exp')
 local gen = tonumber(f[2] or '0')
 -- a probe counts only while its lease still holds its token: an expired lease (gone, or
 -- taken by a replacement probe) makes the result stale
@@ -38,6 +39,29 @@ local now = tonumber(ARGV[4])
 -- a slow call (resilience4j slowCallDurationThreshold) is S (success) or F (failure)
 local ok = outcome == 's' or outcome == 'S'
 local slow = (outcome == 'S' or outcome == 'F') and 1 or 0
+if state == 'closed' and spec[19] > 0 then
+  local expires = tonumber(f[13] or '0')
+  if expires > 0 and now >= expires then
+    -- gobreaker: the interval's end starts a new generation, to which this result does
+    -- not belong
+    gen = gen + 1
+    redis.call('HSET', b, 'gen', gen, 'streak', 0, 'c_req', 0, 'c_ts', 0, 'c_tf', 0,
+      'c_cs', 0, 'c_cf', 0, 'c_exp', num(now + spec[19]))
+    return {0, gen, 0, 0, 0}
+  end
+end
+if spec[18] == 1 then
+  -- gobreaker's Counts: onSuccess / onFailure
+  if ok then
+    redis.call('HINCRBY', b, 'c_ts', 1)
+    redis.call('HINCRBY', b, 'c_cs', 1)
+    redis.call('HSET', b, 'c_cf', 0)
+  else
+    redis.call('HINCRBY', b, 'c_tf', 1)
+    redis.call('HINCRBY', b, 'c_cf', 1)
+    redis.call('HSET', b, 'c_cs', 0)
+  end
+end
 
 local function open(code, a, c)
   gen = gen + 1
@@ -57,6 +81,7 @@ local function open(code, a, c)
   redis.call('HSET', b, 'state', 'open', 'gen', gen, 'opened_at', num(now),
     'open_until', num(open_until), 'streak', 0, 'ho_succ', 0, 'win_s', 0, 'win_f', 0,
     'opens', opens + 1, 'ho_adm', 0, 'ho_fail', 0, 'win_w', 0, 'ho_slow', 0)
+  redis.call('HSET', b, 'c_req', 0, 'c_ts', 0, 'c_tf', 0, 'c_cs', 0, 'c_cf', 0, 'c_exp', 0)
   redis.call('DEL', KEYS[2], KEYS[3])
   return {code, gen, a, c, open_until}
 end
@@ -65,6 +90,8 @@ local function close(a, c)
   gen = gen + 1
   redis.call('HSET', b, 'state', 'closed', 'gen', gen, 'streak', 0, 'ho_succ', 0,
     'win_s', 0, 'win_f', 0, 'opens', 0, 'ho_adm', 0, 'ho_fail', 0, 'win_w', 0, 'ho_slow', 0)
+  redis.call('HSET', b, 'c_req', 0, 'c_ts', 0, 'c_tf', 0, 'c_cs', 0, 'c_cf', 0,
+    'c_exp', spec[19] > 0 and num(now + spec[19]) or 0)
   redis.call('DEL', KEYS[2], KEYS[3])
   return {3, gen, a, c, 0}
 end
