@@ -572,3 +572,39 @@ def test_counts_are_not_reported_unless_asked_for(store):
     record(breaker, "failure")
     assert breaker.snapshot()["counts"] is None
     assert "counts" not in store.export_state()
+
+
+# -- two-step admissions under 50 threads: the documented overshoot bound ---------------------
+
+
+def test_fifty_threads_overshoot_by_the_calls_in_flight_and_count_only_the_threshold(store):
+    """50 threads each take a permit from a closed consecutive breaker (threshold 3) before any
+    of them records; then all record a failure. Every call reached the dependency (the
+    overshoot: 50 - 3 calls beyond those that opened it), but exactly 3 failures are counted,
+    the breaker opens once, and the other 47 results arrive stale."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from labs.engine import SystemClock
+
+    threads, threshold = 50, 3
+    events = EventList()
+    breaker = Breaker(
+        BreakerConfig(failure_threshold=threshold, cooldown_ms=60000),
+        store=store,
+        clock=SystemClock(),
+        sink=events,
+    )
+    all_admitted = threading.Barrier(threads)
+
+    def caller(_):
+        permit = breaker.allow()
+        all_admitted.wait(timeout=60)
+        return bool(permit), (breaker.record(permit, "failure") if permit else None)
+
+    with ThreadPoolExecutor(threads) as pool:
+        results = list(pool.map(caller, range(threads)))
+    assert sum(admitted for admitted, _ in results) == threads
+    assert sum(r.applied for _, r in results) == threshold
+    assert [e.state_to for e in events.of_kind("transition")] == ["open"]
+    assert breaker.snapshot()["failure_streak"] == 0  # cleared by the opening
