@@ -15,8 +15,8 @@ Rows:
 * the peer libraries' options switched on (``PEER_BREAKER``: a rolling count window checked
   on failures, strict edge, growing cooldown, half-open decided on a ratio; gRPC throttling
   and Finagle's budget on Redis), slow calls (``SLOW_BREAKER``, every other call slow) and
-  gobreaker's counting (``GOBREAKER_BREAKER``): what they cost beside the rows above. No
-  target.
+  gobreaker's counting (``GOBREAKER_BREAKER``) and strict admission (``STRICT_BREAKER``,
+  one decision and its record together): what they cost beside the rows above. No target.
 * the tour (scenarios/tour.json) in virtual time. Target: < 5 ms.
 * 200 cooperative callers on a VirtualClock (flaky dependency, up to 4 attempts each).
 * the tour with --real: wall time against the sum of configured sleeps (2810 ms).
@@ -193,6 +193,8 @@ SLOW_BREAKER = BreakerConfig(
 _SLOW_DURATIONS = (50.0, 150.0)
 #: gobreaker's counting: its Counts kept, the closed state's counts cleared every minute.
 GOBREAKER_BREAKER = BreakerConfig(counts="gobreaker", count_interval_ms=60000)
+#: Strict admission: each admission holds a place that its result gives back.
+STRICT_BREAKER = BreakerConfig(admission="strict", failure_threshold=20)
 
 
 def bench_peers(url: str | None, n: int) -> dict:
@@ -200,6 +202,7 @@ def bench_peers(url: str | None, n: int) -> dict:
     breaker = Breaker(PEER_BREAKER, store=MemoryStore(), clock=SystemClock())
     slow = Breaker(SLOW_BREAKER, store=MemoryStore(), clock=SystemClock())
     gob = Breaker(GOBREAKER_BREAKER, store=MemoryStore(), clock=SystemClock())
+    strict = Breaker(STRICT_BREAKER, store=MemoryStore(), clock=SystemClock())
     turn = [0]
 
     def memory_call() -> None:
@@ -212,8 +215,18 @@ def bench_peers(url: str | None, n: int) -> dict:
     def gob_call() -> None:
         gob.record(gob.allow(), "success")
 
+    def strict_call() -> None:
+        strict.record(strict.allow(), "success")
+
     out = interleaved(
-        {"memory": memory_call, "slow_memory": slow_call, "gob_memory": gob_call}, n, 10
+        {
+            "memory": memory_call,
+            "slow_memory": slow_call,
+            "gob_memory": gob_call,
+            "strict_memory": strict_call,
+        },
+        n,
+        10,
     )
     if url is None:
         return out
@@ -230,6 +243,8 @@ def bench_peers(url: str | None, n: int) -> dict:
     gob_store = RedisStore(client, f"flbench:{uuid.uuid4().hex[:8]}")
     gob_remote = Breaker(GOBREAKER_BREAKER, store=gob_store, clock=clock)
     gob_permits: list = []
+    strict_store = RedisStore(client, f"flbench:{uuid.uuid4().hex[:8]}")
+    strict_remote = Breaker(STRICT_BREAKER, store=strict_store, clock=clock)
 
     def slow_record() -> None:
         turn[0] ^= 1
@@ -248,6 +263,7 @@ def bench_peers(url: str | None, n: int) -> dict:
             "slow_record": slow_record,
             "gob_decide": lambda: gob_permits.append(gob_remote.allow()),
             "gob_record": lambda: gob_remote.record(gob_permits.pop(), "success"),
+            "strict_call": lambda: strict_remote.record(strict_remote.allow(), "success"),
         },
         n // 4,
     )
@@ -261,7 +277,11 @@ def bench_peers(url: str | None, n: int) -> dict:
         "gob_decide": counted(client, lambda: gob_permits.append(gob_remote.allow())),
         "gob_record": counted(client, lambda: gob_remote.record(gob_permits.pop(), "success")),
     }
+    out["trips"]["strict_call"] = counted(
+        client, lambda: strict_remote.record(strict_remote.allow(), "success")
+    )
     gob_store.clear()
+    strict_store.clear()
     store.clear()
     slow_store.clear()
     client.close()
@@ -366,6 +386,7 @@ def main() -> None:
     row("peer options on: in-memory admitted call", peers["memory"], None, "0", "")
     row("slow calls on: in-memory admitted call", peers["slow_memory"], None, "0", "")
     row("gobreaker counting on: in-memory admitted call", peers["gob_memory"], None, "0", "")
+    row("strict admission on: in-memory admitted call", peers["strict_memory"], None, "0", "")
     if "decide" in peers:
         row(
             "peer options on: Redis decision",
@@ -396,6 +417,13 @@ def main() -> None:
                 f"{peers['trips'][key]:g}",
                 "",
             )
+        row(
+            "strict admission on: Redis decision + record",
+            peers["strict_call"],
+            None,
+            f"{peers['trips']['strict_call']:g}",
+            "",
+        )
         row(
             "gRPC retry throttling, one attempt (Redis)",
             peers["grpc"],

@@ -33,6 +33,7 @@ from labs.engine.stores.base import (
     ADMIT,
     APPLIED,
     CLOSED,
+    HOLD,
     OPENED,
     PROBE,
     REJECT_OPEN,
@@ -66,6 +67,8 @@ STATE_LABELS = {STATE_CLOSED: "CLOSED", OPEN: "OPEN", HALF_OPEN: "HALF-OPEN"}
 Outcome = Literal["success", "failure", "ignored"]
 _OUTCOME_CODE = {"success": "s", "failure": "f", "ignored": "i"}
 T = TypeVar("T")
+#: How long a call held back by strict admission waits before asking again.
+HOLD_POLL_S = 0.001
 
 
 def state_label(state: str | None) -> str:
@@ -169,8 +172,8 @@ class Breaker:
         self._plain: Permit | None = None
         self._door = getattr(store, "breaker_door", None)
         spec = self._spec
-        if spec.counts or spec.interval_us:
-            self._door = None  # every admission is counted, or may end an interval
+        if spec.counts or spec.interval_us or spec.strict:
+            self._door = None  # every admission is counted, may end an interval, or holds a place
         # a result needs the time for a rolling window or a counting interval
         self._timed = spec.rolling or bool(spec.interval_us)
 
@@ -181,7 +184,11 @@ class Breaker:
 
         Guarantees: in half-open at most ``half_open_max_probes`` permits with ``probe=True``
         are outstanding (leases; a lease whose holder vanished expires after the store's
-        ``probe_lease_ms``). An open breaker never admits a call.
+        ``probe_lease_ms``). An open breaker never admits a call. With ``admission: strict``
+        a closed consecutive breaker admits a call only while the failure streak plus the
+        calls in flight is below ``failure_threshold``; a call beyond waits on the clock
+        (asking again every ``HOLD_POLL_S``) for a result, or for a place whose holder
+        vanished to expire after ``probe_lease_ms``.
         """
         if self._door is not None:
             # Hot path: a store that can tell "closed" without the time (MemoryStore) spares
@@ -199,8 +206,16 @@ class Breaker:
                 return Permit(gen, False, -1, "", call, burst)
         now = self._now()
         code, gen, slot, token, open_until_us, moved = self._allow(self._spec, int(now * 1e6 + 0.5))
+        while code == HOLD:
+            # strict admission: the calls in flight could still reach the threshold; wait for
+            # their results (or for their places to expire) and ask again
+            self.clock.sleep(HOLD_POLL_S)
+            now = self._now()
+            code, gen, slot, token, open_until_us, moved = self._allow(
+                self._spec, int(now * 1e6 + 0.5)
+            )
         if code == ADMIT and not moved:
-            return Permit(gen, False, -1, "", call, burst)
+            return Permit(gen, False, -1, token, call, burst)
         if moved:
             if self.config.cooldown_multiplier == 1:
                 why = f"cooldown of {fmt_ms(self.config.cooldown_ms)} elapsed"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 __all__ = [
+    "ADMISSIONS",
     "BREAKER_KINDS",
     "BUDGET_KINDS",
     "COOLDOWN_EDGES",
@@ -48,6 +49,7 @@ BREAKER_KINDS = ("consecutive", "rolling_ratio")
 COOLDOWN_EDGES = ("inclusive", "strict")
 RATIO_CHECKS = ("every_result", "failure")
 COUNTS = ("engine", "gobreaker")
+ADMISSIONS = ("two_step", "strict")
 HALF_OPEN_DECISIONS = ("first_failure", "ratio")
 BUDGET_KINDS = ("per_call", "grpc", "finagle")
 RETRY_AFTERS = ("capped", "pushback")
@@ -150,6 +152,9 @@ LIMITS: dict[str, Limit] = {
     "policy.breaker.counts": Limit(
         "engine", type="choice", choices=COUNTS, note="gobreaker: report its Counts"
     ),
+    "policy.breaker.admission": Limit(
+        "two_step", type="choice", choices=ADMISSIONS, note="consecutive: strict holds calls back"
+    ),
     "policy.breaker.count_interval_ms": Limit(
         None, 100, 3_600_000, "ms", nullable=True, note="consecutive: counts clear this often"
     ),
@@ -250,6 +255,9 @@ class BreakerConfig:
     # change); ``count_interval_ms`` (gobreaker Interval) clears the closed state's counts.
     counts: Literal["engine", "gobreaker"] = "engine"
     count_interval_ms: float | None = None
+    # ``strict``: a closed consecutive breaker admits a call only while the failure streak plus
+    # the calls in flight is below the threshold; the others wait (are held back).
+    admission: Literal["two_step", "strict"] = "two_step"
 
     def __post_init__(self) -> None:
         _need(self.kind in BREAKER_KINDS, f"unknown breaker kind {self.kind!r}")
@@ -290,6 +298,11 @@ class BreakerConfig:
             self.count_interval_ms is None
             or (self.count_interval_ms > 0 and self.kind == "consecutive"),
             "count_interval_ms needs a consecutive breaker",
+        )
+        _need(self.admission in ADMISSIONS, f"unknown admission {self.admission!r}")
+        _need(
+            self.admission == "two_step" or self.kind == "consecutive",
+            "strict admission needs a consecutive breaker",
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -309,6 +309,15 @@ def _breaker_combinations(
                 f"breaker (got {_shown(checked_on)})",
             )
         )
+    admission = _breaker_value(breaker, "admission")
+    if admission == "strict" and valid("admission", "kind") and kind != "consecutive":
+        problems.append(
+            Problem(
+                f"{path}.admission",
+                f"strict needs {path}.kind consecutive: it holds calls back by the failure "
+                f"streak and the calls in flight (got kind {_shown(kind)})",
+            )
+        )
     interval = _breaker_value(breaker, "count_interval_ms")
     if interval is not None and valid("count_interval_ms", "kind") and kind != "consecutive":
         problems.append(

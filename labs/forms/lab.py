@@ -98,6 +98,7 @@ POLICY_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("breaker_half_open_decision", "policy.breaker.half_open_decision", "Half-open: decided by"),
     ("breaker_slow_call_ms", "policy.breaker.slow_call_ms", "Rolling: slow call above"),
     ("breaker_slow_call_ratio", "policy.breaker.slow_call_ratio", "Rolling: slow-call ratio"),
+    ("breaker_admission", "policy.breaker.admission", "Admission"),
     ("breaker_counts", "policy.breaker.counts", "Counts kept"),
     ("breaker_count_interval_ms", "policy.breaker.count_interval_ms", "Counts clear every"),
     ("budget_kind", "policy.retry_budget.kind", "Retry budget: kind"),
@@ -152,7 +153,7 @@ POLICY_ADVANCED_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("breaker_ratio_checked_on", "breaker_half_open_calls", "breaker_half_open_decision"),
     ),
     ("Breaker: slow calls", ("breaker_slow_call_ms", "breaker_slow_call_ratio")),
-    ("Breaker: counting", ("breaker_counts", "breaker_count_interval_ms")),
+    ("Breaker: counting", ("breaker_counts", "breaker_count_interval_ms", "breaker_admission")),
     (
         "Retry budget: peer kinds",
         (

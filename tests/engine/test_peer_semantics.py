@@ -608,3 +608,60 @@ def test_fifty_threads_overshoot_by_the_calls_in_flight_and_count_only_the_thres
     assert sum(r.applied for _, r in results) == threshold
     assert [e.state_to for e in events.of_kind("transition")] == ["open"]
     assert breaker.snapshot()["failure_streak"] == 0  # cleared by the opening
+
+
+def _fifty_failing_callers(store, threshold, **config):
+    """50 threads, each: allow, then (if admitted) a failure on a dependency that counts its
+    calls. Returns (dependency calls, counted failures, transitions, outcomes)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from labs.engine import SystemClock
+
+    events = EventList()
+    breaker = Breaker(
+        BreakerConfig(failure_threshold=threshold, cooldown_ms=60000, **config),
+        store=store,
+        clock=SystemClock(),
+        sink=events,
+    )
+    lock = threading.Lock()
+    calls = [0]
+    start = threading.Barrier(50)
+
+    def caller(_):
+        start.wait(timeout=60)
+        permit = breaker.allow()
+        if not permit:
+            return "rejected", False
+        with lock:
+            calls[0] += 1
+        return "failed", breaker.record(permit, "failure").applied
+
+    with ThreadPoolExecutor(50) as pool:
+        results = list(pool.map(caller, range(50)))
+    transitions = [e.state_to for e in events.of_kind("transition")]
+    return calls[0], sum(applied for _, applied in results), transitions, results
+
+
+def test_strict_admission_never_overshoots_the_consecutive_threshold_under_50_threads(store):
+    """With ``admission: strict`` a closed breaker admits a call only while the failure streak
+    plus the calls in flight is below the threshold; the others are held back until results
+    come in. 50 threads against a dependency that always fails: exactly 3 calls reach it, all
+    3 are counted, the breaker opens once, and the 47 held-back calls are rejected open."""
+    calls, counted, transitions, results = _fifty_failing_callers(store, 3, admission="strict")
+    assert (calls, counted, transitions) == (3, 3, ["open"])
+    assert [outcome for outcome, _ in results].count("rejected") == 47
+
+
+def test_strict_admission_gives_a_vanished_callers_place_back_after_the_lease(store):
+    """A strict admission whose holder never reports keeps its place only for the store's
+    ``probe_lease_ms``: then another call is admitted."""
+    breaker, clock, _ = make(store, failure_threshold=2, admission="strict")
+    record(breaker, "failure")
+    lost = breaker.allow()  # streak 1 + 1 in flight: the threshold is reached
+    assert lost
+    started = clock.now()
+    assert breaker.allow()  # held back (virtual time passes) until the lost place expires
+    assert clock.now() - started >= store.probe_lease_ms / 1000
+    assert breaker.record(lost, "failure").transition == "open"

@@ -356,6 +356,15 @@ def test_a_wait_step_may_step_past_an_hour_long_cooldown_but_no_further():
             "(got 50)",
         ),
         (
+            {"kind": "rolling_ratio", "admission": "strict"},
+            "policy.breaker.admission: strict needs policy.breaker.kind consecutive: it holds "
+            "calls back by the failure streak and the calls in flight (got kind 'rolling_ratio')",
+        ),
+        (
+            {"admission": "eventually"},
+            "policy.breaker.admission: must be one of two_step, strict (got 'eventually')",
+        ),
+        (
             {"counts": "hystrix"},
             "policy.breaker.counts: must be one of engine, gobreaker (got 'hystrix')",
         ),

@@ -639,7 +639,7 @@ ADVANCED_FIELDS = (
     "breaker_cooldown_edge", "breaker_cooldown_multiplier", "breaker_cooldown_max_ms",
     "breaker_ratio_checked_on", "breaker_half_open_calls", "breaker_half_open_decision",
     "breaker_slow_call_ms", "breaker_slow_call_ratio",
-    "breaker_counts", "breaker_count_interval_ms",
+    "breaker_counts", "breaker_count_interval_ms", "breaker_admission",
     "budget_kind", "budget_ttl_ms", "budget_min_retries_per_sec", "budget_percent_can_retry",
     "retry_after",
 )  # fmt: skip
@@ -675,6 +675,7 @@ def test_posting_an_advanced_field_changes_the_policy(owner_client, session):
             "retry_after": "pushback",
             "breaker_counts": "gobreaker",
             "breaker_count_interval_ms": "30000",
+            "breaker_admission": "strict",
         },
         **HTMX,
     )
@@ -688,6 +689,7 @@ def test_posting_an_advanced_field_changes_the_policy(owner_client, session):
     assert breaker["failure_threshold"] == 3  # untouched
     assert session.policy["retry_after"] == "pushback"
     assert (breaker["counts"], breaker["count_interval_ms"]) == ("gobreaker", 30000)
+    assert breaker["admission"] == "strict"
     html = response.content.decode()
     assert 'name="breaker_cooldown_max_ms" value="16000"' in _advanced_section(html)
 

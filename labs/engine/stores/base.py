@@ -21,6 +21,7 @@ __all__ = [
     "APPLIED",
     "CLOSED",
     "DEFAULT_PROBE_LEASE_MS",
+    "HOLD",
     "MAX_PROBE_SLOTS",
     "OPENED",
     "PROBE",
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 # breaker_allow codes
-ADMIT, PROBE, REJECT_OPEN, REJECT_HALF_OPEN = 0, 1, 2, 3
+ADMIT, PROBE, REJECT_OPEN, REJECT_HALF_OPEN, HOLD = 0, 1, 2, 3, 4
 # breaker_record codes
 STALE, APPLIED, OPENED, CLOSED, REOPENED = 0, 1, 2, 3, 4
 
@@ -74,6 +75,7 @@ class BreakerSpec(NamedTuple):
     slow_ppm: int = 1_000_000  # the slow-call rate that opens, in parts per million
     counts: bool = False  # keep gobreaker's Counts (requests, totals, consecutive runs)
     interval_us: int = 0  # gobreaker Interval: the closed state's counts clear this often
+    strict: bool = False  # strict admission: streak + calls in flight stay below the threshold
 
     @classmethod
     def of(cls, config: BreakerConfig) -> BreakerSpec:
@@ -99,6 +101,7 @@ class BreakerSpec(NamedTuple):
             slow_ppm=round(config.slow_call_ratio * 1_000_000),
             counts=config.counts == "gobreaker",
             interval_us=round((config.count_interval_ms or 0) * 1000),
+            strict=config.admission == "strict",
         )
 
     def packed(self) -> str:
@@ -111,7 +114,10 @@ class AllowReply(NamedTuple):
 
     ``code`` is ADMIT (closed), PROBE (a half-open slot was leased: ``slot``, ``token``),
     REJECT_OPEN (``open_until_us``, -1 when forced open) or REJECT_HALF_OPEN (all slots
-    taken). ``moved`` is True when this very call turned an expired OPEN into HALF_OPEN.
+    taken) or HOLD (strict admission: the failure streak and the calls in flight already
+    reach the threshold; ask again later). A strict admission carries a ``token`` that its
+    result gives back. ``moved`` is True when this very call turned an expired OPEN into
+    HALF_OPEN.
     """
 
     code: int

@@ -17,6 +17,7 @@ from labs.engine.stores.base import (
     APPLIED,
     CLOSED,
     DEFAULT_PROBE_LEASE_MS,
+    HOLD,
     OPENED,
     PROBE,
     REJECT_HALF_OPEN,
@@ -89,6 +90,7 @@ class MemoryStore:
         self._buckets: dict[int, list[int]] = {}
         self._calls: deque[str] = deque()
         self._probes: dict[int, tuple[str, int]] = {}  # slot -> (token, expires_at_us)
+        self._inflight: dict[str, int] = {}  # strict admission: token -> expires_at_us
         self._dep: dict[str, int] | None = None
         self._budget: int | None = None
         self._throttle: int | None = None  # gRPC retry throttling, milli-tokens
@@ -106,14 +108,13 @@ class MemoryStore:
     def breaker_allow(self, spec: BreakerSpec, now_us: int) -> AllowReply:
         """Admission decision (see :class:`~labs.engine.stores.base.AllowReply`)."""
         door = self._door
-        if door is not None and not (spec.counts or spec.interval_us):
+        if door is not None and not (spec.counts or spec.interval_us or spec.strict):
             return door
         with self._lock:
             if self._door is not None:
-                if self._b["forced"] or not (spec.counts or spec.interval_us):
+                if self._b["forced"] or not (spec.counts or spec.interval_us or spec.strict):
                     return self._door
-                self._closed_admit(spec, now_us)
-                return self._door
+                return self._closed_admit(spec, now_us)
             b = self._b
             gen = b["gen"]
             state = b["state"]
@@ -175,11 +176,14 @@ class MemoryStore:
             and not spec[0]
             and not spec.counts
             and not spec.interval_us
+            and not spec.strict
         ):
             return quiet
         with self._lock:
             b = self._b
             gen = b["gen"]
+            if slot < 0 and token:
+                self._inflight.pop(token, None)  # a strict admission's place is given back
             if slot >= 0:
                 # A probe counts only while its lease still holds its token: once the lease
                 # expired (and perhaps went to a replacement probe) the result is stale.
@@ -260,8 +264,9 @@ class MemoryStore:
                 return applied
             return applied
 
-    def _closed_admit(self, spec: BreakerSpec, now_us: int) -> None:
-        """A closed-state admission with gobreaker's counting: the interval, then Requests."""
+    def _closed_admit(self, spec: BreakerSpec, now_us: int) -> AllowReply:
+        """A closed-state admission with gobreaker's counting (the interval, then Requests)
+        or strict admission (held back while streak + calls in flight reach the threshold)."""
         b = self._b
         self._b_written = True
         if spec.interval_us:
@@ -269,20 +274,35 @@ class MemoryStore:
                 b["c_exp"] = now_us + spec.interval_us
             elif now_us >= b["c_exp"]:
                 self._new_interval(spec, now_us)
+        token = ""
+        if spec.strict:
+            # a holder that never reports gives its place back after the lease
+            live = {t: e for t, e in self._inflight.items() if e > now_us}
+            self._inflight = live
+            if b["streak"] + len(live) >= spec.failure_threshold:
+                return AllowReply(HOLD, b["gen"], -1, "", 0, False)
+            token = f"m{next(self._tokens)}"
+            live[token] = now_us + self.probe_lease_ms * 1000
         if spec.counts:
             b["c_req"] += 1
+        if token:
+            return AllowReply(ADMIT, b["gen"], -1, token, 0, False)
+        assert self._door is not None
+        return self._door
 
     def _new_interval(self, spec: BreakerSpec, now_us: int) -> None:
         """gobreaker ``toNewGeneration`` in the closed state: counts cleared, a new generation
         (results of calls admitted before are stale), the next interval from now."""
         b = self._b
         b.update(_NO_COUNTS, gen=b["gen"] + 1, streak=0, c_exp=now_us + spec.interval_us)
+        self._inflight.clear()
         self._sync()
 
     def _close(self, spec: BreakerSpec, now_us: int, a: int, c: int) -> RecordReply:
         b = self._b
         gen = b["gen"] + 1
         b.update(_NO_COUNTS, c_exp=now_us + spec.interval_us if spec.interval_us else 0)
+        self._inflight.clear()
         b.update(
             state="closed",
             gen=gen,
@@ -309,6 +329,7 @@ class MemoryStore:
         opens = b["opens"]
         until = now_us + scaled_cooldown_us(spec, cooldown_us, opens)
         b.update(_NO_COUNTS, c_exp=0)
+        self._inflight.clear()  # results of the calls in flight are stale now
         b.update(
             state="open",
             gen=gen,
@@ -395,6 +416,7 @@ class MemoryStore:
             self._buckets.clear()
             self._calls.clear()
             self._probes.clear()
+            self._inflight.clear()
             self._sync()
             return before, gen, True
 
@@ -518,6 +540,7 @@ class MemoryStore:
             self._budget = budget
             self._throttle, self._slices = peer_budget_from_doc(state)
             self._probes.clear()
+            self._inflight.clear()
 
     def has_state(self) -> bool:
         """Whether any breaker, dependency or budget state exists."""
@@ -539,6 +562,7 @@ class MemoryStore:
             self._buckets.clear()
             self._calls.clear()
             self._probes.clear()
+            self._inflight.clear()
             self._dep = None
             self._budget = None
             self._throttle = None

@@ -148,9 +148,12 @@ class RedisStore:
                 spec.half_open_calls,
                 spec.interval_us,
                 int(spec.counts),
+                spec.failure_threshold if spec.strict else 0,
             ),
         )
         if type(reply) is int:  # closed: admitted (the script answers with the generation)
+            if spec.strict:  # the admission holds a place, given back by its result
+                return AllowReply(ADMIT, reply, -1, token, 0, False)
             admit = self._admit
             if admit[1] != reply:
                 admit = self._admit = AllowReply(ADMIT, reply, -1, "", 0, False)

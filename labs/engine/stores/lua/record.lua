@@ -7,7 +7,8 @@
 --         failure_threshold, ratio_ppm, min_calls, bucket_us, buckets, window_calls,
 --         max_probes, success_threshold, strict_edge, failure_only, cooldown_mult_milli,
 --         cooldown_max_us, half_open_calls, half_open_ratio, slow_us, slow_ppm, counts (0|1),
---         interval_us
+--         interval_us, strict (0|1)
+-- A strict admission's result gives back its place (the breaker field i:<token>).
 -- Reply: the generation alone (an integer) when the result was counted without a transition,
 -- the hot path; else {code, generation, a, b, open_until} with
 --   code 0 stale, 2 opened, 3 closed, 4 re-opened; a negative a: the slow-call rate opened it
@@ -17,6 +18,7 @@ local function num(x) return string.format('%.0f', x) end
 local f = redis.call('HMGET', b, 'state', 'gen', 'streak', 'ho_succ', 'forced', 'win_s', 'win_f',
   'opens', 'ho_adm', 'ho_fail', 'win_w', 'ho_slow', 'c_exp')
 local gen = tonumber(f[2] or '0')
+if not KEYS[4] and ARGV[2] ~= '-' then redis.call('HDEL', b, 'i:' .. ARGV[2]) end
 -- a probe counts only while its lease still holds its token: an expired lease (gone, or
 -- taken by a replacement probe) makes the result stale
 if KEYS[4] then
@@ -27,6 +29,14 @@ if tonumber(ARGV[1]) ~= gen then return {0, gen, 0, 0, 0} end
 local outcome = ARGV[3]
 local spec = {}
 for v in string.gmatch(ARGV[6], '%S+') do spec[#spec + 1] = tonumber(v) end
+-- strict admission: a transition outdates every call in flight
+local function clear_inflight()
+  if spec[20] ~= 1 then return end
+  local names = redis.call('HKEYS', b)
+  for i = 1, #names do
+    if string.sub(names[i], 1, 2) == 'i:' then redis.call('HDEL', b, names[i]) end
+  end
+end
 if (f[5] or '') ~= '' or outcome == 'i' then
   -- an ignored probe gives its half-open admission back
   if KEYS[4] and (f[5] or '') == '' and spec[14] > 0 and tonumber(f[9] or '0') > 0 then
@@ -47,6 +57,7 @@ if state == 'closed' and spec[19] > 0 then
     gen = gen + 1
     redis.call('HSET', b, 'gen', gen, 'streak', 0, 'c_req', 0, 'c_ts', 0, 'c_tf', 0,
       'c_cs', 0, 'c_cf', 0, 'c_exp', num(now + spec[19]))
+    clear_inflight()
     return {0, gen, 0, 0, 0}
   end
 end
@@ -82,6 +93,7 @@ local function open(code, a, c)
     'open_until', num(open_until), 'streak', 0, 'ho_succ', 0, 'win_s', 0, 'win_f', 0,
     'opens', opens + 1, 'ho_adm', 0, 'ho_fail', 0, 'win_w', 0, 'ho_slow', 0)
   redis.call('HSET', b, 'c_req', 0, 'c_ts', 0, 'c_tf', 0, 'c_cs', 0, 'c_cf', 0, 'c_exp', 0)
+  clear_inflight()
   redis.call('DEL', KEYS[2], KEYS[3])
   return {code, gen, a, c, open_until}
 end
@@ -92,6 +104,7 @@ local function close(a, c)
     'win_s', 0, 'win_f', 0, 'opens', 0, 'ho_adm', 0, 'ho_fail', 0, 'win_w', 0, 'ho_slow', 0)
   redis.call('HSET', b, 'c_req', 0, 'c_ts', 0, 'c_tf', 0, 'c_cs', 0, 'c_cf', 0,
     'c_exp', spec[19] > 0 and num(now + spec[19]) or 0)
+  clear_inflight()
   redis.call('DEL', KEYS[2], KEYS[3])
   return {3, gen, a, c, 0}
 end
