@@ -14,7 +14,9 @@ Rows:
   operation. Target: median <= 150 us each.
 * the peer libraries' options switched on (``PEER_BREAKER``: a rolling count window checked
   on failures, strict edge, growing cooldown, half-open decided on a ratio; gRPC throttling
-  and Finagle's budget on Redis): what they cost beside the rows above. No target.
+  and Finagle's budget on Redis), slow calls (``SLOW_BREAKER``, every other call slow) and
+  gobreaker's counting (``GOBREAKER_BREAKER``) and strict admission (``STRICT_BREAKER``,
+  one decision and its record together): what they cost beside the rows above. No target.
 * the tour (scenarios/tour.json) in virtual time. Target: < 5 ms.
 * 200 cooperative callers on a VirtualClock (flaky dependency, up to 4 attempts each).
 * the tour with --real: wall time against the sum of configured sleeps (2810 ms).
@@ -183,14 +185,49 @@ PEER_BREAKER = BreakerConfig(
 )
 
 
+#: resilience4j's slow calls on a rolling count window; every other call is slow (50 %, below
+#: the 90 % that would open), so the slow path is measured without the breaker opening.
+SLOW_BREAKER = BreakerConfig(
+    kind="rolling_ratio", window_calls=20, min_calls=10, slow_call_ms=100, slow_call_ratio=0.9
+)
+_SLOW_DURATIONS = (50.0, 150.0)
+#: gobreaker's counting: its Counts kept, the closed state's counts cleared every minute.
+GOBREAKER_BREAKER = BreakerConfig(counts="gobreaker", count_interval_ms=60000)
+#: Strict admission: each admission holds a place that its result gives back.
+STRICT_BREAKER = BreakerConfig(admission="strict", failure_threshold=20)
+
+
 def bench_peers(url: str | None, n: int) -> dict:
     """The peer options' cost: the same operations as the rows above with them on."""
     breaker = Breaker(PEER_BREAKER, store=MemoryStore(), clock=SystemClock())
+    slow = Breaker(SLOW_BREAKER, store=MemoryStore(), clock=SystemClock())
+    gob = Breaker(GOBREAKER_BREAKER, store=MemoryStore(), clock=SystemClock())
+    strict = Breaker(STRICT_BREAKER, store=MemoryStore(), clock=SystemClock())
+    turn = [0]
 
     def memory_call() -> None:
         breaker.record(breaker.allow(), "success")
 
-    out = interleaved({"memory": memory_call}, n, 10)
+    def slow_call() -> None:
+        turn[0] ^= 1
+        slow.record(slow.allow(), "success", duration_ms=_SLOW_DURATIONS[turn[0]])
+
+    def gob_call() -> None:
+        gob.record(gob.allow(), "success")
+
+    def strict_call() -> None:
+        strict.record(strict.allow(), "success")
+
+    out = interleaved(
+        {
+            "memory": memory_call,
+            "slow_memory": slow_call,
+            "gob_memory": gob_call,
+            "strict_memory": strict_call,
+        },
+        n,
+        10,
+    )
     if url is None:
         return out
     import redis
@@ -200,6 +237,19 @@ def bench_peers(url: str | None, n: int) -> dict:
     store = RedisStore(client, f"flbench:{uuid.uuid4().hex[:8]}")
     clock = SystemClock("wall")
     remote = Breaker(PEER_BREAKER, store=store, clock=clock)
+    slow_store = RedisStore(client, f"flbench:{uuid.uuid4().hex[:8]}")
+    slow_remote = Breaker(SLOW_BREAKER, store=slow_store, clock=clock)
+    slow_permits: list = []
+    gob_store = RedisStore(client, f"flbench:{uuid.uuid4().hex[:8]}")
+    gob_remote = Breaker(GOBREAKER_BREAKER, store=gob_store, clock=clock)
+    gob_permits: list = []
+    strict_store = RedisStore(client, f"flbench:{uuid.uuid4().hex[:8]}")
+    strict_remote = Breaker(STRICT_BREAKER, store=strict_store, clock=clock)
+
+    def slow_record() -> None:
+        turn[0] ^= 1
+        slow_remote.record(slow_permits.pop(), "success", duration_ms=_SLOW_DURATIONS[turn[0]])
+
     grpc = RetryBudget(RetryBudgetConfig(kind="grpc"), store=store)
     finagle = RetryBudget(RetryBudgetConfig(kind="finagle"), store=store, clock=clock)
     permits: list = []
@@ -209,16 +259,31 @@ def bench_peers(url: str | None, n: int) -> dict:
             "record": lambda: remote.record(permits.pop(), "success"),
             "grpc": lambda: grpc.observe(True),
             "finagle": finagle.deposit,
+            "slow_decide": lambda: slow_permits.append(slow_remote.allow()),
+            "slow_record": slow_record,
+            "gob_decide": lambda: gob_permits.append(gob_remote.allow()),
+            "gob_record": lambda: gob_remote.record(gob_permits.pop(), "success"),
+            "strict_call": lambda: strict_remote.record(strict_remote.allow(), "success"),
         },
         n // 4,
     )
+    slow_permits.extend(slow_remote.allow() for _ in range(50))
     out["trips"] = {
         "decide": counted(client, lambda: permits.append(remote.allow())),
         "record": counted(client, lambda: remote.record(permits.pop(), "success")),
         "grpc": counted(client, lambda: grpc.observe(True)),
         "finagle": counted(client, finagle.deposit),
+        "slow_record": counted(client, slow_record),
+        "gob_decide": counted(client, lambda: gob_permits.append(gob_remote.allow())),
+        "gob_record": counted(client, lambda: gob_remote.record(gob_permits.pop(), "success")),
     }
+    out["trips"]["strict_call"] = counted(
+        client, lambda: strict_remote.record(strict_remote.allow(), "success")
+    )
+    gob_store.clear()
+    strict_store.clear()
     store.clear()
+    slow_store.clear()
     client.close()
     return out
 
@@ -319,6 +384,9 @@ def main() -> None:
         )
         row("Redis record", red["record"], None, f"{trips[1]:g}", "<= 150 us")
     row("peer options on: in-memory admitted call", peers["memory"], None, "0", "")
+    row("slow calls on: in-memory admitted call", peers["slow_memory"], None, "0", "")
+    row("gobreaker counting on: in-memory admitted call", peers["gob_memory"], None, "0", "")
+    row("strict admission on: in-memory admitted call", peers["strict_memory"], None, "0", "")
     if "decide" in peers:
         row(
             "peer options on: Redis decision",
@@ -332,6 +400,28 @@ def main() -> None:
             peers["record"],
             None,
             f"{peers['trips']['record']:g}",
+            "",
+        )
+        row(
+            "slow calls on: Redis record",
+            peers["slow_record"],
+            None,
+            f"{peers['trips']['slow_record']:g}",
+            "",
+        )
+        for key, what in (("gob_decide", "decision"), ("gob_record", "record")):
+            row(
+                f"gobreaker counting on: Redis {what}",
+                peers[key],
+                None,
+                f"{peers['trips'][key]:g}",
+                "",
+            )
+        row(
+            "strict admission on: Redis decision + record",
+            peers["strict_call"],
+            None,
+            f"{peers['trips']['strict_call']:g}",
             "",
         )
         row(

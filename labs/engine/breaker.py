@@ -33,6 +33,7 @@ from labs.engine.stores.base import (
     ADMIT,
     APPLIED,
     CLOSED,
+    HOLD,
     OPENED,
     PROBE,
     REJECT_OPEN,
@@ -66,6 +67,8 @@ STATE_LABELS = {STATE_CLOSED: "CLOSED", OPEN: "OPEN", HALF_OPEN: "HALF-OPEN"}
 Outcome = Literal["success", "failure", "ignored"]
 _OUTCOME_CODE = {"success": "s", "failure": "f", "ignored": "i"}
 T = TypeVar("T")
+#: How long a call held back by strict admission waits before asking again.
+HOLD_POLL_S = 0.001
 
 
 def state_label(state: str | None) -> str:
@@ -160,6 +163,7 @@ class Breaker:
         self.rng = rng if rng is not None else random.Random(0)
         self.sink = sink
         self._spec = BreakerSpec.of(config)
+        self._slow_us = self._spec.slow_us
         self._cooldown_us = round(config.cooldown_ms * 1000)
         self._now = clock.now
         self._allow = store.breaker_allow
@@ -167,6 +171,11 @@ class Breaker:
         self._jitter_pct = config.cooldown_jitter_pct
         self._plain: Permit | None = None
         self._door = getattr(store, "breaker_door", None)
+        spec = self._spec
+        if spec.counts or spec.interval_us or spec.strict:
+            self._door = None  # every admission is counted, may end an interval, or holds a place
+        # a result needs the time for a rolling window or a counting interval
+        self._timed = spec.rolling or bool(spec.interval_us)
 
     # -- the two steps -----------------------------------------------------------------------
 
@@ -175,7 +184,11 @@ class Breaker:
 
         Guarantees: in half-open at most ``half_open_max_probes`` permits with ``probe=True``
         are outstanding (leases; a lease whose holder vanished expires after the store's
-        ``probe_lease_ms``). An open breaker never admits a call.
+        ``probe_lease_ms``). An open breaker never admits a call. With ``admission: strict``
+        a closed consecutive breaker admits a call only while the failure streak plus the
+        calls in flight is below ``failure_threshold``; a call beyond waits on the clock
+        (asking again every ``HOLD_POLL_S``) for a result, or for a place whose holder
+        vanished to expire after ``probe_lease_ms``.
         """
         if self._door is not None:
             # Hot path: a store that can tell "closed" without the time (MemoryStore) spares
@@ -193,8 +206,16 @@ class Breaker:
                 return Permit(gen, False, -1, "", call, burst)
         now = self._now()
         code, gen, slot, token, open_until_us, moved = self._allow(self._spec, int(now * 1e6 + 0.5))
+        while code == HOLD:
+            # strict admission: the calls in flight could still reach the threshold; wait for
+            # their results (or for their places to expire) and ask again
+            self.clock.sleep(HOLD_POLL_S)
+            now = self._now()
+            code, gen, slot, token, open_until_us, moved = self._allow(
+                self._spec, int(now * 1e6 + 0.5)
+            )
         if code == ADMIT and not moved:
-            return Permit(gen, False, -1, "", call, burst)
+            return Permit(gen, False, -1, token, call, burst)
         if moved:
             if self.config.cooldown_multiplier == 1:
                 why = f"cooldown of {fmt_ms(self.config.cooldown_ms)} elapsed"
@@ -226,8 +247,19 @@ class Breaker:
             "already in flight; dependency not called",
         )
 
-    def record(self, permit: Permit, outcome: Outcome, *, error: str | None = None) -> Recorded:
+    def record(
+        self,
+        permit: Permit,
+        outcome: Outcome,
+        *,
+        error: str | None = None,
+        duration_ms: float | None = None,
+    ) -> Recorded:
         """Report the result of a permitted call. One store operation.
+
+        With ``slow_call_ms`` set, a success or failure whose ``duration_ms`` is above it is
+        also a slow call (resilience4j: ``duration > slowCallDurationThreshold``); a result
+        without a duration is not slow.
 
         Returns whether it was counted (``applied`` is False for a stale generation, or for a
         probe whose lease expired before the result came) and the
@@ -238,7 +270,7 @@ class Breaker:
         if code is None:
             raise ValueError(f"outcome must be success, failure or ignored (got {outcome!r})")
         cooldown_us = self._cooldown_us
-        if code == "f" or permit.probe or self._spec[0]:
+        if code == "f" or permit.probe or self._timed:
             now = self._now()
             now_us = int(now * 1e6 + 0.5)
             if code == "f" and self._jitter_pct:
@@ -248,6 +280,13 @@ class Breaker:
             # neither move the breaker nor feed a time window: the time is not needed (one
             # clock read saved per success; "in-memory admitted call" in engine_bench.py).
             now, now_us = 0.0, 0
+        if (
+            duration_ms is not None
+            and self._slow_us
+            and code != "i"
+            and round(duration_ms * 1000) > self._slow_us
+        ):
+            code = code.upper()  # S / F: a slow success / failure
         reply = self._record(
             self._spec, permit.generation, permit.slot, permit.token, code, now_us, cooldown_us
         )
@@ -258,7 +297,14 @@ class Breaker:
             return _STALE
         if rc == OPENED:
             cooldown = fmt_ms((reply.open_until_us - int(now * 1e6 + 0.5)) / 1000)
-            if self._spec.rolling:
+            if self._spec.rolling and reply.a < 0:
+                ratio = -reply.a / reply.b
+                why = (
+                    f"slow-call ratio {ratio:.0%} >= {self.config.slow_call_ratio:.0%} "
+                    f"over the last {reply.b} calls (slower than "
+                    f"{fmt_ms(self.config.slow_call_ms or 0)})"
+                )
+            elif self._spec.rolling:
                 ratio = reply.a / reply.b if reply.b else 0.0
                 why = (
                     f"failure ratio {ratio:.0%} >= {self.config.failure_ratio:.0%} "
@@ -280,7 +326,12 @@ class Breaker:
             what = f"probe call #{permit.call}" if permit.call is not None else "probe"
             detail = f" ({error})" if error else ""
             # reply.b: decided on the failure ratio of the half-open period's probes
-            why = f"{reply.a} of {reply.b} probes failed" if reply.b else f"{what} failed{detail}"
+            if reply.a < 0:
+                why = f"{-reply.a} of {reply.b} probes were slow"
+            elif reply.b:
+                why = f"{reply.a} of {reply.b} probes failed"
+            else:
+                why = f"{what} failed{detail}"
             self._transition(
                 now,
                 HALF_OPEN,
@@ -318,7 +369,9 @@ class Breaker:
         """The breaker at the clock's now, JSON-serialisable.
 
         Keys: state, generation, forced (``open``/``closed``/None), failure_streak,
-        window_successes, window_failures, half_open_successes, half_open_failures,
+        window_successes, window_failures, window_slow (slow calls, with ``slow_call_ms``),
+        counts (gobreaker's Counts with ``counts: gobreaker``, else None),
+        half_open_successes, half_open_failures,
         half_open_admitted (counted only with ``half_open_calls``), openings (consecutive
         openings since the breaker last closed), opened_at_ms, open_until_ms,
         open_for_ms (cooldown left), probes_in_flight, and the config.
@@ -334,6 +387,16 @@ class Breaker:
             "failure_streak": f["streak"],
             "window_successes": f["win_s"],
             "window_failures": f["win_f"],
+            "window_slow": f["win_w"],
+            "counts": {
+                "requests": f["c_req"],
+                "total_successes": f["c_ts"],
+                "total_failures": f["c_tf"],
+                "consecutive_successes": f["c_cs"],
+                "consecutive_failures": f["c_cf"],
+            }
+            if self._spec.counts
+            else None,
             "half_open_successes": f["ho_succ"],
             "half_open_failures": f["ho_fail"],
             "half_open_admitted": f["ho_adm"],
@@ -395,6 +458,9 @@ class Breaker:
           answered);
         * any other exception records failure when ``is_failure`` says so, else ignored.
 
+        With ``slow_call_ms`` set, the call's duration on the breaker's clock goes with its
+        result, so a slow call counts as slow.
+
         Raises :class:`CircuitOpenError` when rejected (``fn`` is not called).
         """
         permit = self.allow()
@@ -402,19 +468,25 @@ class Breaker:
             assert isinstance(permit, Rejection)
             raise CircuitOpenError(permit)
         assert isinstance(permit, Permit)
+        started = self._now() if self._slow_us else None
         try:
             result = fn()
         except Exception as exc:
+            took = self._took(started)
             if is_success(exc):
-                self.record(permit, "success")
+                self.record(permit, "success", duration_ms=took)
             else:
-                self.record(permit, "failure" if is_failure(exc) else "ignored")
+                self.record(permit, "failure" if is_failure(exc) else "ignored", duration_ms=took)
             raise
         except BaseException:
             self.record(permit, "ignored")
             raise
-        self.record(permit, "success")
+        self.record(permit, "success", duration_ms=self._took(started))
         return result
+
+    def _took(self, started: float | None) -> float | None:
+        """Milliseconds since ``started`` (None when slow calls are not counted)."""
+        return None if started is None else (self._now() - started) * 1000
 
     # -- events ------------------------------------------------------------------------------
 

@@ -188,6 +188,8 @@ class GuardedClient:
         # A dependency that sets ``wants_call_context`` (the shared model) also receives the
         # attempt number and the call's deadline (absolute, on ``clock``).
         self._context = bool(getattr(dependency, "wants_call_context", False))
+        # Slow calls (``slow_call_ms``) need each call's duration; else no clock read is spent.
+        self._slow = policy.breaker.slow_call_ms is not None
         self.clock = clock
         self.rng = rng
         self.sink = sink if sink is not None else null_sink
@@ -216,7 +218,9 @@ class GuardedClient:
                 limit = 1 if permit.probe else self.policy.max_attempts
                 result, why = self._loop(call_no, burst, start, limit, permit)
                 verdict = _verdict(result.outcome == "success", result.error)
-                self.breaker.record(permit, verdict, error=result.error)
+                self.breaker.record(
+                    permit, verdict, error=result.error, duration_ms=self._since(start)
+                )
         else:
             result, why = self._loop(call_no, burst, start, self.policy.max_attempts, None)
         self._emit_result(result, why)
@@ -262,6 +266,7 @@ class GuardedClient:
                     return self._rejected(call_no, burst, start, allowed, attempts, backoff_total)
                 permit = allowed
                 probe = probe or permit.probe
+            attempt_start = self._slow and clock.now()
             if self._context:
                 answer = self.dependency.attempt(
                     policy.attempt_timeout_ms, attempt=n, deadline=deadline
@@ -274,7 +279,13 @@ class GuardedClient:
             if outer is None and permit is not None:
                 verdict = _verdict(answer.ok, answer.error)
                 opened = (
-                    self.breaker.record(permit, verdict, error=answer.error).transition == "open"
+                    self.breaker.record(
+                        permit,
+                        verdict,
+                        error=answer.error,
+                        duration_ms=self._since(attempt_start),
+                    ).transition
+                    == "open"
                 )
             if throttled and (answer.ok or is_retryable(answer.error)):
                 verdict = budget.observe(answer.ok)  # type: ignore[union-attr]
@@ -568,6 +579,12 @@ class GuardedClient:
             probe=probe,
         )
         return result, why
+
+    def _since(self, start: float | bool) -> float | None:
+        """Milliseconds since ``start`` when slow calls are counted, else None."""
+        if not self._slow:
+            return None
+        return (self.clock.now() - float(start)) * 1000
 
     def _emit_result(self, result: CallResult, why: str | None) -> None:
         if result.outcome == "success":

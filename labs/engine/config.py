@@ -13,9 +13,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 __all__ = [
+    "ADMISSIONS",
     "BREAKER_KINDS",
     "BUDGET_KINDS",
     "COOLDOWN_EDGES",
+    "COUNTS",
     "ERROR_KINDS",
     "HALF_OPEN_DECISIONS",
     "JITTERS",
@@ -46,6 +48,8 @@ BREAKER_KINDS = ("consecutive", "rolling_ratio")
 # The peer libraries' choices (the first of each is the engine's own behaviour).
 COOLDOWN_EDGES = ("inclusive", "strict")
 RATIO_CHECKS = ("every_result", "failure")
+COUNTS = ("engine", "gobreaker")
+ADMISSIONS = ("two_step", "strict")
 HALF_OPEN_DECISIONS = ("first_failure", "ratio")
 BUDGET_KINDS = ("per_call", "grpc", "finagle")
 RETRY_AFTERS = ("capped", "pushback")
@@ -139,6 +143,21 @@ LIMITS: dict[str, Limit] = {
     "policy.breaker.half_open_decision": Limit(
         "first_failure", type="choice", choices=HALF_OPEN_DECISIONS
     ),
+    "policy.breaker.slow_call_ms": Limit(
+        None, 1, 600_000, "ms", nullable=True, note="rolling ratio: a longer call is slow"
+    ),
+    "policy.breaker.slow_call_ratio": Limit(
+        1, 0, 1, type="number", note="rolling ratio: the slow-call rate that opens"
+    ),
+    "policy.breaker.counts": Limit(
+        "engine", type="choice", choices=COUNTS, note="gobreaker: report its Counts"
+    ),
+    "policy.breaker.admission": Limit(
+        "two_step", type="choice", choices=ADMISSIONS, note="consecutive: strict holds calls back"
+    ),
+    "policy.breaker.count_interval_ms": Limit(
+        None, 100, 3_600_000, "ms", nullable=True, note="consecutive: counts clear this often"
+    ),
     "policy.retry_budget.kind": Limit("per_call", type="choice", choices=BUDGET_KINDS),
     "policy.retry_budget.ttl_ms": Limit(10000, 1000, 60000, "ms", note="finagle"),
     "policy.retry_budget.min_retries_per_sec": Limit(10, 0, 1000, note="finagle"),
@@ -228,6 +247,17 @@ class BreakerConfig:
     cooldown_max_ms: float | None = None
     half_open_calls: int | None = None
     half_open_decision: Literal["first_failure", "ratio"] = "first_failure"
+    # resilience4j's slow calls: a call longer than ``slow_call_ms`` is slow, and a slow-call
+    # rate at or above ``slow_call_ratio`` opens the breaker as the failure rate does.
+    slow_call_ms: float | None = None
+    slow_call_ratio: float = 1
+    # gobreaker's counting: ``counts`` "gobreaker" keeps its Counts (cleared on every state
+    # change); ``count_interval_ms`` (gobreaker Interval) clears the closed state's counts.
+    counts: Literal["engine", "gobreaker"] = "engine"
+    count_interval_ms: float | None = None
+    # ``strict``: a closed consecutive breaker admits a call only while the failure streak plus
+    # the calls in flight is below the threshold; the others wait (are held back).
+    admission: Literal["two_step", "strict"] = "two_step"
 
     def __post_init__(self) -> None:
         _need(self.kind in BREAKER_KINDS, f"unknown breaker kind {self.kind!r}")
@@ -252,6 +282,27 @@ class BreakerConfig:
         _need(
             self.half_open_decision == "first_failure" or self.half_open_calls is not None,
             "half_open_decision ratio needs half_open_calls",
+        )
+        _need(0 <= self.slow_call_ratio <= 1, "slow_call_ratio must be between 0 and 1")
+        _need(
+            self.slow_call_ms is None
+            or (
+                self.slow_call_ms > 0
+                and self.kind == "rolling_ratio"
+                and self.ratio_checked_on == "every_result"
+            ),
+            "slow_call_ms needs a rolling_ratio breaker checked on every result",
+        )
+        _need(self.counts in COUNTS, f"unknown counts {self.counts!r}")
+        _need(
+            self.count_interval_ms is None
+            or (self.count_interval_ms > 0 and self.kind == "consecutive"),
+            "count_interval_ms needs a consecutive breaker",
+        )
+        _need(self.admission in ADMISSIONS, f"unknown admission {self.admission!r}")
+        _need(
+            self.admission == "two_step" or self.kind == "consecutive",
+            "strict admission needs a consecutive breaker",
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -286,6 +286,55 @@ def _breaker_combinations(
                 f"close (got {successes})",
             )
         )
+    slow_ms = _breaker_value(breaker, "slow_call_ms")
+    slow_ratio = _breaker_value(breaker, "slow_call_ratio")
+    checked_on = _breaker_value(breaker, "ratio_checked_on")
+    if slow_ms is not None and valid("slow_call_ms", "kind") and kind != "rolling_ratio":
+        problems.append(
+            Problem(
+                f"{path}.slow_call_ms",
+                f"needs {path}.kind rolling_ratio: the slow-call rate is a ratio over the "
+                f"rolling window (got kind {_shown(kind)})",
+            )
+        )
+    elif (
+        slow_ms is not None
+        and valid("slow_call_ms", "ratio_checked_on")
+        and checked_on != "every_result"
+    ):
+        problems.append(
+            Problem(
+                f"{path}.slow_call_ms",
+                f"needs {path}.ratio_checked_on every_result: a slow success can open the "
+                f"breaker (got {_shown(checked_on)})",
+            )
+        )
+    admission = _breaker_value(breaker, "admission")
+    if admission == "strict" and valid("admission", "kind") and kind != "consecutive":
+        problems.append(
+            Problem(
+                f"{path}.admission",
+                f"strict needs {path}.kind consecutive: it holds calls back by the failure "
+                f"streak and the calls in flight (got kind {_shown(kind)})",
+            )
+        )
+    interval = _breaker_value(breaker, "count_interval_ms")
+    if interval is not None and valid("count_interval_ms", "kind") and kind != "consecutive":
+        problems.append(
+            Problem(
+                f"{path}.count_interval_ms",
+                f"needs {path}.kind consecutive: a rolling window clears itself "
+                f"(got kind {_shown(kind)})",
+            )
+        )
+    if slow_ms is None and valid("slow_call_ratio") and slow_ratio != 1:
+        problems.append(
+            Problem(
+                f"{path}.slow_call_ratio",
+                f"a slow-call rate below 1 needs {path}.slow_call_ms (between 1 and 600000 ms), "
+                f"the duration above which a call is slow (got {_shown(slow_ratio)})",
+            )
+        )
     return problems
 
 

@@ -89,6 +89,31 @@ POLICY_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("breaker_window_calls", "policy.breaker.window_calls", "Rolling: count window"),
     ("budget_token_ratio", "policy.retry_budget.token_ratio", "Retry budget: token ratio"),
     ("budget_max_tokens", "policy.retry_budget.max_tokens", "Retry budget: ceiling"),
+    # The peer libraries' settings (docs/engine.md), shown under "Advanced".
+    ("breaker_cooldown_edge", "policy.breaker.cooldown_edge", "Cooldown edge"),
+    ("breaker_cooldown_multiplier", "policy.breaker.cooldown_multiplier", "Cooldown multiplier"),
+    ("breaker_cooldown_max_ms", "policy.breaker.cooldown_max_ms", "Cooldown ceiling"),
+    ("breaker_ratio_checked_on", "policy.breaker.ratio_checked_on", "Rolling: ratio checked on"),
+    ("breaker_half_open_calls", "policy.breaker.half_open_calls", "Half-open: probes per period"),
+    ("breaker_half_open_decision", "policy.breaker.half_open_decision", "Half-open: decided by"),
+    ("breaker_slow_call_ms", "policy.breaker.slow_call_ms", "Rolling: slow call above"),
+    ("breaker_slow_call_ratio", "policy.breaker.slow_call_ratio", "Rolling: slow-call ratio"),
+    ("breaker_admission", "policy.breaker.admission", "Admission"),
+    ("breaker_counts", "policy.breaker.counts", "Counts kept"),
+    ("breaker_count_interval_ms", "policy.breaker.count_interval_ms", "Counts clear every"),
+    ("budget_kind", "policy.retry_budget.kind", "Retry budget: kind"),
+    ("budget_ttl_ms", "policy.retry_budget.ttl_ms", "Finagle: deposit lifetime"),
+    (
+        "budget_min_retries_per_sec",
+        "policy.retry_budget.min_retries_per_sec",
+        "Finagle: minimum retries per second",
+    ),
+    (
+        "budget_percent_can_retry",
+        "policy.retry_budget.percent_can_retry",
+        "Finagle: retries per request",
+    ),
+    ("retry_after", "policy.retry_after", "Retry-After handling"),
 )
 
 #: Policy fields grouped for the page (legend, field names).
@@ -115,6 +140,30 @@ POLICY_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("Retry budget", ("budget", "budget_token_ratio", "budget_max_tokens")),
     ("Time limits", ("deadline_ms", "attempt_timeout_ms")),
+)
+
+#: The peer libraries' settings, grouped for the page's collapsed "Advanced" section.
+POLICY_ADVANCED_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "Breaker: cooldown",
+        ("breaker_cooldown_edge", "breaker_cooldown_multiplier", "breaker_cooldown_max_ms"),
+    ),
+    (
+        "Breaker: ratio and half-open",
+        ("breaker_ratio_checked_on", "breaker_half_open_calls", "breaker_half_open_decision"),
+    ),
+    ("Breaker: slow calls", ("breaker_slow_call_ms", "breaker_slow_call_ratio")),
+    ("Breaker: counting", ("breaker_counts", "breaker_count_interval_ms", "breaker_admission")),
+    (
+        "Retry budget: peer kinds",
+        (
+            "budget_kind",
+            "budget_ttl_ms",
+            "budget_min_retries_per_sec",
+            "budget_percent_can_retry",
+        ),
+    ),
+    ("Retry-After", ("retry_after",)),
 )
 
 BURST_SIZE = LIMITS["steps[].burst"]
@@ -362,6 +411,20 @@ class PolicyForm(_EngineForm):
 
     def _extra_path(self, path: str) -> str | None:
         return "budget" if path == "policy.retry_budget" else None
+
+    @property
+    def advanced_groups(self) -> list[tuple[str, list[forms.BoundField]]]:
+        """The "Advanced" section's groups as (legend, bound fields), for the template."""
+        return [
+            (legend, [self[name] for name in names]) for legend, names in POLICY_ADVANCED_GROUPS
+        ]
+
+    @property
+    def advanced_has_errors(self) -> bool:
+        """Whether a field of the "Advanced" section carries an error (the page opens it)."""
+        if not self.is_bound:
+            return False
+        return any(self.errors.get(name) for _, names in POLICY_ADVANCED_GROUPS for name in names)
 
 
 class BurstForm(_LabInputsMixin, forms.Form):

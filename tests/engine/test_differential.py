@@ -48,14 +48,42 @@ peer_options = st.fixed_dictionaries(
         "success_threshold": st.integers(1, 2),
     }
 ).filter(lambda o: o["half_open_calls"] is not None or o["half_open_decision"] == "first_failure")
+# resilience4j's slow calls, on a rolling breaker checked after every result.
+slow_options = st.fixed_dictionaries(
+    {
+        "slow_call_ms": st.sampled_from([1, 100, 4000]),
+        "slow_call_ratio": st.sampled_from([0.0, 0.3, 0.5, 1.0]),
+        "ratio_checked_on": st.just("every_result"),
+    }
+)
+gobreaker_options = st.fixed_dictionaries(
+    {
+        "counts": st.sampled_from(["engine", "gobreaker"]),
+        "count_interval_ms": st.sampled_from([None, 100, 1000]),
+        "admission": st.sampled_from(["two_step", "strict"]),
+    }
+)
 configs = st.one_of(
     configs,
     st.tuples(configs, peer_options).map(
         lambda pair: BreakerConfig(**{**pair[0].to_dict(), **pair[1]})
     ),
+    st.tuples(configs, peer_options, slow_options)
+    .filter(lambda triple: triple[0].kind == "rolling_ratio")
+    .map(lambda t: BreakerConfig(**{**t[0].to_dict(), **t[1], **t[2]})),
+    # gobreaker's counting: its Counts on either kind, the interval on a consecutive breaker
+    st.tuples(configs, peer_options, gobreaker_options)
+    .filter(
+        lambda t: (
+            t[0].kind == "consecutive"
+            or (t[2]["count_interval_ms"] is None and t[2]["admission"] == "two_step")
+        )
+    )
+    .map(lambda t: BreakerConfig(**{**t[0].to_dict(), **t[1], **t[2]})),
 )
 
-outcome = st.sampled_from("fffsssi")  # enough failures to open, successes to close
+# enough failures to open, successes to close; S / F are slow (plain s / f without slow calls)
+outcome = st.sampled_from("fffsssiSF")
 operations = st.lists(
     st.one_of(
         st.tuples(st.just("call"), outcome),  # allow, then record at once
@@ -121,6 +149,30 @@ def module_redis():
     ],
     cooldown_us=100_000,
 )
+@example(  # the slow-call rate opens, and re-opens from a half-open ratio decision
+    config=BreakerConfig(
+        kind="rolling_ratio",
+        min_calls=2,
+        window_ms=1000,
+        buckets=2,
+        failure_ratio=1.0,
+        slow_call_ms=100,
+        slow_call_ratio=0.5,
+        half_open_max_probes=2,
+        half_open_calls=2,
+        half_open_decision="ratio",
+    ),
+    ops=[
+        ("call", "S"),
+        ("call", "s"),  # 1 slow of 2: 50 %, opens
+        ("advance", 1_000_000),
+        ("call", "F"),
+        ("read",),
+        ("call", "s"),  # failures 1 of 2 < 100 %, slow 1 of 2: re-opens
+        ("read",),
+    ],
+    cooldown_us=1_000_000,
+)
 def test_memory_and_redis_stores_make_identical_decisions(module_redis, config, ops, cooldown_us):
     spec = BreakerSpec.of(config)
     memory = MemoryStore(probe_lease_ms=LEASE_MS)
@@ -130,6 +182,8 @@ def test_memory_and_redis_stores_make_identical_decisions(module_redis, config, 
     now = 1_000_000
     permits: list[tuple[int, int, str, str]] = []  # generation, slot, memory token, redis token
     seen = COVERED
+    if not spec.slow_us:
+        ops = [tuple(o.lower() if o in ("S", "F") else o for o in op) for op in ops]
     try:
         for op in ops:
             if op[0] in ("allow", "call"):
@@ -147,6 +201,8 @@ def test_memory_and_redis_stores_make_identical_decisions(module_redis, config, 
                 r = redis_store.breaker_record(spec, gen, slot, r_token, op[2], now, cooldown_us)
                 assert m == r, op
                 seen.add(f"record{m.code}")
+                if m.code in (2, 4) and m.a < 0:
+                    seen.add("slow_open")  # the slow-call rate opened it
             elif op[0] == "advance":
                 now += op[1]
             elif op[0] == "read":
@@ -154,12 +210,14 @@ def test_memory_and_redis_stores_make_identical_decisions(module_redis, config, 
             elif op[0] == "force":
                 assert memory.breaker_force(op[1], now) == redis_store.breaker_force(op[1], now)
         assert memory.breaker_read(spec, now) == redis_store.breaker_read(spec, now)
+        m_doc, r_doc = memory.export_state(), redis_store.export_state()
+        assert (m_doc.get("slow"), m_doc.get("counts")) == (r_doc.get("slow"), r_doc.get("counts"))
     finally:
         redis_store.clear()
 
 
 def test_the_generated_sequences_reach_every_decision():
-    wanted = {f"allow{c}" for c in range(4)} | {f"record{c}" for c in range(5)}
+    wanted = {f"allow{c}" for c in range(5)} | {f"record{c}" for c in range(5)} | {"slow_open"}
     assert wanted - COVERED == set()
 
 

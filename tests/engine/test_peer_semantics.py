@@ -306,3 +306,362 @@ def test_grpc_server_pushback_fixes_the_next_delay_beyond_the_backoff_cap(store,
     assert (call.attempts, call.outcome, call.backoff_ms) == (2, "success", 295)
     [sleep] = pushed.events.of_kind("sleep")
     assert "server pushback 295 ms, exactly" in sleep.explain
+
+
+# -- slow calls: resilience4j slowCallDurationThreshold and slowCallRateThreshold -------------
+
+
+def _slow_breaker(store, **extra):
+    """resilience4j ``CircuitBreakerStateMachineTest``'s breaker: a count window of 5 calls
+    (minimumNumberOfCalls 5), failure and slow-call rates of 50 %, calls slower than 4 s."""
+    config = dict(
+        kind="rolling_ratio",
+        window_calls=5,
+        min_calls=5,
+        failure_ratio=0.5,
+        slow_call_ms=4000,
+        slow_call_ratio=0.5,
+        cooldown_ms=1000,
+    )
+    config.update(extra)
+    return make(store, **config)
+
+
+def timed(breaker, outcome, duration_ms):
+    permit = breaker.allow()
+    assert permit, permit
+    return breaker.record(permit, outcome, duration_ms=duration_ms)
+
+
+def test_resilience4j_opens_on_the_slow_call_rate_below_the_failure_rate(store):
+    """resilience4j ``shouldOpenAfterSlowCallRateThresholdExceeded``: slow failure, slow
+    success, fast failure, fast success, then a slow success fills the window of 5: failure
+    rate 40 % (below 50 %), slow-call rate 3 / 5 = 60 % (at or above 50 %): OPEN."""
+    breaker, _, events = _slow_breaker(store)
+    moves = [
+        timed(breaker, "failure", 5000).transition,
+        timed(breaker, "success", 5000).transition,
+        timed(breaker, "failure", 100).transition,
+        timed(breaker, "success", 100).transition,
+    ]
+    assert moves == [None] * 4
+    snap = breaker.snapshot()
+    assert (snap["window_successes"], snap["window_failures"], snap["window_slow"]) == (2, 2, 2)
+    assert timed(breaker, "success", 5000).transition == "open"
+    reason = events.of_kind("transition")[-1].reason
+    assert reason.startswith("slow-call ratio 60% >= 50% over the last 5 calls (slower than 4")
+
+
+def test_resilience4j_slow_call_rate_below_the_threshold_keeps_it_closed(store):
+    """resilience4j ``FixedSizeSlidingWindowMetricsTest``: a slow success, a slow error and
+    three fast successes are 5 calls, 2 slow: a slow-call rate of 40 %, below 50 %."""
+    breaker, _, _ = _slow_breaker(store)
+    for outcome, ms in (("success", 10000), ("failure", 10000)) + (("success", 100),) * 3:
+        assert timed(breaker, outcome, ms).transition is None
+    snap = breaker.snapshot()
+    assert (snap["window_successes"], snap["window_failures"], snap["window_slow"]) == (4, 1, 2)
+    assert snap["state"] == "closed"
+
+
+def test_a_call_is_slow_only_above_the_threshold(store):
+    """resilience4j ``CircuitBreakerMetrics.onSuccess``: ``duration > threshold`` is slow; a
+    call of exactly the threshold, or one without a duration, is not."""
+    breaker, _, _ = _slow_breaker(store, slow_call_ratio=0.2)
+    for _ in range(4):
+        timed(breaker, "success", 4000)
+    record(breaker, "success")
+    assert breaker.snapshot()["window_slow"] == 0
+    assert breaker.state() == "closed"
+    assert timed(breaker, "success", 4000.001).transition == "open"
+
+
+def test_slow_calls_leave_a_time_window_with_their_bucket(store):
+    """On a time window the slow calls expire with the bucket they were counted in."""
+    breaker, clock, _ = _slow_breaker(
+        store, window_calls=None, window_ms=1000, buckets=2, min_calls=4
+    )
+    timed(breaker, "success", 5000)
+    timed(breaker, "success", 5000)
+    assert breaker.snapshot()["window_slow"] == 2
+    clock.advance(1.0)
+    assert breaker.snapshot()["window_slow"] == 0
+    for _ in range(3):
+        assert timed(breaker, "success", 10).transition is None
+    assert timed(breaker, "success", 5000).transition is None  # 1 slow of 4: 25 %
+    assert timed(breaker, "success", 5000).transition is None  # 2 of 5: 40 %
+    assert timed(breaker, "success", 5000).transition == "open"  # 3 of 6: 50 %
+
+
+def test_resilience4j_half_open_reopens_on_the_slow_call_rate(store):
+    """resilience4j ``shouldTransitionBackToOpenStateWhenSlowCallRateIsAboveThreshold``: 4
+    permitted half-open calls, three slow successes and a fast one: failure rate 0 %,
+    slow-call rate 75 %: back to OPEN."""
+    breaker, clock, events = _slow_breaker(
+        store, half_open_max_probes=4, half_open_calls=4, half_open_decision="ratio"
+    )
+    for _ in range(5):
+        timed(breaker, "failure", 10)
+    assert breaker.state() == "open"
+    clock.advance(1.0)
+    probes = [breaker.allow() for _ in range(4)]
+    took = (5000, 5000, 5000, 1000)
+    moves = [
+        breaker.record(p, "success", duration_ms=ms).transition
+        for p, ms in zip(probes, took, strict=True)
+    ]
+    assert moves == [None, None, None, "open"]
+    assert events.of_kind("transition")[-1].reason.startswith("3 of 4 probes were slow")
+
+
+def test_breaker_call_times_the_call_on_the_breakers_clock(store):
+    breaker, clock, _ = _slow_breaker(store, min_calls=1, window_calls=1)
+    assert breaker.call(lambda: clock.advance(4.5) or "slow answer") == "slow answer"
+    assert breaker.state() == "open"
+
+
+def test_slow_counts_survive_an_export_to_the_other_store(store):
+    """The exported document carries the slow counts (only when there are some), so a
+    session moved between stores keeps them."""
+    from labs.engine import MemoryStore
+
+    breaker, _, _ = _slow_breaker(store)
+    timed(breaker, "success", 5000)
+    timed(breaker, "failure", 5000)
+    doc = store.export_state()
+    assert doc["slow"] == {"window_slow": 2}
+    other = MemoryStore()
+    other.import_state(doc)
+    exported = other.export_state()
+    assert (exported["slow"], exported["window"]) == (doc["slow"], doc["window"])
+    moved = Breaker(breaker.config, store=other, clock=breaker.clock)
+    assert moved.snapshot()["window_slow"] == 2
+    assert timed(moved, "success", 5000).transition is None  # 3 slow of 3: under min_calls
+
+
+def test_a_guarded_client_opens_on_a_slow_but_healthy_dependency(store, rig):
+    """Every call succeeds, each in 300 ms of virtual time: with calls above 200 ms slow and
+    a slow-call rate of 50 % over 4 calls, the fourth call opens the breaker and the fifth
+    fails fast; at 5 ms a call is not slow and the breaker stays closed."""
+    policy = {
+        "max_attempts": 1,
+        "breaker": {
+            "kind": "rolling_ratio",
+            "window_calls": 4,
+            "min_calls": 4,
+            "slow_call_ms": 200,
+            "slow_call_ratio": 0.5,
+        },
+    }
+    slow = rig({"mode": "slow", "latency_ms": 300}, policy, store=store).burst(5)
+    assert [c.outcome for c in slow.calls][:4] == ["success"] * 4
+    assert slow.calls[4].outcome == "rejected_open" and slow.attempts[4] == 0
+    store.clear()
+    fast = rig({"mode": "healthy", "latency_ms": 5}, policy, store=store).burst(5)
+    assert [c.outcome for c in fast.calls] == ["success"] * 5
+
+
+# -- gobreaker's counting: Counts, cleared on every state change and every Interval -----------
+
+
+def counts(breaker):
+    """gobreaker's ``Counts{Requests, TotalSuccesses, TotalFailures, ConsecutiveSuccesses,
+    ConsecutiveFailures}`` as a tuple."""
+    c = breaker.snapshot()["counts"]
+    return (
+        c["requests"],
+        c["total_successes"],
+        c["total_failures"],
+        c["consecutive_successes"],
+        c["consecutive_failures"],
+    )
+
+
+def test_gobreaker_default_breaker_counts(store):
+    """gobreaker v2 ``TestDefaultCircuitBreaker``: ``ReadyToTrip`` is ConsecutiveFailures > 5
+    (``failure_threshold`` 6), ``Timeout`` 60 s; Counts clear on every state change, and a
+    rejected call is not a request."""
+    breaker, clock, _ = make(store, counts="gobreaker", failure_threshold=6, cooldown_ms=60000)
+    for _ in range(5):
+        record(breaker, "failure")
+    assert breaker.state() == "closed" and counts(breaker) == (5, 0, 5, 0, 5)
+    record(breaker, "success")
+    assert counts(breaker) == (6, 1, 5, 1, 0)
+    record(breaker, "failure")
+    assert counts(breaker) == (7, 1, 6, 0, 1)
+    for _ in range(5):
+        record(breaker, "failure")  # 6 consecutive failures
+    assert breaker.state() == "open" and counts(breaker) == (0, 0, 0, 0, 0)
+    assert not breaker.allow() and not breaker.allow()
+    assert counts(breaker) == (0, 0, 0, 0, 0)
+    clock.advance(59)
+    assert breaker.state() == "open"
+    clock.advance(1)
+    assert breaker.state() == "half_open"
+    record(breaker, "failure")
+    assert breaker.state() == "open" and counts(breaker) == (0, 0, 0, 0, 0)
+    clock.advance(60)
+    record(breaker, "success")
+    assert breaker.state() == "closed" and counts(breaker) == (0, 0, 0, 0, 0)
+
+
+def test_gobreaker_interval_clears_the_closed_states_counts(store):
+    """gobreaker v2 ``TestCustomCircuitBreaker`` (``Interval`` 30 s): five rounds of success,
+    failure are Counts{10, 5, 5, 0, 1}; a success 29 s on adds to them; once the interval is
+    over the next request starts from zero: a failure is Counts{1, 0, 1, 0, 1}."""
+    breaker, clock, _ = make(
+        store, counts="gobreaker", failure_threshold=20, count_interval_ms=30000
+    )
+    for _ in range(5):
+        record(breaker, "success")
+        record(breaker, "failure")
+    assert counts(breaker) == (10, 5, 5, 0, 1)
+    clock.advance(29)
+    record(breaker, "success")
+    assert counts(breaker) == (11, 6, 5, 1, 0)
+    clock.advance(1)  # over Interval
+    assert counts(breaker) == (0, 0, 0, 0, 0)  # read as cleared, nothing written
+    record(breaker, "failure")
+    assert breaker.state() == "closed" and counts(breaker) == (1, 0, 1, 0, 1)
+
+
+def test_gobreaker_half_open_counts_requests_up_to_max_requests(store):
+    """gobreaker v2 ``TestCustomCircuitBreaker``, half-open with ``MaxRequests`` 3: two
+    successes are Counts{2, 2, 0, 2, 0}; a third probe in flight makes Requests 3 and a
+    fourth is refused (over MaxRequests); the third success closes it, Counts cleared."""
+    breaker, clock, _ = make(
+        store,
+        counts="gobreaker",
+        failure_threshold=1,
+        cooldown_ms=90000,
+        half_open_max_probes=3,
+        half_open_calls=3,
+        success_threshold=3,
+    )
+    record(breaker, "failure")
+    clock.advance(90)
+    record(breaker, "success")
+    record(breaker, "success")
+    assert breaker.state() == "half_open" and counts(breaker) == (2, 2, 0, 2, 0)
+    third = breaker.allow()
+    assert third and counts(breaker) == (3, 2, 0, 2, 0)
+    assert not breaker.allow()  # over MaxRequests
+    assert breaker.record(third, "success").transition == "closed"
+    assert counts(breaker) == (0, 0, 0, 0, 0)
+
+
+def test_the_interval_clears_the_failure_streak_and_outdates_calls_in_flight(store):
+    """The engine's consecutive breaker with ``count_interval_ms``: failures in different
+    intervals do not add up, and a result of a call admitted in an earlier interval is stale
+    (gobreaker: a new generation)."""
+    breaker, clock, _ = make(store, failure_threshold=3, count_interval_ms=1000)
+    record(breaker, "failure")
+    record(breaker, "failure")
+    held = breaker.allow()
+    clock.advance(1.0)
+    assert breaker.snapshot()["failure_streak"] == 0
+    assert breaker.record(held, "failure").applied is False
+    record(breaker, "failure")
+    record(breaker, "failure")
+    assert breaker.state() == "closed"
+    record(breaker, "failure")
+    assert breaker.state() == "open"
+
+
+def test_counts_are_not_reported_unless_asked_for(store):
+    breaker, _, _ = make(store)
+    record(breaker, "failure")
+    assert breaker.snapshot()["counts"] is None
+    assert "counts" not in store.export_state()
+
+
+# -- two-step admissions under 50 threads: the documented overshoot bound ---------------------
+
+
+def test_fifty_threads_overshoot_by_the_calls_in_flight_and_count_only_the_threshold(store):
+    """50 threads each take a permit from a closed consecutive breaker (threshold 3) before any
+    of them records; then all record a failure. Every call reached the dependency (the
+    overshoot: 50 - 3 calls beyond those that opened it), but exactly 3 failures are counted,
+    the breaker opens once, and the other 47 results arrive stale."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from labs.engine import SystemClock
+
+    threads, threshold = 50, 3
+    events = EventList()
+    breaker = Breaker(
+        BreakerConfig(failure_threshold=threshold, cooldown_ms=60000),
+        store=store,
+        clock=SystemClock(),
+        sink=events,
+    )
+    all_admitted = threading.Barrier(threads)
+
+    def caller(_):
+        permit = breaker.allow()
+        all_admitted.wait(timeout=60)
+        return bool(permit), (breaker.record(permit, "failure") if permit else None)
+
+    with ThreadPoolExecutor(threads) as pool:
+        results = list(pool.map(caller, range(threads)))
+    assert sum(admitted for admitted, _ in results) == threads
+    assert sum(r.applied for _, r in results) == threshold
+    assert [e.state_to for e in events.of_kind("transition")] == ["open"]
+    assert breaker.snapshot()["failure_streak"] == 0  # cleared by the opening
+
+
+def _fifty_failing_callers(store, threshold, **config):
+    """50 threads, each: allow, then (if admitted) a failure on a dependency that counts its
+    calls. Returns (dependency calls, counted failures, transitions, outcomes)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from labs.engine import SystemClock
+
+    events = EventList()
+    breaker = Breaker(
+        BreakerConfig(failure_threshold=threshold, cooldown_ms=60000, **config),
+        store=store,
+        clock=SystemClock(),
+        sink=events,
+    )
+    lock = threading.Lock()
+    calls = [0]
+    start = threading.Barrier(50)
+
+    def caller(_):
+        start.wait(timeout=60)
+        permit = breaker.allow()
+        if not permit:
+            return "rejected", False
+        with lock:
+            calls[0] += 1
+        return "failed", breaker.record(permit, "failure").applied
+
+    with ThreadPoolExecutor(50) as pool:
+        results = list(pool.map(caller, range(50)))
+    transitions = [e.state_to for e in events.of_kind("transition")]
+    return calls[0], sum(applied for _, applied in results), transitions, results
+
+
+def test_strict_admission_never_overshoots_the_consecutive_threshold_under_50_threads(store):
+    """With ``admission: strict`` a closed breaker admits a call only while the failure streak
+    plus the calls in flight is below the threshold; the others are held back until results
+    come in. 50 threads against a dependency that always fails: exactly 3 calls reach it, all
+    3 are counted, the breaker opens once, and the 47 held-back calls are rejected open."""
+    calls, counted, transitions, results = _fifty_failing_callers(store, 3, admission="strict")
+    assert (calls, counted, transitions) == (3, 3, ["open"])
+    assert [outcome for outcome, _ in results].count("rejected") == 47
+
+
+def test_strict_admission_gives_a_vanished_callers_place_back_after_the_lease(store):
+    """A strict admission whose holder never reports keeps its place only for the store's
+    ``probe_lease_ms``: then another call is admitted."""
+    breaker, clock, _ = make(store, failure_threshold=2, admission="strict")
+    record(breaker, "failure")
+    lost = breaker.allow()  # streak 1 + 1 in flight: the threshold is reached
+    assert lost
+    started = clock.now()
+    assert breaker.allow()  # held back (virtual time passes) until the lost place expires
+    assert clock.now() - started >= store.probe_lease_ms / 1000
+    assert breaker.record(lost, "failure").transition == "open"

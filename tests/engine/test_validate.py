@@ -321,6 +321,53 @@ def test_a_wait_step_may_step_past_an_hour_long_cooldown_but_no_further():
             {"cooldown_multiplier": 11, "cooldown_max_ms": 5000},
             "policy.breaker.cooldown_multiplier: must be between 1 and 10 (got 11)",
         ),
+        (
+            {"slow_call_ms": 500},
+            "policy.breaker.slow_call_ms: needs policy.breaker.kind rolling_ratio: the "
+            "slow-call rate is a ratio over the rolling window (got kind 'consecutive')",
+        ),
+        (
+            {"kind": "rolling_ratio", "slow_call_ms": 500, "ratio_checked_on": "failure"},
+            "policy.breaker.slow_call_ms: needs policy.breaker.ratio_checked_on every_result: "
+            "a slow success can open the breaker (got 'failure')",
+        ),
+        (
+            {"kind": "rolling_ratio", "slow_call_ratio": 0.5},
+            "policy.breaker.slow_call_ratio: a slow-call rate below 1 needs "
+            "policy.breaker.slow_call_ms (between 1 and 600000 ms), the duration above which "
+            "a call is slow (got 0.5)",
+        ),
+        (
+            {"kind": "rolling_ratio", "slow_call_ms": 0, "slow_call_ratio": 0.5},
+            "policy.breaker.slow_call_ms: must be null (off) or between 1 and 600000 ms (got 0)",
+        ),
+        (
+            {"kind": "rolling_ratio", "slow_call_ms": 500, "slow_call_ratio": 1.5},
+            "policy.breaker.slow_call_ratio: must be between 0 and 1 (got 1.5)",
+        ),
+        (
+            {"kind": "rolling_ratio", "count_interval_ms": 30000},
+            "policy.breaker.count_interval_ms: needs policy.breaker.kind consecutive: a rolling "
+            "window clears itself (got kind 'rolling_ratio')",
+        ),
+        (
+            {"count_interval_ms": 50},
+            "policy.breaker.count_interval_ms: must be null (off) or between 100 and 3600000 ms "
+            "(got 50)",
+        ),
+        (
+            {"kind": "rolling_ratio", "admission": "strict"},
+            "policy.breaker.admission: strict needs policy.breaker.kind consecutive: it holds "
+            "calls back by the failure streak and the calls in flight (got kind 'rolling_ratio')",
+        ),
+        (
+            {"admission": "eventually"},
+            "policy.breaker.admission: must be one of two_step, strict (got 'eventually')",
+        ),
+        (
+            {"counts": "hystrix"},
+            "policy.breaker.counts: must be one of engine, gobreaker (got 'hystrix')",
+        ),
     ],
 )
 def test_peer_options_are_checked_alone_and_together(breaker, expected):
@@ -337,3 +384,10 @@ def test_peer_budget_fields_are_checked():
         )
         == []
     )
+
+
+def test_a_rolling_breaker_with_slow_calls_is_valid_and_parses():
+    breaker = {"kind": "rolling_ratio", "slow_call_ms": 4000, "slow_call_ratio": 0.5}
+    assert validate_policy({"breaker": breaker}) == []
+    parsed = parse_policy({"breaker": breaker}).breaker
+    assert (parsed.slow_call_ms, parsed.slow_call_ratio) == (4000, 0.5)

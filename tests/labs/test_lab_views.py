@@ -631,3 +631,172 @@ def test_a_form_body_over_the_upload_limit_is_refused_whole(owner_client, sessio
     assert len(response.content) < 10_000
     session.refresh_from_db()
     assert session.dependency == before
+
+
+# --- the "Advanced" section: the peer libraries' settings ------------------------------------
+
+ADVANCED_FIELDS = (
+    "breaker_cooldown_edge", "breaker_cooldown_multiplier", "breaker_cooldown_max_ms",
+    "breaker_ratio_checked_on", "breaker_half_open_calls", "breaker_half_open_decision",
+    "breaker_slow_call_ms", "breaker_slow_call_ratio",
+    "breaker_counts", "breaker_count_interval_ms", "breaker_admission",
+    "budget_kind", "budget_ttl_ms", "budget_min_retries_per_sec", "budget_percent_can_retry",
+    "retry_after",
+)  # fmt: skip
+
+
+def _advanced_section(html: str) -> str:
+    return html.split('<details class="policy-advanced" id="policy-advanced"')[1].split(
+        "</details>"
+    )[0]
+
+
+def test_every_peer_setting_is_in_the_collapsed_advanced_section(owner_client, session):
+    html = owner_client.get(url("session_detail", session)).content.decode()
+    section = _advanced_section(html)
+    assert section.startswith(">")  # collapsed: no "open" attribute
+    for name in ADVANCED_FIELDS:
+        assert f'<label for="id_{name}">' in section, name
+    assert "Allowed: one of inclusive, strict" in section
+    assert "Allowed: blank (off) or between 100 and 3600000 ms" in section
+    assert "Allowed: one of per_call, grpc, finagle" in section
+    assert "<script" not in section and "style=" not in section  # the page's CSP
+
+
+def test_posting_an_advanced_field_changes_the_policy(owner_client, session):
+    response = owner_client.post(
+        url("session_policy", session),
+        {
+            "breaker_cooldown_edge": "strict",
+            "breaker_cooldown_multiplier": "2",
+            "breaker_cooldown_max_ms": "16000",
+            "breaker_half_open_calls": "4",
+            "breaker_half_open_decision": "ratio",
+            "retry_after": "pushback",
+            "breaker_counts": "gobreaker",
+            "breaker_count_interval_ms": "30000",
+            "breaker_admission": "strict",
+        },
+        **HTMX,
+    )
+    assert response.status_code == 200
+    session.refresh_from_db()
+    breaker = session.policy["breaker"]
+    assert breaker["cooldown_edge"] == "strict"
+    assert breaker["cooldown_multiplier"] == 2
+    assert breaker["cooldown_max_ms"] == 16000
+    assert (breaker["half_open_calls"], breaker["half_open_decision"]) == (4, "ratio")
+    assert breaker["failure_threshold"] == 3  # untouched
+    assert session.policy["retry_after"] == "pushback"
+    assert (breaker["counts"], breaker["count_interval_ms"]) == ("gobreaker", 30000)
+    assert breaker["admission"] == "strict"
+    html = response.content.decode()
+    assert 'name="breaker_cooldown_max_ms" value="16000"' in _advanced_section(html)
+
+
+def test_slow_calls_are_set_from_the_advanced_section(owner_client, session):
+    response = owner_client.post(
+        url("session_policy", session),
+        {
+            "breaker_kind": "rolling_ratio",
+            "breaker_slow_call_ms": "300",
+            "breaker_slow_call_ratio": "0.5",
+        },
+        **HTMX,
+    )
+    assert response.status_code == 200
+    session.refresh_from_db()
+    breaker = session.policy["breaker"]
+    assert (breaker["slow_call_ms"], breaker["slow_call_ratio"]) == (300, 0.5)
+
+
+def test_the_advanced_budget_kinds_are_set_from_the_form(owner_client, session):
+    owner_client.post(
+        url("session_policy", session),
+        {
+            "budget": "on",
+            "budget_kind": "finagle",
+            "budget_ttl_ms": "5000",
+            "budget_min_retries_per_sec": "3",
+            "budget_percent_can_retry": "0.5",
+        },
+        **HTMX,
+    )
+    session.refresh_from_db()
+    budget = session.policy["retry_budget"]
+    assert budget["kind"] == "finagle"
+    assert (budget["ttl_ms"], budget["min_retries_per_sec"], budget["percent_can_retry"]) == (
+        5000,
+        3,
+        0.5,
+    )
+    owner_client.post(
+        url("session_policy", session),
+        {"budget": "on", "budget_kind": "grpc", "budget_max_tokens": "4"},
+        **HTMX,
+    )
+    session.refresh_from_db()
+    assert session.policy["retry_budget"]["kind"] == "grpc"
+    assert session.policy["retry_budget"]["max_tokens"] == 4
+
+
+def test_a_bad_advanced_field_is_named_with_its_range_and_opens_the_section(owner_client, session):
+    before = (dict(session.policy), journal_count(session))
+    response = owner_client.post(
+        url("session_policy", session),
+        {"breaker_half_open_calls": "500", "budget": "on", "budget_ttl_ms": "10"},
+        **HTMX,
+    )
+    assert response.status_code == 422
+    html = response.content.decode()
+    section = _advanced_section(html)
+    assert section.startswith(" open>")
+    assert (
+        "Half-open: probes per period: must be null (off) or between 1 and 100 calls (got 500)"
+        in (section)
+    )
+    assert "Finagle: deposit lifetime (ms): must be between 1000 and 60000 ms (got 10)" in section
+    session.refresh_from_db()
+    assert (session.policy, journal_count(session)) == before
+
+
+@pytest.mark.parametrize(
+    ("post", "field_label", "names"),
+    [
+        (
+            {"breaker_slow_call_ms": "500"},
+            "Rolling: slow call above (ms)",
+            "policy.breaker.kind rolling_ratio",
+        ),
+        (
+            {"breaker_cooldown_multiplier": "2", "breaker_cooldown_max_ms": ""},
+            "Cooldown multiplier",
+            "policy.breaker.cooldown_max_ms",
+        ),
+        (
+            {"breaker_cooldown_ms": "5000", "breaker_cooldown_max_ms": "1000"},
+            "Cooldown ceiling (ms)",
+            "policy.breaker.cooldown_ms (5000 ms)",
+        ),
+        (
+            {"breaker_half_open_decision": "ratio", "breaker_half_open_calls": ""},
+            "Half-open: decided by",
+            "policy.breaker.half_open_calls",
+        ),
+        (
+            {"breaker_half_open_calls": "2", "breaker_success_threshold": "3"},
+            "Successes to close",
+            "policy.breaker.half_open_calls (2)",
+        ),
+    ],
+)
+def test_an_impossible_advanced_combination_names_both_fields(
+    owner_client, session, post, field_label, names
+):
+    before = dict(session.policy)
+    response = owner_client.post(url("session_policy", session), post, **HTMX)
+    assert response.status_code == 422
+    html = response.content.decode()
+    assert f"{field_label}: " in html and names in html
+    session.refresh_from_db()
+    assert session.policy == before

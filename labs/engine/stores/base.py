@@ -21,6 +21,7 @@ __all__ = [
     "APPLIED",
     "CLOSED",
     "DEFAULT_PROBE_LEASE_MS",
+    "HOLD",
     "MAX_PROBE_SLOTS",
     "OPENED",
     "PROBE",
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 # breaker_allow codes
-ADMIT, PROBE, REJECT_OPEN, REJECT_HALF_OPEN = 0, 1, 2, 3
+ADMIT, PROBE, REJECT_OPEN, REJECT_HALF_OPEN, HOLD = 0, 1, 2, 3, 4
 # breaker_record codes
 STALE, APPLIED, OPENED, CLOSED, REOPENED = 0, 1, 2, 3, 4
 
@@ -70,6 +71,11 @@ class BreakerSpec(NamedTuple):
     cooldown_max_us: int = 0  # the cooldown's ceiling (0: none)
     half_open_calls: int = 0  # probes admitted per half-open period (0: no limit but in-flight)
     half_open_ratio: bool = False  # half-open decided on the failure ratio of half_open_calls
+    slow_us: int = 0  # a call longer than this is slow (0: slow calls are not counted)
+    slow_ppm: int = 1_000_000  # the slow-call rate that opens, in parts per million
+    counts: bool = False  # keep gobreaker's Counts (requests, totals, consecutive runs)
+    interval_us: int = 0  # gobreaker Interval: the closed state's counts clear this often
+    strict: bool = False  # strict admission: streak + calls in flight stay below the threshold
 
     @classmethod
     def of(cls, config: BreakerConfig) -> BreakerSpec:
@@ -91,6 +97,11 @@ class BreakerSpec(NamedTuple):
             cooldown_max_us=round((config.cooldown_max_ms or 0) * 1000),
             half_open_calls=int(config.half_open_calls or 0),
             half_open_ratio=config.half_open_decision == "ratio",
+            slow_us=round((config.slow_call_ms or 0) * 1000),
+            slow_ppm=round(config.slow_call_ratio * 1_000_000),
+            counts=config.counts == "gobreaker",
+            interval_us=round((config.count_interval_ms or 0) * 1000),
+            strict=config.admission == "strict",
         )
 
     def packed(self) -> str:
@@ -103,7 +114,10 @@ class AllowReply(NamedTuple):
 
     ``code`` is ADMIT (closed), PROBE (a half-open slot was leased: ``slot``, ``token``),
     REJECT_OPEN (``open_until_us``, -1 when forced open) or REJECT_HALF_OPEN (all slots
-    taken). ``moved`` is True when this very call turned an expired OPEN into HALF_OPEN.
+    taken) or HOLD (strict admission: the failure streak and the calls in flight already
+    reach the threshold; ask again later). A strict admission carries a ``token`` that its
+    result gives back. ``moved`` is True when this very call turned an expired OPEN into
+    HALF_OPEN.
     """
 
     code: int
@@ -121,7 +135,8 @@ class RecordReply(NamedTuple):
     lease no longer holds its token because it expired), APPLIED (counted, no
     transition), OPENED (closed -> open), CLOSED (half-open -> closed), REOPENED (half-open ->
     open). For a transition, ``a``/``b`` explain it: the failure streak, or failures/total of
-    the window, or the half-open successes (0 for APPLIED and STALE). ``open_until_us`` is
+    the window, or the half-open successes (0 for APPLIED and STALE); a negative ``a`` says
+    the slow-call rate opened it: ``-a`` slow calls of ``b``. ``open_until_us`` is
     set when the breaker (re)opened.
     """
 
@@ -286,13 +301,43 @@ def to_doc(
             )
             for doc, raw in _DOC_BREAKER.items()
         },
-        "window": {"buckets": buckets, "calls": calls},
+        "window": {
+            "buckets": {
+                k: list(v[:3]) if len(v) > 2 and v[2] else list(v[:2]) for k, v in buckets.items()
+            },
+            "calls": calls,
+        },
+        **_slow_doc(breaker),
         "dependency": None
         if dependency is None
         else {doc: int(dependency.get(raw) or 0) for doc, raw in _DOC_DEPENDENCY.items()},
         "budget": None if budget_micro is None else {"tokens_micro": int(budget_micro)},
         "peer_budget": peer_budget or None,
     }
+
+
+#: Slow-call counters (``slow_call_ms``): in the document only when not zero, so a breaker
+#: that does not count slow calls exports what it always did.
+_DOC_SLOW = {"window_slow": "win_w", "half_open_slow": "ho_slow"}
+#: gobreaker's Counts and the closed state's interval end, likewise only when not zero.
+_DOC_COUNTS = {
+    "requests": "c_req",
+    "total_successes": "c_ts",
+    "total_failures": "c_tf",
+    "consecutive_successes": "c_cs",
+    "consecutive_failures": "c_cf",
+    "interval_ends_us": "c_exp",
+}
+
+
+def _slow_doc(breaker: dict[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for section, names in (("slow", _DOC_SLOW), ("counts", _DOC_COUNTS)):
+        values = {d: int(breaker.get(raw) or 0) for d, raw in names.items()} if breaker else {}
+        values = {k: v for k, v in values.items() if v}
+        if values:
+            out[section] = values
+    return out
 
 
 #: Finagle's budget sums the last this many slices of its time-to-live.
@@ -336,8 +381,16 @@ def from_doc(
             )
             for d, raw in _DOC_BREAKER.items()
         }
+        slow = doc.get("slow") or {}
+        raw_breaker.update({raw: int(slow.get(d) or 0) for d, raw in _DOC_SLOW.items()})
+        counts = doc.get("counts") or {}
+        raw_breaker.update({raw: int(counts.get(d) or 0) for d, raw in _DOC_COUNTS.items()})
     window = doc.get("window") or {}
-    buckets = {str(k): [int(v[0]), int(v[1])] for k, v in (window.get("buckets") or {}).items()}
+    # a bucket is [successes, failures], or [successes, failures, slow] when it has slow calls
+    buckets = {
+        str(k): [int(v[0]), int(v[1]), int(v[2]) if len(v) > 2 else 0]
+        for k, v in (window.get("buckets") or {}).items()
+    }
     calls = [str(c) for c in window.get("calls") or []]
     dependency = doc.get("dependency")
     raw_dep = None

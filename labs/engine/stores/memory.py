@@ -17,6 +17,7 @@ from labs.engine.stores.base import (
     APPLIED,
     CLOSED,
     DEFAULT_PROBE_LEASE_MS,
+    HOLD,
     OPENED,
     PROBE,
     REJECT_HALF_OPEN,
@@ -50,7 +51,17 @@ _FRESH = {
     "opens": 0,
     "ho_adm": 0,
     "ho_fail": 0,
+    "win_w": 0,
+    "ho_slow": 0,
+    # gobreaker's Counts (``counts: gobreaker``) and the closed state's interval expiry
+    "c_req": 0,
+    "c_ts": 0,
+    "c_tf": 0,
+    "c_cs": 0,
+    "c_cf": 0,
+    "c_exp": 0,
 }
+_NO_COUNTS = {"c_req": 0, "c_ts": 0, "c_tf": 0, "c_cs": 0, "c_cf": 0}
 
 
 class MemoryStore:
@@ -79,6 +90,7 @@ class MemoryStore:
         self._buckets: dict[int, list[int]] = {}
         self._calls: deque[str] = deque()
         self._probes: dict[int, tuple[str, int]] = {}  # slot -> (token, expires_at_us)
+        self._inflight: dict[str, int] = {}  # strict admission: token -> expires_at_us
         self._dep: dict[str, int] | None = None
         self._budget: int | None = None
         self._throttle: int | None = None  # gRPC retry throttling, milli-tokens
@@ -96,11 +108,13 @@ class MemoryStore:
     def breaker_allow(self, spec: BreakerSpec, now_us: int) -> AllowReply:
         """Admission decision (see :class:`~labs.engine.stores.base.AllowReply`)."""
         door = self._door
-        if door is not None:
+        if door is not None and not (spec.counts or spec.interval_us or spec.strict):
             return door
         with self._lock:
             if self._door is not None:
-                return self._door
+                if self._b["forced"] or not (spec.counts or spec.interval_us or spec.strict):
+                    return self._door
+                return self._closed_admit(spec, now_us)
             b = self._b
             gen = b["gen"]
             state = b["state"]
@@ -113,7 +127,8 @@ class MemoryStore:
                 if now_us < until or (spec.strict_edge and now_us == until):
                     return AllowReply(REJECT_OPEN, gen, -1, "", until, False)
                 gen += 1
-                b.update(state="half_open", gen=gen, ho_succ=0, ho_adm=0, ho_fail=0)
+                b.update(state="half_open", gen=gen, ho_succ=0, ho_adm=0, ho_fail=0, ho_slow=0)
+                b.update(_NO_COUNTS)
                 self._sync()
                 moved = True
             probes = self._probes
@@ -134,6 +149,8 @@ class MemoryStore:
                     probes[slot] = (token, now_us + self.probe_lease_ms * 1000)
                     if limit:
                         b["ho_adm"] += 1
+                    if spec.counts:
+                        b["c_req"] += 1
                     return AllowReply(PROBE, gen, slot, token, 0, moved)
             return AllowReply(REJECT_HALF_OPEN, gen, -1, "", 0, moved)
 
@@ -157,11 +174,16 @@ class MemoryStore:
             and outcome != "f"
             and slot < 0
             and not spec[0]
+            and not spec.counts
+            and not spec.interval_us
+            and not spec.strict
         ):
             return quiet
         with self._lock:
             b = self._b
             gen = b["gen"]
+            if slot < 0 and token:
+                self._inflight.pop(token, None)  # a strict admission's place is given back
             if slot >= 0:
                 # A probe counts only while its lease still holds its token: once the lease
                 # expired (and perhaps went to a replacement probe) the result is stale.
@@ -179,6 +201,21 @@ class MemoryStore:
                     b["ho_adm"] -= 1  # an ignored probe gives its admission back
                 return applied
             state = b["state"]
+            if state == "closed" and spec.interval_us and now_us >= b["c_exp"] > 0:
+                # gobreaker: the interval's end starts a new generation, to which this
+                # result does not belong
+                self._new_interval(spec, now_us)
+                return RecordReply(STALE, b["gen"], 0, 0, 0)
+            if spec.counts:
+                self._b_written = True
+                if outcome in "sS":
+                    b["c_ts"] += 1
+                    b["c_cs"] += 1
+                    b["c_cf"] = 0
+                else:
+                    b["c_tf"] += 1
+                    b["c_cf"] += 1
+                    b["c_cs"] = 0
             if state == "closed":
                 if not spec[0]:  # consecutive (spec.rolling, read by index on the hot path)
                     if outcome == "s":
@@ -194,39 +231,78 @@ class MemoryStore:
                     b["streak"] = streak
                     return applied
                 self._b_written = True
-                successes, failures = self._window_add(spec, outcome, now_us)
+                successes, failures, slow = self._window_add(spec, outcome, now_us)
                 total = successes + failures
-                if (
-                    (outcome == "f" or not spec.failure_only)
-                    and total >= spec.min_calls
-                    and failures * 1_000_000 >= spec.ratio_ppm * total
-                ):
-                    return self._open(spec, OPENED, now_us, cooldown_us, failures, total)
+                if (outcome == "f" or not spec.failure_only) and total >= spec.min_calls:
+                    if failures * 1_000_000 >= spec.ratio_ppm * total:
+                        return self._open(spec, OPENED, now_us, cooldown_us, failures, total)
+                    # resilience4j: the slow-call rate opens the breaker as the failure rate does
+                    if spec.slow_us and slow * 1_000_000 >= spec.slow_ppm * total:
+                        return self._open(spec, OPENED, now_us, cooldown_us, -slow, total)
                 return applied
             if state == "half_open":
                 self._b_written = True
                 if spec.half_open_ratio:
-                    succ = b["ho_succ"] + (outcome == "s")
-                    fails = b["ho_fail"] + (outcome == "f")
+                    succ = b["ho_succ"] + (outcome in "sS")
+                    fails = b["ho_fail"] + (outcome in "fF")
+                    slow = b["ho_slow"] + (outcome in "SF")
                     n = succ + fails
                     if n >= spec.half_open_calls:
                         if fails * 1_000_000 >= spec.ratio_ppm * n:
                             return self._open(spec, REOPENED, now_us, cooldown_us, fails, n)
-                        return self._close(succ, n)
-                    b["ho_succ"], b["ho_fail"] = succ, fails
+                        if spec.slow_us and slow * 1_000_000 >= spec.slow_ppm * n:
+                            return self._open(spec, REOPENED, now_us, cooldown_us, -slow, n)
+                        return self._close(spec, now_us, succ, n)
+                    b["ho_succ"], b["ho_fail"], b["ho_slow"] = succ, fails, slow
                     return applied
-                if outcome == "f":
+                if outcome in "fF":
                     return self._open(spec, REOPENED, now_us, cooldown_us, 0, 0)
                 succ = b["ho_succ"] + 1
                 if succ >= spec.success_threshold:
-                    return self._close(succ, 0)
+                    return self._close(spec, now_us, succ, 0)
                 b["ho_succ"] = succ
                 return applied
             return applied
 
-    def _close(self, a: int, c: int) -> RecordReply:
+    def _closed_admit(self, spec: BreakerSpec, now_us: int) -> AllowReply:
+        """A closed-state admission with gobreaker's counting (the interval, then Requests)
+        or strict admission (held back while streak + calls in flight reach the threshold)."""
+        b = self._b
+        self._b_written = True
+        if spec.interval_us:
+            if not b["c_exp"]:
+                b["c_exp"] = now_us + spec.interval_us
+            elif now_us >= b["c_exp"]:
+                self._new_interval(spec, now_us)
+        token = ""
+        if spec.strict:
+            # a holder that never reports gives its place back after the lease
+            live = {t: e for t, e in self._inflight.items() if e > now_us}
+            self._inflight = live
+            if b["streak"] + len(live) >= spec.failure_threshold:
+                return AllowReply(HOLD, b["gen"], -1, "", 0, False)
+            token = f"m{next(self._tokens)}"
+            live[token] = now_us + self.probe_lease_ms * 1000
+        if spec.counts:
+            b["c_req"] += 1
+        if token:
+            return AllowReply(ADMIT, b["gen"], -1, token, 0, False)
+        assert self._door is not None
+        return self._door
+
+    def _new_interval(self, spec: BreakerSpec, now_us: int) -> None:
+        """gobreaker ``toNewGeneration`` in the closed state: counts cleared, a new generation
+        (results of calls admitted before are stale), the next interval from now."""
+        b = self._b
+        b.update(_NO_COUNTS, gen=b["gen"] + 1, streak=0, c_exp=now_us + spec.interval_us)
+        self._inflight.clear()
+        self._sync()
+
+    def _close(self, spec: BreakerSpec, now_us: int, a: int, c: int) -> RecordReply:
         b = self._b
         gen = b["gen"] + 1
+        b.update(_NO_COUNTS, c_exp=now_us + spec.interval_us if spec.interval_us else 0)
+        self._inflight.clear()
         b.update(
             state="closed",
             gen=gen,
@@ -237,6 +313,8 @@ class MemoryStore:
             opens=0,
             ho_adm=0,
             ho_fail=0,
+            win_w=0,
+            ho_slow=0,
         )
         self._buckets.clear()
         self._calls.clear()
@@ -250,6 +328,8 @@ class MemoryStore:
         gen = b["gen"] + 1
         opens = b["opens"]
         until = now_us + scaled_cooldown_us(spec, cooldown_us, opens)
+        b.update(_NO_COUNTS, c_exp=0)
+        self._inflight.clear()  # results of the calls in flight are stale now
         b.update(
             state="open",
             gen=gen,
@@ -262,6 +342,8 @@ class MemoryStore:
             opens=opens + 1,
             ho_adm=0,
             ho_fail=0,
+            win_w=0,
+            ho_slow=0,
         )
         self._buckets.clear()
         self._calls.clear()
@@ -278,31 +360,41 @@ class MemoryStore:
         self._door = AllowReply(ADMIT, gen, -1, "", 0, False) if closed else None
         self._quiet = self._applied if closed and not b["streak"] else None
 
-    def _window_add(self, spec: BreakerSpec, outcome: str, now_us: int) -> tuple[int, int]:
+    def _window_add(self, spec: BreakerSpec, outcome: str, now_us: int) -> tuple[int, int, int]:
+        """Count ``outcome`` in the rolling window: (successes, failures, slow calls).
+
+        ``S`` and ``F`` are a slow success and a slow failure."""
         b = self._b
         if spec.window_calls:
-            successes = b["win_s"] + (outcome == "s")
-            failures = b["win_f"] + (outcome == "f")
+            successes = b["win_s"] + (outcome in "sS")
+            failures = b["win_f"] + (outcome in "fF")
+            slow = b["win_w"] + (outcome in "SF")
             self._calls.appendleft(outcome)
             if len(self._calls) > spec.window_calls:
-                if self._calls.pop() == "s":
+                oldest = self._calls.pop()
+                if oldest in "sS":
                     successes -= 1
                 else:
                     failures -= 1
-            b["win_s"], b["win_f"] = successes, failures
-            return successes, failures
+                if oldest in "SF":
+                    slow -= 1
+            b["win_s"], b["win_f"], b["win_w"] = successes, failures, slow
+            return successes, failures, slow
         idx = now_us // spec.bucket_us
-        counts = self._buckets.setdefault(idx, [0, 0])
-        counts[0 if outcome == "s" else 1] += 1
-        successes = failures = 0
+        counts = self._buckets.setdefault(idx, [0, 0, 0])
+        counts[0 if outcome in "sS" else 1] += 1
+        if outcome in "SF":
+            counts[2] += 1
+        successes = failures = slow = 0
         for key in list(self._buckets):
             if key > idx - spec.buckets:
-                s, f = self._buckets[key]
+                s, f, w = self._buckets[key]
                 successes += s
                 failures += f
+                slow += w
             else:
                 del self._buckets[key]
-        return successes, failures
+        return successes, failures, slow
 
     def breaker_force(self, action: str, now_us: int) -> tuple[str, int, bool]:
         """Force open / closed (until reset), or reset; returns (state before, generation,
@@ -324,6 +416,7 @@ class MemoryStore:
             self._buckets.clear()
             self._calls.clear()
             self._probes.clear()
+            self._inflight.clear()
             self._sync()
             return before, gen, True
 
@@ -337,6 +430,14 @@ class MemoryStore:
                 live = [v for k, v in self._buckets.items() if k > oldest]
                 fields["win_s"] = sum(v[0] for v in live)
                 fields["win_f"] = sum(v[1] for v in live)
+                fields["win_w"] = sum(v[2] for v in live)
+            if (
+                spec.interval_us
+                and fields["state"] == "closed"
+                and not fields["forced"]
+                and now_us >= fields["c_exp"] > 0
+            ):
+                fields.update(_NO_COUNTS, streak=0)  # the interval is over: read as cleared
             fields["probes_in_flight"] = sum(
                 1 for _, expires in self._probes.values() if expires > now_us
             )
@@ -433,12 +534,13 @@ class MemoryStore:
             self._b = dict(_FRESH, **(breaker or {}))
             self._sync()
             self._b_written = breaker is not None
-            self._buckets = {int(k): list(v) for k, v in buckets.items()}
+            self._buckets = {int(k): list(v) for k, v in buckets.items()}  # [s, f, slow]
             self._calls = deque(calls)
             self._dep = dep
             self._budget = budget
             self._throttle, self._slices = peer_budget_from_doc(state)
             self._probes.clear()
+            self._inflight.clear()
 
     def has_state(self) -> bool:
         """Whether any breaker, dependency or budget state exists."""
@@ -460,6 +562,7 @@ class MemoryStore:
             self._buckets.clear()
             self._calls.clear()
             self._probes.clear()
+            self._inflight.clear()
             self._dep = None
             self._budget = None
             self._throttle = None

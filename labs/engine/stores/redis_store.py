@@ -8,6 +8,7 @@ key                         type       holds
 ==========================  =========  =====================================================
 ``ns:breaker``              hash       state, generation, streak, open_until, ...
 ``ns:window``               hash       rolling time window: ``s:<bucket>`` / ``f:<bucket>``
+                                       (and ``w:<bucket>``, its slow calls)
 ``ns:window_calls``         list       rolling count window: newest outcome first
 ``ns:probe:<slot>``         string     a half-open probe lease: owner token, ``PX`` TTL
 ``ns:dependency``           hash       flaky counter, armed-at time, attempts
@@ -139,9 +140,20 @@ class RedisStore:
         token = f"{self._token_prefix}:{next(self._tokens)}"
         reply = self._allow(
             (self._b_breaker, *self._b_probes[: spec.max_probes]),
-            (now_us, token, self.probe_lease_ms, int(spec.strict_edge), spec.half_open_calls),
+            (
+                now_us,
+                token,
+                self.probe_lease_ms,
+                int(spec.strict_edge),
+                spec.half_open_calls,
+                spec.interval_us,
+                int(spec.counts),
+                spec.failure_threshold if spec.strict else 0,
+            ),
         )
         if type(reply) is int:  # closed: admitted (the script answers with the generation)
+            if spec.strict:  # the admission holds a place, given back by its result
+                return AllowReply(ADMIT, reply, -1, token, 0, False)
             admit = self._admit
             if admit[1] != reply:
                 admit = self._admit = AllowReply(ADMIT, reply, -1, "", 0, False)
@@ -188,7 +200,8 @@ class RedisStore:
         """Stored breaker fields plus ``probes_in_flight`` (one round trip)."""
         window = spec.bucket_us if spec.rolling and not spec.window_calls else 0
         f = self._read(
-            [self.k_breaker, self.k_window, *self.k_probes], (now_us, window, spec.buckets)
+            [self.k_breaker, self.k_window, *self.k_probes],
+            (now_us, window, spec.buckets, spec.interval_us),
         )
         return {
             "state": _text(f[0]) or "closed",
@@ -203,7 +216,15 @@ class RedisStore:
             "opens": _int(f[9]),
             "ho_adm": _int(f[10]),
             "ho_fail": _int(f[11]),
-            "probes_in_flight": _int(f[12]),
+            "win_w": _int(f[12]),
+            "ho_slow": _int(f[13]),
+            "c_req": _int(f[14]),
+            "c_ts": _int(f[15]),
+            "c_tf": _int(f[16]),
+            "c_cs": _int(f[17]),
+            "c_cf": _int(f[18]),
+            "c_exp": _int(f[19]),
+            "probes_in_flight": _int(f[20]),
         }
 
     # -- dependency --------------------------------------------------------------------------
@@ -287,7 +308,7 @@ class RedisStore:
         buckets: dict[str, list[int]] = {}
         for field, count in window.items():
             kind, _, idx = _text(field).partition(":")
-            buckets.setdefault(idx, [0, 0])[0 if kind == "s" else 1] = _int(count)
+            buckets.setdefault(idx, [0, 0, 0])["sfw".index(kind)] = _int(count)
         return to_doc(
             breaker or None,
             buckets,
@@ -305,11 +326,13 @@ class RedisStore:
         if breaker:
             pipe.hset(self.k_breaker, mapping=breaker)
         window = {}
-        for idx, (s, f) in buckets.items():
+        for idx, (s, f, w) in buckets.items():
             if s:
                 window[f"s:{idx}"] = s
             if f:
                 window[f"f:{idx}"] = f
+            if w:
+                window[f"w:{idx}"] = w
         if window:
             pipe.hset(self.k_window, mapping=window)
         if calls:
