@@ -212,9 +212,15 @@ def test_a_client_that_never_reads_is_closed_and_the_server_memory_stays_bounded
                 events = big_events(session, seq, per_message)
                 seq += per_message
                 await layer.group_send(group, {"type": "journal.events", "events": events})
-                if n % 20 == 0:
+                if n % 4 == 3:
+                    # Paced by the reading client, not by the clock: it is never more than four
+                    # messages (well under the send-buffer limit) behind, however loaded the
+                    # machine, so only the stalled client can cross the limit.
                     stalled.ping()
-                    await asyncio.sleep(0.05)
+                    caught_up = seq - 1
+                    deadline = time.monotonic() + 60
+                    while last_seen["seq"] < caught_up and time.monotonic() < deadline:
+                        await asyncio.sleep(0.01)
 
         async_to_sync(push_all)()
         last = seq - 1
