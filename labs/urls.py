@@ -30,6 +30,12 @@ urlpatterns = [
         name="class_set_dependency",
     ),
     path("classes/<int:pk>/dashboard/reset/", instructor.class_reset, name="class_reset"),
+    path("classes/<int:pk>/shared/", instructor.class_set_shared, name="class_set_shared"),
+    path(
+        "classes/<int:pk>/shared/trigger/",
+        instructor.class_fire_trigger,
+        name="class_fire_trigger",
+    ),
     path(
         "classes/<int:pk>/dashboard/scenario/",
         instructor.class_assign_scenario,
