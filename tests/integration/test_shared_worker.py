@@ -4,6 +4,7 @@ equal the journal's attempts, second by second and outcome by outcome."""
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import pytest
@@ -80,5 +81,5 @@ def test_shared_mode_burst_on_a_worker_process_reaches_the_class_model(worker_pr
     served = sorted(
         (r.data["start_us"], r.data["finish_us"]) for r in rows if r.data["server"] >= 0
     )
-    assert all(a[1] <= b[0] for a, b in zip(served, served[1:], strict=False))
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(served))
     counters_agree_with_journal(room.pk, rows)

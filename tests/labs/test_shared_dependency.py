@@ -175,7 +175,7 @@ def test_a_trigger_while_another_runs_replaces_it_and_says_so_everywhere(
     assert fired["replaced"]["kind"] == "down"
     assert runtime.shared_model(classroom.pk).state()["trigger"]["kind"] == "slow"
     for session in sessions:
-        first, second = kinds(session, "shared_trigger")
+        _first, second = kinds(session, "shared_trigger")
         assert "replaces the running down trigger" in second.message
         assert second.data["replaced"]["kind"] == "down"
 
