@@ -32,7 +32,13 @@ from django.utils import timezone
 
 from labs.engine import FAST_FAIL_OUTCOMES, Problem
 from labs.live import journal, queue, runtime
-from labs.live.traffic import ARRIVALS, DURATION_RANGE, RATE_RANGE, PacedClock, arrival_schedule
+from labs.live.traffic import (
+    ARRIVALS,
+    DURATION_RANGE,
+    RATE_RANGE,
+    PacedClock,
+    arrival_schedule,
+)
 from labs.live.writers import get_writer
 from labs.models import LabSession, Traffic
 from labs.presenters import actor_name
