@@ -34,3 +34,4 @@ def _start_burst_heartbeat(**kwargs) -> None:
     soon as the worker is ready, so a killed worker's burst ends without anyone loading a page.
     (Connected here, not in lab_project.celery, which sits below the services.)"""
     bursts.worker_ready()
+    traffic.worker_ready()

@@ -22,6 +22,7 @@ A :class:`~labs.models.Traffic` row moves QUEUED -> RUNNING -> DONE | STOPPED | 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import Counter
 from datetime import timedelta
@@ -42,7 +43,7 @@ from labs.live.traffic import (
 from labs.live.writers import get_writer
 from labs.models import LabSession, Traffic
 from labs.presenters import actor_name
-from labs.services.bursts import WORKER_ID, BurstRefused
+from labs.services.bursts import WORKER_ID, BurstRefused, reap_interval
 
 logger = logging.getLogger(__name__)
 
@@ -299,6 +300,32 @@ def _summary(traffic: Traffic, started: int, outcomes: Counter[str]) -> dict:
         "failed": sum(outcomes.values()) - ok - fast,
         "outcomes": dict(outcomes),
     }
+
+
+_reaper: threading.Thread | None = None
+_reaper_lock = threading.Lock()
+
+
+def worker_ready() -> None:
+    """Start this worker process's traffic reaper: every ``bursts.reap_interval()`` seconds
+    it marks the runs of dead workers (stale heartbeats) INTERRUPTED, so a killed worker's
+    run ends and the session can start traffic again without anyone loading a page."""
+    global _reaper
+    with _reaper_lock:
+        if _reaper is None:
+            _reaper = threading.Thread(target=_reap_loop, name="traffic-reaper", daemon=True)
+            _reaper.start()
+
+
+def _reap_loop() -> None:
+    while True:
+        time.sleep(reap_interval())
+        try:
+            traffic_reap_stale()
+        except Exception:  # the reaper must outlive a database hiccup
+            logger.exception("traffic reaper failed")
+        finally:
+            connection.close()
 
 
 # --- Anywhere ------------------------------------------------------------------------------

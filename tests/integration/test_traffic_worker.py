@@ -130,3 +130,29 @@ def test_stopping_traffic_lets_the_calls_in_flight_finish(worker_process):
     counters_agree_with_journal(room.pk, attempts)
     end = JournalEvent.objects.get(session=session, kind="traffic_end")
     assert "stopped" in end.message
+
+
+def test_a_killed_workers_traffic_is_reaped_and_the_session_can_start_again(
+    worker_process, settings
+):
+    session = private_session()
+    victim = worker_process()
+    traffic = svc.traffic_start(session=session, user=session.owner, rate=5, duration_s=300)
+    wait_for(lambda: len(calls_in(traffic)) >= 2, 120, interval=0.2, message="a few calls")
+    victim.kill()
+    settings.LAB_BURST_STALE_SECONDS = 2
+
+    def reaped():
+        svc.traffic_reap_stale(session_id=session.pk)
+        traffic.refresh_from_db()
+        return traffic.status == Traffic.Status.INTERRUPTED
+
+    wait_for(reaped, 60, interval=0.5, message="the dead worker's traffic to be reaped")
+    assert JournalEvent.objects.filter(session=session, kind="traffic_end").count() == 1
+    worker_process()
+    session.refresh_from_db()
+    again = svc.traffic_start(
+        session=session, user=session.owner, rate=2, duration_s=1, arrivals="even"
+    )
+    assert again.first_call_no == traffic.first_call_no + traffic.calls
+    assert ended(again).status == Traffic.Status.DONE
