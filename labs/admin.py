@@ -511,6 +511,10 @@ class SharedDependencyConfigAdmin(InstructorScopedAdmin):
     list_display = ["classroom", "servers", "service_ms", "max_queue_ms", "updated_at"]
     list_select_related = ["classroom"]
 
+    def get_readonly_fields(self, request, obj=None):
+        # A row belongs to its class for good: one row per class, changed in place.
+        return ["classroom"] if obj is not None else []
+
     def save_model(self, request, obj, form, change):
         row = classroom_set_shared(classroom=obj.classroom, user=request.user, values=obj.to_dict())
         obj.pk = row.pk

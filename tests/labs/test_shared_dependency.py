@@ -143,6 +143,34 @@ def test_admin_shows_the_engines_range_beside_the_field(client, superuser, class
     row = SharedDependencyConfig.objects.get(classroom=classroom)
     assert (row.servers, row.service_ms, row.max_queue_ms) == (6, 30, 10)
     assert all(kinds(s, "shared_set") for s in sessions)
+    change = reverse("admin:labs_shareddependencyconfig_change", args=[row.pk])
+    response = client.post(change, {"servers": "65", "service_ms": "30", "max_queue_ms": "10"})
+    assert response.status_code == 200
+    assert any(
+        "between 1 and 64" in e for e in response.context["adminform"].form.errors["servers"]
+    )
+    response = client.post(change, {"servers": "2", "service_ms": "30", "max_queue_ms": "10"})
+    assert response.status_code == 302
+    row.refresh_from_db()
+    assert row.servers == 2 and SharedDependencyConfig.objects.count() == 1
+    assert runtime.shared_config(classroom.pk).servers == 2
+
+
+def test_an_instructor_sees_only_their_classes_row_in_the_admin(
+    client, classroom, other_classroom, instructor, other_instructor
+):
+    from django.contrib.auth.models import Permission
+
+    for user in (instructor, other_instructor):
+        user.is_staff = True
+        user.save()
+        user.user_permissions.add(
+            *Permission.objects.filter(codename__endswith="shareddependencyconfig")
+        )
+    mine = SharedDependencyConfig.objects.create(classroom=classroom)
+    client.force_login(other_instructor)
+    response = client.get(reverse("admin:labs_shareddependencyconfig_change", args=[mine.pk]))
+    assert response.status_code == 404
 
 
 # --- triggers ------------------------------------------------------------------------------
