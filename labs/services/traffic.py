@@ -236,22 +236,27 @@ def traffic_run(*, traffic_id: int) -> str:
                     clock.call_at(max(t0 + schedule[i + 1], clock.now()), arrive, i + 1)
 
             def check() -> None:
-                row = Traffic.objects.filter(pk=traffic_id).values("stop_requested").first()
+                # The heartbeat goes on while calls are in flight after the last arrival or
+                # a stop, so a run finishing its calls is never taken for a dead one.
                 Traffic.objects.filter(pk=traffic_id, status=Traffic.Status.RUNNING).update(
                     heartbeat_at=timezone.now()
                 )
-                if row is None or row["stop_requested"]:
-                    stop["asked"] = True
-                elif clock.now() < end:
+                if not stop["asked"]:
+                    row = Traffic.objects.filter(pk=traffic_id).values("stop_requested").first()
+                    stop["asked"] = row is None or row["stop_requested"]
+                arriving = not stop["asked"] and clock.now() < end
+                in_flight = stop["started"] > sum(outcomes.values())
+                if arriving or in_flight:
                     clock.call_later(CHECK_INTERVAL_S, check)
 
             if schedule:
                 clock.call_at(t0 + schedule[0], arrive, 0)
             clock.call_later(CHECK_INTERVAL_S, check)
             clock.run()
-        status = Traffic.Status.STOPPED if stop["asked"] else Traffic.Status.DONE
+        cut_short = stop["started"] < len(schedule)
+        status = Traffic.Status.STOPPED if cut_short else Traffic.Status.DONE
         summary = _summary(traffic, stop["started"], outcomes)
-        verb = "stopped" if stop["asked"] else "ended"
+        verb = "stopped" if cut_short else "ended"
         writer.submit(
             journal.entry(
                 session,

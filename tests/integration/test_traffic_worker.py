@@ -9,6 +9,7 @@ import pytest
 from labs.live.traffic import arrival_schedule
 from labs.models import JournalEvent, LabSession, Traffic
 from labs.services import lab
+from labs.services import shared as shared_services
 from labs.services import traffic as svc
 from tests.conftest import make_classroom, make_scenario, make_student, tour_script
 from tests.integration.conftest import wait_for
@@ -156,3 +157,27 @@ def test_a_killed_workers_traffic_is_reaped_and_the_session_can_start_again(
     )
     assert again.first_call_no == traffic.first_call_no + traffic.calls
     assert ended(again).status == Traffic.Status.DONE
+
+
+def test_a_run_finishing_its_calls_in_flight_is_not_taken_for_a_dead_one(worker_process, settings):
+    """Five calls arrive in the first second, but one server of 2 s each answers the last
+    about 10 s later: the run keeps vouching for itself until then, so a reaper with a 2 s
+    staleness leaves it alone and it ends DONE."""
+    worker_process()
+    room, teacher, (session,) = shared_class(servers=1, service_ms=2000)
+    shared_services.classroom_set_shared(
+        classroom=room, user=teacher, values={"max_queue_ms": 10000}
+    )
+    traffic = svc.traffic_start(
+        session=session, user=session.owner, rate=5, duration_s=1, arrivals="even"
+    )
+    settings.LAB_BURST_STALE_SECONDS = 2
+
+    def over():
+        svc.traffic_reap_stale(session_id=session.pk)
+        traffic.refresh_from_db()
+        return not traffic.is_active
+
+    wait_for(over, 120, interval=0.5, message="the traffic to end")
+    assert traffic.status == Traffic.Status.DONE, traffic.error
+    assert traffic.summary["finished"] == 5
