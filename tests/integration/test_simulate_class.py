@@ -38,7 +38,8 @@ def test_bad_options_are_refused_naming_them(capsys):
         call_command("simulate_class", "NOSUCHCLASS")
 
 
-def test_a_few_bots_run_their_traffic_on_a_worker_process(worker_process, capsys):
+def test_a_few_bots_run_their_traffic_on_two_worker_processes(worker_process, capsys):
+    worker_process()
     worker_process()
     room = a_class()
     args = ["simulate_class", "SIMCLASS", "--students", "3", "--policy", "mixed"]
@@ -59,6 +60,8 @@ def test_a_few_bots_run_their_traffic_on_a_worker_process(worker_process, capsys
     for run in Traffic.objects.filter(pk__in=[t.pk for t in runs]):
         assert run.status == Traffic.Status.DONE, run.error
         assert run.calls == 6 and run.summary["finished"] == 6
+    results = JournalEvent.objects.filter(session__classroom=room, kind="call_result")
+    assert results.count() == 18
     attempts = list(JournalEvent.objects.filter(session__classroom=room, kind="attempt"))
     assert attempts and all("outcome" in a.data for a in attempts)
     counters_agree_with_journal(room.pk, attempts)
