@@ -23,6 +23,7 @@ from django.utils.html import format_html
 from django.utils.text import slugify
 
 from labs.forms.back_office import RosterImportForm, ScenarioAdminForm
+from labs.forms.shared import SharedDependencyAdminForm
 from labs.models import (
     Burst,
     ClassFault,
@@ -31,6 +32,7 @@ from labs.models import (
     LabSession,
     Membership,
     Scenario,
+    SharedDependencyConfig,
 )
 from labs.selectors import scenario_run_virtual
 from labs.services.accounts import (
@@ -40,6 +42,7 @@ from labs.services.accounts import (
     roster_accounts_csv,
     roster_import,
 )
+from labs.services.shared import classroom_set_shared
 
 ROSTER_PASSWORDS_TTL_S = 15 * 60
 ROSTER_SESSION_KEY = "labs.roster_download"
@@ -497,3 +500,21 @@ class ClassFaultAdmin(ReadOnlyMixin, InstructorScopedAdmin):
     @admin.display(description="mode")
     def mode(self, obj) -> str:
         return (obj.changes or {}).get("mode", "")
+
+
+@admin.register(SharedDependencyConfig)
+class SharedDependencyConfigAdmin(InstructorScopedAdmin):
+    """A class's shared dependency; saved through the service, so the change is journaled in
+    every session of the class and reaches the Redis model."""
+
+    form = SharedDependencyAdminForm
+    list_display = ["classroom", "servers", "service_ms", "max_queue_ms", "updated_at"]
+    list_select_related = ["classroom"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # A row belongs to its class for good: one row per class, changed in place.
+        return ["classroom"] if obj is not None else []
+
+    def save_model(self, request, obj, form, change):
+        row = classroom_set_shared(classroom=obj.classroom, user=request.user, values=obj.to_dict())
+        obj.pk = row.pk

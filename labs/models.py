@@ -445,3 +445,140 @@ class ClassFault(models.Model):
     def __str__(self) -> str:
         mode = (self.changes or {}).get("mode", "?")
         return f"{mode} for {self.duration_s} s in {self.classroom} ({self.status})"
+
+
+# --- The class's shared dependency ------------------------------------------------------------
+
+
+class SharedDependencyConfig(models.Model):
+    """A class's shared dependency: ``servers`` serving one attempt at a time, ``service_ms``
+    per attempt and the longest queue wait accepted (``max_queue_ms``), as
+    :class:`labs.engine.shared.SharedConfig` describes. Every session of the class whose
+    dependency is in ``shared`` mode calls the one model in Redis (``class:<classroom id>``).
+
+    The defaults are the engine's (``LIMITS``); the services validate with the engine's
+    validator, and the check constraints repeat its ranges for whatever writes past them.
+    """
+
+    classroom = models.OneToOneField(
+        Classroom, on_delete=models.CASCADE, related_name="shared_dependency"
+    )
+    servers = models.PositiveSmallIntegerField(default=8, help_text="1 to 64 servers.")
+    service_ms = models.PositiveIntegerField(
+        default=40, help_text="Service time of one attempt, 1 to 2000 ms."
+    )
+    max_queue_ms = models.PositiveIntegerField(
+        default=2000, help_text="A longer queue wait is shed at once, 0 to 10000 ms."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "shared dependency"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(servers__gte=1, servers__lte=64), name="shared_servers_1_to_64"
+            ),
+            models.CheckConstraint(
+                condition=Q(service_ms__gte=1, service_ms__lte=2000),
+                name="shared_service_ms_1_to_2000",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_queue_ms__gte=0, max_queue_ms__lte=10000),
+                name="shared_max_queue_ms_0_to_10000",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.servers} server(s) x {self.service_ms} ms, queue {self.max_queue_ms} ms "
+            f"({self.classroom})"
+        )
+
+    def to_dict(self) -> dict:
+        """The engine's form (``labs.engine.parse_shared`` reads it)."""
+        return {
+            "servers": self.servers,
+            "service_ms": self.service_ms,
+            "max_queue_ms": self.max_queue_ms,
+        }
+
+
+# --- Traffic ------------------------------------------------------------------------------
+
+
+class Traffic(models.Model):
+    """Steady open-loop traffic in a session: ``calls`` calls at the instants of a seeded
+    arrival schedule (``rate`` per second, Poisson or evenly spaced, for ``duration_s``), each
+    through the session's whole policy, numbered from ``first_call_no``.
+
+    Moves QUEUED -> RUNNING -> DONE | STOPPED | INTERRUPTED | FAILED by conditional UPDATEs,
+    like a :class:`Burst`; ``stop_requested`` asks the runner to start no further call.
+    """
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "queued"
+        RUNNING = "running", "running"
+        DONE = "done", "done"
+        STOPPED = "stopped", "stopped"
+        INTERRUPTED = "interrupted", "interrupted"
+        FAILED = "failed", "failed"
+
+    class Arrivals(models.TextChoices):
+        POISSON = "poisson", "Poisson"
+        EVEN = "even", "even spacing"
+
+    ACTIVE_STATUSES = (Status.QUEUED, Status.RUNNING)
+
+    session = models.ForeignKey(LabSession, on_delete=models.CASCADE, related_name="traffic")
+    rate = models.PositiveSmallIntegerField(help_text="Calls per second, 1 to 20.")
+    duration_s = models.PositiveSmallIntegerField(help_text="Seconds, 1 to 300.")
+    arrivals = models.CharField(max_length=8, choices=Arrivals.choices, default=Arrivals.POISSON)
+    seed = models.BigIntegerField(default=0)
+    calls = models.PositiveIntegerField(default=0, help_text="Calls the schedule holds.")
+    first_call_no = models.PositiveIntegerField(default=1)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    stop_requested = models.BooleanField(default=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    worker = models.CharField(max_length=200, blank=True)
+    summary = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["session", "-pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session"],
+                condition=Q(status__in=["queued", "running"]),
+                name="one_active_traffic_per_session",
+            ),
+            models.CheckConstraint(
+                condition=Q(rate__gte=1, rate__lte=20), name="traffic_rate_1_to_20"
+            ),
+            models.CheckConstraint(
+                condition=Q(duration_s__gte=1, duration_s__lte=300),
+                name="traffic_duration_1_to_300",
+            ),
+            models.CheckConstraint(
+                condition=Q(
+                    status__in=["queued", "running", "done", "stopped", "interrupted", "failed"]
+                ),
+                name="traffic_status_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"traffic {self.pk} of session {self.session_id} ({self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in self.ACTIVE_STATUSES

@@ -63,6 +63,10 @@ KIND_LABELS = {
     "breaker_forced": "breaker",
     "session_reset": "reset",
     "scenario_assigned": "scenario",
+    "shared_set": "shared dependency",
+    "shared_trigger": "trigger",
+    "traffic_start": "traffic",
+    "traffic_end": "traffic end",
 }
 
 

@@ -14,7 +14,16 @@ from django.shortcuts import get_object_or_404
 from labs import presenters
 from labs.engine import FAST_FAIL_OUTCOMES
 from labs.live.journal import event_payload
-from labs.models import Burst, Classroom, JournalEvent, LabSession, Membership, Scenario
+from labs.live.runtime import shared_config
+from labs.models import (
+    Burst,
+    Classroom,
+    JournalEvent,
+    LabSession,
+    Membership,
+    Scenario,
+    Traffic,
+)
 
 #: Journal rows per page of the lab page's journal.
 JOURNAL_PAGE = 100
@@ -390,3 +399,13 @@ def class_dashboard_snapshot(classroom_id: int) -> list[dict[str, Any]]:
         row.as_dict() | {"html": presenters.dashboard_row_html(row, multi_scenario=multi)}
         for row in class_dashboard_rows(classroom_id=classroom_id)
     ]
+
+
+def shared_settings(*, classroom: Classroom) -> dict[str, Any]:
+    """The class's shared-dependency settings (the engine's defaults when none are saved)."""
+    return shared_config(classroom.pk).to_dict()
+
+
+def latest_traffic(session: LabSession) -> Traffic | None:
+    """The session's active traffic run, else its latest one (None if it never ran any)."""
+    return session.traffic.order_by("-pk").first()

@@ -6,7 +6,7 @@ from celery import shared_task
 from celery.signals import worker_ready
 
 from labs.live import queue
-from labs.services import bursts
+from labs.services import bursts, traffic
 from labs.services.classroom import classroom_fault_restore
 
 
@@ -14,6 +14,12 @@ from labs.services.classroom import classroom_fault_restore
 def run_burst(burst_id: int) -> str:
     """Run one queued burst (idempotent: a second delivery finds nothing to claim)."""
     return bursts.burst_run(burst_id=burst_id)
+
+
+@shared_task(name=queue.RUN_TRAFFIC, ignore_result=True)
+def run_traffic(traffic_id: int) -> str:
+    """Run one queued traffic run (idempotent: a second delivery finds nothing to claim)."""
+    return traffic.traffic_run(traffic_id=traffic_id)
 
 
 @shared_task(name=queue.RESTORE_CLASS_FAULT, ignore_result=True)
@@ -28,3 +34,4 @@ def _start_burst_heartbeat(**kwargs) -> None:
     soon as the worker is ready, so a killed worker's burst ends without anyone loading a page.
     (Connected here, not in lab_project.celery, which sits below the services.)"""
     bursts.worker_ready()
+    traffic.worker_ready()

@@ -19,6 +19,7 @@ urlpatterns = [
     path("sessions/<int:pk>/dependency/", lab.session_dependency, name="session_dependency"),
     path("sessions/<int:pk>/policy/", lab.session_policy, name="session_policy"),
     path("sessions/<int:pk>/bursts/", lab.session_burst, name="session_burst"),
+    path("sessions/<int:pk>/traffic/", lab.session_traffic, name="session_traffic"),
     path("sessions/<int:pk>/reset/", lab.session_reset, name="session_reset"),
     path("sessions/<int:pk>/breaker/", lab.session_breaker, name="session_breaker"),
     path("sessions/<int:pk>/journal/", lab.session_journal, name="session_journal"),
@@ -30,6 +31,12 @@ urlpatterns = [
         name="class_set_dependency",
     ),
     path("classes/<int:pk>/dashboard/reset/", instructor.class_reset, name="class_reset"),
+    path("classes/<int:pk>/shared/", instructor.class_set_shared, name="class_set_shared"),
+    path(
+        "classes/<int:pk>/shared/trigger/",
+        instructor.class_fire_trigger,
+        name="class_fire_trigger",
+    ),
     path(
         "classes/<int:pk>/dashboard/scenario/",
         instructor.class_assign_scenario,

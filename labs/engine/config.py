@@ -38,7 +38,9 @@ __all__ = [
     "default_policy",
 ]
 
-MODES = ("healthy", "flaky", "down", "slow", "error_rate", "outage", "rate_limited", "script")
+MODES = (
+    "healthy", "flaky", "down", "slow", "error_rate", "outage", "rate_limited", "script", "shared",
+)  # fmt: skip
 ERROR_KINDS = ("503", "500", "timeout", "429", "400")
 #: One entry of a ``script`` dependency: ``ok``, ``fail`` (the configured error) or a kind.
 OUTCOME_TOKENS = ("ok", "fail", *ERROR_KINDS)
@@ -54,7 +56,9 @@ HALF_OPEN_DECISIONS = ("first_failure", "ratio")
 BUDGET_KINDS = ("per_call", "grpc", "finagle")
 RETRY_AFTERS = ("capped", "pushback")
 
-Mode = Literal["healthy", "flaky", "down", "slow", "error_rate", "outage", "rate_limited", "script"]
+Mode = Literal[
+    "healthy", "flaky", "down", "slow", "error_rate", "outage", "rate_limited", "script", "shared"
+]  # fmt: skip
 Jitter = Literal["none", "full", "equal", "decorrelated", "proportional"]
 Nesting = Literal["breaker_outside", "retry_outside"]
 

@@ -6,7 +6,9 @@ client's ``attempt_timeout_ms``); ``error_rate`` (each attempt fails with probab
 ``rate``, drawn from the seeded rng); ``outage`` (down for ``down_for_ms`` from when it was
 set, then healthy); ``rate_limited`` (429 with ``Retry-After`` = the time left, for
 ``retry_after_ms`` from when it was set, then healthy); ``script`` (``outcomes`` in order,
-one per attempt, then healthy). Failures carry the kind ``error`` (503 by default).
+one per attempt, then healthy); ``shared`` (the class's shared dependency: the lab puts a
+:class:`~labs.engine.shared.SharedDependency` in its place, and this fake answers as healthy).
+Failures carry the kind ``error`` (503 by default).
 
 Its state (flaky counter, start time, script position) lives in the store, next to the
 breaker, so it carries across bursts and across worker processes. Each attempt is one store
@@ -106,7 +108,8 @@ class FakeDependency:
         cfg = self.config
         mode = cfg.mode
         error = cfg.error
-        if mode == "healthy" or mode == "slow":
+        if mode == "healthy" or mode == "slow" or mode == "shared":
+            # shared: the lab calls the class's shared model instead; alone, it answers ok
             return None, None
         if mode == "flaky":
             return (error, self._hint(error)) if left > 0 else (None, None)

@@ -55,6 +55,7 @@ MODE_PARAMS: dict[str, tuple[str, ...]] = {
     "outage": ("latency_ms", "down_for_ms", "error"),
     "rate_limited": ("latency_ms", "retry_after_ms"),
     "script": ("latency_ms", "outcomes", "error"),
+    "shared": (),
 }
 
 MODE_LABELS: dict[str, str] = {
@@ -66,6 +67,7 @@ MODE_LABELS: dict[str, str] = {
     "outage": "Outage",
     "rate_limited": "Rate limited",
     "script": "Script",
+    "shared": "Shared (the class's)",
 }
 
 POLICY_FIELDS: tuple[tuple[str, str, str], ...] = (

@@ -14,6 +14,7 @@ from kombu.exceptions import OperationalError
 
 RUN_BURST = "labs.run_burst"
 RESTORE_CLASS_FAULT = "labs.restore_class_fault"
+RUN_TRAFFIC = "labs.run_traffic"
 
 
 def _app():
@@ -54,3 +55,8 @@ def enqueue_burst_on_commit(
 def enqueue_fault_restore(fault_id: int, countdown: int) -> None:
     """Queue the end of timed class fault ``fault_id`` in ``countdown`` seconds."""
     _app().send_task(RESTORE_CLASS_FAULT, args=(fault_id,), countdown=countdown)
+
+
+def send_traffic(traffic_id: int) -> None:
+    """Queue traffic run ``traffic_id`` for a worker now (called on commit)."""
+    _app().send_task(RUN_TRAFFIC, args=(traffic_id,))

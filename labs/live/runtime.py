@@ -25,13 +25,16 @@ from labs.engine import (
     Breaker,
     FakeDependency,
     GuardedClient,
+    RedisSharedModel,
     RedisStore,
+    SharedConfig,
+    SharedDependency,
     SystemClock,
     parse_dependency,
     parse_policy,
 )
 from labs.live.journal import Written
-from labs.models import LabSession
+from labs.models import LabSession, SharedDependencyConfig
 
 _client: redis.Redis | None = None
 _client_lock = threading.Lock()
@@ -100,13 +103,46 @@ def session_store(session_id: int, client: redis.Redis | None = None) -> RedisSt
     )
 
 
+def shared_model_id(classroom_id: int) -> str:
+    """The id of a class's shared dependency model in Redis (keys under ``{shared:<id>}``)."""
+    return f"class:{classroom_id}"
+
+
+def shared_model(classroom_id: int, client: redis.Redis | None = None) -> RedisSharedModel:
+    """The class's shared dependency model in Redis (arrivals stamped by Redis's ``TIME``, so
+    every worker process agrees on their order)."""
+    return RedisSharedModel(client or engine_redis(), shared_model_id(classroom_id))
+
+
+def shared_config(classroom_id: int) -> SharedConfig:
+    """The class's shared dependency settings from the database (the engine's defaults when
+    the class has none saved)."""
+    row = SharedDependencyConfig.objects.filter(classroom_id=classroom_id).first()
+    if row is None:
+        return SharedConfig()
+    return SharedConfig(row.servers, row.service_ms, row.max_queue_ms)
+
+
+def configure_shared(classroom_id: int, config: SharedConfig | None = None) -> RedisSharedModel:
+    """Write the class's settings into its Redis model (one ``HSET``; idempotent, queued work
+    and a running trigger are kept) and return the model."""
+    model = shared_model(classroom_id)
+    model.configure(config or shared_config(classroom_id))
+    return model
+
+
+def is_shared(dependency: dict[str, Any] | None) -> bool:
+    """Whether a session's dependency settings point at the class's shared dependency."""
+    return (dependency or {}).get("mode") == "shared"
+
+
 @dataclass
 class SessionEngine:
     """The engine objects for one session, wired to one store, clock and sink."""
 
     store: RedisStore
     breaker: Breaker
-    dependency: FakeDependency
+    dependency: FakeDependency | SharedDependency
     client: GuardedClient
     rng: random.Random
 
@@ -123,15 +159,24 @@ def build_engine(
     ``client``: a running burst passes its own, see :func:`burst_redis`).
 
     ``rng`` defaults to one seeded from the session's seed and burst count, so a burst can be
-    replayed. Raises labs.engine.ValidationError if the stored settings are invalid (they
+    replayed. A session in ``shared`` mode calls its class's shared dependency
+    (:func:`shared_model`); the other modes call a private fake dependency in its store. Raises labs.engine.ValidationError if the stored settings are invalid (they
     never are: services validate before they save).
     """
     if rng is None:
         rng = random.Random(f"{session.seed}:{session.burst_count}")
     store = session_store(session.pk, client)
-    dependency = FakeDependency(
-        parse_dependency(session.dependency), store=store, clock=clock, rng=rng
-    )
+    dependency: FakeDependency | SharedDependency
+    if is_shared(session.dependency):
+        # The class's one model: configured from the database first (an idempotent HSET),
+        # so a Redis that lost the model's keys gets them back before the first attempt.
+        model = shared_model(session.classroom_id, client)
+        model.configure(shared_config(session.classroom_id))
+        dependency = SharedDependency(model, clock=clock)
+    else:
+        dependency = FakeDependency(
+            parse_dependency(session.dependency), store=store, clock=clock, rng=rng
+        )
     policy = parse_policy(session.policy)
     breaker = Breaker(policy.breaker, store=store, clock=clock, rng=rng, sink=sink)
     client = GuardedClient(
@@ -241,8 +286,12 @@ def publish_dependency(session_id: int, dependency: dict[str, Any]) -> None:
 class DependencyWatch:
     """Swaps a running burst's dependency when the session's settings change (thread-safe)."""
 
-    def __init__(self, session: LabSession, engine: SessionEngine, rng: random.Random) -> None:
+    def __init__(
+        self, session: LabSession, engine: SessionEngine, rng: random.Random, clock=CLOCK
+    ) -> None:
         self._key = dependency_config_key(session.pk)
+        self._classroom_id = session.classroom_id
+        self._clock = clock
         self._engine = engine
         self._rng = rng
         self._current = json.dumps(session.dependency, sort_keys=True).encode()
@@ -265,10 +314,17 @@ class DependencyWatch:
         with self._lock:
             if raw == self._current:
                 return False
-            config = parse_dependency(json.loads(raw))
-            dependency = FakeDependency(
-                config, store=self._engine.store, clock=CLOCK, rng=self._rng
-            )
+            settings_ = json.loads(raw)
+            dependency: FakeDependency | SharedDependency
+            if is_shared(settings_):
+                dependency = SharedDependency(
+                    configure_shared(self._classroom_id), clock=self._clock
+                )
+            else:
+                dependency = FakeDependency(
+                    parse_dependency(settings_), store=self._engine.store, clock=self._clock,
+                    rng=self._rng,
+                )  # fmt: skip
             self._engine.client.dependency = dependency
             self._engine.dependency = dependency
             self._current = raw

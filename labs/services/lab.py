@@ -85,6 +85,7 @@ def _describe_dependency(dep: dict) -> str:
         "outage": f"outage: down for {dep.get('down_for_ms')} ms, then healthy",
         "rate_limited": f"rate limited: 429 for {dep.get('retry_after_ms')} ms",
         "script": f"script: {', '.join(dep.get('outcomes') or [])}, then healthy",
+        "shared": "shared: the class's shared dependency",
     }.get(mode, mode)
     return f"{detail} ({latency} ms per attempt)"
 

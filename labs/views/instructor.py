@@ -30,11 +30,13 @@ from django.views.decorators.http import require_GET, require_POST
 from labs import presenters
 from labs.engine import LIMITS
 from labs.engine.config import MODES
+from labs.forms import shared as shared_forms
 from labs.forms.lab import coerce
 from labs.live.journal import event_payload
 from labs.models import Classroom, JournalEvent, LabSession, Scenario
-from labs.selectors import class_dashboard_rows, state_counts
+from labs.selectors import class_dashboard_rows, shared_settings, state_counts
 from labs.services import classroom as class_services
+from labs.services import shared as shared_services
 from labs.services.lab import SettingsInvalid
 from labs.views import HtmxHttpRequest
 
@@ -117,6 +119,10 @@ def page_context(request: HtmxHttpRequest, classroom: Classroom, **extra) -> dic
         "scenarios": scenarios,
         "ws_path": f"/ws/classes/{classroom.pk}/",
         "problems": [],
+        "shared_fields": shared_forms.fields(
+            shared_forms.SHARED_PARAMS, shared_settings(classroom=classroom)
+        ),
+        "trigger_fields": shared_forms.fields(shared_forms.TRIGGER_PARAMS),
     }
     context.update(extra)
     return context
@@ -175,6 +181,38 @@ def class_set_dependency(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if duration:
         what += f" for {duration} s (then each session's previous mode comes back)"
     return _answer(request, classroom, message=result.describe(f"{what}: applied to"))
+
+
+@login_required
+@require_POST
+def class_set_shared(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Change the class's shared dependency (servers, service time, queue limit)."""
+    classroom = taught_classroom(request.user, pk)
+    try:
+        row = shared_services.classroom_set_shared(
+            classroom=classroom, user=request.user, values=shared_forms.shared_values(request.POST)
+        )
+    except SettingsInvalid as exc:
+        return _answer(request, classroom, problems=[str(p) for p in exc.problems], status=422)
+    return _answer(request, classroom, message=f"shared dependency set: {row}")
+
+
+@login_required
+@require_POST
+def class_fire_trigger(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Fire a trigger (down, slow, capacity drop) on the class's shared dependency."""
+    classroom = taught_classroom(request.user, pk)
+    try:
+        fired = shared_services.classroom_fire_trigger(
+            classroom=classroom, user=request.user, values=shared_forms.trigger_values(request.POST)
+        )
+    except SettingsInvalid as exc:
+        return _answer(request, classroom, problems=[str(p) for p in exc.problems], status=422)
+    trigger = fired["trigger"]
+    message = f"{trigger['kind']} trigger fired for {trigger['duration_ms'] / 1000:g} s"
+    if fired["replaced"]:
+        message += f"; it replaced the running {fired['replaced']['kind']} trigger"
+    return _answer(request, classroom, message=message)
 
 
 @login_required

@@ -52,6 +52,7 @@ from labs.models import Classroom, JournalEvent, LabSession, Scenario
 from labs.selectors import visible_session
 from labs.services import bursts as burst_services
 from labs.services import lab as lab_services
+from labs.services import traffic as traffic_services
 from labs.services.lab import session_open as session_open_service
 from labs.views import HtmxHttpRequest
 
@@ -103,6 +104,7 @@ def page_context(
         "steps": presenters.scenario_steps(session.scenario),
         "ws_path": f"/ws/sessions/{session.pk}/",
         "state_labels": STATE_LABELS,
+        **traffic_context(session),
         **form_context(
             session,
             dependency_form=dependency_form,
@@ -150,6 +152,68 @@ def form_context(
         ],
         "mode_help": describe_limit("dependency.mode"),
     }
+
+
+def traffic_context(session: LabSession, **extra) -> dict[str, Any]:
+    """What the traffic controls show: the latest run, the ranges, the values to start with."""
+    low_rate, high_rate = traffic_services.RATE_RANGE
+    low_s, high_s = traffic_services.DURATION_RANGE
+    context = {
+        "traffic": selectors.latest_traffic(session),
+        "traffic_rate_range": (low_rate, high_rate),
+        "traffic_duration_range": (low_s, high_s),
+        "traffic_values": {"rate": 5, "duration_s": 60, "arrivals": "poisson"},
+        "traffic_problems": [],
+        "traffic_message": "",
+    }
+    context.update(extra)
+    return context
+
+
+def _plain_int(raw: str) -> Any:
+    text = (raw or "").strip()
+    return int(text) if text.isascii() and text.isdigit() else text
+
+
+@require_POST
+@login_required
+def session_traffic(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Start (``action=start``: rate, duration_s, arrivals) or stop (``action=stop``) the
+    session's steady traffic; 400 naming the fields and ranges, 409 while one runs."""
+    session = writable_session(request, pk)
+    values = {
+        "rate": _plain_int(request.POST.get("rate", "")),
+        "duration_s": _plain_int(request.POST.get("duration_s", "")),
+        "arrivals": request.POST.get("arrivals", "poisson").strip(),
+    }
+    status = 200
+    extra: dict[str, Any] = {}
+    if request.POST.get("action") == "stop":
+        stopped = traffic_services.traffic_stop(session=session, user=request.user)
+        extra["traffic_message"] = (
+            "Stopping: the calls in flight finish, no new call starts."
+            if stopped
+            else "No traffic is running."
+        )
+    else:
+        try:
+            run = traffic_services.traffic_start(session=session, user=request.user, **values)
+            extra["traffic_message"] = f"Traffic started: {run.calls} calls scheduled."
+        except traffic_services.TrafficInvalid as exc:
+            status = 400
+            extra["traffic_problems"] = [str(p) for p in exc.problems]
+            extra["traffic_values"] = values
+        except traffic_services.TrafficAlreadyRunning as exc:
+            status = 409
+            extra["traffic_problems"] = [str(exc)]
+    context = {"session": session, **traffic_context(session, **extra)}
+    if request.htmx:
+        return render_partial(request, "traffic-form", context, status)
+    if status != 200:
+        return render(
+            request, TEMPLATE, {**page_context(request, session), **context}, status=status
+        )
+    return redirect(session)
 
 
 def render_partial(

@@ -98,7 +98,7 @@ def test_canonical_dicts_round_trip():
     [
         (
             {"mode": "sideways"},
-            "dependency.mode: must be one of healthy, flaky, down, slow, error_rate, outage, rate_limited, script (got 'sideways')",
+            "dependency.mode: must be one of healthy, flaky, down, slow, error_rate, outage, rate_limited, script, shared (got 'sideways')",
         ),
         ({"latency_ms": 2001}, "dependency.latency_ms: must be between 0 and 2000 ms (got 2001)"),
         (

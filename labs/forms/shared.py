@@ -1,0 +1,92 @@
+"""Parsing the class's shared-dependency forms: its settings and a trigger.
+
+The posted strings become the JSON values the engine validates (``labs.forms.lab.coerce``);
+the services validate them (field and range named on refusal). Blank fields are not sent, so
+they keep the current setting (or take the engine's default).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from labs.engine import LIMITS
+from labs.forms.lab import coerce
+from labs.models import SharedDependencyConfig
+from labs.services.shared import shared_problems
+
+#: (field, LIMITS path, label) of the shared dependency's settings.
+SHARED_PARAMS: tuple[tuple[str, str, str], ...] = (
+    ("servers", "shared.servers", "Servers"),
+    ("service_ms", "shared.service_ms", "Service time per attempt (ms)"),
+    ("max_queue_ms", "shared.max_queue_ms", "Longest queue wait before shedding (ms)"),
+)
+
+#: (field, LIMITS path, label) of a trigger.
+TRIGGER_PARAMS: tuple[tuple[str, str, str], ...] = (
+    ("kind", "shared.trigger.kind", "Trigger"),
+    ("duration_ms", "shared.trigger.duration_ms", "For (ms)"),
+    ("factor", "shared.trigger.factor", "Slow: service time x"),
+    ("servers", "shared.trigger.servers", "Capacity drop: servers left"),
+)
+
+
+def _values(post, params) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for name, path, _label in params:
+        raw = post.get(name, "")
+        if raw.strip():
+            values[name] = coerce(raw, LIMITS[path])
+    return values
+
+
+def shared_values(post) -> dict[str, Any]:
+    """The posted shared-dependency settings (blank fields left out)."""
+    return _values(post, SHARED_PARAMS)
+
+
+def trigger_values(post) -> dict[str, Any]:
+    """The posted trigger (blank fields left out: the engine's defaults)."""
+    return _values(post, TRIGGER_PARAMS)
+
+
+def fields(params, current: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """What the template needs to draw each input: name, label, range, current value."""
+    out = []
+    for name, path, label in params:
+        limit = LIMITS[path]
+        out.append(
+            {
+                "name": name,
+                "label": label,
+                "help": limit.describe(),
+                "choices": limit.choices if limit.type == "choice" else None,
+                "min": limit.min,
+                "max": limit.max,
+                "step": "any" if limit.type == "number" else "1",
+                "value": (current or {}).get(name, limit.default),
+            }
+        )
+    return out
+
+
+class SharedDependencyAdminForm(forms.ModelForm):
+    """The admin's form for a class's shared dependency: each value is checked by the engine's
+    validator and its problem shown beside the field, naming the range."""
+
+    servers = forms.IntegerField(help_text=LIMITS["shared.servers"].describe())
+    service_ms = forms.IntegerField(help_text=LIMITS["shared.service_ms"].describe())
+    max_queue_ms = forms.IntegerField(help_text=LIMITS["shared.max_queue_ms"].describe())
+
+    class Meta:
+        model = SharedDependencyConfig
+        fields = ["classroom", "servers", "service_ms", "max_queue_ms"]
+
+    def clean(self):
+        cleaned = super().clean()
+        values = {name: cleaned[name] for name, _path, _label in SHARED_PARAMS if name in cleaned}
+        for problem in shared_problems(values):
+            name = problem.field if problem.field in self.fields else None
+            self.add_error(name, str(problem))
+        return cleaned

@@ -1,0 +1,136 @@
+"""The class's shared dependency: its settings and the triggers an instructor fires.
+
+Every session of a class whose dependency is in ``shared`` mode calls one server model in
+Redis (:func:`labs.live.runtime.shared_model`). :func:`classroom_set_shared` changes its
+servers, service time and queue limit; :func:`classroom_fire_trigger` fires a ``down``,
+``slow`` or ``capacity`` trigger for a duration. Both validate with the engine's validator
+first (``SettingsInvalid`` naming each field and its range; nothing changes then), both are
+refused unless the user teaches the class, and both are journaled in every session of the
+class, naming who acted. A trigger fired while another runs replaces it, and every journal
+says which one it replaced.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+
+from labs.engine import Problem, SharedConfig, parse_shared, parse_trigger, validate_shared
+from labs.engine.validate import validate_trigger
+from labs.live import journal, runtime
+from labs.models import Classroom, LabSession, SharedDependencyConfig
+from labs.presenters import actor_name
+from labs.services.lab import SettingsInvalid
+
+SHARED_FIELDS = ("servers", "service_ms", "max_queue_ms")
+
+
+def _check_teaches(*, user, classroom: Classroom) -> None:
+    if not Classroom.objects.for_instructor(user).filter(pk=classroom.pk).exists():
+        raise PermissionDenied("You do not teach this class.")
+
+
+def shared_problems(values: Any) -> list:
+    """The engine validator's problems with shared-dependency settings, each named by its
+    bare field (``servers``, not ``shared.servers``) so forms can put it beside the input."""
+    return [Problem(p.field.removeprefix("shared."), p.message) for p in validate_shared(values)]
+
+
+def describe_config(config: SharedConfig) -> str:
+    """``8 servers x 40 ms, queue up to 2000 ms (200 attempts/s)``."""
+    return (
+        f"{config.servers} server{'s' if config.servers != 1 else ''} x {config.service_ms} ms, "
+        f"queue up to {config.max_queue_ms} ms ({config.capacity_per_s:g} attempts/s)"
+    )
+
+
+def _journal_class(classroom: Classroom, kind: str, user, message: str, data: dict) -> int:
+    sessions = list(LabSession.objects.filter(classroom=classroom).order_by("pk"))
+    if sessions:
+        journal.record(
+            [journal.entry(s, kind, user=user, message=message, data=data) for s in sessions]
+        )
+    return len(sessions)
+
+
+def classroom_set_shared(*, classroom: Classroom, user, values: dict) -> SharedDependencyConfig:
+    """Set the class's shared dependency (``values``: any of ``servers``, ``service_ms``,
+    ``max_queue_ms``, merged into the current settings).
+
+    Validated by the engine (SettingsInvalid naming each field and its range, nothing
+    changed); saved, journaled ``shared_set`` in every session of the class; written into the
+    Redis model after the commit (queued work and a running trigger are kept). Raises
+    PermissionDenied unless ``user`` teaches the class.
+    """
+    _check_teaches(user=user, classroom=classroom)
+    if not isinstance(values, dict):
+        raise SettingsInvalid([Problem("shared", "must be an object")])
+    current = runtime.shared_config(classroom.pk).to_dict()
+    merged = {**current, **values}
+    problems = shared_problems(merged)
+    if problems:
+        raise SettingsInvalid(problems)
+    config = parse_shared(merged)
+    with transaction.atomic():
+        row, _ = SharedDependencyConfig.objects.select_for_update().get_or_create(
+            classroom=classroom
+        )
+        row.servers, row.service_ms, row.max_queue_ms = (
+            config.servers, config.service_ms, config.max_queue_ms,
+        )  # fmt: skip
+        row.save()
+        _journal_class(
+            classroom,
+            "shared_set",
+            user,
+            f"shared dependency set by {actor_name(user)}: {describe_config(config)}",
+            {"shared": config.to_dict()},
+        )
+        transaction.on_commit(lambda: runtime.configure_shared(classroom.pk, config))
+    return row
+
+
+def classroom_fire_trigger(*, classroom: Classroom, user, values: dict) -> dict[str, Any]:
+    """Fire a trigger on the class's shared dependency, from now for its duration.
+
+    ``values``: ``kind`` (down, slow, capacity), ``duration_ms``, ``factor`` (slow),
+    ``servers`` (capacity: the servers left, fewer than the class has). Validated by the
+    engine (SettingsInvalid, nothing changed); one round trip to the Redis model, which
+    replaces any trigger still running; journaled ``shared_trigger`` in every session of the
+    class, saying which trigger it replaced, if any. Returns ``{"trigger", "replaced",
+    "sessions"}``. Raises PermissionDenied unless ``user`` teaches the class.
+    """
+    _check_teaches(user=user, classroom=classroom)
+    config = runtime.shared_config(classroom.pk)
+    problems = validate_trigger(values, servers=config.servers)
+    if problems:
+        raise SettingsInvalid(problems)
+    trigger = parse_trigger(values, servers=config.servers)
+    model = runtime.configure_shared(classroom.pk, config)
+    replaced = model.trigger(trigger)
+    detail = {
+        "down": "every attempt fails with 503 after its service time",
+        "slow": f"service time x {trigger.factor:g}",
+        "capacity": f"{trigger.servers} of {config.servers} servers in service",
+    }[trigger.kind]
+    message = (
+        f"shared dependency trigger by {actor_name(user)}: {trigger.kind} ({detail}) "
+        f"for {trigger.duration_ms / 1000:g} s"
+    )
+    if replaced is not None:
+        left_s = max(0.0, replaced["until_us"] / 1e6 - time.time())
+        message += (
+            f"; it replaces the running {replaced['kind']} trigger ({left_s:.1f} s were left)"
+        )
+    with transaction.atomic():
+        count = _journal_class(
+            classroom,
+            "shared_trigger",
+            user,
+            message,
+            {"trigger": trigger.to_dict(), "replaced": replaced},
+        )
+    return {"trigger": trigger.to_dict(), "replaced": replaced, "sessions": count}

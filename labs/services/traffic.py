@@ -1,0 +1,387 @@
+"""Steady traffic in a session: start (web), run (worker), stop and reaping (any process).
+
+A :class:`~labs.models.Traffic` row moves QUEUED -> RUNNING -> DONE | STOPPED | INTERRUPTED
+| FAILED, each move a conditional UPDATE, as a burst does (``labs.services.bursts``):
+
+- :func:`traffic_start` validates the rate (1 to 20 calls/s), duration (1 to 300 s) and
+  arrivals (poisson, even), refuses a second active run in the session (the check under the
+  session's row lock, and the partial unique index ``one_active_traffic_per_session``),
+  fixes the arrival schedule (seeded), reserves one call number per arrival, journals
+  ``traffic_start`` and enqueues ``labs.run_traffic`` on commit.
+- :func:`traffic_run` claims QUEUED -> RUNNING and runs the calls on one thread
+  (``labs.live.traffic.PacedClock``), concurrently with each other and with the session's
+  bursts. Every ``CHECK_INTERVAL_S`` it touches ``heartbeat_at`` and looks at
+  ``stop_requested``. It journals ``traffic_end`` when the last call has finished.
+- :func:`traffic_stop` asks a running run to start no further call (the calls in flight
+  finish, never cut in half) or ends a queued one at once.
+- :func:`traffic_reap_stale` marks a RUNNING run whose heartbeat is older than
+  ``LAB_BURST_STALE_SECONDS`` INTERRUPTED (its worker died) and a QUEUED one nobody claimed
+  within ``LAB_BURST_QUEUE_TIMEOUT_SECONDS`` FAILED.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from labs.engine import FAST_FAIL_OUTCOMES, Problem
+from labs.live import journal, queue, runtime
+from labs.live.traffic import (
+    ARRIVALS,
+    DURATION_RANGE,
+    RATE_RANGE,
+    PacedClock,
+    arrival_schedule,
+)
+from labs.live.writers import get_writer
+from labs.models import LabSession, Traffic
+from labs.presenters import actor_name
+from labs.services.bursts import WORKER_ID, BurstRefused, reap_interval
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between two looks at ``stop_requested`` (and two heartbeats) of a running run.
+CHECK_INTERVAL_S = 0.5
+
+
+class TrafficRefused(BurstRefused):
+    """Traffic that cannot start; ``str()`` is a sentence for the student."""
+
+
+class TrafficAlreadyRunning(TrafficRefused):
+    status = 409
+
+
+class TrafficInvalid(TrafficRefused):
+    """Rate, duration or arrivals out of range; ``problems`` name the fields."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("; ".join(str(p) for p in problems))
+        self.problems = problems
+
+
+def validate_traffic(rate: object, duration_s: object, arrivals: object) -> list[Problem]:
+    """Problems with a traffic run's settings (empty when all are fine)."""
+    problems = []
+    for field, value, (low, high), unit in (
+        ("rate", rate, RATE_RANGE, " calls/s"),
+        ("duration_s", duration_s, DURATION_RANGE, " s"),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int):
+            problems.append(
+                Problem(
+                    field, f"must be a whole number between {low} and {high}{unit} (got {value!r})"
+                )
+            )
+        elif not low <= value <= high:
+            problems.append(Problem(field, f"must be between {low} and {high}{unit} (got {value})"))
+    if arrivals not in ARRIVALS:
+        problems.append(
+            Problem("arrivals", f"must be one of {', '.join(ARRIVALS)} (got {arrivals!r})")
+        )
+    return problems
+
+
+def traffic_start(
+    *, session: LabSession, user, rate: int, duration_s: int, arrivals: str = "poisson"
+) -> Traffic:
+    """Queue steady traffic in ``session``: ``rate`` calls/s for ``duration_s`` seconds.
+
+    Raises TrafficInvalid (400, fields and ranges named, nothing changed) and
+    TrafficAlreadyRunning (409) when the session already has an active run (a dead worker's
+    run in the way is reaped first).
+    """
+    problems = validate_traffic(rate, duration_s, arrivals)
+    if problems:
+        raise TrafficInvalid(problems)
+    try:
+        return _start(session, user, rate, duration_s, arrivals)
+    except TrafficAlreadyRunning:
+        if not traffic_reap_stale(session_id=session.pk):
+            raise
+    return _start(session, user, rate, duration_s, arrivals)
+
+
+def _start(session: LabSession, user, rate: int, duration_s: int, arrivals: str) -> Traffic:
+    try:
+        with transaction.atomic():
+            locked = LabSession.objects.select_for_update().get(pk=session.pk)
+            if locked.traffic.filter(status__in=Traffic.ACTIVE_STATUSES).exists():
+                raise TrafficAlreadyRunning(_already_running())
+            number = locked.traffic.count() + 1
+            seed = (locked.seed * 1_000_003 + number) & 0x7FFFFFFF
+            calls = len(arrival_schedule(rate, duration_s, arrivals, seed))
+            first_call = locked.next_call_no
+            locked.next_call_no += calls
+            locked.save(update_fields=["next_call_no", "updated_at"])
+            traffic = Traffic.objects.create(
+                session=locked,
+                rate=rate,
+                duration_s=duration_s,
+                arrivals=arrivals,
+                seed=seed,
+                calls=calls,
+                first_call_no=first_call,
+                created_by=user if getattr(user, "is_authenticated", False) else None,
+            )
+            journal.record(
+                [
+                    journal.entry(
+                        locked,
+                        "traffic_start",
+                        user=user,
+                        message=(
+                            f"traffic started by {actor_name(user)}: {rate} calls/s "
+                            f"({arrivals}) for {duration_s} s, {calls} call(s) from call "
+                            f"{first_call}"
+                        ),
+                        data={
+                            "traffic": traffic.pk,
+                            "rate": rate,
+                            "duration_s": duration_s,
+                            "arrivals": arrivals,
+                            "calls": calls,
+                            "first_call": first_call,
+                        },
+                    )
+                ]
+            )
+            transaction.on_commit(lambda: queue.send_traffic(traffic.pk))
+    except IntegrityError as exc:
+        if "one_active_traffic_per_session" in str(exc) or "UNIQUE" in str(exc).upper():
+            raise TrafficAlreadyRunning(_already_running()) from exc
+        raise
+    return traffic
+
+
+def _already_running() -> str:
+    return "Traffic is already running in this session; stop it before starting another."
+
+
+def traffic_stop(*, session: LabSession, user) -> Traffic | None:
+    """Stop the session's active traffic: a queued run ends at once (STOPPED, journaled
+    ``traffic_end``); a running one starts no further call and ends when its calls in flight
+    have finished. Returns the run, or None when none was active."""
+    traffic = session.traffic.filter(status__in=Traffic.ACTIVE_STATUSES).first()
+    if traffic is None:
+        return None
+    Traffic.objects.filter(pk=traffic.pk).update(stop_requested=True)
+    message = f"traffic stopped by {actor_name(user)} before it started; no call was made"
+    if _mark(traffic, Traffic.Status.QUEUED, Traffic.Status.STOPPED, "traffic_end", message):
+        traffic.refresh_from_db()
+    return traffic
+
+
+# --- On the worker --------------------------------------------------------------------------
+
+
+def traffic_run(*, traffic_id: int) -> str:
+    """Run a queued traffic run to its end on this thread; returns the final status.
+
+    Claims the run first (a redelivered message finds nothing to claim: "skipped"). The
+    calls run as cooperative callers of one :class:`~labs.live.traffic.PacedClock`; every
+    engine event goes to the process's journal writer. When the schedule is done or a stop
+    was asked, no further call starts; the run ends when the calls in flight have finished.
+    """
+    now = timezone.now()
+    claimed = Traffic.objects.filter(
+        pk=traffic_id, status=Traffic.Status.QUEUED, stop_requested=False
+    ).update(status=Traffic.Status.RUNNING, started_at=now, heartbeat_at=now, worker=WORKER_ID)
+    if not claimed:
+        return "skipped"
+    traffic = Traffic.objects.select_related("session").get(pk=traffic_id)
+    session = traffic.session
+    writer = get_writer()
+    outcomes: Counter[str] = Counter()
+    stop = {"asked": False, "started": 0}
+
+    watch: runtime.DependencyWatch | None = None
+
+    def sink(event) -> None:
+        writer.submit(
+            journal.entry_from_event(
+                event, session_id=session.pk, classroom_id=session.classroom_id, burst_id=None
+            )
+        )
+        if event.kind == "call_result" and watch is not None:
+            watch.check()  # a dependency change lands between calls, as in a burst
+
+    clock = PacedClock()
+    schedule = arrival_schedule(traffic.rate, traffic.duration_s, traffic.arrivals, traffic.seed)
+    try:
+        with runtime.burst_redis(1) as client:
+            engine = runtime.build_engine(session, sink=sink, clock=clock, client=client)
+            watch = runtime.DependencyWatch(session, engine, engine.rng, clock=clock)
+            t0 = clock.now()
+            end = t0 + traffic.duration_s
+
+            def call(call_no: int) -> None:
+                result = engine.client.call(call_no)
+                outcomes[result.outcome] += 1
+
+            def arrive(i: int) -> None:
+                # One arrival scheduled at a time: after a stop nothing is left waiting.
+                if stop["asked"]:
+                    return
+                stop["started"] += 1
+                clock.spawn(lambda: call(traffic.first_call_no + i))
+                if i + 1 < len(schedule):
+                    clock.call_at(max(t0 + schedule[i + 1], clock.now()), arrive, i + 1)
+
+            def check() -> None:
+                # The heartbeat goes on while calls are in flight after the last arrival or
+                # a stop, so a run finishing its calls is never taken for a dead one.
+                Traffic.objects.filter(pk=traffic_id, status=Traffic.Status.RUNNING).update(
+                    heartbeat_at=timezone.now()
+                )
+                if not stop["asked"]:
+                    row = Traffic.objects.filter(pk=traffic_id).values("stop_requested").first()
+                    stop["asked"] = row is None or row["stop_requested"]
+                arriving = not stop["asked"] and clock.now() < end
+                in_flight = stop["started"] > sum(outcomes.values())
+                if arriving or in_flight:
+                    clock.call_later(CHECK_INTERVAL_S, check)
+
+            if schedule:
+                clock.call_at(t0 + schedule[0], arrive, 0)
+            clock.call_later(CHECK_INTERVAL_S, check)
+            clock.run()
+        cut_short = stop["started"] < len(schedule)
+        status = Traffic.Status.STOPPED if cut_short else Traffic.Status.DONE
+        summary = _summary(traffic, stop["started"], outcomes)
+        verb = "stopped" if cut_short else "ended"
+        writer.submit(
+            journal.entry(
+                session,
+                "traffic_end",
+                f"traffic {verb}: {summary['started']} of {traffic.calls} call(s) made, "
+                f"{summary['ok']} ok, {summary['failed']} failed, "
+                f"{summary['fast_failed']} fast-failed",
+                data={"traffic": traffic_id, **summary},
+                emitted=time.time(),
+            )
+        )
+        writer.flush()
+        Traffic.objects.filter(pk=traffic_id, status=Traffic.Status.RUNNING).update(
+            status=status, finished_at=timezone.now(), summary=summary
+        )
+    except Exception as exc:
+        logger.exception("traffic %s failed", traffic_id)
+        writer.submit(
+            journal.entry(
+                session,
+                "traffic_end",
+                f"traffic stopped by an error in the lab: {exc}",
+                data={"traffic": traffic_id, "error": repr(exc)},
+                emitted=time.time(),
+            )
+        )
+        writer.flush()
+        status = Traffic.Status.FAILED
+        Traffic.objects.filter(pk=traffic_id, status=Traffic.Status.RUNNING).update(
+            status=status, finished_at=timezone.now(), error=repr(exc)
+        )
+    finally:
+        connection.close()
+    return status
+
+
+def _summary(traffic: Traffic, started: int, outcomes: Counter[str]) -> dict:
+    fast = sum(n for outcome, n in outcomes.items() if outcome in FAST_FAIL_OUTCOMES)
+    ok = outcomes.get("success", 0) + outcomes.get("ok", 0)
+    return {
+        "scheduled": traffic.calls,
+        "started": started,
+        "finished": sum(outcomes.values()),
+        "ok": ok,
+        "fast_failed": fast,
+        "failed": sum(outcomes.values()) - ok - fast,
+        "outcomes": dict(outcomes),
+    }
+
+
+_reaper: threading.Thread | None = None
+_reaper_lock = threading.Lock()
+
+
+def worker_ready() -> None:
+    """Start this worker process's traffic reaper: every ``bursts.reap_interval()`` seconds
+    it marks the runs of dead workers (stale heartbeats) INTERRUPTED, so a killed worker's
+    run ends and the session can start traffic again without anyone loading a page."""
+    global _reaper
+    with _reaper_lock:
+        if _reaper is None:
+            _reaper = threading.Thread(target=_reap_loop, name="traffic-reaper", daemon=True)
+            _reaper.start()
+
+
+def _reap_loop() -> None:
+    while True:
+        time.sleep(reap_interval())
+        try:
+            traffic_reap_stale()
+        except Exception:  # the reaper must outlive a database hiccup
+            logger.exception("traffic reaper failed")
+        finally:
+            connection.close()
+
+
+# --- Anywhere ------------------------------------------------------------------------------
+
+
+def traffic_reap_stale(*, session_id: int | None = None) -> int:
+    """Mark runs whose worker died INTERRUPTED (and never-claimed queued ones FAILED),
+    journaled ``traffic_end``; conditional updates, so concurrent reapers mark each once."""
+    now = timezone.now()
+    running = Traffic.objects.filter(
+        status=Traffic.Status.RUNNING,
+        heartbeat_at__lt=now - timedelta(seconds=settings.LAB_BURST_STALE_SECONDS),
+    )
+    queued = Traffic.objects.filter(
+        status=Traffic.Status.QUEUED,
+        created_at__lt=now - timedelta(seconds=settings.LAB_BURST_QUEUE_TIMEOUT_SECONDS),
+    )
+    if session_id is not None:
+        running = running.filter(session_id=session_id)
+        queued = queued.filter(session_id=session_id)
+    marked = 0
+    for traffic in running.select_related("session"):
+        marked += _mark(
+            traffic,
+            Traffic.Status.RUNNING,
+            Traffic.Status.INTERRUPTED,
+            "traffic_end",
+            f"traffic interrupted: its worker ({traffic.worker or 'unknown'}) stopped responding",
+        )
+    for traffic in queued.select_related("session"):
+        marked += _mark(
+            traffic,
+            Traffic.Status.QUEUED,
+            Traffic.Status.FAILED,
+            "traffic_end",
+            "traffic was never picked up by a worker; is the worker running?",
+        )
+    return marked
+
+
+def _mark(traffic: Traffic, old: str, new: str, kind: str, message: str) -> int:
+    with transaction.atomic():
+        changed = Traffic.objects.filter(pk=traffic.pk, status=old).update(
+            status=new, finished_at=timezone.now(), error=message
+        )
+        if changed:
+            journal.record(
+                [
+                    journal.entry(
+                        traffic.session, kind, message, data={"traffic": traffic.pk, "status": new}
+                    )
+                ]
+            )
+    return changed

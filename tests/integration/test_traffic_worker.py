@@ -1,0 +1,183 @@
+"""Steady traffic through the real stack: a real worker process runs a session's open-loop
+calls; the number of calls is the arrival schedule's, every attempt is journaled, and a stop
+lets the calls in flight finish (no wall-clock assertion: only counts and states)."""
+
+from __future__ import annotations
+
+import pytest
+
+from labs.live.traffic import arrival_schedule
+from labs.models import JournalEvent, LabSession, Traffic
+from labs.services import lab
+from labs.services import shared as shared_services
+from labs.services import traffic as svc
+from tests.conftest import make_classroom, make_scenario, make_student, tour_script
+from tests.integration.conftest import wait_for
+from tests.integration.test_shared_worker import counters_agree_with_journal, shared_class
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+def private_session() -> LabSession:
+    scenario = make_scenario("traffic-tour", script=tour_script())
+    room = make_classroom("Traffic class", join_code="TRAFFIC1")
+    room.scenarios.add(scenario)
+    student = make_student("t_alice", room)
+    return lab.session_open(user=student, classroom=room, scenario=scenario)
+
+
+def ended(traffic: Traffic, timeout: float = 120) -> Traffic:
+    def done():
+        traffic.refresh_from_db()
+        return traffic if not traffic.is_active else None
+
+    return wait_for(done, timeout, interval=0.2, message=f"traffic {traffic.pk} to end")
+
+
+def calls_in(traffic: Traffic) -> list[JournalEvent]:
+    last = traffic.first_call_no + traffic.calls
+    return list(
+        JournalEvent.objects.filter(
+            session_id=traffic.session_id,
+            kind="call_result",
+            call_no__gte=traffic.first_call_no,
+            call_no__lt=last,
+        )
+    )
+
+
+def attempts_in(traffic: Traffic) -> list[JournalEvent]:
+    last = traffic.first_call_no + traffic.calls
+    return list(
+        JournalEvent.objects.filter(
+            session_id=traffic.session_id,
+            kind="attempt",
+            call_no__gte=traffic.first_call_no,
+            call_no__lt=last,
+        )
+    )
+
+
+def test_arrival_schedules_are_seeded_and_bounded():
+    even = arrival_schedule(5, 3, "even", 1)
+    assert len(even) == 15 and even[0] == 0 and max(even) < 3
+    poisson = arrival_schedule(10, 20, "poisson", 7)
+    assert poisson == arrival_schedule(10, 20, "poisson", 7)
+    assert poisson != arrival_schedule(10, 20, "poisson", 8)
+    assert all(0 <= t < 20 for t in poisson) and poisson == sorted(poisson)
+    assert 100 < len(poisson) < 300  # mean 200
+
+
+def test_bad_traffic_is_refused_naming_field_and_range(db):
+    session = private_session()
+    with pytest.raises(svc.TrafficInvalid) as info:
+        svc.traffic_start(
+            session=session, user=session.owner, rate=21, duration_s=0, arrivals="burst"
+        )
+    text = str(info.value)
+    assert "rate: must be between 1 and 20 calls/s" in text
+    assert "duration_s: must be between 1 and 300 s" in text
+    assert "arrivals: must be one of poisson, even" in text
+    assert not Traffic.objects.exists()
+    assert not JournalEvent.objects.filter(kind="traffic_start").exists()
+
+
+def test_traffic_runs_every_scheduled_call_on_a_worker_process(worker_process):
+    worker_process()
+    session = private_session()
+    traffic = svc.traffic_start(
+        session=session, user=session.owner, rate=10, duration_s=2, arrivals="even"
+    )
+    assert traffic.calls == 20
+    with pytest.raises(svc.TrafficAlreadyRunning):
+        svc.traffic_start(session=session, user=session.owner, rate=1, duration_s=1)
+    ended(traffic)
+    assert traffic.status == Traffic.Status.DONE, traffic.error
+    results = calls_in(traffic)
+    assert sorted(r.call_no for r in results) == list(
+        range(traffic.first_call_no, traffic.first_call_no + 20)
+    )
+    attempts = attempts_in(traffic)
+    assert len(attempts) == sum(r.data["attempts"] for r in results)
+    assert traffic.summary["started"] == traffic.summary["finished"] == 20
+    kinds = list(
+        JournalEvent.objects.filter(session=session, kind__startswith="traffic_")
+        .order_by("seq")
+        .values_list("kind", flat=True)
+    )
+    assert kinds == ["traffic_start", "traffic_end"]
+
+
+def test_stopping_traffic_lets_the_calls_in_flight_finish(worker_process):
+    worker_process()
+    room, _teacher, (session,) = shared_class(servers=1, service_ms=200)
+    traffic = svc.traffic_start(
+        session=session, user=session.owner, rate=5, duration_s=300, arrivals="poisson"
+    )
+
+    def some_calls():
+        return len(calls_in(traffic)) >= 3
+
+    wait_for(some_calls, 120, interval=0.2, message="a few traffic calls")
+    svc.traffic_stop(session=session, user=session.owner)
+    ended(traffic)
+    assert traffic.status == Traffic.Status.STOPPED, traffic.error
+    results = calls_in(traffic)
+    # every call started has finished (none cut in half), and far fewer than scheduled
+    assert traffic.summary["started"] == traffic.summary["finished"] == len(results)
+    assert 3 <= len(results) < traffic.calls
+    attempts = attempts_in(traffic)
+    assert len(attempts) == sum(r.data["attempts"] for r in results)
+    counters_agree_with_journal(room.pk, attempts)
+    end = JournalEvent.objects.get(session=session, kind="traffic_end")
+    assert "stopped" in end.message
+
+
+def test_a_killed_workers_traffic_is_reaped_and_the_session_can_start_again(
+    worker_process, settings
+):
+    session = private_session()
+    victim = worker_process()
+    traffic = svc.traffic_start(session=session, user=session.owner, rate=5, duration_s=300)
+    wait_for(lambda: len(calls_in(traffic)) >= 2, 120, interval=0.2, message="a few calls")
+    victim.kill()
+    settings.LAB_BURST_STALE_SECONDS = 2
+
+    def reaped():
+        svc.traffic_reap_stale(session_id=session.pk)
+        traffic.refresh_from_db()
+        return traffic.status == Traffic.Status.INTERRUPTED
+
+    wait_for(reaped, 60, interval=0.5, message="the dead worker's traffic to be reaped")
+    assert JournalEvent.objects.filter(session=session, kind="traffic_end").count() == 1
+    worker_process()
+    session.refresh_from_db()
+    again = svc.traffic_start(
+        session=session, user=session.owner, rate=2, duration_s=1, arrivals="even"
+    )
+    assert again.first_call_no == traffic.first_call_no + traffic.calls
+    assert ended(again).status == Traffic.Status.DONE
+
+
+def test_a_run_finishing_its_calls_in_flight_is_not_taken_for_a_dead_one(worker_process, settings):
+    """Five calls arrive in the first second, but one server of 2 s each answers the last
+    about 10 s later: the run keeps vouching for itself until then, so a reaper with a 2 s
+    staleness leaves it alone and it ends DONE."""
+    worker_process()
+    room, teacher, (session,) = shared_class(servers=1, service_ms=2000)
+    shared_services.classroom_set_shared(
+        classroom=room, user=teacher, values={"max_queue_ms": 10000}
+    )
+    traffic = svc.traffic_start(
+        session=session, user=session.owner, rate=5, duration_s=1, arrivals="even"
+    )
+    settings.LAB_BURST_STALE_SECONDS = 2
+
+    def over():
+        svc.traffic_reap_stale(session_id=session.pk)
+        traffic.refresh_from_db()
+        return not traffic.is_active
+
+    wait_for(over, 120, interval=0.5, message="the traffic to end")
+    assert traffic.status == Traffic.Status.DONE, traffic.error
+    assert traffic.summary["finished"] == 5

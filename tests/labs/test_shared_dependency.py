@@ -1,0 +1,235 @@
+"""The class's shared dependency: its settings (service, instructor's form, admin), each
+refused with the field and its range and nothing changed; triggers fired through the real
+Redis model and journaled in every session, a replacing trigger saying so."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import PermissionDenied
+from django.urls import reverse
+
+from labs.live import runtime
+from labs.models import JournalEvent, SharedDependencyConfig
+from labs.services import lab
+from labs.services import shared as svc
+from labs.services.lab import SettingsInvalid
+from tests.conftest import make_student
+
+pytestmark = pytest.mark.django_db
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+@pytest.fixture(autouse=True)
+def _clean_shared_model(classroom):
+    runtime.shared_model(classroom.pk).clear()
+    yield
+    runtime.shared_model(classroom.pk).clear()
+
+
+@pytest.fixture
+def sessions(classroom, scenario, student):
+    bob = make_student("bob_a", classroom)
+    return [
+        lab.session_open(user=student, classroom=classroom, scenario=scenario),
+        lab.session_open(user=bob, classroom=classroom, scenario=scenario),
+    ]
+
+
+def kinds(session, kind):
+    return list(JournalEvent.objects.filter(session=session, kind=kind).order_by("seq"))
+
+
+# --- settings through the service ------------------------------------------------------------
+
+
+def test_defaults_are_the_engines_limits(classroom):
+    from labs.engine import LIMITS
+
+    assert runtime.shared_config(classroom.pk).to_dict() == {
+        "servers": LIMITS["shared.servers"].default,
+        "service_ms": LIMITS["shared.service_ms"].default,
+        "max_queue_ms": LIMITS["shared.max_queue_ms"].default,
+    }
+
+
+def test_set_saves_journals_every_session_and_configures_redis(
+    classroom, instructor, sessions, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        svc.classroom_set_shared(
+            classroom=classroom, user=instructor, values={"servers": 3, "service_ms": 100}
+        )
+    row = SharedDependencyConfig.objects.get(classroom=classroom)
+    assert (row.servers, row.service_ms, row.max_queue_ms) == (3, 100, 2000)
+    for session in sessions:
+        (entry,) = kinds(session, "shared_set")
+        assert entry.actor_id == instructor.pk
+        assert "3 servers x 100 ms" in entry.message
+    model = runtime.shared_model(classroom.pk)
+    assert model.config.to_dict() == {"servers": 3, "service_ms": 100, "max_queue_ms": 2000}
+
+
+@pytest.mark.parametrize(
+    ("values", "field", "range_text"),
+    [
+        ({"servers": 65}, "servers", "between 1 and 64"),
+        ({"servers": 0}, "servers", "between 1 and 64"),
+        ({"service_ms": 2001}, "service_ms", "between 1 and 2000"),
+        ({"max_queue_ms": -1}, "max_queue_ms", "between 0 and 10000"),
+        ({"servers": "many"}, "servers", "between 1 and 64"),
+    ],
+)
+def test_bad_settings_are_refused_naming_field_and_range(
+    classroom, instructor, sessions, values, field, range_text
+):
+    with pytest.raises(SettingsInvalid) as info:
+        svc.classroom_set_shared(classroom=classroom, user=instructor, values=values)
+    (problem,) = info.value.problems
+    assert problem.field == field
+    assert range_text in problem.message
+    assert not SharedDependencyConfig.objects.exists()
+    assert not JournalEvent.objects.filter(kind="shared_set").exists()
+
+
+def test_only_the_classes_instructor_may_set_it(classroom, other_instructor, student):
+    for user in (other_instructor, student):
+        with pytest.raises(PermissionDenied):
+            svc.classroom_set_shared(classroom=classroom, user=user, values={"servers": 2})
+    assert not SharedDependencyConfig.objects.exists()
+
+
+# --- the instructor's form on the dashboard ------------------------------------------------------
+
+
+def test_dashboard_form_sets_it_and_refuses_out_of_range(client, classroom, instructor, sessions):
+    client.force_login(instructor)
+    page = client.get(reverse("labs:class_dashboard", args=[classroom.pk]))
+    assert b'id="shared-form"' in page.content and b'id="trigger-form"' in page.content
+    url = reverse("labs:class_set_shared", args=[classroom.pk])
+    refused = client.post(url, {"servers": "99", "service_ms": "40"}, **HTMX)
+    assert refused.status_code == 422
+    assert b"servers" in refused.content and b"between 1 and 64" in refused.content
+    assert not SharedDependencyConfig.objects.exists()
+    ok = client.post(url, {"servers": "4", "service_ms": "50", "max_queue_ms": "500"}, **HTMX)
+    assert ok.status_code == 200
+    row = SharedDependencyConfig.objects.get(classroom=classroom)
+    assert (row.servers, row.service_ms, row.max_queue_ms) == (4, 50, 500)
+
+
+def test_a_student_cannot_post_the_form(client, classroom, student):
+    client.force_login(student)
+    response = client.post(reverse("labs:class_set_shared", args=[classroom.pk]), {"servers": 2})
+    assert response.status_code == 404
+    assert not SharedDependencyConfig.objects.exists()
+
+
+# --- the admin ----------------------------------------------------------------------------
+
+
+def test_admin_shows_the_engines_range_beside_the_field(client, superuser, classroom, sessions):
+    client.force_login(superuser)
+    add = reverse("admin:labs_shareddependencyconfig_add")
+    data = {"classroom": classroom.pk, "servers": "70", "service_ms": "0", "max_queue_ms": "10"}
+    response = client.post(add, data)
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert any("between 1 and 64" in e for e in errors["servers"])
+    assert any("between 1 and 2000" in e for e in errors["service_ms"])
+    assert "max_queue_ms" not in errors
+    assert not SharedDependencyConfig.objects.exists()
+    response = client.post(add, {**data, "servers": "6", "service_ms": "30"})
+    assert response.status_code == 302
+    row = SharedDependencyConfig.objects.get(classroom=classroom)
+    assert (row.servers, row.service_ms, row.max_queue_ms) == (6, 30, 10)
+    assert all(kinds(s, "shared_set") for s in sessions)
+    change = reverse("admin:labs_shareddependencyconfig_change", args=[row.pk])
+    response = client.post(change, {"servers": "65", "service_ms": "30", "max_queue_ms": "10"})
+    assert response.status_code == 200
+    assert any(
+        "between 1 and 64" in e for e in response.context["adminform"].form.errors["servers"]
+    )
+    response = client.post(change, {"servers": "2", "service_ms": "30", "max_queue_ms": "10"})
+    assert response.status_code == 302
+    row.refresh_from_db()
+    assert row.servers == 2 and SharedDependencyConfig.objects.count() == 1
+    assert runtime.shared_config(classroom.pk).servers == 2
+
+
+def test_an_instructor_sees_only_their_classes_row_in_the_admin(
+    client, classroom, other_classroom, instructor, other_instructor
+):
+    from django.contrib.auth.models import Permission
+
+    for user in (instructor, other_instructor):
+        user.is_staff = True
+        user.save()
+        user.user_permissions.add(
+            *Permission.objects.filter(codename__endswith="shareddependencyconfig")
+        )
+    mine = SharedDependencyConfig.objects.create(classroom=classroom)
+    client.force_login(other_instructor)
+    response = client.get(reverse("admin:labs_shareddependencyconfig_change", args=[mine.pk]))
+    assert response.status_code == 404
+
+
+# --- triggers ------------------------------------------------------------------------------
+
+
+def test_trigger_reaches_the_redis_model_and_every_journal(classroom, instructor, sessions):
+    fired = svc.classroom_fire_trigger(
+        classroom=classroom, user=instructor, values={"kind": "down", "duration_ms": 60000}
+    )
+    assert fired["replaced"] is None and fired["sessions"] == 2
+    state = runtime.shared_model(classroom.pk).state()
+    assert state["trigger"]["kind"] == "down"
+    for session in sessions:
+        (entry,) = kinds(session, "shared_trigger")
+        assert "down" in entry.message and "replaces" not in entry.message
+        assert entry.data["trigger"]["kind"] == "down"
+
+
+def test_a_trigger_while_another_runs_replaces_it_and_says_so_everywhere(
+    classroom, instructor, sessions
+):
+    svc.classroom_fire_trigger(
+        classroom=classroom, user=instructor, values={"kind": "down", "duration_ms": 60000}
+    )
+    fired = svc.classroom_fire_trigger(
+        classroom=classroom,
+        user=instructor,
+        values={"kind": "slow", "factor": 4, "duration_ms": 5000},
+    )
+    assert fired["replaced"]["kind"] == "down"
+    assert runtime.shared_model(classroom.pk).state()["trigger"]["kind"] == "slow"
+    for session in sessions:
+        _first, second = kinds(session, "shared_trigger")
+        assert "replaces the running down trigger" in second.message
+        assert second.data["replaced"]["kind"] == "down"
+
+
+@pytest.mark.parametrize(
+    ("values", "field", "range_text"),
+    [
+        ({"kind": "melt"}, "trigger.kind", "one of down, slow, capacity"),
+        ({"kind": "down", "duration_ms": 50}, "trigger.duration_ms", "between 100 and 600000"),
+        ({"kind": "slow", "factor": 30}, "trigger.factor", "between 1 and 20"),
+        ({"kind": "capacity", "servers": 8}, "trigger.servers", "between 0 and 7"),
+    ],
+)
+def test_bad_triggers_are_refused_and_nothing_fires(
+    client, classroom, instructor, sessions, values, field, range_text
+):
+    with pytest.raises(SettingsInvalid) as info:
+        svc.classroom_fire_trigger(classroom=classroom, user=instructor, values=values)
+    assert any(p.field == field and range_text in p.message for p in info.value.problems)
+    assert runtime.shared_model(classroom.pk).state()["trigger"] is None
+    assert not JournalEvent.objects.filter(kind="shared_trigger").exists()
+    client.force_login(instructor)
+    response = client.post(
+        reverse("labs:class_fire_trigger", args=[classroom.pk]),
+        {k: str(v) for k, v in values.items()},
+        **HTMX,
+    )
+    assert response.status_code == 422
+    assert range_text.encode() in response.content
