@@ -12,7 +12,8 @@ from typing import Any
 from django.shortcuts import get_object_or_404
 
 from labs import presenters
-from labs.engine import FAST_FAIL_OUTCOMES
+from labs.engine import FAST_FAIL_OUTCOMES, ValidationError, merge_settings, validate_policy
+from labs.engine.replay import Replay, parse_start, replay
 from labs.live.journal import event_payload
 from labs.models import Burst, Classroom, JournalEvent, LabSession, Membership, Scenario
 
@@ -390,3 +391,59 @@ def class_dashboard_snapshot(classroom_id: int) -> list[dict[str, Any]]:
         row.as_dict() | {"html": presenters.dashboard_row_html(row, multi_scenario=multi)}
         for row in class_dashboard_rows(classroom_id=classroom_id)
     ]
+
+
+# --- burst history, replay and compare -------------------------------------------------------
+
+#: Bursts per page of the session page's history.
+HISTORY_PAGE = 10
+
+
+def burst_history(session: LabSession, page: int = 1) -> tuple[list[dict[str, Any]], int, int]:
+    """One page of the session's bursts, newest first: (rows, page, pages). Each row is the
+    burst's facts, its summary and whether it can be replayed (a finished burst with a
+    recorded start state). A page past the end is the last page."""
+    bursts = Burst.objects.filter(session=session).order_by("-number")
+    count = bursts.count()
+    pages = max(1, -(-count // HISTORY_PAGE))
+    page = min(max(1, page), pages)
+    rows = []
+    for burst in bursts[(page - 1) * HISTORY_PAGE : page * HISTORY_PAGE]:
+        rows.append(
+            {
+                "number": burst.number,
+                "status": burst.status,
+                "size": burst.size,
+                "concurrency": burst.concurrency,
+                "summary": burst.summary or {},
+                "replayable": burst.status == Burst.Status.DONE and bool(burst.start_state),
+            }
+        )
+    return rows, page, pages
+
+
+def session_burst(session: LabSession, number: int) -> Burst:
+    """Burst ``number`` of a session the caller may already see; Http404 if there is none."""
+    return get_object_or_404(Burst, session=session, number=number)
+
+
+def burst_events(burst: Burst) -> list[dict[str, Any]]:
+    """The journal rows of one burst, oldest first, as payloads."""
+    return [event_payload(r) for r in burst.events.order_by("seq")]
+
+
+def burst_replay(burst: Burst, policy_changes: dict[str, Any] | None) -> Replay:
+    """Replay a finished burst in virtual time with its own policy and ``policy_changes``
+    merged over it. Reads only: no journal row, no Redis, the session's breaker untouched.
+
+    Raises ValidationError (fields named ``policy.…`` with their ranges) for a bad policy,
+    nothing run; ValueError when the burst has no usable start state.
+    """
+    if burst.status != Burst.Status.DONE or not burst.start_state:
+        raise ValueError(f"burst {burst.number} has no recorded start state to replay")
+    start = parse_start(burst.start_state)
+    merged = merge_settings(start.policy, policy_changes or {})
+    problems = validate_policy(merged)
+    if problems:
+        raise ValidationError(problems)
+    return replay(start, policy=merged)

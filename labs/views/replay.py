@@ -1,0 +1,138 @@
+"""What if: a finished burst replayed with another policy, and the session's burst history.
+
+A replay runs in virtual time inside the request from the burst's recorded start state
+(``Burst.start_state``, :mod:`labs.engine.replay`): no worker, no Redis, nothing written to
+the session's journal or breaker, so anyone who may see the session may replay its bursts
+(a session they may not see is a 404, as everywhere). The page shows the burst's own timeline
+and journal rows, the policy form prefilled with the policy the burst ran with and, once
+posted, the replay's timeline on the same time axis, its journal rows with their explanation
+sentences and the diff table. A policy out of range answers 422 with the form, the field and
+its range beside it, and runs nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_http_methods
+
+from labs import presenters, selectors
+from labs.engine import ValidationError
+from labs.engine.replay import parse_start
+from labs.forms.lab import POLICY_GROUPS, PolicyForm
+from labs.models import Burst, LabSession
+from labs.selectors import visible_session
+from labs.views import HtmxHttpRequest
+
+TEMPLATE = "labs/burst_replay.html"
+HISTORY_TEMPLATE = "labs/burst_history.html"
+
+
+def _policy_context(form: PolicyForm) -> dict[str, Any]:
+    return {
+        "policy_form": form,
+        "policy_groups": [
+            (legend, [form[name] for name in names]) for legend, names in POLICY_GROUPS
+        ],
+    }
+
+
+def _burst(request: HtmxHttpRequest, pk: int, number: int) -> tuple[LabSession, Burst]:
+    session = visible_session(request.user, pk)
+    burst = selectors.session_burst(session, number)
+    if burst.status != Burst.Status.DONE or not burst.start_state:
+        raise Http404("Only a finished burst with a recorded start state can be replayed.")
+    return session, burst
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def burst_replay(request: HtmxHttpRequest, pk: int, number: int) -> HttpResponse:
+    """GET: the burst and the what-if form; POST: run the replay with the posted policy."""
+    session, burst = _burst(request, pk, number)
+    recorded = parse_start(burst.start_state)
+    original_events = selectors.burst_events(burst)
+    same = selectors.burst_replay(burst, None)
+    context: dict[str, Any] = {
+        "session": session,
+        "burst": burst,
+        "fidelity": same.fidelity,
+        "original_rows": presenters.burst_event_rows(original_events),
+    }
+    status = 200
+    charts_input = [(f"burst {burst.number} (as it ran)", original_events)]
+    if request.method == "POST":
+        form = PolicyForm.from_post(request.POST, recorded.policy)
+        form.is_valid()  # parsing only; the engine's validator has the ranges
+        result = None
+        if not form.too_long:
+            try:
+                result = selectors.burst_replay(burst, form.changes())
+            except ValidationError as exc:
+                form.add_problems(exc.problems)
+        if result is None:
+            status = 422
+        else:
+            replay_events = [e.to_dict() for e in result.events]
+            charts_input.append(("replay with the policy below (virtual time)", replay_events))
+            context |= {
+                "replayed": True,
+                "replay_rows": presenters.burst_event_rows(replay_events),
+                "diff": presenters.diff_table(_real_metrics(burst, same), result.metrics()),
+            }
+    else:
+        form = PolicyForm(initial=PolicyForm.initial_from(recorded.policy))
+    context |= _policy_context(form)
+    context["timelines"] = presenters.replay_timelines(charts_input)
+    if request.htmx:
+        return render(request, f"{TEMPLATE}#replay-result", context, status=status)
+    return render(request, TEMPLATE, context, status=status)
+
+
+def _real_metrics(burst: Burst, same) -> dict[str, float]:
+    """The diff table's "as it ran" column: the real burst's stored summary, its dependency
+    hits from the same-policy replay's count when the summary has none."""
+    s = burst.summary or {}
+    metrics = same.metrics()
+    metrics.update(
+        {
+            "succeeded": s.get("succeeded", metrics["succeeded"]),
+            "failed": s.get("failed", metrics["failed"]),
+            "fast_failed": s.get("fast_failed", metrics["fast_failed"]),
+            "attempts": s.get("attempts_total", metrics["attempts"]),
+            "waiting_ms": s.get("backoff_ms_total", metrics["waiting_ms"]),
+            "total_ms": s.get("wall_ms", metrics["total_ms"]),
+        }
+    )
+    return metrics
+
+
+@require_http_methods(["GET"])
+@login_required
+def burst_history(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """One page of the session's bursts (htmx: the ``burst-history`` partial)."""
+    session = visible_session(request.user, pk)
+    try:
+        page = int(request.GET.get("page", "1"))
+    except ValueError:
+        return HttpResponse("page must be a whole number from 1", status=400)
+    context = history_context(session, page)
+    if request.htmx:
+        return render(request, f"{HISTORY_TEMPLATE}#burst-history", context)
+    return render(request, HISTORY_TEMPLATE, context)
+
+
+def history_context(session: LabSession, page: int = 1) -> dict[str, Any]:
+    """What the ``burst-history`` partial renders (the lab page includes it too)."""
+    rows, page, pages = selectors.burst_history(session, page)
+    return {
+        "session": session,
+        "history": rows,
+        "history_page": page,
+        "history_pages": pages,
+        "history_newer": page - 1 if page > 1 else None,
+        "history_older": page + 1 if page < pages else None,
+    }
