@@ -491,10 +491,12 @@ def _event_ms(event: dict[str, Any]) -> float | None:
 
 
 def _burst_span(events: list[dict[str, Any]]) -> tuple[float, float]:
-    """(start, end) of a burst in its own clock's ms: its burst_start and burst_end events."""
+    """(start, end) in the events' own clock's ms: the first burst_start, the last burst_end
+    (a scenario run has several bursts)."""
     times = [t for t in (_event_ms(e) for e in events) if t is not None]
     start = next((_event_ms(e) for e in events if e.get("kind") == "burst_start"), None)
-    end = next((_event_ms(e) for e in events if e.get("kind") == "burst_end"), None)
+    ends = [_event_ms(e) for e in events if e.get("kind") == "burst_end"]
+    end = ends[-1] if ends else None
     start = start if start is not None else min(times, default=0.0)
     end = end if end is not None else max(times, default=start)
     return start, end

@@ -12,8 +12,14 @@ from typing import Any
 from django.shortcuts import get_object_or_404
 
 from labs import presenters
-from labs.engine import FAST_FAIL_OUTCOMES, ValidationError, merge_settings, validate_policy
-from labs.engine.replay import Replay, parse_start, replay
+from labs.engine import (
+    FAST_FAIL_OUTCOMES,
+    Problem,
+    ValidationError,
+    merge_settings,
+    validate_policy,
+)
+from labs.engine.replay import Replay, compare_scenario, parse_start, replay
 from labs.live.journal import event_payload
 from labs.models import Burst, Classroom, JournalEvent, LabSession, Membership, Scenario
 
@@ -447,3 +453,26 @@ def burst_replay(burst: Burst, policy_changes: dict[str, Any] | None) -> Replay:
     if problems:
         raise ValidationError(problems)
     return replay(start, policy=merged)
+
+
+def comparable_scenarios() -> list[Scenario]:
+    """The scenarios a comparison may run (the active ones)."""
+    return list(Scenario.objects.filter(is_active=True).order_by("position", "slug"))
+
+
+def policy_comparison(
+    *, scenario_slug: str, seed: int | None, policy_a: dict[str, Any], policy_b: dict[str, Any]
+) -> dict[str, Any]:
+    """Run an active scenario's script (with ``seed`` if given) under two policies in virtual
+    time (:func:`labs.engine.replay.compare_scenario`); reads only.
+
+    Raises ValidationError naming ``scenario``, ``seed``, ``a.…`` or ``b.…`` with what is
+    allowed.
+    """
+    scenario = Scenario.objects.filter(slug=scenario_slug, is_active=True).first()
+    if scenario is None:
+        raise ValidationError([Problem("scenario", f"no active scenario {scenario_slug!r}")])
+    script = dict(scenario.script) if isinstance(scenario.script, dict) else {}
+    if seed is not None:
+        script["seed"] = seed
+    return compare_scenario(script, policy_b, policy_a=policy_a, names=("a", "b"))

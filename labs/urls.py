@@ -22,6 +22,7 @@ urlpatterns = [
     path("sessions/<int:pk>/reset/", lab.session_reset, name="session_reset"),
     path("sessions/<int:pk>/breaker/", lab.session_breaker, name="session_breaker"),
     path("sessions/<int:pk>/journal/", lab.session_journal, name="session_journal"),
+    path("compare/", replay.compare, name="compare"),
     path("sessions/<int:pk>/history/", replay.burst_history, name="burst_history"),
     path(
         "sessions/<int:pk>/bursts/<int:number>/replay/", replay.burst_replay, name="burst_replay"

@@ -21,6 +21,7 @@ total time.
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,7 @@ from labs.engine.validate import (
 
 __all__ = [
     "DIFF_ROWS",
+    "PRESETS",
     "START_VERSION",
     "Replay",
     "StartState",
@@ -53,6 +55,7 @@ __all__ = [
     "diff_rows",
     "fidelity",
     "parse_start",
+    "policy_of",
     "replay",
     "scenario_metrics",
 ]
@@ -291,20 +294,24 @@ def scenario_metrics(output: dict[str, Any]) -> dict[str, float]:
 
 
 def compare_scenario(
-    scenario: dict[str, Any], policy_b: dict[str, Any], *, policy_a: dict[str, Any] | None = None
+    scenario: dict[str, Any],
+    policy_b: dict[str, Any],
+    *,
+    policy_a: dict[str, Any] | None = None,
+    names: tuple[str, str] = ("policy_a", "policy_b"),
 ) -> dict[str, Any]:
     """Run ``scenario`` (its seed, dependency and steps) twice in virtual time: with its own
     policy, or ``policy_a`` merged over it, and with ``policy_b`` merged over it. Returns
     ``{"a": output, "b": output, "diff": rows}`` (outputs with their events).
 
-    Raises ValidationError for an invalid scenario or policy (field names start with
-    ``policy_a.`` or ``policy_b.``); nothing runs then.
+    Raises ValidationError for an invalid scenario or policy (a policy's field names start
+    with its name in ``names``); nothing runs then.
     """
     parsed = parse_scenario(scenario)
     base = parsed.policy.to_dict()
     policies = {}
     problems: list[Problem] = []
-    for name, changes in (("policy_a", policy_a or {}), ("policy_b", policy_b)):
+    for name, changes in zip(names, (policy_a or {}, policy_b), strict=True):
         if not isinstance(changes, dict):
             problems.append(Problem(name, "must be an object"))
             continue
@@ -317,9 +324,42 @@ def compare_scenario(
     if problems:
         raise ValidationError(problems)
     runs = {}
-    for name, key in (("policy_a", "a"), ("policy_b", "b")):
+    for name, key in zip(names, ("a", "b"), strict=True):
         script = dict(scenario, policy=policies[name])
         runs[key] = run_scenario(script, include_events=True)
         runs[key]["policy"] = parse_policy(policies[name]).to_dict()
     runs["diff"] = diff_rows(scenario_metrics(runs["a"]), scenario_metrics(runs["b"]))
     return runs
+
+
+#: Named policies a comparison may use instead of JSON (changes merged over the defaults).
+PRESETS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "no-retries": {"max_attempts": 1},
+    "retries-no-jitter": {"max_attempts": 4, "jitter": "none"},
+    "full-jitter": {"max_attempts": 4, "jitter": "full"},
+    "retry-budget": {"max_attempts": 4, "retry_budget": {"token_ratio": 0.1, "max_tokens": 2}},
+    "threshold-1": {"breaker": {"failure_threshold": 1}},
+    "threshold-5": {"breaker": {"failure_threshold": 5}},
+}
+
+
+def policy_of(token: str, field: str) -> dict[str, Any]:
+    """A policy change set from a preset name or a JSON object; raises ValidationError naming
+    ``field`` when it is neither."""
+    token = token.strip()
+    if token in PRESETS:
+        return dict(PRESETS[token])
+    if not token.startswith("{"):
+        raise ValidationError(
+            [Problem(field, f"must be a preset ({', '.join(PRESETS)}) or a JSON object")]
+        )
+    try:
+        value = json.loads(token)
+    except json.JSONDecodeError as exc:
+        raise ValidationError(
+            [Problem(field, f"is not valid JSON (column {exc.colno}: {exc.msg})")]
+        ) from exc
+    if not isinstance(value, dict):
+        raise ValidationError([Problem(field, "must be a JSON object")])
+    return value

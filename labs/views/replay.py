@@ -1,4 +1,5 @@
-"""What if: a finished burst replayed with another policy, and the session's burst history.
+"""What if: a finished burst replayed with another policy; the session's burst history; the
+compare page (two policies against one scenario, the whole comparison in the URL).
 
 A replay runs in virtual time inside the request from the burst's recorded start state
 (``Burst.start_state``, :mod:`labs.engine.replay`): no worker, no Redis, nothing written to
@@ -20,8 +21,8 @@ from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 
 from labs import presenters, selectors
-from labs.engine import ValidationError
-from labs.engine.replay import parse_start
+from labs.engine import LIMITS, ValidationError
+from labs.engine.replay import PRESETS, parse_start, policy_of, scenario_metrics
 from labs.forms.lab import POLICY_GROUPS, PolicyForm
 from labs.models import Burst, LabSession
 from labs.selectors import visible_session
@@ -136,3 +137,78 @@ def history_context(session: LabSession, page: int = 1) -> dict[str, Any]:
         "history_newer": page - 1 if page > 1 else None,
         "history_older": page + 1 if page < pages else None,
     }
+
+
+# --- compare ---------------------------------------------------------------------------------
+
+COMPARE_TEMPLATE = "labs/compare.html"
+#: The longest query value a comparison reads (a policy as JSON is far shorter).
+COMPARE_VALUE_MAX = 2000
+
+
+@require_http_methods(["GET"])
+@login_required
+def compare(request: HtmxHttpRequest) -> HttpResponse:
+    """Two policies (presets or JSON) against one scenario with a seed, both in virtual time.
+
+    The query string is the whole comparison (``scenario``, ``seed``, ``a``, ``b``), so the
+    URL can be projected or sent. A malformed or tampered value answers 400 with a sentence
+    per parameter naming what is allowed, and runs nothing.
+    """
+    query = {key: request.GET.get(key, "") for key in ("scenario", "seed", "a", "b")}
+    context: dict[str, Any] = {
+        "query": query,
+        "scenarios": selectors.comparable_scenarios(),
+        "presets": list(PRESETS),
+    }
+    if not any(query.values()):
+        return render(request, COMPARE_TEMPLATE, context)
+    problems, seed, policies = _compare_inputs(query)
+    result = None
+    if not problems:
+        try:
+            result = selectors.policy_comparison(
+                scenario_slug=query["scenario"], seed=seed, policy_a=policies["a"],
+                policy_b=policies["b"],
+            )  # fmt: skip
+        except ValidationError as exc:
+            problems = [str(p) for p in exc.problems]
+    if result is None:
+        context["problems"] = problems
+        return render(request, COMPARE_TEMPLATE, context, status=400)
+    context |= {
+        "result": result,
+        "diff": presenters.diff_table(scenario_metrics(result["a"]), scenario_metrics(result["b"])),
+        "timelines": presenters.replay_timelines(
+            [("policy A", result["a"]["events"]), ("policy B", result["b"]["events"])]
+        ),
+    }
+    return render(request, COMPARE_TEMPLATE, context)
+
+
+def _compare_inputs(query: dict[str, str]) -> tuple[list[str], int | None, dict[str, Any]]:
+    problems: list[str] = []
+    for key, value in query.items():
+        if len(value) > COMPARE_VALUE_MAX:
+            problems.append(f"{key}: at most {COMPARE_VALUE_MAX} characters (got {len(value)})")
+    if problems:
+        return problems, None, {}
+    if not query["scenario"]:
+        problems.append("scenario: pick one of the scenarios")
+    seed = None
+    low, high = int(LIMITS["seed"].min), int(LIMITS["seed"].max)
+    if query["seed"]:
+        try:
+            seed = int(query["seed"])
+        except ValueError:
+            seed = None
+        if seed is None or not low <= seed <= high:
+            problems.append(f"seed: must be a whole number between {low} and {high}")
+            seed = None
+    policies: dict[str, Any] = {}
+    for key in ("a", "b"):
+        try:
+            policies[key] = policy_of(query[key] or "defaults", key)
+        except ValidationError as exc:
+            problems += [str(p) for p in exc.problems]
+    return problems, seed, policies

@@ -167,3 +167,58 @@ def test_the_history_lists_every_burst_paged(client, student, session):
     # The lab page loads it.
     page = client.get(session.get_absolute_url()).content.decode()
     assert f'hx-get="{url}"' in page
+
+
+def compare_url(**query) -> str:
+    from urllib.parse import urlencode
+
+    return reverse("labs:compare") + "?" + urlencode(query)
+
+
+def test_the_compare_url_holds_the_whole_comparison(client, student, scenario):
+    client.force_login(student)
+    url = compare_url(scenario=scenario.slug, seed=7, a="defaults", b="threshold-1")
+    first = client.get(url)
+    assert first.status_code == 200
+    html = first.content.decode()
+    a, b = int(diff_cell(html, "attempts", 0)), int(diff_cell(html, "attempts", 1))
+    assert b < a
+    assert html.count('data-attempts="') == 2
+    # The same URL, another browser (another user), the same comparison.
+    client.logout()
+    client.force_login(make_other_user())
+    assert diff_cell(client.get(url).content.decode(), "attempts", 1) == str(b)
+
+
+def make_other_user():
+    from tests.conftest import make_user
+
+    return make_user("carol")
+
+
+@pytest.mark.parametrize(
+    "query, message",
+    [
+        (
+            {"scenario": "tour", "b": '{"max_attempts": 9}'},
+            "b.max_attempts: must be between 1 and 5 (got 9)",
+        ),
+        ({"scenario": "tour", "b": '{"max_attempts": 9'}, "b: is not valid JSON"),
+        ({"scenario": "tour", "a": "fastest"}, "a: must be a preset (defaults, no-retries"),
+        (
+            {"scenario": "tour", "seed": "-1"},
+            "seed: must be a whole number between 0 and 4294967295",
+        ),
+        ({"scenario": "nope"}, "scenario: no active scenario &#x27;nope&#x27;"),
+        ({"scenario": "tour", "b": "x" * 3000}, "b: at most 2000 characters (got 3000)"),
+    ],
+)
+def test_a_malformed_or_tampered_comparison_says_what_is_wrong(
+    client, student, scenario, query, message
+):
+    client.force_login(student)
+    answer = client.get(compare_url(**query))
+    assert answer.status_code == 400
+    html = answer.content.decode()
+    assert message in html
+    assert 'id="compare-diff"' not in html
