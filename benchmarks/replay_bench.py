@@ -122,8 +122,7 @@ def main() -> None:
     print("-" * 62)
     for name, values in rows:
         print(
-            f"{name:<32}  {statistics.median(values):>9.2f}  {pct(values, 0.95):>7.2f}  "
-            f"{'< 50':>7}"
+            f"{name:<32}  {statistics.median(values):>9.2f}  {pct(values, 0.95):>7.2f}  {'< 50':>7}"
         )
     print(f"({args.runs} runs each, after one warm-up)")
 
