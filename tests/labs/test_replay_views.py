@@ -222,3 +222,14 @@ def test_a_malformed_or_tampered_comparison_says_what_is_wrong(
     html = answer.content.decode()
     assert message in html
     assert 'id="compare-diff"' not in html
+
+
+def test_the_summary_of_a_finished_burst_links_to_its_what_if(client, student, session):
+    finished_burst(session, 1)
+    client.force_login(student)
+    page = client.get(session.get_absolute_url()).content.decode()
+    link = re.search(r'<a href="([^"]+)" id="whatif-burst-1">', page).group(1)
+    # Relative to the lab page, it is the replay page of burst 1.
+    from urllib.parse import urljoin
+
+    assert urljoin(session.get_absolute_url(), link) == replay_url(session, 1)
