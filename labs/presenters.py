@@ -588,3 +588,41 @@ def diff_table(a: dict[str, float], b: dict[str, float]) -> list[dict[str, Any]]
             }
         )
     return out
+
+
+def replay_agreement(real: Sequence[dict[str, Any]], replayed: Sequence[dict[str, Any]]) -> str:
+    """A sentence saying whether a same-policy replay made the real burst's attempts per
+    call, outcomes and transitions, and where it first differs if not."""
+
+    def calls(events):
+        return {
+            e.get("call"): (e.get("data") or {}).get("attempts", e.get("attempt")) or 0
+            for e in events
+            if e.get("kind") == "call_result"
+        }, {e.get("call"): e.get("outcome") for e in events if e.get("kind") == "call_result"}
+
+    def transitions(events):
+        return [
+            (e.get("state_from"), e.get("state_to"), e.get("call"))
+            for e in events
+            if e.get("kind") == "transition"
+        ]
+
+    (real_attempts, real_outcomes), (rep_attempts, rep_outcomes) = calls(real), calls(replayed)
+    for call in sorted(set(real_attempts) | set(rep_attempts), key=lambda c: c or 0):
+        if real_attempts.get(call) != rep_attempts.get(call):
+            return (
+                f"Replayed with its own policy, call {call} makes {rep_attempts.get(call)} "
+                f"attempt(s) where the real burst made {real_attempts.get(call)}."
+            )
+        if real_outcomes.get(call) != rep_outcomes.get(call):
+            return (
+                f"Replayed with its own policy, call {call} ends {rep_outcomes.get(call)} where "
+                f"the real burst ended {real_outcomes.get(call)}."
+            )
+    if transitions(real) != transitions(replayed):
+        return "Replayed with its own policy, the breaker changes state at other calls."
+    return (
+        "Replayed with its own policy, this burst makes the same attempts per call, outcomes "
+        "and breaker transitions as it did."
+    )

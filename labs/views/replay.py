@@ -61,6 +61,9 @@ def burst_replay(request: HtmxHttpRequest, pk: int, number: int) -> HttpResponse
         "session": session,
         "burst": burst,
         "fidelity": same.fidelity,
+        "agreement": presenters.replay_agreement(
+            original_events, [e.to_dict() for e in same.events]
+        ),
         "original_rows": presenters.burst_event_rows(original_events),
     }
     status = 200

@@ -96,6 +96,17 @@ def test_the_what_if_page_prefills_the_policy_the_burst_ran_with(client, student
     assert re.search(rf'name="breaker_failure_threshold"[^>]*value="{threshold}"', html)
     assert 'id="original-rows"' in html and "call 1, attempt 1: 503" in html
     assert 'id="replay-diff"' not in html
+    assert "makes the same attempts per call, outcomes and breaker transitions as it did" in html
+
+
+def test_the_page_says_where_a_replay_differs_from_the_real_burst(client, student, session):
+    burst = finished_burst(session, 1)
+    row = JournalEvent.objects.filter(burst=burst, kind="call_result", call_no=2).get()
+    row.data = dict(row.data, attempts=row.data["attempts"] + 1)
+    row.save()
+    client.force_login(student)
+    html = client.get(replay_url(session, 1)).content.decode()
+    assert "call 2 makes" in html and "where the real burst made" in html
 
 
 def test_a_replay_with_threshold_1_makes_fewer_attempts_and_writes_nothing(
