@@ -194,7 +194,9 @@ def burst_run(*, burst_id: int) -> str:
     """Run a queued burst to its end on this worker; returns the final status.
 
     Claims the burst first (QUEUED -> RUNNING); if the claim fails (a redelivered message, a
-    burst already reaped) it does nothing and returns "skipped". Every engine event goes to
+    burst already reaped) it does nothing and returns "skipped". It then stores the burst's
+    start state (``Burst.start_state``: what a replay needs) and runs the burst with an rng
+    seeded as recorded there. Every engine event goes to
     the process's journal writer; the row is marked DONE only after all its events are
     committed. An exception in the engine marks the burst FAILED with the error journaled.
     """
