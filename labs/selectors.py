@@ -476,3 +476,23 @@ def policy_comparison(
     if seed is not None:
         script["seed"] = seed
     return compare_scenario(script, policy_b, policy_a=policy_a, names=("a", "b"))
+
+
+def dependency_comparison(
+    *,
+    dependency: dict[str, Any],
+    calls: int,
+    seed: int | None,
+    policy_a: dict[str, Any],
+    policy_b: dict[str, Any],
+) -> dict[str, Any]:
+    """:func:`policy_comparison` for a dependency script instead of a scenario: one burst of
+    ``calls`` calls against ``dependency`` (any mode; ``script`` plays its outcomes in order).
+    Raises ValidationError naming ``dependency.…``, ``steps[0].burst``, ``a.…`` or ``b.…``."""
+    script = {
+        "name": "dependency-script",
+        "seed": seed or 0,
+        "dependency": dependency,
+        "steps": [{"burst": calls}],
+    }
+    return compare_scenario(script, policy_b, policy_a=policy_a, names=("a", "b"))

@@ -13,6 +13,7 @@ its range beside it, and runs nothing.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -147,6 +148,7 @@ def history_context(session: LabSession, page: int = 1) -> dict[str, Any]:
 COMPARE_TEMPLATE = "labs/compare.html"
 #: The longest query value a comparison reads (a policy as JSON is far shorter).
 COMPARE_VALUE_MAX = 2000
+COMPARE_KEYS = ("scenario", "dependency", "calls", "seed", "a", "b")
 
 
 @require_http_methods(["GET"])
@@ -154,11 +156,11 @@ COMPARE_VALUE_MAX = 2000
 def compare(request: HtmxHttpRequest) -> HttpResponse:
     """Two policies (presets or JSON) against one scenario with a seed, both in virtual time.
 
-    The query string is the whole comparison (``scenario``, ``seed``, ``a``, ``b``), so the
-    URL can be projected or sent. A malformed or tampered value answers 400 with a sentence
-    per parameter naming what is allowed, and runs nothing.
+    The query string is the whole comparison (``scenario`` or ``dependency`` with ``calls``,
+    ``seed``, ``a``, ``b``), so the URL can be projected or sent. A malformed or tampered value
+    answers 400 with a sentence per parameter naming what is allowed, and runs nothing.
     """
-    query = {key: request.GET.get(key, "") for key in ("scenario", "seed", "a", "b")}
+    query = {key: request.GET.get(key, "") for key in COMPARE_KEYS}
     context: dict[str, Any] = {
         "query": query,
         "scenarios": selectors.comparable_scenarios(),
@@ -170,10 +172,16 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
     result = None
     if not problems:
         try:
-            result = selectors.policy_comparison(
-                scenario_slug=query["scenario"], seed=seed, policy_a=policies["a"],
-                policy_b=policies["b"],
-            )  # fmt: skip
+            if query["dependency"]:
+                result = selectors.dependency_comparison(
+                    dependency=policies["dependency"], calls=policies["calls"], seed=seed,
+                    policy_a=policies["a"], policy_b=policies["b"],
+                )  # fmt: skip
+            else:
+                result = selectors.policy_comparison(
+                    scenario_slug=query["scenario"], seed=seed, policy_a=policies["a"],
+                    policy_b=policies["b"],
+                )  # fmt: skip
         except ValidationError as exc:
             problems = [str(p) for p in exc.problems]
     if result is None:
@@ -196,8 +204,13 @@ def _compare_inputs(query: dict[str, str]) -> tuple[list[str], int | None, dict[
             problems.append(f"{key}: at most {COMPARE_VALUE_MAX} characters (got {len(value)})")
     if problems:
         return problems, None, {}
-    if not query["scenario"]:
-        problems.append("scenario: pick one of the scenarios")
+    policies: dict[str, Any] = {}
+    if query["scenario"] and query["dependency"]:
+        problems.append("scenario: give a scenario or a dependency script, not both")
+    elif query["dependency"]:
+        problems += _dependency_inputs(query, policies)
+    elif not query["scenario"]:
+        problems.append("scenario: pick one of the scenarios, or give a dependency script")
     seed = None
     low, high = int(LIMITS["seed"].min), int(LIMITS["seed"].max)
     if query["seed"]:
@@ -208,10 +221,32 @@ def _compare_inputs(query: dict[str, str]) -> tuple[list[str], int | None, dict[
         if seed is None or not low <= seed <= high:
             problems.append(f"seed: must be a whole number between {low} and {high}")
             seed = None
-    policies: dict[str, Any] = {}
     for key in ("a", "b"):
         try:
             policies[key] = policy_of(query[key] or "defaults", key)
         except ValidationError as exc:
             problems += [str(p) for p in exc.problems]
     return problems, seed, policies
+
+
+def _dependency_inputs(query: dict[str, str], parsed: dict[str, Any]) -> list[str]:
+    """Parse ``dependency`` (a JSON object) and ``calls`` into ``parsed``; the problems."""
+    problems = []
+    try:
+        dependency = json.loads(query["dependency"])
+    except json.JSONDecodeError as exc:
+        problems.append(f"dependency: is not valid JSON (column {exc.colno}: {exc.msg})")
+    else:
+        if isinstance(dependency, dict):
+            parsed["dependency"] = dependency
+        else:
+            problems.append("dependency: must be a JSON object, e.g. {\"mode\": \"down\"}")
+    low, high = int(LIMITS["steps[].burst"].min), int(LIMITS["steps[].burst"].max)
+    try:
+        calls = int(query["calls"] or "6")
+    except ValueError:
+        calls = 0
+    if not low <= calls <= high:
+        problems.append(f"calls: must be a whole number between {low} and {high}")
+    parsed["calls"] = calls
+    return problems

@@ -222,6 +222,17 @@ def make_other_user():
         ),
         ({"scenario": "nope"}, "scenario: no active scenario &#x27;nope&#x27;"),
         ({"scenario": "tour", "b": "x" * 3000}, "b: at most 2000 characters (got 3000)"),
+        ({"dependency": '{"mode": "sideways"}'}, "dependency.mode: must be one of healthy"),
+        ({"dependency": "[1]"}, "dependency: must be a JSON object"),
+        (
+            {"dependency": '{"mode": "down"}', "calls": "21"},
+            "calls: must be a whole number between 1 and 20",
+        ),
+        (
+            {"scenario": "tour", "dependency": '{"mode": "down"}'},
+            "scenario: give a scenario or a dependency script, not both",
+        ),
+        ({"seed": "3"}, "scenario: pick one of the scenarios, or give a dependency script"),
     ],
 )
 def test_a_malformed_or_tampered_comparison_says_what_is_wrong(
@@ -244,3 +255,17 @@ def test_the_summary_of_a_finished_burst_links_to_its_what_if(client, student, s
     from urllib.parse import urljoin
 
     assert urljoin(session.get_absolute_url(), link) == replay_url(session, 1)
+
+
+def test_a_dependency_script_against_two_policies(client, student):
+    client.force_login(student)
+    script = '{"mode": "script", "outcomes": ["fail", "fail", "fail", "fail", "ok"]}'
+    answer = client.get(
+        compare_url(dependency=script, calls=4, seed=3, a="defaults", b="no-retries")
+    )
+    assert answer.status_code == 200
+    html = answer.content.decode()
+    # Defaults (4 attempts): call 1 spends the four failures, calls 2 to 4 succeed at once:
+    # 7. No retries: calls 1 to 3 fail once each, the breaker opens (threshold 3) and call 4
+    # fails fast: 3.
+    assert (diff_cell(html, "attempts", 0), diff_cell(html, "attempts", 1)) == ("7", "3")
