@@ -30,6 +30,7 @@ from labs.selectors import visible_session
 from labs.views import HtmxHttpRequest
 
 TEMPLATE = "labs/burst_replay.html"
+WHATIF_AUTO_ID = "whatif_%s"
 HISTORY_TEMPLATE = "labs/burst_history.html"
 
 
@@ -90,6 +91,8 @@ def burst_replay(request: HtmxHttpRequest, pk: int, number: int) -> HttpResponse
             }
     else:
         form = PolicyForm(initial=PolicyForm.initial_from(recorded.policy))
+    # Its own ids: on the lab page this form sits beside the session's policy form.
+    form.auto_id = WHATIF_AUTO_ID
     context |= _policy_context(form)
     context["timelines"] = presenters.replay_timelines(charts_input)
     if request.htmx:
@@ -125,6 +128,7 @@ def burst_history(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     except ValueError:
         return HttpResponse("page must be a whole number from 1", status=400)
     context = history_context(session, page)
+    context["embedded"] = bool(request.htmx)
     if request.htmx:
         return render(request, f"{HISTORY_TEMPLATE}#burst-history", context)
     return render(request, HISTORY_TEMPLATE, context)
@@ -240,7 +244,7 @@ def _dependency_inputs(query: dict[str, str], parsed: dict[str, Any]) -> list[st
         if isinstance(dependency, dict):
             parsed["dependency"] = dependency
         else:
-            problems.append("dependency: must be a JSON object, e.g. {\"mode\": \"down\"}")
+            problems.append('dependency: must be a JSON object, e.g. {"mode": "down"}')
     low, high = int(LIMITS["steps[].burst"].min), int(LIMITS["steps[].burst"].max)
     try:
         calls = int(query["calls"] or "6")

@@ -1,17 +1,19 @@
 """What if and compare in headless Chromium against daphne, a real Celery worker and Redis.
 
 A student runs the first two bursts of the tour (flaky 3 and a burst of 6; down and a burst of
-6: attempts [4, 4, 4, 0, 0, 0]), opens burst 2 from the history, replays it with failure
-threshold 1 and sees fewer attempts in the diff table and in the second timeline. The compare
+6: attempts [4, 4, 4, 0, 0, 0]), opens burst 2's what-if panel from the summary on the lab page,
+replays it with failure threshold 1 and sees fewer attempts in the diff table and in the second
+timeline; burst 1 opens in the same panel from the history. The compare
 page's URL, opened in a fresh browser by someone else, shows the same comparison.
 """
 
 from __future__ import annotations
 
-import re
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
+from labs.models import JournalEvent
 from labs.services import lab
 from tests.conftest import DEFAULT_PASSWORD, make_classroom, make_scenario, make_student
 from tests.e2e.conftest import login
@@ -58,11 +60,12 @@ def test_a_student_replays_burst_2_with_threshold_1_and_shares_a_comparison(
         run_burst(page, 6)
         wait_burst_done(page, 2)
 
-        page.reload()
-        link = page.locator('#burst-history tr[data-burst="2"] a.replay-link')
-        link.click()
-        page.wait_for_selector("#replay-form")
-        page.fill("#id_breaker_failure_threshold", "1")
+        # The summary's link opens the what-if panel on the lab page itself, under the
+        # timeline; the replay writes nothing to the journal.
+        rows_before = JournalEvent.objects.filter(session=session).count()
+        page.click("#whatif-burst-2")
+        page.wait_for_selector("#whatif #replay-form")
+        page.fill("#whatif_breaker_failure_threshold", "1")
         page.click("#run-replay")
         page.wait_for_selector("#replay-diff")
         as_ran, replayed, _ = diff_cells(page, "replay-diff", "attempts")
@@ -74,9 +77,14 @@ def test_a_student_replays_burst_2_with_threshold_1_and_shares_a_comparison(
         assert page.locator("#replay-rows .journal-row").count() > 0
         assert "breaker" in page.inner_text("#replay-rows").lower()
 
-        # Nothing the replay did reached the session: the page still shows burst 2 done.
-        page.goto(f"{daphne_server}/sessions/{session.pk}/")
+        assert page.locator("#whatif #replay-diff").count() == 1
+        assert JournalEvent.objects.filter(session=session).count() == rows_before
         assert "Burst 2" in page.inner_text("#burst-summary")
+
+        # Burst 1 from the history (loaded with the lab page), into the same panel.
+        page.reload()
+        page.click('#burst-history tr[data-burst="1"] a.replay-link')
+        page.wait_for_selector("#whatif #replay-form h2 >> text=burst 1")
 
         page.goto(f"{daphne_server}/compare/")
         page.select_option("#compare-scenario", "tour")
@@ -86,7 +94,8 @@ def test_a_student_replays_burst_2_with_threshold_1_and_shares_a_comparison(
         with page.expect_navigation():
             page.click("#run-compare")
         shared = page.url
-        assert re.search(r"scenario=tour&seed=7&a=defaults&b=threshold-1", shared)
+        query = {k: v for k, v in parse_qsl(urlsplit(shared).query) if v}
+        assert query == {"scenario": "tour", "seed": "7", "a": "defaults", "b": "threshold-1"}
         mine = diff_cells(page, "compare-diff", "attempts")
         assert int(mine[1]) < int(mine[0])
         assert not errors, errors

@@ -250,7 +250,7 @@ def test_the_summary_of_a_finished_burst_links_to_its_what_if(client, student, s
     finished_burst(session, 1)
     client.force_login(student)
     page = client.get(session.get_absolute_url()).content.decode()
-    link = re.search(r'<a href="([^"]+)" id="whatif-burst-1">', page).group(1)
+    link = re.search(r'<a href="([^"]+)" id="whatif-burst-1"', page).group(1)
     # Relative to the lab page, it is the replay page of burst 1.
     from urllib.parse import urljoin
 
@@ -269,3 +269,21 @@ def test_a_dependency_script_against_two_policies(client, student):
     # 7. No retries: calls 1 to 3 fail once each, the breaker opens (threshold 3) and call 4
     # fails fast: 3.
     assert (diff_cell(html, "attempts", 0), diff_cell(html, "attempts", 1)) == ("7", "3")
+
+
+def test_the_lab_page_holds_the_what_if_panel_and_the_panel_has_its_own_ids(
+    client, student, session
+):
+    finished_burst(session, 1)
+    client.force_login(student)
+    page = client.get(session.get_absolute_url()).content.decode()
+    assert '<section id="whatif"' in page
+    assert 'hx-get="bursts/1/replay/" hx-target="#whatif"' in page
+    panel = client.get(replay_url(session, 1), **HTMX).content.decode()
+    assert panel.lstrip().startswith('<div id="replay-result"')
+    # Beside the session's own policy form, no id is used twice.
+    assert 'id="whatif_max_attempts"' in panel and 'id="id_max_attempts"' not in panel
+    embedded = client.get(reverse("labs:burst_history", args=[session.pk]), **HTMX)
+    assert 'hx-target="#whatif"' in embedded.content.decode()
+    alone = client.get(reverse("labs:burst_history", args=[session.pk]))
+    assert 'hx-target="#whatif"' not in alone.content.decode()
