@@ -285,6 +285,12 @@ class Burst(models.Model):
     worker = models.CharField(max_length=200, blank=True)
     summary = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
+    start_state = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What the engine read when the burst began (labs.engine.replay), so it can "
+        "be replayed; empty until a worker claims the burst.",
+    )
 
     class Meta:
         ordering = ["session", "-number"]

@@ -24,6 +24,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from labs.engine import state_label as engine_state_label
 from labs.engine.events import is_fast_fail
+from labs.engine.replay import diff_rows
 from labs.live import runtime
 from labs.live.journal import BURST_END_KINDS
 
@@ -457,3 +458,175 @@ def csv_lines(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Iterator[
     yield writer.writerow(header)
     for row in rows:
         yield writer.writerow([csv_safe(value) for value in row])
+
+
+# --- replay and compare ----------------------------------------------------------------------
+
+#: The replay timeline's drawing area (SVG user units): left margin for call labels.
+REPLAY_CHART_WIDTH = 960
+REPLAY_CHART_LEFT = 64
+REPLAY_ROW = 16
+
+
+def burst_event_rows(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One burst's events (journal payloads, or a replay's engine events as dicts) as the
+    replay page lists them, oldest first: time from the burst's start, kind, tone and the
+    explanation sentence."""
+    items = list(events)
+    times = [_event_ms(e) for e in items]
+    t0 = next((t for e, t in zip(items, times, strict=True) if e.get("kind") == "burst_start"), 0)
+    t0 = t0 if t0 is not None else (min((t for t in times if t is not None), default=0))
+    return [
+        {
+            "n": i,
+            "kind": e.get("kind") or "",
+            "kind_label": kind_label(e.get("kind")),
+            "tone": row_tone(e),
+            "t_ms": round((t or t0) - t0, 1),
+            "message": e.get("message") or e.get("explain") or "",
+        }
+        for i, (e, t) in enumerate(zip(items, times, strict=True), 1)
+    ]
+
+
+def _event_ms(event: dict[str, Any]) -> float | None:
+    value = event.get("t_ms", event.get("at_ms"))
+    return float(value) if value is not None else None
+
+
+def _burst_span(events: list[dict[str, Any]]) -> tuple[float, float]:
+    """(start, end) in the events' own clock's ms: the first burst_start, the last burst_end
+    (a scenario run has several bursts)."""
+    times = [t for t in (_event_ms(e) for e in events) if t is not None]
+    start = next((_event_ms(e) for e in events if e.get("kind") == "burst_start"), None)
+    ends = [_event_ms(e) for e in events if e.get("kind") == "burst_end"]
+    end = ends[-1] if ends else None
+    start = start if start is not None else min(times, default=0.0)
+    end = end if end is not None else max(times, default=start)
+    return start, end
+
+
+def replay_timelines(bursts: Sequence[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """SVG geometry of several bursts drawn on one time axis (the same ms per unit), so a
+    replay lines up under the burst it replays: per call a row, per attempt a bar (ok or
+    failed, its latency long), per fast-failed call a cross.
+
+    ``bursts`` is (title, events) pairs; the events are journal payloads or engine event dicts.
+    """
+    spans = [_burst_span(events) for _, events in bursts]
+    longest = max([end - start for start, end in spans] + [1.0])
+    scale = (REPLAY_CHART_WIDTH - REPLAY_CHART_LEFT - 8) / longest
+    charts = []
+    for (title, events), (start, end) in zip(bursts, spans, strict=True):
+        calls = sorted({e["call"] for e in events if e.get("call") is not None})
+        row_of = {call: i for i, call in enumerate(calls)}
+        bars, crosses = [], []
+        for e in events:
+            call, t = e.get("call"), _event_ms(e)
+            if call is None or t is None:
+                continue
+            y = 20 + row_of[call] * REPLAY_ROW
+            if e.get("kind") == "attempt":
+                latency = float(e.get("latency_ms") or 0)
+                x = REPLAY_CHART_LEFT + (t - latency - start) * scale
+                bars.append(
+                    {
+                        "x": round(max(x, REPLAY_CHART_LEFT), 1),
+                        "y": y,
+                        "w": round(max(latency * scale, 3), 1),
+                        "tone": "ok" if e.get("outcome") == "ok" else "bad",
+                        "call": call,
+                        "attempt": e.get("attempt"),
+                    }
+                )
+            elif e.get("kind") == "call_result" and is_fast_fail(e.get("outcome") or ""):
+                crosses.append(
+                    {"x": round(REPLAY_CHART_LEFT + (t - start) * scale, 1), "y": y + 10}
+                )
+        charts.append(
+            {
+                "title": title,
+                "height": 28 + len(calls) * REPLAY_ROW,
+                "width": REPLAY_CHART_WIDTH,
+                "left": REPLAY_CHART_LEFT,
+                "labels": [
+                    {"y": 20 + i * REPLAY_ROW + 10, "text": f"#{c}"} for i, c in enumerate(calls)
+                ],
+                "bars": bars,
+                "crosses": crosses,
+                "end_x": round(REPLAY_CHART_LEFT + (end - start) * scale, 1),
+                "total_ms": round(end - start, 1),
+                "attempts": sum(1 for e in events if e.get("kind") == "attempt"),
+            }
+        )
+    return charts
+
+
+def diff_table(a: dict[str, float], b: dict[str, float]) -> list[dict[str, Any]]:
+    """The diff table of two runs' metrics (:meth:`labs.engine.replay.Replay.metrics`), its
+    numbers as text (``+2``, ``-350 ms``), each row with a tone saying which way the change
+    went (fewer attempts or failures reads as better)."""
+    better_when_lower = {"failed", "attempts", "dependency_hits", "waiting_ms", "total_ms"}
+    out = []
+    for row in diff_rows(a, b):
+        unit = f" {row['unit']}" if row["unit"] else ""
+
+        def num(x):
+            return f"{x:g}" if isinstance(x, (int, float)) else str(x)
+
+        delta = row["delta"]
+        tone = "same"
+        if delta:
+            lower = delta < 0
+            tone = "better" if lower == (row["key"] in better_when_lower) else "worse"
+            if row["key"] == "fast_failed":
+                tone = "note"
+        out.append(
+            {
+                "key": row["key"],
+                "label": row["label"],
+                "a": num(row["a"]) + unit,
+                "b": num(row["b"]) + unit,
+                "delta": ("+" if delta > 0 else "") + num(delta) + unit,
+                "tone": tone,
+            }
+        )
+    return out
+
+
+def replay_agreement(real: Sequence[dict[str, Any]], replayed: Sequence[dict[str, Any]]) -> str:
+    """A sentence saying whether a same-policy replay made the real burst's attempts per
+    call, outcomes and transitions, and where it first differs if not."""
+
+    def calls(events):
+        return {
+            e.get("call"): (e.get("data") or {}).get("attempts", e.get("attempt")) or 0
+            for e in events
+            if e.get("kind") == "call_result"
+        }, {e.get("call"): e.get("outcome") for e in events if e.get("kind") == "call_result"}
+
+    def transitions(events):
+        return [
+            (e.get("state_from"), e.get("state_to"), e.get("call"))
+            for e in events
+            if e.get("kind") == "transition"
+        ]
+
+    (real_attempts, real_outcomes), (rep_attempts, rep_outcomes) = calls(real), calls(replayed)
+    for call in sorted(set(real_attempts) | set(rep_attempts), key=lambda c: c or 0):
+        if real_attempts.get(call) != rep_attempts.get(call):
+            return (
+                f"Replayed with its own policy, call {call} makes {rep_attempts.get(call)} "
+                f"attempt(s) where the real burst made {real_attempts.get(call)}."
+            )
+        if real_outcomes.get(call) != rep_outcomes.get(call):
+            return (
+                f"Replayed with its own policy, call {call} ends {rep_outcomes.get(call)} where "
+                f"the real burst ended {real_outcomes.get(call)}."
+            )
+    if transitions(real) != transitions(replayed):
+        return "Replayed with its own policy, the breaker changes state at other calls."
+    return (
+        "Replayed with its own policy, this burst makes the same attempts per call, outcomes "
+        "and breaker transitions as it did."
+    )

@@ -12,7 +12,14 @@ from typing import Any
 from django.shortcuts import get_object_or_404
 
 from labs import presenters
-from labs.engine import FAST_FAIL_OUTCOMES
+from labs.engine import (
+    FAST_FAIL_OUTCOMES,
+    Problem,
+    ValidationError,
+    merge_settings,
+    validate_policy,
+)
+from labs.engine.replay import Replay, compare_scenario, parse_start, replay
 from labs.live.journal import event_payload
 from labs.live.runtime import shared_config
 from labs.models import (
@@ -409,3 +416,102 @@ def shared_settings(*, classroom: Classroom) -> dict[str, Any]:
 def latest_traffic(session: LabSession) -> Traffic | None:
     """The session's active traffic run, else its latest one (None if it never ran any)."""
     return session.traffic.order_by("-pk").first()
+
+
+# --- burst history, replay and compare -------------------------------------------------------
+
+#: Bursts per page of the session page's history.
+HISTORY_PAGE = 10
+
+
+def burst_history(session: LabSession, page: int = 1) -> tuple[list[dict[str, Any]], int, int]:
+    """One page of the session's bursts, newest first: (rows, page, pages). Each row is the
+    burst's facts, its summary and whether it can be replayed (a finished burst with a
+    recorded start state). A page past the end is the last page."""
+    bursts = Burst.objects.filter(session=session).order_by("-number")
+    count = bursts.count()
+    pages = max(1, -(-count // HISTORY_PAGE))
+    page = min(max(1, page), pages)
+    rows = []
+    for burst in bursts[(page - 1) * HISTORY_PAGE : page * HISTORY_PAGE]:
+        rows.append(
+            {
+                "number": burst.number,
+                "status": burst.status,
+                "size": burst.size,
+                "concurrency": burst.concurrency,
+                "summary": burst.summary or {},
+                "replayable": burst.status == Burst.Status.DONE and bool(burst.start_state),
+            }
+        )
+    return rows, page, pages
+
+
+def session_burst(session: LabSession, number: int) -> Burst:
+    """Burst ``number`` of a session the caller may already see; Http404 if there is none."""
+    return get_object_or_404(Burst, session=session, number=number)
+
+
+def burst_events(burst: Burst) -> list[dict[str, Any]]:
+    """The journal rows of one burst, oldest first, as payloads."""
+    return [event_payload(r) for r in burst.events.order_by("seq")]
+
+
+def burst_replay(burst: Burst, policy_changes: dict[str, Any] | None) -> Replay:
+    """Replay a finished burst in virtual time with its own policy and ``policy_changes``
+    merged over it. Reads only: no journal row, no Redis, the session's breaker untouched.
+
+    Raises ValidationError (fields named ``policy.…`` with their ranges) for a bad policy,
+    nothing run; ValueError when the burst has no usable start state.
+    """
+    if burst.status != Burst.Status.DONE or not burst.start_state:
+        raise ValueError(f"burst {burst.number} has no recorded start state to replay")
+    start = parse_start(burst.start_state)
+    merged = merge_settings(start.policy, policy_changes or {})
+    problems = validate_policy(merged)
+    if problems:
+        raise ValidationError(problems)
+    return replay(start, policy=merged)
+
+
+def comparable_scenarios() -> list[Scenario]:
+    """The scenarios a comparison may run (the active ones)."""
+    return list(Scenario.objects.filter(is_active=True).order_by("position", "slug"))
+
+
+def policy_comparison(
+    *, scenario_slug: str, seed: int | None, policy_a: dict[str, Any], policy_b: dict[str, Any]
+) -> dict[str, Any]:
+    """Run an active scenario's script (with ``seed`` if given) under two policies in virtual
+    time (:func:`labs.engine.replay.compare_scenario`); reads only.
+
+    Raises ValidationError naming ``scenario``, ``seed``, ``a.…`` or ``b.…`` with what is
+    allowed.
+    """
+    scenario = Scenario.objects.filter(slug=scenario_slug, is_active=True).first()
+    if scenario is None:
+        raise ValidationError([Problem("scenario", f"no active scenario {scenario_slug!r}")])
+    script = dict(scenario.script) if isinstance(scenario.script, dict) else {}
+    if seed is not None:
+        script["seed"] = seed
+    return compare_scenario(script, policy_b, policy_a=policy_a, names=("a", "b"))
+
+
+def dependency_comparison(
+    *,
+    dependency: dict[str, Any],
+    calls: int,
+    seed: int | None,
+    policy_a: dict[str, Any],
+    policy_b: dict[str, Any],
+) -> dict[str, Any]:
+    """:func:`policy_comparison` for a dependency script instead of a scenario: one burst of
+    ``calls`` calls against ``dependency`` (any mode; ``script`` plays its outcomes in order).
+    Raises ValidationError naming ``dependency.…``, ``steps[0].burst``, ``a.…`` or ``b.…``."""
+    script = {
+        "name": "dependency-script",
+        "seed": seed or 0,
+        "dependency": dependency,
+        "steps": [{"burst": calls}],
+    }
+    return compare_scenario(script, policy_b, policy_a=policy_a, names=("a", "b"))

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from labs.views import accounts, instructor, lab
+from labs.views import accounts, instructor, lab, replay
 
 app_name = "labs"
 
@@ -23,6 +23,11 @@ urlpatterns = [
     path("sessions/<int:pk>/reset/", lab.session_reset, name="session_reset"),
     path("sessions/<int:pk>/breaker/", lab.session_breaker, name="session_breaker"),
     path("sessions/<int:pk>/journal/", lab.session_journal, name="session_journal"),
+    path("compare/", replay.compare, name="compare"),
+    path("sessions/<int:pk>/history/", replay.burst_history, name="burst_history"),
+    path(
+        "sessions/<int:pk>/bursts/<int:number>/replay/", replay.burst_replay, name="burst_replay"
+    ),
     path("sessions/<int:pk>/export.<str:fmt>", lab.session_export, name="session_export"),
     path("classes/<int:pk>/dashboard/", instructor.class_dashboard, name="class_dashboard"),
     path(

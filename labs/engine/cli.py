@@ -1,8 +1,13 @@
 """``python -m labs.engine run FILE.json [--real] [--json]``: run a scenario script.
+``python -m labs.engine compare FILE.json --policy-b B.json [--json]``: run it twice.
 
-Virtual time unless ``--real``. Prints a readable table, or the JSON contract with
-``--json``. A file that is not valid JSON, or a scenario with problems, exits with status 2
-and one line per problem (field and allowed range) on stderr; nothing runs.
+``run`` uses virtual time unless ``--real``. It prints a readable table, or the JSON contract
+with ``--json``. ``compare`` runs the scenario in virtual time with its own policy (A) and with
+the policy in ``B.json`` merged over it (B), and prints the diff table (succeeded, failed,
+fast-failed, attempts, dependency hits, time waiting, total time), or with ``--json`` both
+outputs and the table's rows. A file that is not valid JSON, or a scenario or policy with
+problems, exits with status 2 and one line per problem (field and allowed range) on stderr;
+nothing runs.
 """
 
 from __future__ import annotations
@@ -13,10 +18,11 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from labs.engine.replay import compare_scenario
 from labs.engine.scenario import run_scenario
-from labs.engine.validate import parse_scenario, validate_scenario
+from labs.engine.validate import ValidationError, parse_scenario, validate_scenario
 
-__all__ = ["format_table", "main"]
+__all__ = ["format_diff", "format_table", "main"]
 
 EXIT_BAD_INPUT = 2
 
@@ -30,21 +36,34 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("file", type=Path, help="scenario JSON file")
     run.add_argument("--real", action="store_true", help="real sleeps instead of virtual time")
     run.add_argument("--json", action="store_true", help="print the JSON contract")
+    cmp = sub.add_parser("compare", help="run a scenario under its policy and under another")
+    cmp.add_argument("file", type=Path, help="scenario JSON file (policy A is its own)")
+    cmp.add_argument(
+        "--policy-b", type=Path, required=True, help="policy JSON file, merged over A's"
+    )
+    cmp.add_argument("--json", action="store_true", help="print both outputs and the diff")
     return parser
 
 
-def _load(path: Path, err: TextIO) -> dict[str, Any] | None:
+def _read_json(path: Path, err: TextIO) -> Any:
+    """The parsed file, or None after printing why it cannot be read."""
     try:
         text = path.read_text()
     except OSError as exc:
         print(f"{path}: cannot read: {exc.strerror or exc}", file=err)
         return None
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         print(
             f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", file=err
         )
+        return None
+
+
+def _load(path: Path, err: TextIO) -> dict[str, Any] | None:
+    data = _read_json(path, err)
+    if data is None:
         return None
     problems = validate_scenario(data)
     for problem in problems:
@@ -94,6 +113,44 @@ def format_table(out: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def format_diff(result: dict[str, Any]) -> str:
+    """The comparison's diff table as text: one row per measure, A, B and B - A."""
+    a = result["a"]
+    lines = [f"scenario {a['name']} (seed {a['seed']}, virtual time): policy A vs policy B", ""]
+    head = f"{'':<16}  {'A':>10}  {'B':>10}  {'B - A':>10}"
+    lines += [head, "-" * len(head)]
+    for row in result["diff"]:
+        unit = f" ({row['unit']})" if row["unit"] else ""
+        fmt = _ms if row["unit"] else str
+        delta = ("+" if row["delta"] > 0 else "") + fmt(row["delta"])
+        lines.append(
+            f"{row['label'] + unit:<16}  {fmt(row['a']):>10}  {fmt(row['b']):>10}  {delta:>10}"
+        )
+    lines.append("")
+    for name in ("a", "b"):
+        attempts = [bu["attempts"] for bu in result[name]["bursts"]]
+        lines.append(f"attempts per burst, {name.upper()}: {attempts}")
+    return "\n".join(lines)
+
+
+def _compare(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    data = _load(args.file, err)
+    policy_b = _read_json(args.policy_b, err)
+    if data is None or policy_b is None:
+        return EXIT_BAD_INPUT
+    try:
+        result = compare_scenario(data, policy_b)
+    except ValidationError as exc:
+        for problem in exc.problems:
+            print(str(problem), file=err)
+        return EXIT_BAD_INPUT
+    if args.json:
+        print(json.dumps(result, indent=2), file=out)
+    else:
+        print(format_diff(result), file=out)
+    return 0
+
+
 def main(
     argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
@@ -105,6 +162,8 @@ def main(
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse already printed the usage line
         return int(exc.code or 0)
+    if args.command == "compare":
+        return _compare(args, out, err)
     data = _load(args.file, err)
     if data is None:
         return EXIT_BAD_INPUT

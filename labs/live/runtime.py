@@ -33,8 +33,9 @@ from labs.engine import (
     parse_dependency,
     parse_policy,
 )
+from labs.engine.replay import capture_start
 from labs.live.journal import Written
-from labs.models import LabSession, SharedDependencyConfig
+from labs.models import Burst, LabSession, SharedDependencyConfig
 
 _client: redis.Redis | None = None
 _client_lock = threading.Lock()
@@ -164,7 +165,7 @@ def build_engine(
     never are: services validate before they save).
     """
     if rng is None:
-        rng = random.Random(f"{session.seed}:{session.burst_count}")
+        rng = random.Random(burst_rng_seed(session))
     store = session_store(session.pk, client)
     dependency: FakeDependency | SharedDependency
     if is_shared(session.dependency):
@@ -185,6 +186,30 @@ def build_engine(
     )  # fmt: skip
     return SessionEngine(
         store=store, breaker=breaker, dependency=dependency, client=client, rng=rng
+    )
+
+
+def burst_rng_seed(session: LabSession) -> str:
+    """The seed of the rng of the session's current burst (its seed and burst count), so a
+    burst's jitter and error-rate draws can be replayed."""
+    return f"{session.seed}:{session.burst_count}"
+
+
+def start_state(session: LabSession, burst: Burst, rng_seed: str) -> dict[str, Any]:
+    """The replayable start state of ``burst`` (see :mod:`labs.engine.replay`): the
+    session's dependency and policy, its store's state in Redis and the time, read now, just
+    before the burst's first call."""
+    return capture_start(
+        dependency=session.dependency,
+        policy=session.policy,
+        store_state=session_store(session.pk).export_state(),
+        now_us=int(CLOCK.now() * 1e6 + 0.5),
+        rng_seed=rng_seed,
+        size=burst.size,
+        concurrency=burst.concurrency,
+        first_call=burst.first_call_no or 1,
+        burst=burst.number,
+        probe_lease_ms=settings.LAB_PROBE_LEASE_MS,
     )
 
 

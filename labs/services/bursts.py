@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import socket
 import threading
 import time
@@ -193,7 +194,9 @@ def burst_run(*, burst_id: int) -> str:
     """Run a queued burst to its end on this worker; returns the final status.
 
     Claims the burst first (QUEUED -> RUNNING); if the claim fails (a redelivered message, a
-    burst already reaped) it does nothing and returns "skipped". Every engine event goes to
+    burst already reaped) it does nothing and returns "skipped". It then stores the burst's
+    start state (``Burst.start_state``: what a replay needs) and runs the burst with an rng
+    seeded as recorded there. Every engine event goes to
     the process's journal writer; the row is marked DONE only after all its events are
     committed. An exception in the engine marks the burst FAILED with the error journaled.
     """
@@ -222,15 +225,21 @@ def burst_run(*, burst_id: int) -> str:
         if event.kind == "call_result" and watch is not None:
             watch.check()
 
-    # A burst spends its time sleeping and never touches the database until it ends (the
-    # journal writer does the writing): give the connection back, so a worker running a
-    # hundred bursts does not hold a hundred PostgreSQL connections.
-    connection.close()
     try:
         if runtime.restore_if_lost(session):
             writer.submit(restored_entry(session, burst_id))
+        rng_seed = runtime.burst_rng_seed(session)
+        Burst.objects.filter(pk=burst_id).update(
+            start_state=runtime.start_state(session, burst, rng_seed)
+        )
+        # A burst spends its time sleeping and never touches the database until it ends (the
+        # journal writer does the writing): give the connection back, so a worker running a
+        # hundred bursts does not hold a hundred PostgreSQL connections.
+        connection.close()
         with runtime.burst_redis(burst.concurrency) as client:
-            engine = runtime.build_engine(session, sink=sink, client=client)
+            engine = runtime.build_engine(
+                session, sink=sink, client=client, rng=random.Random(rng_seed)
+            )
             watch = runtime.DependencyWatch(session, engine, engine.rng)
             result = engine.client.run_burst(
                 burst.size,

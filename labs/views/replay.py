@@ -1,0 +1,256 @@
+"""What if: a finished burst replayed with another policy; the session's burst history; the
+compare page (two policies against one scenario, the whole comparison in the URL).
+
+A replay runs in virtual time inside the request from the burst's recorded start state
+(``Burst.start_state``, :mod:`labs.engine.replay`): no worker, no Redis, nothing written to
+the session's journal or breaker, so anyone who may see the session may replay its bursts
+(a session they may not see is a 404, as everywhere). The page shows the burst's own timeline
+and journal rows, the policy form prefilled with the policy the burst ran with and, once
+posted, the replay's timeline on the same time axis, its journal rows with their explanation
+sentences and the diff table. A policy out of range answers 422 with the form, the field and
+its range beside it, and runs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_http_methods
+
+from labs import presenters, selectors
+from labs.engine import LIMITS, ValidationError
+from labs.engine.replay import PRESETS, parse_start, policy_of, scenario_metrics
+from labs.forms.lab import POLICY_GROUPS, PolicyForm
+from labs.models import Burst, LabSession
+from labs.selectors import visible_session
+from labs.views import HtmxHttpRequest
+
+TEMPLATE = "labs/burst_replay.html"
+WHATIF_AUTO_ID = "whatif_%s"
+HISTORY_TEMPLATE = "labs/burst_history.html"
+
+
+def _policy_context(form: PolicyForm) -> dict[str, Any]:
+    return {
+        "policy_form": form,
+        "policy_groups": [
+            (legend, [form[name] for name in names]) for legend, names in POLICY_GROUPS
+        ],
+    }
+
+
+def _burst(request: HtmxHttpRequest, pk: int, number: int) -> tuple[LabSession, Burst]:
+    session = visible_session(request.user, pk)
+    burst = selectors.session_burst(session, number)
+    if burst.status != Burst.Status.DONE or not burst.start_state:
+        raise Http404("Only a finished burst with a recorded start state can be replayed.")
+    return session, burst
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def burst_replay(request: HtmxHttpRequest, pk: int, number: int) -> HttpResponse:
+    """GET: the burst and the what-if form; POST: run the replay with the posted policy."""
+    session, burst = _burst(request, pk, number)
+    recorded = parse_start(burst.start_state)
+    original_events = selectors.burst_events(burst)
+    same = selectors.burst_replay(burst, None)
+    context: dict[str, Any] = {
+        "session": session,
+        "burst": burst,
+        "fidelity": same.fidelity,
+        "agreement": presenters.replay_agreement(
+            original_events, [e.to_dict() for e in same.events]
+        ),
+        "original_rows": presenters.burst_event_rows(original_events),
+    }
+    status = 200
+    charts_input = [(f"burst {burst.number} (as it ran)", original_events)]
+    if request.method == "POST":
+        form = PolicyForm.from_post(request.POST, recorded.policy)
+        form.is_valid()  # parsing only; the engine's validator has the ranges
+        result = None
+        if not form.too_long:
+            try:
+                result = selectors.burst_replay(burst, form.changes())
+            except ValidationError as exc:
+                form.add_problems(exc.problems)
+        if result is None:
+            status = 422
+        else:
+            replay_events = [e.to_dict() for e in result.events]
+            charts_input.append(("replay with the policy below (virtual time)", replay_events))
+            context |= {
+                "replayed": True,
+                "replay_rows": presenters.burst_event_rows(replay_events),
+                "diff": presenters.diff_table(_real_metrics(burst, same), result.metrics()),
+            }
+    else:
+        form = PolicyForm(initial=PolicyForm.initial_from(recorded.policy))
+    # Its own ids: on the lab page this form sits beside the session's policy form.
+    form.auto_id = WHATIF_AUTO_ID
+    context |= _policy_context(form)
+    context["timelines"] = presenters.replay_timelines(charts_input)
+    if request.htmx:
+        return render(request, f"{TEMPLATE}#replay-result", context, status=status)
+    return render(request, TEMPLATE, context, status=status)
+
+
+def _real_metrics(burst: Burst, same) -> dict[str, float]:
+    """The diff table's "as it ran" column: the real burst's stored summary, its dependency
+    hits from the same-policy replay's count when the summary has none."""
+    s = burst.summary or {}
+    metrics = same.metrics()
+    metrics.update(
+        {
+            "succeeded": s.get("succeeded", metrics["succeeded"]),
+            "failed": s.get("failed", metrics["failed"]),
+            "fast_failed": s.get("fast_failed", metrics["fast_failed"]),
+            "attempts": s.get("attempts_total", metrics["attempts"]),
+            "waiting_ms": s.get("backoff_ms_total", metrics["waiting_ms"]),
+            "total_ms": s.get("wall_ms", metrics["total_ms"]),
+        }
+    )
+    return metrics
+
+
+@require_http_methods(["GET"])
+@login_required
+def burst_history(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """One page of the session's bursts (htmx: the ``burst-history`` partial)."""
+    session = visible_session(request.user, pk)
+    try:
+        page = int(request.GET.get("page", "1"))
+    except ValueError:
+        return HttpResponse("page must be a whole number from 1", status=400)
+    context = history_context(session, page)
+    context["embedded"] = bool(request.htmx)
+    if request.htmx:
+        return render(request, f"{HISTORY_TEMPLATE}#burst-history", context)
+    return render(request, HISTORY_TEMPLATE, context)
+
+
+def history_context(session: LabSession, page: int = 1) -> dict[str, Any]:
+    """What the ``burst-history`` partial renders (the lab page includes it too)."""
+    rows, page, pages = selectors.burst_history(session, page)
+    return {
+        "session": session,
+        "history": rows,
+        "history_page": page,
+        "history_pages": pages,
+        "history_newer": page - 1 if page > 1 else None,
+        "history_older": page + 1 if page < pages else None,
+    }
+
+
+# --- compare ---------------------------------------------------------------------------------
+
+COMPARE_TEMPLATE = "labs/compare.html"
+#: The longest query value a comparison reads (a policy as JSON is far shorter).
+COMPARE_VALUE_MAX = 2000
+COMPARE_KEYS = ("scenario", "dependency", "calls", "seed", "a", "b")
+
+
+@require_http_methods(["GET"])
+@login_required
+def compare(request: HtmxHttpRequest) -> HttpResponse:
+    """Two policies (presets or JSON) against one scenario with a seed, both in virtual time.
+
+    The query string is the whole comparison (``scenario`` or ``dependency`` with ``calls``,
+    ``seed``, ``a``, ``b``), so the URL can be projected or sent. A malformed or tampered value
+    answers 400 with a sentence per parameter naming what is allowed, and runs nothing.
+    """
+    query = {key: request.GET.get(key, "") for key in COMPARE_KEYS}
+    context: dict[str, Any] = {
+        "query": query,
+        "scenarios": selectors.comparable_scenarios(),
+        "presets": list(PRESETS),
+    }
+    if not any(query.values()):
+        return render(request, COMPARE_TEMPLATE, context)
+    problems, seed, policies = _compare_inputs(query)
+    result = None
+    if not problems:
+        try:
+            if query["dependency"]:
+                result = selectors.dependency_comparison(
+                    dependency=policies["dependency"], calls=policies["calls"], seed=seed,
+                    policy_a=policies["a"], policy_b=policies["b"],
+                )  # fmt: skip
+            else:
+                result = selectors.policy_comparison(
+                    scenario_slug=query["scenario"], seed=seed, policy_a=policies["a"],
+                    policy_b=policies["b"],
+                )  # fmt: skip
+        except ValidationError as exc:
+            problems = [str(p) for p in exc.problems]
+    if result is None:
+        context["problems"] = problems
+        return render(request, COMPARE_TEMPLATE, context, status=400)
+    context |= {
+        "result": result,
+        "diff": presenters.diff_table(scenario_metrics(result["a"]), scenario_metrics(result["b"])),
+        "timelines": presenters.replay_timelines(
+            [("policy A", result["a"]["events"]), ("policy B", result["b"]["events"])]
+        ),
+    }
+    return render(request, COMPARE_TEMPLATE, context)
+
+
+def _compare_inputs(query: dict[str, str]) -> tuple[list[str], int | None, dict[str, Any]]:
+    problems: list[str] = []
+    for key, value in query.items():
+        if len(value) > COMPARE_VALUE_MAX:
+            problems.append(f"{key}: at most {COMPARE_VALUE_MAX} characters (got {len(value)})")
+    if problems:
+        return problems, None, {}
+    policies: dict[str, Any] = {}
+    if query["scenario"] and query["dependency"]:
+        problems.append("scenario: give a scenario or a dependency script, not both")
+    elif query["dependency"]:
+        problems += _dependency_inputs(query, policies)
+    elif not query["scenario"]:
+        problems.append("scenario: pick one of the scenarios, or give a dependency script")
+    seed = None
+    low, high = int(LIMITS["seed"].min), int(LIMITS["seed"].max)
+    if query["seed"]:
+        try:
+            seed = int(query["seed"])
+        except ValueError:
+            seed = None
+        if seed is None or not low <= seed <= high:
+            problems.append(f"seed: must be a whole number between {low} and {high}")
+            seed = None
+    for key in ("a", "b"):
+        try:
+            policies[key] = policy_of(query[key] or "defaults", key)
+        except ValidationError as exc:
+            problems += [str(p) for p in exc.problems]
+    return problems, seed, policies
+
+
+def _dependency_inputs(query: dict[str, str], parsed: dict[str, Any]) -> list[str]:
+    """Parse ``dependency`` (a JSON object) and ``calls`` into ``parsed``; the problems."""
+    problems = []
+    try:
+        dependency = json.loads(query["dependency"])
+    except json.JSONDecodeError as exc:
+        problems.append(f"dependency: is not valid JSON (column {exc.colno}: {exc.msg})")
+    else:
+        if isinstance(dependency, dict):
+            parsed["dependency"] = dependency
+        else:
+            problems.append('dependency: must be a JSON object, e.g. {"mode": "down"}')
+    low, high = int(LIMITS["steps[].burst"].min), int(LIMITS["steps[].burst"].max)
+    try:
+        calls = int(query["calls"] or "6")
+    except ValueError:
+        calls = 0
+    if not low <= calls <= high:
+        problems.append(f"calls: must be a whole number between {low} and {high}")
+    parsed["calls"] = calls
+    return problems

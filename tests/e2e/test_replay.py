@@ -1,0 +1,113 @@
+"""What if and compare in headless Chromium against daphne, a real Celery worker and Redis.
+
+A student runs the first two bursts of the tour (flaky 3 and a burst of 6; down and a burst of
+6: attempts [4, 4, 4, 0, 0, 0]), opens burst 2's what-if panel from the summary on the lab page,
+replays it with failure threshold 1 and sees fewer attempts in the diff table and in the second
+timeline; burst 1 opens in the same panel from the history. The compare
+page's URL, opened in a fresh browser by someone else, shows the same comparison.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl, urlsplit
+
+import pytest
+
+from labs.models import JournalEvent
+from labs.services import lab
+from tests.conftest import DEFAULT_PASSWORD, make_classroom, make_scenario, make_student
+from tests.e2e.conftest import login
+from tests.e2e.test_lab_page import run_burst, set_dependency, wait_burst_done
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def tour(db):
+    scenario = make_scenario("tour", title="The tour")
+    room = make_classroom("Resilience A", join_code="CLASSA01")
+    room.scenarios.add(scenario)
+    other_room = make_classroom("Resilience B", join_code="CLASSB02")
+    other_room.scenarios.add(scenario)
+    alice = make_student("alice", room)
+    make_student("bob", other_room)
+    return lab.session_open(user=alice, classroom=room, scenario=scenario)
+
+
+def diff_cells(page, table: str, key: str) -> list[str]:
+    return page.eval_on_selector_all(
+        f'#{table} tr[data-key="{key}"] td', "cells => cells.map(c => c.textContent.trim())"
+    )
+
+
+def test_a_student_replays_burst_2_with_threshold_1_and_shares_a_comparison(
+    browser, daphne_server, e2e_worker, tour
+):
+    session = tour
+    context = browser.new_context(viewport={"width": 1280, "height": 1400})
+    context.set_default_timeout(20_000)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        login(page, daphne_server, "alice", DEFAULT_PASSWORD)
+        page.goto(f"{daphne_server}/sessions/{session.pk}/")
+        page.wait_for_selector('#live-status[data-state="live"]')
+        set_dependency(page, "flaky", 5, fail_count="3")
+        run_burst(page, 6)
+        wait_burst_done(page, 1)
+        set_dependency(page, "down", 5)
+        run_burst(page, 6)
+        wait_burst_done(page, 2)
+
+        # The summary's link opens the what-if panel on the lab page itself, under the
+        # timeline; the replay writes nothing to the journal.
+        rows_before = JournalEvent.objects.filter(session=session).count()
+        page.click("#whatif-burst-2")
+        page.wait_for_selector("#whatif #replay-form")
+        page.fill("#whatif_breaker_failure_threshold", "1")
+        page.click("#run-replay")
+        page.wait_for_selector("#replay-diff")
+        as_ran, replayed, _ = diff_cells(page, "replay-diff", "attempts")
+        assert (int(as_ran), int(replayed)) == (12, 4)
+        charts = page.eval_on_selector_all(
+            "figure.replay-figure", "fs => fs.map(f => Number(f.dataset.attempts))"
+        )
+        assert charts == [12, 4]
+        assert page.locator("#replay-rows .journal-row").count() > 0
+        assert "breaker" in page.inner_text("#replay-rows").lower()
+
+        assert page.locator("#whatif #replay-diff").count() == 1
+        assert JournalEvent.objects.filter(session=session).count() == rows_before
+        assert "Burst 2" in page.inner_text("#burst-summary")
+
+        # Burst 1 from the history (loaded with the lab page), into the same panel.
+        page.reload()
+        page.click('#burst-history tr[data-burst="1"] a.replay-link')
+        page.wait_for_selector("#whatif #replay-form h2 >> text=burst 1")
+
+        page.goto(f"{daphne_server}/compare/")
+        page.select_option("#compare-scenario", "tour")
+        page.fill("#compare-seed", "7")
+        page.fill("#compare-a", "defaults")
+        page.fill("#compare-b", "threshold-1")
+        with page.expect_navigation():
+            page.click("#run-compare")
+        shared = page.url
+        query = {k: v for k, v in parse_qsl(urlsplit(shared).query) if v}
+        assert query == {"scenario": "tour", "seed": "7", "a": "defaults", "b": "threshold-1"}
+        mine = diff_cells(page, "compare-diff", "attempts")
+        assert int(mine[1]) < int(mine[0])
+        assert not errors, errors
+    finally:
+        context.close()
+
+    fresh = browser.new_context()
+    other = fresh.new_page()
+    try:
+        login(other, daphne_server, "bob", DEFAULT_PASSWORD)
+        other.goto(shared)
+        assert diff_cells(other, "compare-diff", "attempts") == mine
+        assert other.locator("figure.replay-figure").count() == 2
+    finally:
+        fresh.close()

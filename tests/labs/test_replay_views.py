@@ -1,0 +1,289 @@
+"""What if (a finished burst replayed with another policy) and the burst history, over HTTP.
+
+The bursts here are made the way a worker makes them, without the worker: a start state
+recorded from the session's settings, the burst run in virtual time from it, its events
+journaled and its summary stored (tests/integration/test_replay_worker.py runs real ones).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from labs.engine.replay import capture_start, replay
+from labs.live import journal, runtime
+from labs.models import Burst, JournalEvent, LabSession
+from labs.services import lab
+from tests.integration.conftest import _flush_test_redis
+
+pytestmark = pytest.mark.django_db
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+FLAKY = {
+    "mode": "flaky",
+    "fail_count": 20,
+    "latency_ms": 5,
+    "error": "503",
+    "rate": 0.5,
+    "down_for_ms": 2000,
+    "retry_after_ms": 1000,
+    "outcomes": [],
+}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_redis():
+    _flush_test_redis()
+
+
+@pytest.fixture
+def session(student, classroom, scenario) -> LabSession:
+    return lab.session_open(user=student, classroom=classroom, scenario=scenario)
+
+
+def finished_burst(session: LabSession, number: int, size: int = 6) -> Burst:
+    """A DONE burst with a recorded start state, its journal rows and its summary."""
+    start = capture_start(
+        dependency=FLAKY,
+        policy=session.policy,
+        store_state=None,
+        now_us=1_700_000_000_000_000,
+        rng_seed=f"{session.seed}:{number}",
+        size=size,
+        concurrency=1,
+        first_call=1 + (number - 1) * size,
+        burst=number,
+    )
+    ran = replay(start)
+    burst = Burst.objects.create(
+        session=session,
+        number=number,
+        size=size,
+        status=Burst.Status.DONE,
+        first_call_no=start["first_call"],
+        start_state=start,
+        summary=ran.summary,
+    )
+    journal.record(
+        [
+            journal.entry_from_event(
+                e, session_id=session.pk, classroom_id=session.classroom_id, burst_id=burst.pk
+            )
+            for e in ran.events
+        ]
+    )
+    return burst
+
+
+def replay_url(session: LabSession, number: int) -> str:
+    return reverse("labs:burst_replay", args=[session.pk, number])
+
+
+def diff_cell(html: str, key: str, column: int) -> str:
+    row = re.search(rf'<tr data-key="{key}">(.*?)</tr>', html, re.S).group(1)
+    return re.findall(r"<td[^>]*>(.*?)</td>", row)[column]
+
+
+def test_the_what_if_page_prefills_the_policy_the_burst_ran_with(client, student, session):
+    finished_burst(session, 1)
+    client.force_login(student)
+    page = client.get(replay_url(session, 1))
+    assert page.status_code == 200
+    html = page.content.decode()
+    threshold = session.policy["breaker"]["failure_threshold"]
+    assert re.search(rf'name="breaker_failure_threshold"[^>]*value="{threshold}"', html)
+    assert 'id="original-rows"' in html and "call 1, attempt 1: 503" in html
+    assert 'id="replay-diff"' not in html
+    assert "makes the same attempts per call, outcomes and breaker transitions as it did" in html
+
+
+def test_the_page_says_where_a_replay_differs_from_the_real_burst(client, student, session):
+    burst = finished_burst(session, 1)
+    row = JournalEvent.objects.filter(burst=burst, kind="call_result", call_no=2).get()
+    row.data = dict(row.data, attempts=row.data["attempts"] + 1)
+    row.save()
+    client.force_login(student)
+    html = client.get(replay_url(session, 1)).content.decode()
+    assert "call 2 makes" in html and "where the real burst made" in html
+
+
+def test_a_replay_with_threshold_1_makes_fewer_attempts_and_writes_nothing(
+    client, student, session
+):
+    burst = finished_burst(session, 1)
+    client.force_login(student)
+    rows_before = JournalEvent.objects.filter(session=session).count()
+    redis_before = runtime.session_store(session.pk).export_state()
+    policy_before = dict(session.policy)
+    answer = client.post(replay_url(session, 1), {"breaker_failure_threshold": "1"}, **HTMX)
+    assert answer.status_code == 200
+    html = answer.content.decode()
+    assert html.lstrip().startswith('<div id="replay-result"')
+    as_ran, replayed = int(diff_cell(html, "attempts", 0)), int(diff_cell(html, "attempts", 1))
+    assert as_ran == burst.summary["attempts_total"]
+    assert replayed < as_ran
+    assert 'id="replay-rows"' in html
+    # Every replay row keeps its sentence, and the second timeline draws fewer bars.
+    replay_rows = html.split('id="replay-rows"')[1]
+    assert 'data-kind="transition"' in replay_rows and 'data-kind="call_result"' in replay_rows
+    assert html.count('data-attempts="') == 2
+    assert JournalEvent.objects.filter(session=session).count() == rows_before
+    assert runtime.session_store(session.pk).export_state() == redis_before
+    session.refresh_from_db()
+    assert session.policy == policy_before
+
+
+def test_a_policy_out_of_range_is_refused_with_its_range_and_runs_nothing(client, student, session):
+    finished_burst(session, 1)
+    client.force_login(student)
+    answer = client.post(replay_url(session, 1), {"max_attempts": "9"}, **HTMX)
+    assert answer.status_code == 422
+    html = answer.content.decode()
+    assert "Max attempts per call: must be between 1 and 5 (got 9)" in html
+    assert 'id="replay-diff"' not in html and 'id="replay-rows"' not in html
+
+
+def test_another_students_burst_is_404(client, other_student, session):
+    finished_burst(session, 1)
+    client.force_login(other_student)
+    assert client.get(replay_url(session, 1)).status_code == 404
+    assert client.post(replay_url(session, 1), {"max_attempts": "1"}).status_code == 404
+    history = reverse("labs:burst_history", args=[session.pk])
+    assert client.get(history).status_code == 404
+
+
+def test_a_burst_without_a_start_state_or_not_finished_is_404(client, student, session):
+    Burst.objects.create(session=session, number=1, size=2, status=Burst.Status.DONE)
+    Burst.objects.create(session=session, number=2, size=2, status=Burst.Status.QUEUED)
+    client.force_login(student)
+    assert client.get(replay_url(session, 1)).status_code == 404
+    assert client.get(replay_url(session, 2)).status_code == 404
+    assert client.get(replay_url(session, 3)).status_code == 404
+
+
+def test_the_history_lists_every_burst_paged(client, student, session):
+    for number in range(1, 13):
+        finished_burst(session, number, size=2)
+    client.force_login(student)
+    url = reverse("labs:burst_history", args=[session.pk])
+    first = client.get(url, **HTMX).content.decode()
+    assert first.lstrip().startswith('<section id="burst-history"')
+    assert re.findall(r'data-burst="(\d+)"', first) == [str(n) for n in range(12, 2, -1)]
+    assert "?page=2" in first and replay_url(session, 12) in first
+    second = client.get(url + "?page=2", **HTMX).content.decode()
+    assert re.findall(r'data-burst="(\d+)"', second) == ["2", "1"]
+    assert client.get(url + "?page=x").status_code == 400
+    # The lab page loads it.
+    page = client.get(session.get_absolute_url()).content.decode()
+    assert f'hx-get="{url}"' in page
+
+
+def compare_url(**query) -> str:
+    from urllib.parse import urlencode
+
+    return reverse("labs:compare") + "?" + urlencode(query)
+
+
+def test_the_compare_url_holds_the_whole_comparison(client, student, scenario):
+    client.force_login(student)
+    url = compare_url(scenario=scenario.slug, seed=7, a="defaults", b="threshold-1")
+    first = client.get(url)
+    assert first.status_code == 200
+    html = first.content.decode()
+    a, b = int(diff_cell(html, "attempts", 0)), int(diff_cell(html, "attempts", 1))
+    assert b < a
+    assert html.count('data-attempts="') == 2
+    # The same URL, another browser (another user), the same comparison.
+    client.logout()
+    client.force_login(make_other_user())
+    assert diff_cell(client.get(url).content.decode(), "attempts", 1) == str(b)
+
+
+def make_other_user():
+    from tests.conftest import make_user
+
+    return make_user("carol")
+
+
+@pytest.mark.parametrize(
+    "query, message",
+    [
+        (
+            {"scenario": "tour", "b": '{"max_attempts": 9}'},
+            "b.max_attempts: must be between 1 and 5 (got 9)",
+        ),
+        ({"scenario": "tour", "b": '{"max_attempts": 9'}, "b: is not valid JSON"),
+        ({"scenario": "tour", "a": "fastest"}, "a: must be a preset (defaults, no-retries"),
+        (
+            {"scenario": "tour", "seed": "-1"},
+            "seed: must be a whole number between 0 and 4294967295",
+        ),
+        ({"scenario": "nope"}, "scenario: no active scenario &#x27;nope&#x27;"),
+        ({"scenario": "tour", "b": "x" * 3000}, "b: at most 2000 characters (got 3000)"),
+        ({"dependency": '{"mode": "sideways"}'}, "dependency.mode: must be one of healthy"),
+        ({"dependency": "[1]"}, "dependency: must be a JSON object"),
+        (
+            {"dependency": '{"mode": "down"}', "calls": "21"},
+            "calls: must be a whole number between 1 and 20",
+        ),
+        (
+            {"scenario": "tour", "dependency": '{"mode": "down"}'},
+            "scenario: give a scenario or a dependency script, not both",
+        ),
+        ({"seed": "3"}, "scenario: pick one of the scenarios, or give a dependency script"),
+    ],
+)
+def test_a_malformed_or_tampered_comparison_says_what_is_wrong(
+    client, student, scenario, query, message
+):
+    client.force_login(student)
+    answer = client.get(compare_url(**query))
+    assert answer.status_code == 400
+    html = answer.content.decode()
+    assert message in html
+    assert 'id="compare-diff"' not in html
+
+
+def test_the_summary_of_a_finished_burst_links_to_its_what_if(client, student, session):
+    finished_burst(session, 1)
+    client.force_login(student)
+    page = client.get(session.get_absolute_url()).content.decode()
+    link = re.search(r'<a href="([^"]+)" id="whatif-burst-1"', page).group(1)
+    # Relative to the lab page, it is the replay page of burst 1.
+    from urllib.parse import urljoin
+
+    assert urljoin(session.get_absolute_url(), link) == replay_url(session, 1)
+
+
+def test_a_dependency_script_against_two_policies(client, student):
+    client.force_login(student)
+    script = '{"mode": "script", "outcomes": ["fail", "fail", "fail", "fail", "ok"]}'
+    answer = client.get(
+        compare_url(dependency=script, calls=4, seed=3, a="defaults", b="no-retries")
+    )
+    assert answer.status_code == 200
+    html = answer.content.decode()
+    # Defaults (4 attempts): call 1 spends the four failures, calls 2 to 4 succeed at once:
+    # 7. No retries: calls 1 to 3 fail once each, the breaker opens (threshold 3) and call 4
+    # fails fast: 3.
+    assert (diff_cell(html, "attempts", 0), diff_cell(html, "attempts", 1)) == ("7", "3")
+
+
+def test_the_lab_page_holds_the_what_if_panel_and_the_panel_has_its_own_ids(
+    client, student, session
+):
+    finished_burst(session, 1)
+    client.force_login(student)
+    page = client.get(session.get_absolute_url()).content.decode()
+    assert '<section id="whatif"' in page
+    assert 'hx-get="bursts/1/replay/" hx-target="#whatif"' in page
+    panel = client.get(replay_url(session, 1), **HTMX).content.decode()
+    assert panel.lstrip().startswith('<div id="replay-result"')
+    # Beside the session's own policy form, no id is used twice.
+    assert 'id="whatif_max_attempts"' in panel and 'id="id_max_attempts"' not in panel
+    embedded = client.get(reverse("labs:burst_history", args=[session.pk]), **HTMX)
+    assert 'hx-target="#whatif"' in embedded.content.decode()
+    alone = client.get(reverse("labs:burst_history", args=[session.pk]))
+    assert 'hx-target="#whatif"' not in alone.content.decode()
