@@ -220,7 +220,7 @@ def test_scenario_steps_are_checked_after_merging_into_current_settings():
         "steps[2].concurrency: must be between 1 and 10 callers (got 11)",
         "steps[3]: must have exactly one of burst, wait_ms, set_dependency, set_policy (got burst, wait_ms)",
         "steps[4]: must have exactly one of burst, wait_ms, set_dependency, set_policy (got none)",
-        "steps[4].jump: unknown field (allowed: burst, wait_ms, set_dependency, set_policy, concurrency)",
+        "steps[4].jump: unknown field (allowed: burst, wait_ms, set_dependency, set_policy, concurrency, expect, ask)",
         "steps[5]: must be an object (got 'burst')",
     ]
 
