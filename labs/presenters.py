@@ -180,6 +180,35 @@ def step_sentence(step: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in step.items())
 
 
+def measure_value(value: Any) -> str:
+    """An expected or observed measure as a person reads it: a list of attempts as
+    ``[4, 1, 1]``, transitions as ``closed→open (call 9)``, a number without trailing ``.0``."""
+    if isinstance(value, list) and value and isinstance(value[0], dict):
+        return ", ".join(
+            f"{t.get('from', '*')}→{t.get('to')}"
+            + (f" (call {t['call']})" if t.get("call") is not None else "")
+            for t in value
+        )
+    if isinstance(value, list):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def check_rows(checks: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A scenario run's expectation checks with their values as text (admin, run results)."""
+    return [
+        dict(
+            check,
+            expected_text=measure_value(check["expected"])
+            + (f" ± {check['tolerance']:g}" if check.get("tolerance") else ""),
+            observed_text=measure_value(check["observed"]),
+        )
+        for check in checks
+    ]
+
+
 def scenario_steps(scenario) -> list[dict[str, Any]]:
     """The scenario's steps with what the page needs to offer a "Do it" button (the form
     values a step sets, as the forms post them)."""

@@ -152,6 +152,14 @@ class ScenarioRun:
     def transitions(self) -> list[dict]:
         return self.result.get("transitions", [])
 
+    @property
+    def checks(self) -> list[dict]:
+        return presenters.check_rows(self.result.get("checks", []))
+
+    @property
+    def checks_failed(self) -> int:
+        return sum(1 for c in self.checks if not c["ok"])
+
 
 def scenario_run_virtual(*, scenario: Scenario) -> ScenarioRun:
     """Run ``scenario``'s script with the engine in virtual time (no Redis, no sleeps).
