@@ -22,6 +22,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from labs.engine import STATES
 from labs.engine import state_label as engine_state_label
 from labs.engine.events import is_fast_fail
 from labs.live import runtime
@@ -209,6 +210,34 @@ def check_rows(checks: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+#: How a question's measure reads beside the answer field.
+MEASURE_UNITS = {
+    "calls": "calls",
+    "succeeded": "calls",
+    "failed": "calls",
+    "fast_failed": "calls",
+    "attempts_total": "attempts",
+    "dependency_hits": "attempts",
+    "backoff_ms_total": "ms",
+}
+
+
+def step_question(ask: dict[str, Any]) -> dict[str, Any]:
+    """A step's ``ask`` as the page shows it: the question, the measure, its unit, the
+    breaker states to choose from for a choice, and the explanation shown after the run."""
+    measure = ask.get("measure")
+    return {
+        "question": ask.get("question", ""),
+        "measure": measure,
+        "unit": MEASURE_UNITS.get(measure, ""),
+        "choices": [(s, engine_state_label(s)) for s in STATES]
+        if measure == "breaker_after"
+        else [],
+        "tolerance": ask.get("tolerance") or 0,
+        "explanation": ask.get("explanation", ""),
+    }
+
+
 def scenario_steps(scenario) -> list[dict[str, Any]]:
     """The scenario's steps with what the page needs to offer a "Do it" button (the form
     values a step sets, as the forms post them)."""
@@ -220,9 +249,11 @@ def scenario_steps(scenario) -> list[dict[str, Any]]:
         item: dict[str, Any] = {"index": index, "text": step_sentence(step), "action": None}
         if "burst" in step:
             item["action"] = "burst"
-            item["vals"] = json.dumps(
-                {"size": step.get("burst"), "concurrency": step.get("concurrency", 1)}
-            )
+            vals = {"size": step.get("burst"), "concurrency": step.get("concurrency", 1)}
+            if isinstance(step.get("ask"), dict):
+                item["ask"] = step_question(step["ask"])
+                vals["step"] = index
+            item["vals"] = json.dumps(vals)
         elif "set_dependency" in step and isinstance(step["set_dependency"], dict):
             item["action"] = "dependency"
             item["vals"] = json.dumps(_form_values_of_dependency(step["set_dependency"]))

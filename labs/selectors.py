@@ -14,7 +14,15 @@ from django.shortcuts import get_object_or_404
 from labs import presenters
 from labs.engine import FAST_FAIL_OUTCOMES
 from labs.live.journal import event_payload
-from labs.models import Burst, Classroom, JournalEvent, LabSession, Membership, Scenario
+from labs.models import (
+    Burst,
+    Classroom,
+    JournalEvent,
+    LabSession,
+    Membership,
+    Prediction,
+    Scenario,
+)
 
 #: Journal rows per page of the lab page's journal.
 JOURNAL_PAGE = 100
@@ -398,3 +406,32 @@ def class_dashboard_snapshot(classroom_id: int) -> list[dict[str, Any]]:
         row.as_dict() | {"html": presenters.dashboard_row_html(row, multi_scenario=multi)}
         for row in class_dashboard_rows(classroom_id=classroom_id)
     ]
+
+
+# --- predictions ---------------------------------------------------------------------------
+
+
+def session_steps(session: LabSession) -> list[dict]:
+    """The scenario's steps (:func:`labs.presenters.scenario_steps`), each with a question
+    carrying the session's prediction for it (None until answered)."""
+    steps = presenters.scenario_steps(session.scenario)
+    if any("ask" in step for step in steps):
+        by_step = {p.step: p for p in Prediction.objects.filter(session=session)}
+        for step in steps:
+            if "ask" in step:
+                step["prediction"] = by_step.get(step["index"])
+    return steps
+
+
+def session_prediction(session: LabSession, step: int) -> Prediction | None:
+    """The session's prediction for step ``step``, or None."""
+    return Prediction.objects.filter(session=session, step=step).select_related("burst").first()
+
+
+def class_predictions(classroom: Classroom):
+    """Every prediction made in ``classroom``: student, scenario, step, answer, observation."""
+    return (
+        Prediction.objects.filter(session__classroom=classroom)
+        .select_related("owner", "session__scenario")
+        .order_by("session__scenario__position", "session__scenario_id", "step", "owner__username")
+    )

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from labs.views import accounts, instructor, lab
+from labs.views import accounts, instructor, lab, predictions
 
 app_name = "labs"
 
@@ -19,6 +19,11 @@ urlpatterns = [
     path("sessions/<int:pk>/dependency/", lab.session_dependency, name="session_dependency"),
     path("sessions/<int:pk>/policy/", lab.session_policy, name="session_policy"),
     path("sessions/<int:pk>/bursts/", lab.session_burst, name="session_burst"),
+    path(
+        "sessions/<int:pk>/steps/<int:step>/prediction/",
+        predictions.step_prediction,
+        name="session_step_prediction",
+    ),
     path("sessions/<int:pk>/reset/", lab.session_reset, name="session_reset"),
     path("sessions/<int:pk>/breaker/", lab.session_breaker, name="session_breaker"),
     path("sessions/<int:pk>/journal/", lab.session_journal, name="session_journal"),

@@ -1,0 +1,69 @@
+"""A step's question on the lab page: show it, take the student's answer, show the grade.
+
+``GET`` renders the step's prediction partial (grading it first once the step's burst has
+ended: the page polls while the burst runs); ``POST`` stores the answer: 422 with the message
+beside the field for a bad answer, 409 once the step ran (the answer is final). Only the
+session's owner answers; anyone who may watch the session sees the partial.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_http_methods
+
+from labs import presenters, selectors
+from labs.selectors import visible_session
+from labs.services import predictions as prediction_services
+from labs.views.lab import is_read_only, writable_session
+
+TEMPLATE = "labs/step_prediction.html"
+
+
+def _render(request, session, step: int, ask: dict, *, status: int = 200, error: str = "",
+            answer: str = "") -> HttpResponse:  # fmt: skip
+    prediction = selectors.session_prediction(session, step)
+    if prediction is not None:
+        prediction = prediction_services.prediction_grade(prediction=prediction)
+    context = {
+        "session": session,
+        "read_only": is_read_only(request.user, session),
+        "step": {"index": step, "ask": presenters.step_question(ask), "prediction": prediction,
+                 "vals": _vals(session, step)},
+        "error": error,
+        "answer": answer,
+    }  # fmt: skip
+    return render(request, TEMPLATE, context, status=status)
+
+
+def _vals(session, step: int) -> str:
+    for item in presenters.scenario_steps(session.scenario):
+        if item["index"] == step:
+            return item.get("vals", "{}")
+    return "{}"
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def step_prediction(request, pk: int, step: int) -> HttpResponse:
+    """The step's question, answer and grade (GET), or a new answer (POST)."""
+    if request.method == "POST":
+        session = writable_session(request, pk)
+    else:
+        session = visible_session(request.user, pk)
+    ask = prediction_services.step_question(session, step)
+    if ask is None:
+        raise Http404("This step asks no question.")
+    if request.method == "GET":
+        return _render(request, session, step, ask)
+    answer = request.POST.get("answer", "")
+    try:
+        prediction_services.prediction_submit(
+            session=session, user=request.user, step=step, answer=answer
+        )
+    except prediction_services.PredictionRefused as exc:
+        status = 409 if isinstance(exc, prediction_services.PredictionLocked) else 422
+        return _render(request, session, step, ask, status=status, error=exc.message,
+                       answer=str(answer)[:32])  # fmt: skip
+    return _render(request, session, step, ask)
