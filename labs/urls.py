@@ -29,6 +29,12 @@ urlpatterns = [
     path("sessions/<int:pk>/journal/", lab.session_journal, name="session_journal"),
     path("sessions/<int:pk>/export.<str:fmt>", lab.session_export, name="session_export"),
     path("classes/<int:pk>/dashboard/", instructor.class_dashboard, name="class_dashboard"),
+    path("classes/<int:pk>/predictions/", predictions.class_predictions, name="class_predictions"),
+    path(
+        "classes/<int:pk>/predictions.csv",
+        predictions.class_predictions_csv,
+        name="class_predictions_csv",
+    ),
     path(
         "classes/<int:pk>/dashboard/dependency/",
         instructor.class_set_dependency,

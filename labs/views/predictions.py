@@ -9,13 +9,14 @@ session's owner answers; anyone who may watch the session sees the partial.
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 
 from labs import presenters, selectors
 from labs.selectors import visible_session
 from labs.services import predictions as prediction_services
+from labs.views.instructor import taught_classroom
 from labs.views.lab import is_read_only, writable_session
 
 TEMPLATE = "labs/step_prediction.html"
@@ -67,3 +68,37 @@ def step_prediction(request, pk: int, step: int) -> HttpResponse:
         return _render(request, session, step, ask, status=status, error=exc.message,
                        answer=str(answer)[:32])  # fmt: skip
     return _render(request, session, step, ask)
+
+
+# --- the instructor's view of a class's predictions ------------------------------------------
+
+
+@require_http_methods(["GET"])
+@login_required
+def class_predictions(request, pk: int) -> HttpResponse:
+    """Every question of the class with its answers as a histogram beside the observed
+    values, and each student's answer; the histogram partial polls itself (``?partial=1``)."""
+    classroom = taught_classroom(request.user, pk)
+    rows = list(selectors.class_predictions(classroom).select_related("burst"))
+    context = {
+        "classroom": classroom,
+        "questions": presenters.prediction_histograms(rows),
+        "predictions": rows,
+    }
+    if request.GET.get("partial"):
+        return render(request, "labs/class_predictions.html#prediction-histograms", context)
+    return render(request, "labs/class_predictions.html", context)
+
+
+@require_http_methods(["GET"])
+@login_required
+def class_predictions_csv(request, pk: int) -> HttpResponse:
+    """Every prediction of the class with its observation, as CSV."""
+    classroom = taught_classroom(request.user, pk)
+    rows = selectors.class_predictions(classroom).select_related("burst")
+    response = StreamingHttpResponse(
+        presenters.csv_lines(presenters.PREDICTION_COLUMNS, map(presenters.prediction_row, rows)),
+        content_type="text/csv; charset=utf-8",
+    )
+    response["Content-Disposition"] = f'attachment; filename="predictions-class-{classroom.pk}.csv"'
+    return response

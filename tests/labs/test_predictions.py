@@ -105,3 +105,55 @@ def test_attaching_ignores_a_step_without_prediction_or_a_bad_step(session, stud
     assert predictions.prediction_attach(session=session, step="3", burst=burst) is None
     assert predictions.prediction_attach(session=session, step="x", burst=burst) is None
     assert predictions.prediction_attach(session=session, step=None, burst=burst) is None
+
+
+def _graded(session, student, answer, observed_hits, number):
+    burst = Burst.objects.create(
+        session=session, number=number, size=6, created_by=student, status=Burst.Status.DONE
+    )
+    Prediction.objects.filter(session=session, step=DOWN_STEP).delete()
+    return Prediction.objects.create(
+        session=session, owner=student, step=DOWN_STEP, measure="dependency_hits",
+        answer=answer, burst=burst, ran_at=burst.created_at,
+        observed={"dependency_hits": observed_hits}, correct=answer == str(observed_hits),
+    )  # fmt: skip
+
+
+def test_the_instructor_sees_the_class_histogram_and_exports_it(
+    client, session, student, instructor, classroom, scenario, factory
+):
+    _graded(session, student, "24", 12, 1)
+    bob = factory.student("bob2", classroom)
+    bobs = lab.session_open(user=bob, classroom=classroom, scenario=scenario)
+    _graded(bobs, bob, "12", 12, 1)
+    carol = factory.student("carol", classroom)
+    carols = lab.session_open(user=carol, classroom=classroom, scenario=scenario)
+    predictions.prediction_submit(session=carols, user=carol, step=DOWN_STEP, answer="24")
+    client.force_login(instructor)
+
+    response = client.get(reverse("labs:class_predictions", args=[classroom.pk]))
+    assert response.status_code == 200
+    (question,) = response.context["questions"]
+    assert [(b["value"], b["count"]) for b in question["answer_bars"]] == [("12", 1), ("24", 2)]
+    assert [(b["value"], b["count"]) for b in question["observed_bars"]] == [("12", 2)]
+    assert (question["right"], question["graded"], question["total"]) == (1, 2, 3)
+    body = response.content.decode()
+    assert "How many attempts reach it during these 6 calls?" in body
+    assert 'hx-trigger="every 2s"' in body
+
+    csv_text = b"".join(
+        client.get(reverse("labs:class_predictions_csv", args=[classroom.pk])).streaming_content
+    ).decode()
+    lines = csv_text.strip().splitlines()
+    assert lines[0].startswith("student,username,scenario,step,question,measure,answer")
+    assert len(lines) == 4
+    assert any(",24," in ln and ln.endswith(",12,wrong") for ln in lines)
+    assert any(ln.endswith(",,") for ln in lines)  # carol's step has not run
+
+
+def test_a_student_cannot_see_the_class_predictions(owner_client, classroom, session):
+    assert (
+        owner_client.get(reverse("labs:class_predictions", args=[classroom.pk])).status_code == 404
+    )
+    url = reverse("labs:class_predictions_csv", args=[classroom.pk])
+    assert owner_client.get(url).status_code == 404
