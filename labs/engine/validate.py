@@ -53,11 +53,20 @@ _POLICY_KEYS = (
     "attempt_timeout_ms",
     "retry_after",
 )
-_SCENARIO_KEYS = ("name", "title", "description", "seed", "dependency", "policy", "steps")
+_SCENARIO_KEYS = (
+    "name",
+    "title",
+    "description",
+    "instructions",
+    "seed",
+    "dependency",
+    "policy",
+    "steps",
+)
 _STEP_ACTIONS = ("burst", "wait_ms", "set_dependency", "set_policy")
 _BURST_EXTRAS = ("concurrency", "expect", "ask")
 _MAX_STEPS = 100
-_MAX_TEXT = {"name": 100, "title": 200, "description": 2000}
+_MAX_TEXT = {"name": 100, "title": 200, "description": 2000, "instructions": 20000}
 
 
 @dataclass(frozen=True)
@@ -321,7 +330,7 @@ def validate_scenario(d: Any) -> list[Problem]:
                 "name", f"must be a non-empty string of at most 100 characters (got {_shown(name)})"
             )
         )
-    for key in ("title", "description"):
+    for key in ("title", "description", "instructions"):
         if key in d and (not isinstance(d[key], str) or len(d[key]) > _MAX_TEXT[key]):
             problems.append(
                 Problem(key, f"must be a string of at most {_MAX_TEXT[key]} characters")

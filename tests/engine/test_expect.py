@@ -170,3 +170,17 @@ def test_a_scenario_round_trips_its_expectations():
     assert [s.get("expect") for s in again["steps"]] == [
         s.get("expect") for s in copy.deepcopy(script)["steps"]
     ]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_scenario_has_instructions_that_teach(name):
+    text = load_scenario(name).get("instructions", "")
+    for part in ("**What to do.**", "**What to watch.**", "**Why.**", "**Compare with the seeds"):
+        assert part in text, f"{name}: no {part}"
+
+
+def test_instructions_are_checked_as_text():
+    script = load_scenario("tour")
+    script["instructions"] = ["not", "text"]
+    (problem,) = validate_scenario(script)
+    assert problem.field == "instructions" and "20000 characters" in problem.message
