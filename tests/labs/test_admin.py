@@ -417,6 +417,19 @@ def test_instructor_can_view_and_run_scenarios_but_not_change_them(
     assert scenario.title == "The tour"
 
 
+def test_an_instructors_read_only_scenario_shows_its_dependency_policy_and_steps(
+    teacher_client, scenario
+):
+    _shipped_tour(scenario)
+    body = teacher_client.get(reverse("admin:labs_scenario_change", args=[scenario.pk]))
+    text = body.content.decode()
+    assert "&quot;mode&quot;: &quot;flaky&quot;" in text  # the dependency
+    assert "&quot;failure_threshold&quot;: 3" in text  # the policy's breaker
+    assert "Run a burst of 6 calls." in text and "Set the dependency to down." in text
+    assert "&quot;dependency_hits&quot;: 12" in text  # a step's expectation
+    assert "How many attempts reach it during these 6 calls?" in text  # a step's question
+
+
 # --- roster import ------------------------------------------------------------------------
 
 
