@@ -461,6 +461,9 @@ class Prediction(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="predictions"
     )
+    attempt = models.PositiveSmallIntegerField(
+        default=1, help_text="The attempt at the scenario (a reset of the lab starts the next)."
+    )
     step = models.PositiveSmallIntegerField(help_text="The step's number in the scenario, from 1.")
     measure = models.CharField(max_length=32)
     answer = models.CharField(max_length=32, help_text="A number, or a breaker state.")
@@ -474,9 +477,11 @@ class Prediction(models.Model):
     correct = models.BooleanField(null=True, blank=True)
 
     class Meta:
-        ordering = ["session", "step"]
+        ordering = ["session", "attempt", "step"]
         constraints = [
-            models.UniqueConstraint(fields=["session", "step"], name="one_prediction_per_step"),
+            models.UniqueConstraint(
+                fields=["session", "attempt", "step"], name="one_prediction_per_step"
+            ),
             models.CheckConstraint(condition=Q(step__gte=1), name="prediction_step_gte_1"),
         ]
 
@@ -487,3 +492,24 @@ class Prediction(models.Model):
     def observed_value(self):
         """The observed value of the question's measure (None until graded)."""
         return (self.observed or {}).get(self.measure)
+
+
+class StepProgress(models.Model):
+    """A scenario step marked done in one attempt at a lab session (kept on the server, so it
+    survives a reload, another browser and, as the record of an earlier attempt, a reset)."""
+
+    session = models.ForeignKey(LabSession, on_delete=models.CASCADE, related_name="step_progress")
+    attempt = models.PositiveSmallIntegerField(default=1)
+    step = models.PositiveSmallIntegerField()
+    done_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["session", "attempt", "step"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session", "attempt", "step"], name="one_progress_row_per_step"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"step {self.step} done in attempt {self.attempt} of session {self.session_id}"

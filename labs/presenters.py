@@ -518,7 +518,8 @@ def csv_lines(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Iterator[
 # --- predictions, per class ------------------------------------------------------------------
 
 PREDICTION_COLUMNS = (
-    "student", "username", "scenario", "step", "question", "measure", "answer", "predicted_at",
+    "student", "username", "scenario", "attempt", "step", "question", "measure", "answer",
+    "predicted_at",
     "burst", "observed", "correct",
 )  # fmt: skip
 
@@ -580,7 +581,8 @@ def prediction_row(p: Any) -> list[Any]:
     steps = (scenario.script or {}).get("steps") or [] if isinstance(scenario.script, dict) else []
     ask = steps[p.step - 1].get("ask", {}) if 0 < p.step <= len(steps) else {}
     return [
-        actor_name(p.owner), p.owner.username, scenario.title, p.step, ask.get("question", ""),
+        actor_name(p.owner), p.owner.username, scenario.title, p.attempt, p.step,
+        ask.get("question", ""),
         p.measure, p.answer, p.created_at.isoformat(), p.burst.number if p.burst else "",
         "" if p.correct is None else measure_value(p.observed_value),
         "" if p.correct is None else ("right" if p.correct else "wrong"),

@@ -22,6 +22,7 @@ from labs.models import (
     Membership,
     Prediction,
     Scenario,
+    StepProgress,
 )
 
 #: Journal rows per page of the lab page's journal.
@@ -411,21 +412,43 @@ def class_dashboard_snapshot(classroom_id: int) -> list[dict[str, Any]]:
 # --- predictions ---------------------------------------------------------------------------
 
 
+def session_attempt(session: LabSession) -> int:
+    """The session's attempt at its scenario: 1, and one more after each reset of the lab
+    (counted from the journal's ``session_reset`` rows, the record of each reset)."""
+    return 1 + JournalEvent.objects.filter(session=session, kind="session_reset").count()
+
+
 def session_steps(session: LabSession) -> list[dict]:
-    """The scenario's steps (:func:`labs.presenters.scenario_steps`), each with a question
-    carrying the session's prediction for it (None until answered)."""
+    """The scenario's steps (:func:`labs.presenters.scenario_steps`) in the current attempt:
+    each with ``done`` (stored on the server) and, for a question, the prediction (None until
+    answered)."""
     steps = presenters.scenario_steps(session.scenario)
+    attempt = session_attempt(session)
+    done = set(
+        StepProgress.objects.filter(session=session, attempt=attempt).values_list("step", flat=True)
+    )
+    by_step = {}
     if any("ask" in step for step in steps):
-        by_step = {p.step: p for p in Prediction.objects.filter(session=session)}
-        for step in steps:
-            if "ask" in step:
-                step["prediction"] = by_step.get(step["index"])
+        by_step = {
+            p.step: p
+            for p in Prediction.objects.filter(session=session, attempt=attempt).select_related(
+                "burst"
+            )
+        }
+    for step in steps:
+        step["done"] = step["index"] in done
+        if "ask" in step:
+            step["prediction"] = by_step.get(step["index"])
     return steps
 
 
 def session_prediction(session: LabSession, step: int) -> Prediction | None:
-    """The session's prediction for step ``step``, or None."""
-    return Prediction.objects.filter(session=session, step=step).select_related("burst").first()
+    """The session's prediction for step ``step`` in the current attempt, or None."""
+    return (
+        Prediction.objects.filter(session=session, attempt=session_attempt(session), step=step)
+        .select_related("burst")
+        .first()
+    )
 
 
 def class_predictions(classroom: Classroom):
@@ -433,5 +456,11 @@ def class_predictions(classroom: Classroom):
     return (
         Prediction.objects.filter(session__classroom=classroom)
         .select_related("owner", "session__scenario")
-        .order_by("session__scenario__position", "session__scenario_id", "step", "owner__username")
+        .order_by(
+            "session__scenario__position",
+            "session__scenario_id",
+            "step",
+            "owner__username",
+            "attempt",
+        )
     )

@@ -24,6 +24,9 @@ urlpatterns = [
         predictions.step_prediction,
         name="session_step_prediction",
     ),
+    path(
+        "sessions/<int:pk>/steps/<int:step>/done/", predictions.step_done, name="session_step_done"
+    ),
     path("sessions/<int:pk>/reset/", lab.session_reset, name="session_reset"),
     path("sessions/<int:pk>/breaker/", lab.session_breaker, name="session_breaker"),
     path("sessions/<int:pk>/journal/", lab.session_journal, name="session_journal"),

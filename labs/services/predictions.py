@@ -16,7 +16,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from labs.engine import EVENT_KINDS, STATES, grade_answer, observe
-from labs.models import Burst, JournalEvent, LabSession, Prediction
+from labs.models import Burst, JournalEvent, LabSession, Prediction, StepProgress
+from labs.selectors import session_attempt
 from labs.services.scenario_runner import event_from_row
 
 #: The largest answer that makes sense per measure (20 calls of at most 5 attempts, sleeps of
@@ -87,13 +88,14 @@ def prediction_submit(*, session: LabSession, user, step: int, answer: Any) -> P
     value = parse_answer(ask["measure"], answer)
     with transaction.atomic():
         LabSession.objects.select_for_update().get(pk=session.pk)
-        prediction = Prediction.objects.filter(session=session, step=step).first()
+        attempt = session_attempt(session)
+        prediction = Prediction.objects.filter(session=session, attempt=attempt, step=step).first()
         if prediction is not None and prediction.ran_at is not None:
             raise PredictionLocked(
                 f"Step {step} already ran: the prediction ({prediction.answer}) is final."
             )
         if prediction is None:
-            prediction = Prediction(session=session, owner=user, step=step)
+            prediction = Prediction(session=session, owner=user, attempt=attempt, step=step)
         prediction.measure = ask["measure"]
         prediction.answer = value
         prediction.save()
@@ -110,7 +112,9 @@ def prediction_attach(*, session: LabSession, step: Any, burst: Burst) -> Predic
     with transaction.atomic():
         prediction = (
             Prediction.objects.select_for_update()
-            .filter(session=session, step=number, ran_at__isnull=True)
+            .filter(
+                session=session, attempt=session_attempt(session), step=number, ran_at__isnull=True
+            )
             .first()
         )
         if prediction is None:
@@ -122,13 +126,13 @@ def prediction_attach(*, session: LabSession, step: Any, burst: Burst) -> Predic
 
 
 def _breaker_before(burst: Burst) -> str:
-    """The breaker state when ``burst`` began: the session's last journaled transition before
-    it, else closed."""
+    """The breaker state when ``burst`` began: the state the session's last journal row with a
+    state before it set (a transition, a reset, an instructor's forced state), else closed."""
     first = JournalEvent.objects.filter(burst=burst).order_by("seq").values_list("seq", flat=True)
     start = first.first()
     last = (
-        JournalEvent.objects.filter(session_id=burst.session_id, kind="transition")
-        .filter(seq__lt=start if start is not None else 0)
+        JournalEvent.objects.filter(session_id=burst.session_id, seq__lt=start or 0)
+        .exclude(state_to="")
         .order_by("-seq")
         .values_list("state_to", flat=True)
         .first()
@@ -169,3 +173,19 @@ def prediction_grade(*, prediction: Prediction) -> Prediction:
     if updated:
         prediction.refresh_from_db()
     return prediction
+
+
+def step_mark(*, session: LabSession, step: int, done: bool) -> bool:
+    """Mark step ``step`` done (or not) in the session's current attempt; returns ``done``.
+    Raises PredictionRefused for a step the scenario does not have."""
+    script = session.scenario.script if isinstance(session.scenario.script, dict) else {}
+    count = len(script.get("steps") or [])
+    if not 1 <= step <= count:
+        raise PredictionRefused(f"must be a step of this scenario, 1 to {count}", field="step")
+    attempt = session_attempt(session)
+    rows = StepProgress.objects.filter(session=session, attempt=attempt, step=step)
+    if done:
+        StepProgress.objects.get_or_create(session=session, attempt=attempt, step=step)
+    else:
+        rows.delete()
+    return done

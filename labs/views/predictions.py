@@ -70,6 +70,21 @@ def step_prediction(request, pk: int, step: int) -> HttpResponse:
     return _render(request, session, step, ask)
 
 
+@require_http_methods(["POST"])
+@login_required
+def step_done(request, pk: int, step: int) -> HttpResponse:
+    """Mark a step done (``done=1``) or not (``done=0``) in the session's current attempt:
+    204, or 422 naming the allowed steps."""
+    session = writable_session(request, pk)
+    try:
+        prediction_services.step_mark(
+            session=session, step=step, done=request.POST.get("done", "1") not in ("0", "false")
+        )
+    except prediction_services.PredictionRefused as exc:
+        return HttpResponse(f"step: {exc.message}", status=422, content_type="text/plain")
+    return HttpResponse(status=204)
+
+
 # --- the instructor's view of a class's predictions ------------------------------------------
 
 

@@ -1,7 +1,7 @@
 """Predict, run, check in headless Chromium against daphne, a real worker and Redis: the
 student answers the tour's question before its step, Do it runs the step, the step shows the
 answer beside what the journal observed; the instructor's histogram picks the answer up while
-the page is open; a reload keeps it; the server refuses a changed answer after the run."""
+the page is open; a reload and another browser keep it (ticks included); the server refuses a changed answer after the run."""
 
 from __future__ import annotations
 
@@ -80,6 +80,21 @@ def test_answer_run_grade_live_histogram_reload_and_409(browser, daphne_server, 
         )
         expect(page.locator("#step-prediction-3 [data-answer]")).to_have_text("24")
         expect(page.locator("#answer-3")).to_have_count(0)
+
+        expect(page.locator("#step-3")).to_be_checked()  # Do it ticked it, on the server
+
+        # Another browser of the same student sees the same progress.
+        elsewhere = browser.new_context(viewport={"width": 1280, "height": 900})
+        try:
+            other = elsewhere.new_page()
+            login(other, daphne_server, "alice", DEFAULT_PASSWORD)
+            other.goto(f"{daphne_server}/sessions/{session.pk}/")
+            expect(other.locator("#step-3")).to_be_checked()
+            expect(other.locator("#step-prediction-3 [data-grade]")).to_have_attribute(
+                "data-grade", "wrong"
+            )
+        finally:
+            elsewhere.close()
 
         token = page.locator("input[name=csrfmiddlewaretoken]").first.input_value()
         refused = page.request.post(

@@ -145,7 +145,7 @@ def test_the_instructor_sees_the_class_histogram_and_exports_it(
         client.get(reverse("labs:class_predictions_csv", args=[classroom.pk])).streaming_content
     ).decode()
     lines = csv_text.strip().splitlines()
-    assert lines[0].startswith("student,username,scenario,step,question,measure,answer")
+    assert lines[0].startswith("student,username,scenario,attempt,step,question,measure,answer")
     assert len(lines) == 4
     assert any(",24," in ln and ln.endswith(",12,wrong") for ln in lines)
     assert any(ln.endswith(",,") for ln in lines)  # carol's step has not run
@@ -157,3 +157,54 @@ def test_a_student_cannot_see_the_class_predictions(owner_client, classroom, ses
     )
     url = reverse("labs:class_predictions_csv", args=[classroom.pk])
     assert owner_client.get(url).status_code == 404
+
+
+def _done_url(session, step):
+    return reverse("labs:session_step_done", args=[session.pk, step])
+
+
+def _checked(client, session):
+    body = client.get(session.get_absolute_url()).content.decode()
+    return [n for n in range(1, 7) if f'id="step-{n}" class="step-check" checked' in body]
+
+
+def test_step_ticks_are_kept_on_the_server_and_a_reset_starts_a_new_attempt(
+    owner_client, session, student, instructor, classroom
+):
+    assert owner_client.post(_done_url(session, 1)).status_code == 204
+    assert owner_client.post(_done_url(session, 2), {"done": "1"}).status_code == 204
+    assert _checked(owner_client, session) == [1, 2]
+    assert owner_client.post(_done_url(session, 2), {"done": "0"}).status_code == 204
+    assert _checked(owner_client, session) == [1]
+    owner_client.post(_url(session), {"answer": "24"})
+    burst = Burst.objects.create(session=session, number=1, size=6, created_by=student)
+    predictions.prediction_attach(session=session, step=DOWN_STEP, burst=burst)
+    burst.status = Burst.Status.DONE
+    burst.save()
+
+    lab.session_reset(session=session, user=student)
+
+    # A new attempt: no tick, no prediction, and the step's question can be answered again.
+    assert _checked(owner_client, session) == []
+    assert owner_client.post(_url(session), {"answer": "12"}).status_code == 200
+    assert list(Prediction.objects.filter(session=session).values_list("attempt", "answer")) == [
+        (1, "24"),
+        (2, "12"),
+    ]
+    # The instructor still sees the first attempt.
+    owner_client.logout()
+    owner_client.force_login(instructor)
+    page = owner_client.get(reverse("labs:class_predictions", args=[classroom.pk]))
+    assert [(p.attempt, p.answer) for p in page.context["predictions"]] == [(1, "24"), (2, "12")]
+
+
+def test_a_tick_for_a_step_the_scenario_lacks_is_refused(owner_client, session):
+    response = owner_client.post(_done_url(session, 7))
+    assert response.status_code == 422
+    assert "1 to 6" in response.content.decode()
+
+
+def test_a_watcher_cannot_tick(client, session, instructor):
+    client.force_login(instructor)
+    assert client.post(_done_url(session, 1)).status_code == 403
+    assert "data-done-url" not in client.get(session.get_absolute_url()).content.decode()
