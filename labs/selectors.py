@@ -438,7 +438,9 @@ def session_steps(session: LabSession) -> list[dict]:
     for step in steps:
         step["done"] = step["index"] in done
         if "ask" in step:
-            step["prediction"] = by_step.get(step["index"])
+            step["prediction"] = prediction = by_step.get(step["index"])
+            graded = prediction is not None and prediction.correct is not None
+            step["explaining"] = explaining_rows(prediction) if graded else []
     return steps
 
 
@@ -464,3 +466,27 @@ def class_predictions(classroom: Classroom):
             "attempt",
         )
     )
+
+
+#: The journal rows that explain each measure's value in a graded step.
+EXPLAINING_KINDS = {
+    "breaker_after": ("transition",),
+    "fast_failed": ("transition", "rejected", "call_result"),
+    "backoff_ms_total": ("sleep",),
+    "dependency_hits": ("attempt", "transition"),
+    "attempts_total": ("call_result", "budget_exhausted", "deadline_exceeded", "transition"),
+}
+EXPLAINING_ROWS = 20
+
+
+def explaining_rows(prediction: Prediction) -> list[dict]:
+    """Up to 20 journal rows of the prediction's burst that show where its measure came from
+    (for attempts: each call's result; for waiting time: the sleeps; ...), oldest first."""
+    if prediction.burst_id is None:
+        return []
+    kinds = EXPLAINING_KINDS.get(prediction.measure, ("call_result", "transition"))
+    rows = JournalEvent.objects.filter(burst_id=prediction.burst_id, kind__in=kinds)
+    return [
+        {"seq": r.seq, "kind": r.kind, "message": r.message}
+        for r in rows.order_by("seq")[:EXPLAINING_ROWS]
+    ]

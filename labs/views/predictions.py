@@ -31,9 +31,11 @@ def _render(request, session, step: int, ask: dict, *, status: int = 200, error:
         "session": session,
         "read_only": is_read_only(request.user, session),
         "step": {"index": step, "ask": presenters.step_question(ask), "prediction": prediction,
-                 "vals": _vals(session, step)},
+                 "vals": _vals(session, step),
+                 "explaining": selectors.explaining_rows(prediction) if prediction else []},
         "error": error,
         "answer": answer,
+
     }  # fmt: skip
     return render(request, TEMPLATE, context, status=status)
 

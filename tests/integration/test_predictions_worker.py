@@ -61,6 +61,10 @@ def test_a_wrong_prediction_is_shown_beside_what_the_journal_observed(celery_wor
     assert 'data-grade="wrong"' in body
     assert "<strong data-observed>12</strong>" in body and "<strong data-answer>24</strong>" in body
     assert "3 x 4 = 12" in body  # the explanation, shown after the run
+    # The journal rows behind the number: the 12 attempts and the transition that stopped them.
+    rows = body.split('class="step-journal-rows">')[1].split("</ol>")[0]
+    assert rows.count("<li data-seq=") == 13
+    assert "3 consecutive failed calls" in rows
     prediction = Prediction.objects.get(session=session, step=3)
     assert prediction.correct is False and prediction.observed["attempts"] == [4, 4, 4, 0, 0, 0]
     # The server refuses a change now that the step ran.
