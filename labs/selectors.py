@@ -6,6 +6,7 @@ consumers between a close code and a message. Formatting is :mod:`labs.presenter
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -490,3 +491,45 @@ def explaining_rows(prediction: Prediction) -> list[dict]:
         {"seq": r.seq, "kind": r.kind, "message": r.message}
         for r in rows.order_by("seq")[:EXPLAINING_ROWS]
     ]
+
+
+def class_progress(classroom: Classroom) -> list[dict]:
+    """Each student's session in ``classroom``: the current attempt, the steps done in it (of
+    the scenario's), the questions answered and right in it, and the earlier attempts."""
+    from django.db.models import Count, Q
+
+    sessions = list(
+        LabSession.objects.filter(classroom=classroom)
+        .select_related("owner", "scenario")
+        .annotate(resets=Count("journal", filter=Q(journal__kind="session_reset")))
+        .order_by("owner__username", "scenario__position", "scenario_id")
+    )
+    done = Counter(
+        (row["session_id"], row["attempt"])
+        for row in StepProgress.objects.filter(session__in=sessions).values("session_id", "attempt")
+    )
+    answered: Counter = Counter()
+    right: Counter = Counter()
+    for p in Prediction.objects.filter(session__in=sessions).values(
+        "session_id", "attempt", "correct"
+    ):
+        answered[(p["session_id"], p["attempt"])] += 1
+        right[(p["session_id"], p["attempt"])] += int(bool(p["correct"]))
+    rows = []
+    for s in sessions:
+        attempt = 1 + s.resets
+        key = (s.pk, attempt)
+        script = s.scenario.script if isinstance(s.scenario.script, dict) else {}
+        rows.append(
+            {
+                "session": s,
+                "student": presenters.actor_name(s.owner),
+                "scenario": s.scenario.title,
+                "attempt": attempt,
+                "done": done[key],
+                "steps": len(script.get("steps") or []),
+                "answered": answered[key],
+                "right": right[key],
+            }
+        )
+    return rows

@@ -100,6 +100,7 @@ def class_predictions(request, pk: int) -> HttpResponse:
     context = {
         "classroom": classroom,
         "questions": presenters.prediction_histograms(rows),
+        "progress": selectors.class_progress(classroom),
         "predictions": rows,
     }
     if request.GET.get("partial"):

@@ -137,6 +137,11 @@ def test_the_instructor_sees_the_class_histogram_and_exports_it(
     assert [(b["value"], b["count"]) for b in question["answer_bars"]] == [("12", 1), ("24", 2)]
     assert [(b["value"], b["count"]) for b in question["observed_bars"]] == [("12", 2)]
     assert (question["right"], question["graded"], question["total"]) == (1, 2, 3)
+    scores = {
+        r["session"].owner.username: (r["right"], r["answered"])
+        for r in response.context["progress"]
+    }
+    assert scores == {"alice": (0, 1), "bob2": (1, 1), "carol": (0, 1)}
     body = response.content.decode()
     assert "How many attempts reach it during these 6 calls?" in body
     assert 'hx-trigger="every 2s"' in body
@@ -196,6 +201,12 @@ def test_step_ticks_are_kept_on_the_server_and_a_reset_starts_a_new_attempt(
     owner_client.force_login(instructor)
     page = owner_client.get(reverse("labs:class_predictions", args=[classroom.pk]))
     assert [(p.attempt, p.answer) for p in page.context["predictions"]] == [(1, "24"), (2, "12")]
+    # Each student's step and score, in the current attempt.
+    (row,) = page.context["progress"]
+    assert (row["attempt"], row["done"], row["steps"], row["answered"], row["right"]) == (
+        2, 0, 6, 1, 0,
+    )  # fmt: skip
+    assert "0 of 6" in page.content.decode()
 
 
 def test_a_tick_for_a_step_the_scenario_lacks_is_refused(owner_client, session):
