@@ -7,6 +7,7 @@ the instructor's own classes and refuses objects outside it (404), whatever URL 
 
 from __future__ import annotations
 
+import json
 import secrets
 
 from django.contrib import admin, messages
@@ -19,7 +20,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.text import slugify
 
 from labs.forms.back_office import RosterImportForm, ScenarioAdminForm
@@ -34,6 +35,7 @@ from labs.models import (
     Scenario,
     SharedDependencyConfig,
 )
+from labs.presenters import step_sentence
 from labs.selectors import scenario_run_virtual
 from labs.services.accounts import (
     RosterError,
@@ -149,6 +151,12 @@ def limited_formset(limit: int) -> type[BaseInlineFormSet]:
 # --- Scenario -----------------------------------------------------------------------------
 
 
+def _script_part(scenario: Scenario, key: str, default):
+    """One part of a scenario's script (``dependency``, ``policy``, ``steps``), or ``default``."""
+    script = scenario.script if isinstance(scenario.script, dict) else {}
+    return script.get(key, default)
+
+
 @admin.register(Scenario)
 class ScenarioAdmin(admin.ModelAdmin):
     form = ScenarioAdminForm
@@ -179,6 +187,33 @@ class ScenarioAdmin(admin.ModelAdmin):
     @admin.display(description="classes", ordering="_class_count")
     def class_count(self, obj) -> int:
         return obj._class_count
+
+    # The script's parts as a read-only view shows them (an instructor may view, not change):
+    # the editable form has a field for each; these name the same parts for the read-only page.
+
+    @admin.display(description="dependency")
+    def dependency(self, obj) -> str:
+        return format_html(
+            "<pre>{}</pre>", json.dumps(_script_part(obj, "dependency", {}), indent=2)
+        )
+
+    @admin.display(description="policy")
+    def policy(self, obj) -> str:
+        return format_html("<pre>{}</pre>", json.dumps(_script_part(obj, "policy", {}), indent=2))
+
+    @admin.display(description="steps")
+    def steps(self, obj) -> str:
+        return format_html(
+            "<ol>{}</ol>",
+            format_html_join(
+                "",
+                "<li>{}<pre>{}</pre></li>",
+                (
+                    (step_sentence(step), json.dumps(step, indent=2))
+                    for step in _script_part(obj, "steps", [])
+                ),
+            ),
+        )
 
     def get_urls(self):
         urls = [

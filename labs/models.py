@@ -588,3 +588,71 @@ class Traffic(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status in self.ACTIVE_STATUSES
+
+
+# --- Prediction ---------------------------------------------------------------------------
+
+
+class Prediction(models.Model):
+    """A student's answer to a scenario step's question (``ask``), given before the step ran.
+
+    The right answer is not stored in the scenario: ``observed`` is what the step's burst
+    did, read from the journal once the burst ended, and ``correct`` is the grade. Once the
+    step ran (``ran_at``) the answer is fixed."""
+
+    session = models.ForeignKey(LabSession, on_delete=models.CASCADE, related_name="predictions")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="predictions"
+    )
+    attempt = models.PositiveSmallIntegerField(
+        default=1, help_text="The attempt at the scenario (a reset of the lab starts the next)."
+    )
+    step = models.PositiveSmallIntegerField(help_text="The step's number in the scenario, from 1.")
+    measure = models.CharField(max_length=32)
+    answer = models.CharField(max_length=32, help_text="A number, or a breaker state.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    burst = models.ForeignKey(
+        Burst, on_delete=models.SET_NULL, null=True, blank=True, related_name="predictions"
+    )
+    ran_at = models.DateTimeField(null=True, blank=True, help_text="When the step's burst started.")
+    observed = models.JSONField(null=True, blank=True, help_text="Every measure of the burst.")
+    correct = models.BooleanField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["session", "attempt", "step"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session", "attempt", "step"], name="one_prediction_per_step"
+            ),
+            models.CheckConstraint(condition=Q(step__gte=1), name="prediction_step_gte_1"),
+        ]
+
+    def __str__(self) -> str:
+        return f"step {self.step} of session {self.session_id}: {self.answer}"
+
+    @property
+    def observed_value(self):
+        """The observed value of the question's measure (None until graded)."""
+        return (self.observed or {}).get(self.measure)
+
+
+class StepProgress(models.Model):
+    """A scenario step marked done in one attempt at a lab session (kept on the server, so it
+    survives a reload, another browser and, as the record of an earlier attempt, a reset)."""
+
+    session = models.ForeignKey(LabSession, on_delete=models.CASCADE, related_name="step_progress")
+    attempt = models.PositiveSmallIntegerField(default=1)
+    step = models.PositiveSmallIntegerField()
+    done_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["session", "attempt", "step"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session", "attempt", "step"], name="one_progress_row_per_step"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"step {self.step} done in attempt {self.attempt} of session {self.session_id}"

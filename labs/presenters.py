@@ -22,6 +22,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from labs.engine import STATES
 from labs.engine import state_label as engine_state_label
 from labs.engine.events import is_fast_fail
 from labs.engine.replay import diff_rows
@@ -185,6 +186,63 @@ def step_sentence(step: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in step.items())
 
 
+def measure_value(value: Any) -> str:
+    """An expected or observed measure as a person reads it: a list of attempts as
+    ``[4, 1, 1]``, transitions as ``closed→open (call 9)``, a number without trailing ``.0``."""
+    if isinstance(value, list) and value and isinstance(value[0], dict):
+        return ", ".join(
+            f"{t.get('from', '*')}→{t.get('to')}"
+            + (f" (call {t['call']})" if t.get("call") is not None else "")
+            for t in value
+        )
+    if isinstance(value, list):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def check_rows(checks: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A scenario run's expectation checks with their values as text (admin, run results)."""
+    return [
+        dict(
+            check,
+            expected_text=measure_value(check["expected"])
+            + (f" ± {check['tolerance']:g}" if check.get("tolerance") else ""),
+            observed_text=measure_value(check["observed"]),
+        )
+        for check in checks
+    ]
+
+
+#: How a question's measure reads beside the answer field.
+MEASURE_UNITS = {
+    "calls": "calls",
+    "succeeded": "calls",
+    "failed": "calls",
+    "fast_failed": "calls",
+    "attempts_total": "attempts",
+    "dependency_hits": "attempts",
+    "backoff_ms_total": "ms",
+}
+
+
+def step_question(ask: dict[str, Any]) -> dict[str, Any]:
+    """A step's ``ask`` as the page shows it: the question, the measure, its unit, the
+    breaker states to choose from for a choice, and the explanation shown after the run."""
+    measure = ask.get("measure")
+    return {
+        "question": ask.get("question", ""),
+        "measure": measure,
+        "unit": MEASURE_UNITS.get(measure, ""),
+        "choices": [(s, engine_state_label(s)) for s in STATES]
+        if measure == "breaker_after"
+        else [],
+        "tolerance": ask.get("tolerance") or 0,
+        "explanation": ask.get("explanation", ""),
+    }
+
+
 def scenario_steps(scenario) -> list[dict[str, Any]]:
     """The scenario's steps with what the page needs to offer a "Do it" button (the form
     values a step sets, as the forms post them)."""
@@ -196,9 +254,11 @@ def scenario_steps(scenario) -> list[dict[str, Any]]:
         item: dict[str, Any] = {"index": index, "text": step_sentence(step), "action": None}
         if "burst" in step:
             item["action"] = "burst"
-            item["vals"] = json.dumps(
-                {"size": step.get("burst"), "concurrency": step.get("concurrency", 1)}
-            )
+            vals = {"size": step.get("burst"), "concurrency": step.get("concurrency", 1)}
+            if isinstance(step.get("ask"), dict):
+                item["ask"] = step_question(step["ask"])
+                vals["step"] = index
+            item["vals"] = json.dumps(vals)
         elif "set_dependency" in step and isinstance(step["set_dependency"], dict):
             item["action"] = "dependency"
             item["vals"] = json.dumps(_form_values_of_dependency(step["set_dependency"]))
@@ -630,3 +690,75 @@ def replay_agreement(real: Sequence[dict[str, Any]], replayed: Sequence[dict[str
         "Replayed with its own policy, this burst makes the same attempts per call, outcomes "
         "and breaker transitions as it did."
     )
+# --- predictions, per class ------------------------------------------------------------------
+
+PREDICTION_COLUMNS = (
+    "student", "username", "scenario", "attempt", "step", "question", "measure", "answer",
+    "predicted_at",
+    "burst", "observed", "correct",
+)  # fmt: skip
+
+
+def _bars(counts: dict[str, int]) -> list[dict[str, Any]]:
+    """Histogram bars in value order (numbers numerically), each with its count and the
+    tallest count (for ``<meter max>``)."""
+
+    def key(value: str) -> tuple[int, float, str]:
+        try:
+            return (0, float(value), value)
+        except ValueError:
+            return (1, 0.0, value)
+
+    top = max(counts.values(), default=0)
+    return [{"value": v, "count": counts[v], "max": top} for v in sorted(counts, key=key)]
+
+
+def prediction_histograms(predictions: Iterable[Any]) -> list[dict[str, Any]]:
+    """One entry per question (scenario and step): the question, the class's answers as a
+    histogram beside the observed values, and how many were right."""
+    questions: dict[tuple[int, int], dict[str, Any]] = {}
+    for p in predictions:
+        scenario = p.session.scenario
+        steps = (scenario.script or {}).get("steps") or [] if isinstance(scenario.script, dict) else []
+        ask = steps[p.step - 1].get("ask", {}) if 0 < p.step <= len(steps) else {}
+        entry = questions.setdefault(
+            (scenario.pk, p.step),
+            {
+                "scenario": scenario.title,
+                "step": p.step,
+                "question": ask.get("question", ""),
+                "measure": p.measure,
+                "answers": {},
+                "observed": {},
+                "right": 0,
+                "graded": 0,
+                "total": 0,
+            },
+        )
+        entry["total"] += 1
+        entry["answers"][p.answer] = entry["answers"].get(p.answer, 0) + 1
+        if p.correct is not None:
+            entry["graded"] += 1
+            entry["right"] += int(p.correct)
+            seen = measure_value(p.observed_value)
+            entry["observed"][seen] = entry["observed"].get(seen, 0) + 1
+    result = []
+    for entry in questions.values():
+        entry["answer_bars"] = _bars(entry.pop("answers"))
+        entry["observed_bars"] = _bars(entry.pop("observed"))
+        result.append(entry)
+    return result
+
+
+def prediction_row(p: Any) -> list[Any]:
+    """A prediction as a CSV row (:data:`PREDICTION_COLUMNS`)."""
+    scenario = p.session.scenario
+    steps = (scenario.script or {}).get("steps") or [] if isinstance(scenario.script, dict) else []
+    ask = steps[p.step - 1].get("ask", {}) if 0 < p.step <= len(steps) else {}
+    return [
+        actor_name(p.owner), p.owner.username, scenario.title, p.attempt, p.step,
+        ask.get("question", ""),
+        p.measure, p.answer, p.created_at.isoformat(), p.burst.number if p.burst else "",
+        "" if p.correct is None else measure_value(p.observed_value),
+        "" if p.correct is None else ("right" if p.correct else "wrong"),
+    ]  # fmt: skip

@@ -6,6 +6,7 @@ consumers between a close code and a message. Formatting is :mod:`labs.presenter
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +29,9 @@ from labs.models import (
     JournalEvent,
     LabSession,
     Membership,
+    Prediction,
     Scenario,
+    StepProgress,
     Traffic,
 )
 
@@ -167,6 +170,14 @@ class ScenarioRun:
     @property
     def transitions(self) -> list[dict]:
         return self.result.get("transitions", [])
+
+    @property
+    def checks(self) -> list[dict]:
+        return presenters.check_rows(self.result.get("checks", []))
+
+    @property
+    def checks_failed(self) -> int:
+        return sum(1 for c in self.checks if not c["ok"])
 
 
 def scenario_run_virtual(*, scenario: Scenario) -> ScenarioRun:
@@ -515,3 +526,126 @@ def dependency_comparison(
         "steps": [{"burst": calls}],
     }
     return compare_scenario(script, policy_b, policy_a=policy_a, names=("a", "b"))
+# --- predictions ---------------------------------------------------------------------------
+
+
+def session_attempt(session: LabSession) -> int:
+    """The session's attempt at its scenario: 1, and one more after each reset of the lab
+    (counted from the journal's ``session_reset`` rows, the record of each reset)."""
+    return 1 + JournalEvent.objects.filter(session=session, kind="session_reset").count()
+
+
+def session_steps(session: LabSession) -> list[dict]:
+    """The scenario's steps (:func:`labs.presenters.scenario_steps`) in the current attempt:
+    each with ``done`` (stored on the server) and, for a question, the prediction (None until
+    answered)."""
+    steps = presenters.scenario_steps(session.scenario)
+    attempt = session_attempt(session)
+    done = set(
+        StepProgress.objects.filter(session=session, attempt=attempt).values_list("step", flat=True)
+    )
+    by_step = {}
+    if any("ask" in step for step in steps):
+        by_step = {
+            p.step: p
+            for p in Prediction.objects.filter(session=session, attempt=attempt).select_related(
+                "burst"
+            )
+        }
+    for step in steps:
+        step["done"] = step["index"] in done
+        if "ask" in step:
+            step["prediction"] = prediction = by_step.get(step["index"])
+            graded = prediction is not None and prediction.correct is not None
+            step["explaining"] = explaining_rows(prediction) if graded else []
+    return steps
+
+
+def session_prediction(session: LabSession, step: int) -> Prediction | None:
+    """The session's prediction for step ``step`` in the current attempt, or None."""
+    return (
+        Prediction.objects.filter(session=session, attempt=session_attempt(session), step=step)
+        .select_related("burst")
+        .first()
+    )
+
+
+def class_predictions(classroom: Classroom):
+    """Every prediction made in ``classroom``: student, scenario, step, answer, observation."""
+    return (
+        Prediction.objects.filter(session__classroom=classroom)
+        .select_related("owner", "session__scenario")
+        .order_by(
+            "session__scenario__position",
+            "session__scenario_id",
+            "step",
+            "owner__username",
+            "attempt",
+        )
+    )
+
+
+#: The journal rows that explain each measure's value in a graded step.
+EXPLAINING_KINDS = {
+    "breaker_after": ("transition",),
+    "fast_failed": ("transition", "rejected", "call_result"),
+    "backoff_ms_total": ("sleep",),
+    "dependency_hits": ("attempt", "transition"),
+    "attempts_total": ("call_result", "budget_exhausted", "deadline_exceeded", "transition"),
+}
+EXPLAINING_ROWS = 20
+
+
+def explaining_rows(prediction: Prediction) -> list[dict]:
+    """Up to 20 journal rows of the prediction's burst that show where its measure came from
+    (for attempts: each call's result; for waiting time: the sleeps; ...), oldest first."""
+    if prediction.burst_id is None:
+        return []
+    kinds = EXPLAINING_KINDS.get(prediction.measure, ("call_result", "transition"))
+    rows = JournalEvent.objects.filter(burst_id=prediction.burst_id, kind__in=kinds)
+    return [
+        {"seq": r.seq, "kind": r.kind, "message": r.message}
+        for r in rows.order_by("seq")[:EXPLAINING_ROWS]
+    ]
+
+
+def class_progress(classroom: Classroom) -> list[dict]:
+    """Each student's session in ``classroom``: the current attempt, the steps done in it (of
+    the scenario's), the questions answered and right in it, and the earlier attempts."""
+    from django.db.models import Count, Q
+
+    sessions = list(
+        LabSession.objects.filter(classroom=classroom)
+        .select_related("owner", "scenario")
+        .annotate(resets=Count("journal", filter=Q(journal__kind="session_reset")))
+        .order_by("owner__username", "scenario__position", "scenario_id")
+    )
+    done = Counter(
+        (row["session_id"], row["attempt"])
+        for row in StepProgress.objects.filter(session__in=sessions).values("session_id", "attempt")
+    )
+    answered: Counter = Counter()
+    right: Counter = Counter()
+    for p in Prediction.objects.filter(session__in=sessions).values(
+        "session_id", "attempt", "correct"
+    ):
+        answered[(p["session_id"], p["attempt"])] += 1
+        right[(p["session_id"], p["attempt"])] += int(bool(p["correct"]))
+    rows = []
+    for s in sessions:
+        attempt = 1 + s.resets
+        key = (s.pk, attempt)
+        script = s.scenario.script if isinstance(s.scenario.script, dict) else {}
+        rows.append(
+            {
+                "session": s,
+                "student": presenters.actor_name(s.owner),
+                "scenario": s.scenario.title,
+                "attempt": attempt,
+                "done": done[key],
+                "steps": len(script.get("steps") or []),
+                "answered": answered[key],
+                "right": right[key],
+            }
+        )
+    return rows

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from labs.views import accounts, instructor, lab, replay
+from labs.views import accounts, instructor, lab, predictions, replay
 
 app_name = "labs"
 
@@ -20,6 +20,14 @@ urlpatterns = [
     path("sessions/<int:pk>/policy/", lab.session_policy, name="session_policy"),
     path("sessions/<int:pk>/bursts/", lab.session_burst, name="session_burst"),
     path("sessions/<int:pk>/traffic/", lab.session_traffic, name="session_traffic"),
+    path(
+        "sessions/<int:pk>/steps/<int:step>/prediction/",
+        predictions.step_prediction,
+        name="session_step_prediction",
+    ),
+    path(
+        "sessions/<int:pk>/steps/<int:step>/done/", predictions.step_done, name="session_step_done"
+    ),
     path("sessions/<int:pk>/reset/", lab.session_reset, name="session_reset"),
     path("sessions/<int:pk>/breaker/", lab.session_breaker, name="session_breaker"),
     path("sessions/<int:pk>/journal/", lab.session_journal, name="session_journal"),
@@ -30,6 +38,12 @@ urlpatterns = [
     ),
     path("sessions/<int:pk>/export.<str:fmt>", lab.session_export, name="session_export"),
     path("classes/<int:pk>/dashboard/", instructor.class_dashboard, name="class_dashboard"),
+    path("classes/<int:pk>/predictions/", predictions.class_predictions, name="class_predictions"),
+    path(
+        "classes/<int:pk>/predictions.csv",
+        predictions.class_predictions_csv,
+        name="class_predictions_csv",
+    ),
     path(
         "classes/<int:pk>/dashboard/dependency/",
         instructor.class_set_dependency,

@@ -54,6 +54,13 @@ from labs.engine.events import (
     Sink,
     is_fast_fail,
 )
+from labs.engine.expect import (
+    ASK_MEASURES,
+    EXPECT_MEASURES,
+    check_expectations,
+    grade_answer,
+    observe,
+)
 from labs.engine.retry import RetryBudget, backoff_ms, is_retryable, jittered_backoff_ms
 from labs.engine.scenario import Executor, run_scenario
 from labs.engine.shared import (
@@ -84,8 +91,10 @@ from labs.engine.validate import (
 )
 
 __all__ = [
+    "ASK_MEASURES",
     "CALL_OUTCOMES",
     "EVENT_KINDS",
+    "EXPECT_MEASURES",
     "FAST_FAIL_OUTCOMES",
     "LIMITS",
     "STATES",
@@ -128,12 +137,15 @@ __all__ = [
     "ValidationError",
     "VirtualClock",
     "backoff_ms",
+    "check_expectations",
     "default_dependency",
     "default_policy",
+    "grade_answer",
     "is_fast_fail",
     "is_retryable",
     "jittered_backoff_ms",
     "merge_settings",
+    "observe",
     "parse_dependency",
     "parse_policy",
     "parse_scenario",

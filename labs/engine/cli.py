@@ -2,12 +2,13 @@
 ``python -m labs.engine compare FILE.json --policy-b B.json [--json]``: run it twice.
 
 ``run`` uses virtual time unless ``--real``. It prints a readable table, or the JSON contract
-with ``--json``. ``compare`` runs the scenario in virtual time with its own policy (A) and with
-the policy in ``B.json`` merged over it (B), and prints the diff table (succeeded, failed,
-fast-failed, attempts, dependency hits, time waiting, total time), or with ``--json`` both
-outputs and the table's rows. A file that is not valid JSON, or a scenario or policy with
-problems, exits with status 2 and one line per problem (field and allowed range) on stderr;
-nothing runs.
+with ``--json``; either way the steps' expectations are checked (a ``checks`` table, or the
+``checks`` section) and the exit status is 1 when one of them fails. ``compare`` runs the
+scenario in virtual time with its own policy (A) and with the policy in ``B.json`` merged over
+it (B), and prints the diff table (succeeded, failed, fast-failed, attempts, dependency hits,
+time waiting, total time), or with ``--json`` both outputs and the table's rows. A file that is
+not valid JSON, or a scenario or policy with problems, exits with status 2 and one line per
+problem (field and allowed range) on stderr; nothing runs.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from labs.engine.replay import compare_scenario
 from labs.engine.scenario import run_scenario
 from labs.engine.validate import ValidationError, parse_scenario, validate_scenario
 
-__all__ = ["format_diff", "format_table", "main"]
+__all__ = ["format_checks", "format_diff", "format_table", "main"]
 
+EXIT_FAILED_CHECK = 1
 EXIT_BAD_INPUT = 2
 
 
@@ -151,10 +153,48 @@ def _compare(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+def _shown(value: Any) -> str:
+    if isinstance(value, list) and value and isinstance(value[0], dict):
+        return ", ".join(
+            f"{t.get('from', '*')}->{t['to']}" + (f"@{t['call']}" if t.get("call") else "")
+            for t in value
+        )
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
+def format_checks(checks: list[dict[str, Any]]) -> str:
+    """The expectations as a text table: step, burst, measure, expected, observed, result."""
+    if not checks:
+        return "no expectations"
+    rows = [("step", "burst", "measure", "expected", "observed", "result")]
+    for c in checks:
+        expected = _shown(c["expected"])
+        if c["tolerance"]:
+            expected += f" ± {c['tolerance']:g}"
+        rows.append(
+            (
+                str(c["step"]),
+                str(c["burst"]),
+                c["measure"],
+                expected,
+                _shown(c["observed"]),
+                "ok" if c["ok"] else "FAILED",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
+    lines.insert(1, "-" * len(lines[0]))
+    failed = sum(1 for c in checks if not c["ok"])
+    lines.append(f"{len(checks) - failed} of {len(checks)} expectations met")
+    return "\n".join(lines)
+
+
 def main(
     argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
-    """Entry point; returns the exit status (0 ok, 2 bad input)."""
+    """Entry point; returns the exit status (0 ok, 1 an expectation failed, 2 bad input)."""
     out = out or sys.stdout
     err = err or sys.stderr
     parser = _parser()
@@ -172,4 +212,6 @@ def main(
         print(json.dumps(result, indent=2), file=out)
     else:
         print(format_table(result), file=out)
-    return 0
+        print("", file=out)
+        print(format_checks(result["checks"]), file=out)
+    return EXIT_FAILED_CHECK if any(not c["ok"] for c in result["checks"]) else 0

@@ -390,18 +390,27 @@ class Policy:
 class Step:
     """One scenario step: ``burst`` (with ``concurrency``), ``wait``, ``set_dependency`` or
     ``set_policy``. A ``set_*`` step carries the keys it changes; they are merged into the
-    current settings (nested ``breaker`` / ``retry_budget`` objects merge one level deeper)."""
+    current settings (nested ``breaker`` / ``retry_budget`` objects merge one level deeper).
+    A burst step may carry ``expect`` (measures checked after the run) and ``ask`` (a question
+    whose answer the run observes); see :mod:`labs.engine.expect`."""
 
     action: Literal["burst", "wait", "set_dependency", "set_policy"]
     burst: int | None = None
     concurrency: int = 1
     wait_ms: float | None = None
     changes: dict[str, Any] | None = None
+    expect: dict[str, Any] | None = None
+    ask: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The step as it appears in a scenario file."""
         if self.action == "burst":
-            return {"burst": self.burst, "concurrency": self.concurrency}
+            out: dict[str, Any] = {"burst": self.burst, "concurrency": self.concurrency}
+            if self.expect is not None:
+                out["expect"] = dict(self.expect)
+            if self.ask is not None:
+                out["ask"] = dict(self.ask)
+            return out
         if self.action == "wait":
             return {"wait_ms": self.wait_ms}
         return {self.action: dict(self.changes or {})}

@@ -8,6 +8,10 @@ events the executor returns, so any executor that runs the engine (the in-proces
 ``transitions``  at_ms, from, to, call, reason
 ``bursts``       burst, calls (count), call_numbers, succeeded, failed, fast_failed,
                  attempts (list), attempts_total, backoff_ms_total, start_ms, end_ms, wall_ms
+``checks``       one per expected measure of a burst step: step, burst, measure, expected,
+                 observed, tolerance, ok (see :mod:`labs.engine.expect`)
+``observed``     for each burst step carrying ``expect`` or ``ask``: step, burst and every
+                 measure :func:`~labs.engine.expect.observe` computes
 
 Times are milliseconds since the scenario started, on the executor's clock.
 """
@@ -24,6 +28,7 @@ from labs.engine.clock import Clock, SystemClock, VirtualClock
 from labs.engine.config import DependencyConfig, Policy, Scenario
 from labs.engine.dependency import FakeDependency
 from labs.engine.events import Event, Sink
+from labs.engine.expect import check_expectations, observe
 from labs.engine.stores.base import Store
 from labs.engine.stores.memory import MemoryStore
 from labs.engine.validate import merge_settings, parse_dependency, parse_policy, parse_scenario
@@ -159,10 +164,21 @@ def run_scenario(
     executor.set_dependency(dependency)
     executor.set_policy(policy)
     events: list[Event] = []
-    for step in scenario.steps:
+    checks: list[dict[str, Any]] = []
+    observed: list[dict[str, Any]] = []
+    breaker = "closed"
+    for index, step in enumerate(scenario.steps):
         if step.action == "burst":
             assert step.burst is not None
-            events.extend(executor.burst(step.burst, step.concurrency))
+            burst_events = executor.burst(step.burst, step.concurrency)
+            events.extend(burst_events)
+            seen = observe(burst_events, breaker)
+            breaker = seen["breaker_after"]
+            number = next((e.burst for e in burst_events if e.kind == "burst_end"), None)
+            if step.expect or step.ask:
+                observed.append({"step": index, "burst": number, **seen})
+            if step.expect:
+                checks += check_expectations(step.expect, seen, step=index, burst=number)
         elif step.action == "wait":
             executor.wait(step.wait_ms or 0)
         elif step.action == "set_dependency":
@@ -178,6 +194,8 @@ def run_scenario(
         seed=scenario.seed,
         clock="real" if isinstance(executor.clock, SystemClock) else "virtual",
         total_ms=_r(total),
+        checks=checks,
+        observed=observed,
     )
     if include_events:
         output["events"] = [dict(e.to_dict(), at_ms=_r(e.at_ms - t0)) for e in events]

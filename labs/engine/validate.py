@@ -23,6 +23,7 @@ from labs.engine.config import (
     Scenario,
     Step,
 )
+from labs.engine.expect import validate_ask, validate_expect
 from labs.engine.shared import SharedConfig, Trigger
 
 __all__ = [
@@ -52,10 +53,20 @@ _POLICY_KEYS = (
     "attempt_timeout_ms",
     "retry_after",
 )
-_SCENARIO_KEYS = ("name", "title", "description", "seed", "dependency", "policy", "steps")
+_SCENARIO_KEYS = (
+    "name",
+    "title",
+    "description",
+    "instructions",
+    "seed",
+    "dependency",
+    "policy",
+    "steps",
+)
 _STEP_ACTIONS = ("burst", "wait_ms", "set_dependency", "set_policy")
+_BURST_EXTRAS = ("concurrency", "expect", "ask")
 _MAX_STEPS = 100
-_MAX_TEXT = {"name": 100, "title": 200, "description": 2000}
+_MAX_TEXT = {"name": 100, "title": 200, "description": 2000, "instructions": 20000}
 
 
 @dataclass(frozen=True)
@@ -368,7 +379,7 @@ def validate_scenario(d: Any) -> list[Problem]:
                 "name", f"must be a non-empty string of at most 100 characters (got {_shown(name)})"
             )
         )
-    for key in ("title", "description"):
+    for key in ("title", "description", "instructions"):
         if key in d and (not isinstance(d[key], str) or len(d[key]) > _MAX_TEXT[key]):
             problems.append(
                 Problem(key, f"must be a string of at most {_MAX_TEXT[key]} characters")
@@ -399,12 +410,18 @@ def validate_scenario(d: Any) -> list[Problem]:
             problems.append(
                 Problem(path, f"must have exactly one of {', '.join(_STEP_ACTIONS)} (got {got})")
             )
-            problems += _unknown(path, step, (*_STEP_ACTIONS, "concurrency"))
+            problems += _unknown(path, step, (*_STEP_ACTIONS, *_BURST_EXTRAS))
             continue
         action = actions[0]
-        allowed = ("burst", "concurrency") if action == "burst" else (action,)
+        allowed = ("burst", *_BURST_EXTRAS) if action == "burst" else (action,)
         problems += _unknown(path, step, allowed)
         if action == "burst":
+            if "expect" in step:
+                problems += [
+                    Problem(f, m) for f, m in validate_expect(step["expect"], f"{path}.expect")
+                ]
+            if "ask" in step:
+                problems += [Problem(f, m) for f, m in validate_ask(step["ask"], f"{path}.ask")]
             _check(f"{path}.burst", step["burst"], LIMITS["steps[].burst"], problems)
             if "concurrency" in step:
                 _check(
@@ -473,7 +490,13 @@ def parse_policy(d: Mapping[str, Any]) -> Policy:
 def parse_step(d: Mapping[str, Any]) -> Step:
     """A :class:`Step` from a (validated) step dict."""
     if "burst" in d:
-        return Step("burst", burst=d["burst"], concurrency=d.get("concurrency", 1))
+        return Step(
+            "burst",
+            burst=d["burst"],
+            concurrency=d.get("concurrency", 1),
+            expect=dict(d["expect"]) if "expect" in d else None,
+            ask=dict(d["ask"]) if "ask" in d else None,
+        )
     if "wait_ms" in d:
         return Step("wait", wait_ms=d["wait_ms"])
     if "set_dependency" in d:

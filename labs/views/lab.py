@@ -52,6 +52,7 @@ from labs.models import Classroom, JournalEvent, LabSession, Scenario
 from labs.selectors import visible_session
 from labs.services import bursts as burst_services
 from labs.services import lab as lab_services
+from labs.services import predictions as prediction_services
 from labs.services import traffic as traffic_services
 from labs.services.lab import session_open as session_open_service
 from labs.views import HtmxHttpRequest
@@ -101,7 +102,7 @@ def page_context(
         "last_seq": rows[0]["seq"] if rows else 0,
         "summary": selectors.burst_summary(selectors.latest_burst(session)),
         "chart_events": selectors.chart_events(session),
-        "steps": presenters.scenario_steps(session.scenario),
+        "steps": selectors.session_steps(session),
         "ws_path": f"/ws/sessions/{session.pk}/",
         "state_labels": STATE_LABELS,
         **traffic_context(session),
@@ -358,6 +359,7 @@ def session_burst(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         return _burst_message(request, session, 409, str(exc))
     except burst_services.BurstNotQueued as exc:
         return _burst_unavailable(request, session, form, str(exc))
+    prediction_services.prediction_attach(session=session, step=request.POST.get("step"), burst=burst)
     context = {"session": session, **form_context(session, burst_form=form)}
     context["saved"] = (
         f"Burst {burst.number} queued: {burst.size} call{'s' if burst.size != 1 else ''}."

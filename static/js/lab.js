@@ -533,16 +533,28 @@
 
   const steps = document.getElementById("steps");
   if (steps) {
-    const key = steps.dataset.storageKey;
-    function load() {
-      try { return JSON.parse(window.localStorage.getItem(key) || "[]"); } catch (err) { return []; }
+    const doneUrl = steps.dataset.doneUrl || "";
+    function csrfToken() {
+      try {
+        return JSON.parse(document.body.getAttribute("hx-headers") || "{}")["X-CSRFToken"] || "";
+      } catch (err) { return ""; }
     }
-    function save() {
-      const ticked = [];
-      steps.querySelectorAll(".step").forEach(function (item) {
-        if (item.querySelector(".step-check").checked) ticked.push(item.dataset.step);
+    // Ticks are kept on the server (per attempt at the scenario), so they survive a reload,
+    // another browser and a reset's fresh start; a watcher's page has no URL and sends none.
+    function store(item) {
+      if (!doneUrl) return;
+      const done = item.querySelector(".step-check").checked;
+      const url = doneUrl.replace("/steps/0/done/", "/steps/" + item.dataset.step + "/done/");
+      window.fetch(url, {
+        method: "POST",
+        body: new URLSearchParams({ done: done ? "1" : "0" }),
+        headers: { "X-CSRFToken": csrfToken() },
+        credentials: "same-origin",
+      }).then(function (response) {
+        if (!response.ok) actionMessage("The step's tick was not saved (HTTP " + response.status + ").", true);
+      }).catch(function () {
+        actionMessage("Could not save the step's tick; check the connection and try again.", true);
       });
-      try { window.localStorage.setItem(key, JSON.stringify(ticked)); } catch (err) { /* private mode */ }
     }
     function highlight() {
       let found = false;
@@ -557,16 +569,19 @@
       });
     }
     function tick(item) {
-      item.querySelector(".step-check").checked = true;
-      save();
+      const box = item.querySelector(".step-check");
+      if (!box.checked) {
+        box.checked = true;
+        store(item);
+      }
       highlight();
     }
-    load().forEach(function (n) {
-      const box = document.getElementById("step-" + n);
-      if (box) box.checked = true;
-    });
     highlight();
-    steps.addEventListener("change", function () { save(); highlight(); });
+    steps.addEventListener("change", function (event) {
+      if (!event.target.classList.contains("step-check")) return;
+      store(event.target.closest(".step"));
+      highlight();
+    });
     document.body.addEventListener("htmx:afterRequest", function (event) {
       const source = event.detail.elt;
       if (source && source.hasAttribute && source.hasAttribute("data-step-do") && event.detail.successful) {

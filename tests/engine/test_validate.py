@@ -220,7 +220,7 @@ def test_scenario_steps_are_checked_after_merging_into_current_settings():
         "steps[2].concurrency: must be between 1 and 10 callers (got 11)",
         "steps[3]: must have exactly one of burst, wait_ms, set_dependency, set_policy (got burst, wait_ms)",
         "steps[4]: must have exactly one of burst, wait_ms, set_dependency, set_policy (got none)",
-        "steps[4].jump: unknown field (allowed: burst, wait_ms, set_dependency, set_policy, concurrency)",
+        "steps[4].jump: unknown field (allowed: burst, wait_ms, set_dependency, set_policy, concurrency, expect, ask)",
         "steps[5]: must be an object (got 'burst')",
     ]
 
@@ -228,7 +228,7 @@ def test_scenario_steps_are_checked_after_merging_into_current_settings():
 def test_scenario_top_level_problems():
     assert messages(validate_scenario([])) == ["scenario: must be a JSON object (got list)"]
     assert messages(validate_scenario({"steps": [], "extra": 1})) == [
-        "extra: unknown field (allowed: name, title, description, seed, dependency, policy, steps)",
+        "extra: unknown field (allowed: name, title, description, instructions, seed, dependency, policy, steps)",
         "name: must be a non-empty string of at most 100 characters (got null)",
         "steps: must be a list of 1 to 100 steps (got list)",
     ]

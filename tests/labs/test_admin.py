@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import io
+import json
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -12,6 +14,8 @@ from django.contrib.sessions.models import Session
 from django.urls import reverse
 
 from labs.models import Classroom, JournalEvent, LabSession, Membership, Scenario
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.django_db
 
@@ -360,6 +364,38 @@ def test_run_in_virtual_time_action_shows_the_tour_results(admin_client_, scenar
     assert [c["outcome"] for c in run.calls[9:12]] == ["rejected_open"] * 3
 
 
+def _shipped_tour(scenario):
+    scenario.script = json.loads((ROOT / "scenarios" / "tour.json").read_text())
+    scenario.save()
+    return scenario.script
+
+
+def test_run_in_virtual_time_shows_the_expectations(admin_client_, scenario):
+    _shipped_tour(scenario)
+    response = admin_client_.get(reverse("admin:labs_scenario_run", args=[scenario.pk]))
+    body = response.content.decode()
+    run = response.context["runs"][0]
+    assert len(run.checks) == 14 and run.checks_failed == 0
+    assert "All 14 expectations met." in body
+    assert "closed→open (call 9)" in body
+
+
+def test_run_in_virtual_time_names_a_failed_expectation(admin_client_, scenario):
+    script = _shipped_tour(scenario)
+    script["steps"][2]["expect"] = {"dependency_hits": 24}
+    scenario.script = script
+    scenario.save()
+    response = admin_client_.get(reverse("admin:labs_scenario_run", args=[scenario.pk]))
+    body = response.content.decode()
+    (failed,) = [c for c in response.context["runs"][0].checks if not c["ok"]]
+    assert (failed["measure"], failed["expected"], failed["observed"]) == (
+        "dependency_hits",
+        24,
+        12,
+    )
+    assert "1 of 9 expectations failed." in body and "FAILED" in body
+
+
 def test_run_in_virtual_time_button_on_the_change_page(admin_client_, scenario):
     response = admin_client_.get(reverse("admin:labs_scenario_run", args=[scenario.pk]))
     assert response.status_code == 200
@@ -379,6 +415,19 @@ def test_instructor_can_view_and_run_scenarios_but_not_change_them(
     assert response.status_code == 403
     scenario.refresh_from_db()
     assert scenario.title == "The tour"
+
+
+def test_an_instructors_read_only_scenario_shows_its_dependency_policy_and_steps(
+    teacher_client, scenario
+):
+    _shipped_tour(scenario)
+    body = teacher_client.get(reverse("admin:labs_scenario_change", args=[scenario.pk]))
+    text = body.content.decode()
+    assert "&quot;mode&quot;: &quot;flaky&quot;" in text  # the dependency
+    assert "&quot;failure_threshold&quot;: 3" in text  # the policy's breaker
+    assert "Run a burst of 6 calls." in text and "Set the dependency to down." in text
+    assert "&quot;dependency_hits&quot;: 12" in text  # a step's expectation
+    assert "How many attempts reach it during these 6 calls?" in text  # a step's question
 
 
 # --- roster import ------------------------------------------------------------------------

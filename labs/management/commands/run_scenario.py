@@ -3,7 +3,10 @@
 Creates a throwaway lab session (its own user, class and scenario), runs every step through
 the services, a Celery worker and Redis, prints the engine runner's JSON with real wall times,
 then removes the throwaway rows and Redis keys (``--keep`` leaves them for a look in the admin).
-A worker must be running (``make run`` starts one). Exit status 2 for an invalid script.
+The steps' expectations are checked on what the worker journaled: the JSON's ``checks``
+section lists them, each failed one is also named on stderr, and the exit status is 1 when
+one fails. A worker must be running (``make run`` starts one). Exit status 2 for an invalid
+script.
 """
 
 from __future__ import annotations
@@ -78,3 +81,11 @@ class Command(BaseCommand):
                 row.delete()
                 user.delete()
         self.stdout.write(json.dumps(output, indent=2))
+        failed = [c for c in output["checks"] if not c["ok"]]
+        for check in failed:
+            self.stderr.write(
+                f"step {check['step']} (burst {check['burst']}) {check['measure']}: "
+                f"expected {check['expected']}, observed {check['observed']}"
+            )
+        if failed:
+            sys.exit(1)

@@ -1,0 +1,258 @@
+"""Expectations and questions on a scenario's burst steps: what a step is observed to do.
+
+A burst step may carry ``expect`` (facts the script's author states, checked after the run)
+and ``ask`` (a question for the student whose right answer is *not* written anywhere: it is
+what the run observes). Both name *measures*, and :func:`observe` computes every measure
+from the engine events of one burst, so the CLI, the real worker (events read back from the
+journal) and the lab page grade against the same numbers.
+
+Measures:
+
+``breaker_after``       choice: the breaker state after the step (closed, open, half_open)
+``calls``               number of calls in the burst
+``succeeded``           calls that succeeded
+``failed``              calls that failed after trying (not fast-failed)
+``fast_failed``         calls refused by the breaker without an attempt
+``attempts_total``      attempts sent, all calls together
+``dependency_hits``     attempts that reached the dependency (``attempt`` events)
+``backoff_ms_total``    milliseconds spent in backoff sleeps, all calls together
+``attempts``            list: attempts per call, in call order (expect only)
+``transitions``         list: the breaker's transitions during the step, each
+                        ``{"from": s, "to": s, "call": n}`` (``from`` and ``call`` optional;
+                        expect only)
+
+A number may be written plain (exact) or as ``{"value": v, "tolerance": t}`` (``|observed -
+v| <= t``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from labs.engine.breaker import STATES
+from labs.engine.events import Event
+
+__all__ = [
+    "ASK_MEASURES",
+    "BREAKER_STATES",
+    "EXPECT_MEASURES",
+    "NUMBER_MEASURES",
+    "check_expectations",
+    "grade_answer",
+    "observe",
+    "validate_ask",
+    "validate_expect",
+]
+
+BREAKER_STATES = STATES
+NUMBER_MEASURES = (
+    "calls",
+    "succeeded",
+    "failed",
+    "fast_failed",
+    "attempts_total",
+    "dependency_hits",
+    "backoff_ms_total",
+)
+CHOICE_MEASURES = ("breaker_after",)
+LIST_MEASURES = ("attempts", "transitions")
+EXPECT_MEASURES = (*CHOICE_MEASURES, *NUMBER_MEASURES, *LIST_MEASURES)
+ASK_MEASURES = (*CHOICE_MEASURES, *NUMBER_MEASURES)
+_ASK_KEYS = ("question", "measure", "tolerance", "explanation")
+_TRANSITION_KEYS = ("from", "to", "call")
+_MAX_NUMBER = 1_000_000
+_MAX_TEXT = {"question": 300, "explanation": 2000}
+
+
+def observe(events: Iterable[Event], breaker_before: str = "closed") -> dict[str, Any]:
+    """Every measure of one burst from its events (``burst_start`` ... ``burst_end`` and
+    what lies between). ``breaker_before`` is the state in force when the burst began: with
+    no transition in the burst it is also the state after."""
+    calls: list[tuple[int, int]] = []
+    transitions: list[dict[str, Any]] = []
+    hits = 0
+    state = breaker_before
+    summary: dict[str, Any] = {}
+    for e in events:
+        if e.kind == "attempt":
+            hits += 1
+        elif e.kind == "call_result":
+            calls.append((e.call or 0, int(e.data.get("attempts", e.attempt or 0))))
+        elif e.kind == "transition":
+            transitions.append({"from": e.state_from, "to": e.state_to, "call": e.call})
+            state = e.state_to or state
+        elif e.kind == "burst_end":
+            summary = dict(e.data)
+    calls.sort()
+    return {
+        "breaker_after": state,
+        "calls": len(calls),
+        "succeeded": summary.get("succeeded", 0),
+        "failed": summary.get("failed", 0),
+        "fast_failed": summary.get("fast_failed", 0),
+        "attempts_total": sum(a for _, a in calls),
+        "dependency_hits": hits,
+        "backoff_ms_total": round(float(summary.get("backoff_ms_total", 0.0)), 3),
+        "attempts": [a for _, a in calls],
+        "transitions": transitions,
+    }
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _number_problem(value: Any) -> str | None:
+    """Why ``value`` is not a valid expected number, or None."""
+    if isinstance(value, Mapping):
+        unknown = [k for k in value if k not in ("value", "tolerance")]
+        if unknown:
+            return f"unknown key {unknown[0]!r} (allowed: value, tolerance)"
+        if "value" not in value:
+            return "needs value (a number) and optionally tolerance"
+        tolerance = value.get("tolerance", 0)
+        if not _number(tolerance) or not 0 <= tolerance <= _MAX_NUMBER:
+            return f"tolerance must be a number between 0 and {_MAX_NUMBER}"
+        value = value["value"]
+    if not _number(value) or not 0 <= value <= _MAX_NUMBER:
+        return (
+            f"must be a number between 0 and {_MAX_NUMBER}, or "
+            '{"value": number, "tolerance": number}'
+        )
+    return None
+
+
+def _transitions_problem(value: Any) -> str | None:
+    allowed = ", ".join(BREAKER_STATES)
+    if not isinstance(value, list) or len(value) > 100:
+        return 'must be a list of up to 100 {"from": state, "to": state, "call": n}'
+    for i, t in enumerate(value):
+        if not isinstance(t, Mapping) or "to" not in t:
+            return f'[{i}] must be an object with "to" (and optionally "from", "call")'
+        unknown = [k for k in t if k not in _TRANSITION_KEYS]
+        if unknown:
+            return f"[{i}] has unknown key {unknown[0]!r} (allowed: from, to, call)"
+        for key in ("from", "to"):
+            if key in t and t[key] not in BREAKER_STATES:
+                return f"[{i}].{key} must be one of {allowed}"
+        call = t.get("call")
+        if call is not None and (not isinstance(call, int) or isinstance(call, bool) or call < 1):
+            return f"[{i}].call must be a call number (1 or more) or null"
+    return None
+
+
+def validate_expect(value: Any, path: str) -> list[tuple[str, str]]:
+    """Problems with a step's ``expect`` object, as (field, message) pairs."""
+    if not isinstance(value, Mapping) or not value:
+        return [(path, "must be an object of measure: expected value, with at least one measure")]
+    problems = []
+    for measure, expected in value.items():
+        field = f"{path}.{measure}"
+        if measure not in EXPECT_MEASURES:
+            problems.append((field, f"unknown measure (allowed: {', '.join(EXPECT_MEASURES)})"))
+            continue
+        if measure in CHOICE_MEASURES:
+            if expected not in BREAKER_STATES:
+                problems.append((field, f"must be one of {', '.join(BREAKER_STATES)}"))
+        elif measure == "attempts":
+            if not isinstance(expected, list) or not all(
+                isinstance(a, int) and not isinstance(a, bool) and 0 <= a <= 100 for a in expected
+            ):
+                problems.append((field, "must be a list of attempts per call (integers 0 to 100)"))
+        elif measure == "transitions":
+            message = _transitions_problem(expected)
+            if message:
+                problems.append((field, message))
+        else:
+            message = _number_problem(expected)
+            if message:
+                problems.append((field, message))
+    return problems
+
+
+def validate_ask(value: Any, path: str) -> list[tuple[str, str]]:
+    """Problems with a step's ``ask`` object, as (field, message) pairs."""
+    if not isinstance(value, Mapping):
+        return [(path, 'must be an object {"question": text, "measure": name}')]
+    problems = [
+        (f"{path}.{key}", f"unknown field (allowed: {', '.join(_ASK_KEYS)})")
+        for key in value
+        if key not in _ASK_KEYS
+    ]
+    for key in ("question", "explanation"):
+        text = value.get(key, "")
+        if key == "question" and (not isinstance(text, str) or not text.strip()):
+            problems.append((f"{path}.question", "is required: a non-empty string"))
+        elif not isinstance(text, str) or len(text) > _MAX_TEXT[key]:
+            problems.append(
+                (f"{path}.{key}", f"must be a string of at most {_MAX_TEXT[key]} characters")
+            )
+    measure = value.get("measure")
+    if measure not in ASK_MEASURES:
+        problems.append(
+            (f"{path}.measure", f"must be one of {', '.join(ASK_MEASURES)} (got {measure!r})")
+        )
+    if "tolerance" in value:
+        tolerance = value["tolerance"]
+        if measure in CHOICE_MEASURES:
+            problems.append((f"{path}.tolerance", f"a choice ({measure}) takes no tolerance"))
+        elif not _number(tolerance) or not 0 <= tolerance <= _MAX_NUMBER:
+            problems.append((f"{path}.tolerance", f"must be a number between 0 and {_MAX_NUMBER}"))
+    return problems
+
+
+def _matches_transitions(expected: list[Mapping[str, Any]], observed: list[dict]) -> bool:
+    if len(expected) != len(observed):
+        return False
+    return all(
+        all(o[key] == e[key] for key in _TRANSITION_KEYS if key in e)
+        for e, o in zip(expected, observed, strict=True)
+    )
+
+
+def _compare(measure: str, expected: Any, observed: Any) -> tuple[bool, Any, float]:
+    """(ok, expected value shown, tolerance)."""
+    if measure in NUMBER_MEASURES:
+        tolerance = 0.0
+        if isinstance(expected, Mapping):
+            tolerance = float(expected.get("tolerance", 0))
+            expected = expected["value"]
+        return abs(observed - expected) <= tolerance + 1e-9, expected, tolerance
+    if measure == "transitions":
+        return _matches_transitions(expected, observed), expected, 0.0
+    return observed == expected, expected, 0.0
+
+
+def check_expectations(
+    expect: Mapping[str, Any], observed: Mapping[str, Any], *, step: int, burst: int | None
+) -> list[dict[str, Any]]:
+    """One check per expected measure: step index, burst number, measure, expected,
+    observed, tolerance and ``ok``."""
+    checks = []
+    for measure, expected in expect.items():
+        value = observed[measure]
+        ok, shown, tolerance = _compare(measure, expected, value)
+        checks.append(
+            {
+                "step": step,
+                "burst": burst,
+                "measure": measure,
+                "expected": shown,
+                "observed": value,
+                "tolerance": tolerance,
+                "ok": ok,
+            }
+        )
+    return checks
+
+
+def grade_answer(ask: Mapping[str, Any], answer: Any, observed: Mapping[str, Any]) -> bool:
+    """Whether ``answer`` (a number, or a breaker state for a choice) is right for the
+    observation, within the question's tolerance."""
+    measure = ask["measure"]
+    value = observed[measure]
+    if measure in CHOICE_MEASURES:
+        return answer == value
+    return _number(answer) and abs(answer - value) <= float(ask.get("tolerance", 0)) + 1e-9

@@ -1,0 +1,191 @@
+"""Predictions: a student's answer to a step's question, fixed once the step runs, graded
+against what the step's burst did according to the journal.
+
+The scenario never holds the right answer: :func:`prediction_grade` reads the burst's engine
+events back from the journal (:func:`labs.services.scenario_runner.event_from_row`) and
+measures them with the engine's :func:`~labs.engine.observe`, the function the scenario
+runner checks expectations with, so a question stays right whatever policy the student set.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from labs.engine import EVENT_KINDS, STATES, grade_answer, observe
+from labs.models import Burst, JournalEvent, LabSession, Prediction, StepProgress
+from labs.selectors import session_attempt
+from labs.services.scenario_runner import event_from_row
+
+#: The largest answer that makes sense per measure (20 calls of at most 5 attempts, sleeps of
+#: at most 2 s each); anything larger is a typo.
+ANSWER_MAX = {
+    "calls": 20,
+    "succeeded": 20,
+    "failed": 20,
+    "fast_failed": 20,
+    "attempts_total": 100,
+    "dependency_hits": 100,
+    "backoff_ms_total": 200_000,
+}
+
+
+class PredictionRefused(Exception):
+    """The answer is not taken; ``field`` and ``message`` say why."""
+
+    status = 400
+
+    def __init__(self, message: str, field: str = "answer") -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+class PredictionLocked(PredictionRefused):
+    """The step already ran: its prediction cannot change (HTTP 409)."""
+
+    status = 409
+
+
+def step_question(session: LabSession, step: int) -> dict[str, Any] | None:
+    """The ``ask`` of the session scenario's step number ``step`` (from 1), or None."""
+    script = session.scenario.script if isinstance(session.scenario.script, dict) else {}
+    steps = script.get("steps") or []
+    if not 1 <= step <= len(steps) or not isinstance(steps[step - 1], dict):
+        return None
+    ask = steps[step - 1].get("ask")
+    return ask if isinstance(ask, dict) and "burst" in steps[step - 1] else None
+
+
+def parse_answer(measure: str, raw: Any) -> str:
+    """The answer as stored (a number in its shortest form, or a breaker state). Raises
+    PredictionRefused naming the allowed forms."""
+    text = str(raw if raw is not None else "").strip()
+    if measure == "breaker_after":
+        if text not in STATES:
+            raise PredictionRefused(f"Choose one of: {', '.join(STATES)}.")
+        return text
+    top = ANSWER_MAX.get(measure, 100)
+    try:
+        value = float(text)
+    except ValueError:
+        raise PredictionRefused(f"Enter a number between 0 and {top}.") from None
+    if not math.isfinite(value) or not 0 <= value <= top:
+        raise PredictionRefused(f"Enter a number between 0 and {top} (got {text}).")
+    return f"{value:g}"
+
+
+def prediction_submit(*, session: LabSession, user, step: int, answer: Any) -> Prediction:
+    """Store (or change) ``user``'s answer to step ``step``'s question. Raises
+    PredictionRefused for a step without a question or a bad answer, PredictionLocked once the
+    step ran. Nothing changes on refusal."""
+    ask = step_question(session, step)
+    if ask is None:
+        raise PredictionRefused(f"Step {step} asks no question.", field="step")
+    value = parse_answer(ask["measure"], answer)
+    with transaction.atomic():
+        LabSession.objects.select_for_update().get(pk=session.pk)
+        attempt = session_attempt(session)
+        prediction = Prediction.objects.filter(session=session, attempt=attempt, step=step).first()
+        if prediction is not None and prediction.ran_at is not None:
+            raise PredictionLocked(
+                f"Step {step} already ran: the prediction ({prediction.answer}) is final."
+            )
+        if prediction is None:
+            prediction = Prediction(session=session, owner=user, attempt=attempt, step=step)
+        prediction.measure = ask["measure"]
+        prediction.answer = value
+        prediction.save()
+    return prediction
+
+
+def prediction_attach(*, session: LabSession, step: Any, burst: Burst) -> Prediction | None:
+    """Mark step ``step``'s prediction as run by ``burst`` (the step's Do it started it):
+    from now on the answer is fixed. No prediction, or one already run, is left alone."""
+    try:
+        number = int(step)
+    except (TypeError, ValueError):
+        return None
+    with transaction.atomic():
+        prediction = (
+            Prediction.objects.select_for_update()
+            .filter(
+                session=session, attempt=session_attempt(session), step=number, ran_at__isnull=True
+            )
+            .first()
+        )
+        if prediction is None:
+            return None
+        prediction.burst = burst
+        prediction.ran_at = timezone.now()
+        prediction.save(update_fields=["burst", "ran_at", "updated_at"])
+    return prediction
+
+
+def _breaker_before(burst: Burst) -> str:
+    """The breaker state when ``burst`` began: the state the session's last journal row with a
+    state before it set (a transition, a reset, an instructor's forced state), else closed."""
+    first = JournalEvent.objects.filter(burst=burst).order_by("seq").values_list("seq", flat=True)
+    start = first.first()
+    last = (
+        JournalEvent.objects.filter(session_id=burst.session_id, seq__lt=start or 0)
+        .exclude(state_to="")
+        .order_by("-seq")
+        .values_list("state_to", flat=True)
+        .first()
+    )
+    return last or "closed"
+
+
+def burst_observation(burst: Burst) -> dict[str, Any]:
+    """Every measure of ``burst`` (see :func:`labs.engine.observe`), from its journal rows."""
+    rows = (
+        JournalEvent.objects.filter(burst=burst, kind__in=EVENT_KINDS)
+        .select_related("burst")
+        .order_by("seq")
+    )
+    return observe([event_from_row(row) for row in rows], _breaker_before(burst))
+
+
+def prediction_grade(*, prediction: Prediction) -> Prediction:
+    """Grade ``prediction`` once its burst is done and the journal holds its end; until then
+    (or once graded) it is returned unchanged."""
+    if prediction.correct is not None or prediction.burst_id is None:
+        return prediction
+    burst = prediction.burst
+    if burst.status != Burst.Status.DONE:
+        return prediction
+    if not JournalEvent.objects.filter(burst=burst, kind="burst_end").exists():
+        return prediction
+    ask = step_question(prediction.session, prediction.step) or {"measure": prediction.measure}
+    observed = burst_observation(burst)
+    answer: Any = prediction.answer
+    if prediction.measure != "breaker_after":
+        answer = float(answer)
+    with transaction.atomic():
+        updated = Prediction.objects.filter(pk=prediction.pk, correct__isnull=True).update(
+            observed=observed,
+            correct=grade_answer({**ask, "measure": prediction.measure}, answer, observed),
+        )
+    if updated:
+        prediction.refresh_from_db()
+    return prediction
+
+
+def step_mark(*, session: LabSession, step: int, done: bool) -> bool:
+    """Mark step ``step`` done (or not) in the session's current attempt; returns ``done``.
+    Raises PredictionRefused for a step the scenario does not have."""
+    script = session.scenario.script if isinstance(session.scenario.script, dict) else {}
+    count = len(script.get("steps") or [])
+    if not 1 <= step <= count:
+        raise PredictionRefused(f"must be a step of this scenario, 1 to {count}", field="step")
+    attempt = session_attempt(session)
+    rows = StepProgress.objects.filter(session=session, attempt=attempt, step=step)
+    if done:
+        StepProgress.objects.get_or_create(session=session, attempt=attempt, step=step)
+    else:
+        rows.delete()
+    return done
