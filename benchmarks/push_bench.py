@@ -80,8 +80,10 @@ elif "BENCH_REDIS_URL" in os.environ:
 # must be valid there.
 os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
 if "DATABASE_URL" not in os.environ:
-    os.environ["LAB_SQLITE_PATH"] = str(
-        Path(tempfile.gettempdir()) / "failurelab-push-bench.sqlite3"
+    # A file of this run's own: two runs at once on one machine must not empty each other's.
+    os.environ.setdefault(
+        "LAB_SQLITE_PATH",
+        str(Path(tempfile.gettempdir()) / f"failurelab-push-bench-{os.getpid()}.sqlite3"),
     )
 
 BENCH_SCRIPT = {
@@ -565,6 +567,9 @@ def main() -> None:
         procs.stop()
         if _PRIVATE_REDIS is not None:
             _PRIVATE_REDIS.terminate()
+        if f"push-bench-{os.getpid()}." in os.environ.get("LAB_SQLITE_PATH", ""):
+            for suffix in ("", "-wal", "-shm"):
+                Path(os.environ["LAB_SQLITE_PATH"] + suffix).unlink(missing_ok=True)
 
     print_table(rows)
     print()

@@ -65,3 +65,27 @@ class ConcurrencyLimit:
             return
         async with gate:
             await self.app(scope, receive, send)
+
+
+class SynchronousChain:
+    """Django middleware, last in ``MIDDLEWARE``: runs the whole middleware chain as one
+    synchronous call in the request's thread.
+
+    Django adapts each middleware to the mode of the one inside it. Whitenoise's is
+    synchronous only, so the middleware under it ran in asynchronous mode on daphne's event
+    loop, and each of those (``MiddlewareMixin``) runs its ``process_request`` and
+    ``process_response`` through ``sync_to_async``: about seventeen hand-offs between the loop
+    and the request's thread per request, each waiting for the loop's turn while it forwards
+    every page's pushes. Being synchronous only, this one makes every middleware above it
+    synchronous too: a request enters its thread once and hands the view's call to the loop
+    and back once (Django's own sync-view path), whatever the number of middleware.
+    """
+
+    sync_capable = True
+    async_capable = False
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> Any:
+        return self.get_response(request)

@@ -79,6 +79,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     # Last, as django-axes asks: turns a refused login of a locked-out client into the 429 page.
     "axes.middleware.AxesMiddleware",
+    "lab_project.http_limit.SynchronousChain",  # last: one thread hop per request, not 17
 ]
 
 ROOT_URLCONF = "lab_project.urls"

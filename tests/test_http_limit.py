@@ -147,3 +147,36 @@ def test_the_web_application_puts_every_password_form_in_the_hashing_lane():
     assert http.hashing_limit == 1
     for name in ("login", "admin:login", "labs:signup", "password_change"):
         assert reverse(name) in http.hashing_paths, name
+
+
+@pytest.mark.django_db
+def test_a_request_crosses_between_the_event_loop_and_a_thread_a_few_times_only(monkeypatch):
+    """Each hand-off between daphne's event loop and a request thread (``sync_to_async`` or
+    ``async_to_sync``) waits for the loop's turn, and the loop is busy forwarding pushes to
+    every page. Django's middleware runs as one synchronous chain in the request's thread, so
+    a request pays a handful of them, not two per middleware."""
+    from asgiref import sync
+    from channels.testing import HttpCommunicator
+    from django.urls import reverse
+
+    from lab_project.asgi import application
+
+    crossings: list[str] = []
+    for cls in (sync.SyncToAsync, sync.AsyncToSync):
+        original = cls.__call__
+
+        def counted(self, *args, _original=original, _name=cls.__name__, **kwargs):
+            crossings.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "__call__", counted)
+
+    async def get_login_page():
+        communicator = HttpCommunicator(
+            application, "GET", reverse("login"), headers=[(b"host", b"localhost")]
+        )
+        return await communicator.get_response(10)
+
+    response = async_to_sync(get_login_page)()
+    assert response["status"] == 200
+    assert len(crossings) <= 8, f"{len(crossings)} crossings: {crossings}"

@@ -74,6 +74,35 @@ SETTLE_SECONDS = 1.0
 #: Events after which the session's policy (the breaker's settings) may have changed.
 POLICY_KINDS = ("policy_set", "session_reset", "scenario_assigned")
 
+#: Rows kept rendered (:func:`rendered_row`) for the pages of this process.
+RENDERED_ROWS_MAX = 4096
+_rendered_rows: dict[tuple[int, int, Any, Any], str] = {}
+
+
+def rendered_row(session_id: int, event: dict[str, Any]) -> str:
+    """The JSON text of ``event`` as a page gets it (the journal payload, ``html`` and
+    ``summary_delta``), built once in this process for every page watching the session.
+
+    Every consumer of a session receives its own copy of each push, so without this each page
+    rendered and encoded the row again. A committed row never changes; the key carries its
+    timestamp and ``emitted`` stamp besides its number, so a replayed row (no ``emitted``) is
+    sent as read, and a session renumbered after a database reset is not confused with the
+    old one. The oldest entries go first past :data:`RENDERED_ROWS_MAX`.
+    """
+    key = (session_id, event["seq"], event.get("at"), event.get("emitted"))
+    text = _rendered_rows.get(key)
+    if text is None:
+        item = dict(event)
+        item["html"] = str(presenters.journal_row(event))
+        delta = presenters.summary_delta(event)
+        if delta:
+            item["summary_delta"] = delta
+        text = json.dumps(item, default=str)
+        if len(_rendered_rows) >= RENDERED_ROWS_MAX:
+            del _rendered_rows[next(iter(_rendered_rows))]
+        _rendered_rows[key] = text
+    return text
+
 
 class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
     """Live journal, badge and summary of one lab session (see the module docstring)."""
@@ -303,11 +332,7 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
             default=None,
         )
         for i, event in enumerate(events):
-            item = dict(event)
-            item["html"] = str(presenters.journal_row(event))
-            delta = presenters.summary_delta(event)
-            if delta:
-                item["summary_delta"] = delta
+            text = rendered_row(self.session_id, event)
             fragments = []
             burst = bursts.get(event.get("burst"))
             if burst and event.get("kind") in SUMMARY_KINDS:
@@ -317,12 +342,14 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
             if i == last_state_change and self._policy is not None:
                 view = await read_redis(presenters.badge_for)(self.session_id, self._policy)
                 fragments.append({"id": "breaker-badge", "html": render_badge(view)})
-            if fragments:
-                item["fragments"] = fragments
+            if fragments:  # this page's own: spliced in as the row's last key
+                text = f'{text[:-1]}, "fragments": {json.dumps(fragments)}}}'
             if event.get("kind") in BURST_END_KINDS:
                 bursts.pop(event.get("burst"), None)
-            out.append(item)
-        await self._send({"type": "events", "events": out})
+            out.append(text)
+        # One frame for the whole batch, joined from the rows' texts (what json.dumps of
+        # {"type": "events", "events": [...]} writes, without encoding each row again).
+        await self.send(text_data='{"type": "events", "events": [' + ", ".join(out) + "]}")
         self.last_seq = events[-1]["seq"]
 
     def _learn_burst(self, event: dict[str, Any]) -> None:

@@ -360,10 +360,13 @@ def session_burst(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     except burst_services.BurstNotQueued as exc:
         return _burst_unavailable(request, session, form, str(exc))
     prediction_services.prediction_attach(session=session, step=request.POST.get("step"), burst=burst)
-    context = {"session": session, **form_context(session, burst_form=form)}
-    context["saved"] = (
-        f"Burst {burst.number} queued: {burst.size} call{'s' if burst.size != 1 else ''}."
-    )
+    # Only what the burst form's partial shows: the other two forms are not built.
+    context = {
+        "session": session,
+        "burst_form": form,
+        "burst_error": "",
+        "saved": f"Burst {burst.number} queued: {burst.size} call{'s' if burst.size != 1 else ''}.",
+    }
     return _after_write(request, session, "burst-form", context)
 
 

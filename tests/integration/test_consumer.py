@@ -258,6 +258,39 @@ def test_a_service_call_is_pushed_live_to_every_watcher(world):
     run(scenario)
 
 
+def test_pages_watching_one_session_share_one_rendering_of_each_row(world, monkeypatch):
+    """Three pages watch one session in this process: each row is rendered once for all of
+    them (by journal_row), and each page gets the same row."""
+    session = world["session"]
+    rendered: list[int] = []
+    real_row = consumers.presenters.journal_row
+
+    def counted(event):
+        rendered.append(event["seq"])
+        return real_row(event)
+
+    monkeypatch.setattr(consumers.presenters, "journal_row", counted)
+    pages = [socket(session.pk, world[who], after=0) for who in ("alice", "teacher", "alice")]
+
+    seqs: list[int] = []
+
+    async def scenario():
+        for comm in pages:
+            assert (await comm.connect(TIMEOUT))[0]
+            assert (await receive(comm))["type"] == "state"
+        seqs.extend(await database_sync_to_async(add_rows)(session, 4))
+        got = [await receive_events(comm, lambda e: e["seq"] == seqs[-1]) for comm in pages]
+        for events in got:
+            assert [e["seq"] for e in events] == seqs
+            assert [e["html"] for e in events] == [e["html"] for e in got[0]]
+            assert f'data-seq="{seqs[0]}"' in events[0]["html"]
+        for comm in pages:
+            await comm.disconnect()
+
+    run(scenario)
+    assert sorted(rendered) == seqs  # once each, not once per page
+
+
 def test_a_burst_on_a_real_worker_streams_every_event_in_order_with_badge_and_summary(
     world, worker_process
 ):
