@@ -80,21 +80,11 @@ def fault_changes(post) -> tuple[dict[str, Any], Any]:
 
 
 def _fault_fields() -> list[dict[str, Any]]:
-    fields = []
-    for name, path, label in FAULT_PARAMS:
-        limit = LIMITS[path]
-        fields.append(
-            {
-                "name": name,
-                "label": label,
-                "help": limit.describe(),
-                "choices": limit.choices if limit.type == "choice" else None,
-                "min": limit.min,
-                "max": limit.max,
-                "step": "any" if limit.type == "number" else "1",
-            }
-        )
-    return fields
+    """The class-wide fault form's inputs (blank by default: a blank field is not sent)."""
+    return [
+        {k: v for k, v in field.items() if k != "value"}
+        for field in shared_forms.fields(FAULT_PARAMS)
+    ]
 
 
 def page_context(request: HtmxHttpRequest, classroom: Classroom, **extra) -> dict[str, Any]:
