@@ -12,6 +12,8 @@
  * - The timeline chart (SVG) is drawn from the events: per call its attempts as segments
  *   coloured by outcome, the backoff gaps, fast-fails, half-open probes, and a band with the
  *   breaker's state over time. It grows while a burst runs.
+ * - The traffic strip chart (SVG): per second of the last minute of calls, attempts by
+ *   outcome, calls ok/failed/fast-failed and the breaker's state band.
  * - The scenario checklist keeps its ticks in localStorage.
  * - window.failureLab exposes a few hooks for the browser tests (see the bottom).
  */
@@ -157,6 +159,7 @@
     if (message.type === "events" && Array.isArray(message.events)) {
       message.events.forEach(applyEvent);
       chart.redraw();
+      strip.redraw();
     } else if (message.type === "state") {
       (message.fragments || []).forEach(swapFragment);
     } else if (message.type === "reload") {
@@ -181,6 +184,7 @@
     (event.fragments || []).forEach(swapFragment);
     updateSummary(event);
     chart.add(event);
+    strip.add(event);
     if (event.kind === "burst_end" || event.kind === "burst_interrupted" || event.kind === "burst_failed") {
       const message = document.getElementById("burst-message");
       if (message) {
@@ -606,17 +610,183 @@
     });
   }
 
+  // --- traffic strip chart -------------------------------------------------------------------
+
+  // Per second of the session's last STRIP_SECONDS seconds of calls (bursts and steady traffic
+  // alike): attempts stacked by the outcome the client saw (for the shared dependency, the
+  // model's answer: ok, error, shed, skipped, timeout), calls stacked by result (ok, failed,
+  // fast-failed), and a band with the breaker's state in that second. Drawn from the journal
+  // events the page receives; redrawn at most once a frame.
+  const strip = (function () {
+    const svg = document.getElementById("traffic-strip");
+    const desc = document.getElementById("traffic-strip-desc");
+    const NS = "http://www.w3.org/2000/svg";
+    const STRIP_SECONDS = 60;
+    const WIDTH = 960;
+    const LEFT = 70;
+    const BAND_H = 10;
+    const ROW_H = 60;
+    const ATTEMPT_KINDS = ["ok", "error", "timeout", "shed", "skipped"];
+    const CALL_KINDS = ["ok", "failed", "fast"];
+    const FAST = { rejected_open: true, rejected_half_open: true };
+    const seconds = new Map(); // second -> { attempts: {kind: n}, calls: {kind: n} }
+    const transitions = [];
+    const seen = new Set();
+    let pending = false;
+
+    function when(event) {
+      if (event.t_ms && event.t_ms > 1e11) return event.t_ms;
+      const parsed = Date.parse(event.at);
+      return isNaN(parsed) ? 0 : parsed;
+    }
+
+    function bucket(second) {
+      let b = seconds.get(second);
+      if (!b) {
+        b = { attempts: {}, calls: {} };
+        seconds.set(second, b);
+      }
+      return b;
+    }
+
+    function attemptKind(event) {
+      const answer = event.data && event.data.outcome;
+      if (answer) return ATTEMPT_KINDS.indexOf(answer) >= 0 ? answer : "error";
+      if (event.outcome === "ok") return "ok";
+      return event.error === "timeout" ? "timeout" : "error";
+    }
+
+    function callKind(event) {
+      if (event.outcome === "success" || event.outcome === "ok") return "ok";
+      return FAST[event.outcome] ? "fast" : "failed";
+    }
+
+    function add(event) {
+      if (!event || seen.has(event.seq)) return;
+      seen.add(event.seq);
+      const second = Math.floor(when(event) / 1000);
+      if (event.state_to) transitions.push({ t: second, to: event.state_to, from: event.state_from });
+      if (event.kind === "attempt") {
+        const counts = bucket(second).attempts;
+        const kind = attemptKind(event);
+        counts[kind] = (counts[kind] || 0) + 1;
+      } else if (event.kind === "call_result") {
+        const counts = bucket(second).calls;
+        const kind = callKind(event);
+        counts[kind] = (counts[kind] || 0) + 1;
+      }
+    }
+
+    function redraw() {
+      if (pending || !svg) return;
+      pending = true;
+      window.requestAnimationFrame(function () {
+        pending = false;
+        draw();
+      });
+    }
+
+    function el(name, attrs, text) {
+      const node = document.createElementNS(NS, name);
+      for (const key in attrs) node.setAttribute(key, attrs[key]);
+      if (text !== undefined) node.textContent = text;
+      return node;
+    }
+
+    function stateAt(second) {
+      transitions.sort(function (a, b) { return a.t - b.t; });
+      let state = transitions.length ? transitions[0].from || "closed" : "closed";
+      for (let i = 0; i < transitions.length && transitions[i].t <= second; i++) state = transitions[i].to;
+      return state;
+    }
+
+    function total(counts) {
+      return Object.keys(counts).reduce(function (sum, k) { return sum + counts[k]; }, 0);
+    }
+
+    function stack(counts, kinds, prefix, x, w, bottom, scale, second) {
+      let y = bottom;
+      kinds.forEach(function (kind) {
+        const n = counts[kind] || 0;
+        if (!n) return;
+        const h = n * scale;
+        y -= h;
+        svg.appendChild(el("rect", {
+          x: x, y: y, width: w, height: h, class: prefix + kind,
+          "data-second": second, "data-count": n,
+        }));
+      });
+    }
+
+    function draw() {
+      while (svg.lastChild && svg.lastChild.nodeName !== "desc") svg.removeChild(svg.lastChild);
+      if (!seconds.size) {
+        svg.setAttribute("viewBox", "0 0 " + WIDTH + " 40");
+        svg.appendChild(el("text", { x: 12, y: 26, class: "tl-empty" }, "Start traffic: its calls appear here second by second."));
+        if (desc) desc.textContent = "No call yet.";
+        return;
+      }
+      const last = Math.max.apply(null, Array.from(seconds.keys()));
+      const first = last - STRIP_SECONDS + 1;
+      const w = (WIDTH - LEFT - 10) / STRIP_SECONDS;
+      let maxAttempts = 1;
+      let maxCalls = 1;
+      for (let s = first; s <= last; s++) {
+        const b = seconds.get(s);
+        if (!b) continue;
+        maxAttempts = Math.max(maxAttempts, total(b.attempts));
+        maxCalls = Math.max(maxCalls, total(b.calls));
+      }
+      const bandY = 4;
+      const attemptsBottom = bandY + BAND_H + 6 + ROW_H;
+      const callsBottom = attemptsBottom + 8 + ROW_H;
+      svg.setAttribute("viewBox", "0 0 " + WIDTH + " " + (callsBottom + 20));
+      svg.appendChild(el("text", { x: 4, y: bandY + 9, class: "tl-axis" }, "breaker"));
+      svg.appendChild(el("text", { x: 4, y: attemptsBottom - ROW_H / 2, class: "tl-axis" }, "attempts"));
+      svg.appendChild(el("text", { x: 4, y: attemptsBottom - 2, class: "tl-axis" }, "max " + maxAttempts));
+      svg.appendChild(el("text", { x: 4, y: callsBottom - ROW_H / 2, class: "tl-axis" }, "calls"));
+      svg.appendChild(el("text", { x: 4, y: callsBottom - 2, class: "tl-axis" }, "max " + maxCalls));
+      let attempts = 0;
+      let calls = 0;
+      for (let s = first; s <= last; s++) {
+        const x = LEFT + (s - first) * w;
+        svg.appendChild(el("rect", { x: x, y: bandY, width: w, height: BAND_H, class: "tl-band-" + stateAt(s) }));
+        const b = seconds.get(s);
+        if (!b) continue;
+        attempts += total(b.attempts);
+        calls += total(b.calls);
+        stack(b.attempts, ATTEMPT_KINDS, "ts-attempt-", x + 0.5, Math.max(1, w - 1), attemptsBottom, ROW_H / maxAttempts, s);
+        stack(b.calls, CALL_KINDS, "ts-call-", x + 0.5, Math.max(1, w - 1), callsBottom, ROW_H / maxCalls, s);
+      }
+      svg.appendChild(el("text", { x: LEFT, y: callsBottom + 16, class: "tl-now" }, "-" + STRIP_SECONDS + " s"));
+      svg.appendChild(el("text", { x: WIDTH - 40, y: callsBottom + 16, class: "tl-now" }, "last"));
+      if (desc) {
+        desc.textContent = "The last " + STRIP_SECONDS + " s of calls: " + attempts + " attempts and " +
+          calls + " calls, per second by outcome, and the breaker's state.";
+      }
+    }
+
+    function counts() {
+      const out = {};
+      seconds.forEach(function (b, second) { out[second] = { attempts: b.attempts, calls: b.calls }; });
+      return out;
+    }
+
+    return { add: add, redraw: redraw, counts: counts };
+  })();
+
   // --- start ---------------------------------------------------------------------------------
 
   const initial = document.getElementById("chart-events");
   if (initial) {
     try {
-      JSON.parse(initial.textContent).forEach(chart.add);
+      JSON.parse(initial.textContent).forEach(function (e) { chart.add(e); strip.add(e); });
     } catch (err) { /* no chart history */ }
   }
   const badge = document.getElementById("breaker-badge");
   if (badge) badgeArrived(badge);
   chart.redraw();
+  strip.redraw();
   connect();
 
   /* Hooks for the browser tests (and curious students in the console). */
@@ -625,6 +795,7 @@
     isConnected: function () { return !!socket && socket.readyState === WebSocket.OPEN; },
     connections: function () { return connections; },
     dropConnection: dropConnection,
+    stripCounts: function () { return strip.counts(); },
     rowSeqs: function () {
       return Array.prototype.map.call(journal.querySelectorAll(".journal-row"), function (row) {
         return Number(row.dataset.seq);

@@ -1,0 +1,303 @@
+"""Steady traffic on the class's shared dependency through the real stack: what it costs.
+
+    .venv/bin/python benchmarks/storm_bench.py [--sessions 30] [--rate 10] [--for 60]
+        [--workers 2] [--policy resilient] [--servers 64] [--service-ms 40]
+
+Starts its own ``redis-server`` on a free port, uses its own SQLite file (or DATABASE_URL),
+migrates, starts ``--workers`` real ``celery worker`` processes (the command ``make run``
+uses; each starts its journal-writer process), puts ``--sessions`` bot students of one class
+on the class's shared dependency with ``manage.py simulate_class``'s service and runs their
+traffic (``--rate`` calls/s each, seeded Poisson arrivals, for ``--for`` seconds). The shared
+dependency is sized well above the offered load by default, so the figures are the stack's
+costs, not a storm. Prints:
+
+- attempts per second sustained (the journal's attempt rows per second of their engine time,
+  over the seconds when every run's arrivals are going: mean and lowest second);
+- journal rows per second written (every row of the class, first commit to last);
+- the lag from an attempt's end (its engine time) to its row's ``created_at``, stamped in the
+  writer's transaction just before the COMMIT (p50/p99);
+- the error of each attempt's real duration against the model's reply: the engine time at
+  which the client saw the answer minus the answer time the model gave (``answer_us``, Redis
+  ``TIME``; both clocks are this machine's), p50/p99/max;
+- Redis round trips per attempt from ``INFO commandstats`` deltas, no MONITOR: commands the
+  engine's Lua scripts call are counted by Redis too and are set apart (they are not round
+  trips); the decisions are counted by the ``TIME`` the shared model's script calls once per
+  decision; the other scripts are the breaker's and the budget's; the rest is the broker's
+  and the channel layer's;
+- CPU per process (``/proc/<pid>/stat`` user+system) over the run, in ms per attempt: each
+  worker, each of its child processes (the journal writer), ``redis-server``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks.bench_common import SERVER_ENV, free_port, pct  # noqa: E402
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
+os.environ.update(SERVER_ENV)
+os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
+if not shutil.which("redis-server"):
+    raise SystemExit("storm_bench needs redis-server on PATH (it starts its own)")
+_REDIS_PORT = free_port()
+_REDIS = subprocess.Popen(
+    ["redis-server", "--port", str(_REDIS_PORT), "--bind", "127.0.0.1", "--save", "",
+     "--appendonly", "no"],
+    stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
+)  # fmt: skip
+os.environ["REDIS_URL"] = f"redis://127.0.0.1:{_REDIS_PORT}"
+os.environ["REDIS_DB_BASE"] = "0"
+if "DATABASE_URL" not in os.environ:
+    os.environ["LAB_SQLITE_PATH"] = str(
+        Path(tempfile.gettempdir()) / f"failurelab-storm-bench-{os.getpid()}.sqlite3"
+    )
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of ``pid`` (all its threads), or None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+
+
+def children(pid: int) -> list[int]:
+    """Direct child processes of ``pid``."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            continue
+        if ppid == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def setup_django() -> None:
+    import django
+
+    if "LAB_SQLITE_PATH" in os.environ:
+        for suffix in ("", "-wal", "-shm"):
+            Path(os.environ["LAB_SQLITE_PATH"] + suffix).unlink(missing_ok=True)
+    for _ in range(100):  # the redis-server just started
+        try:
+            import redis
+
+            redis.Redis(port=_REDIS_PORT).ping()
+            break
+        except Exception:
+            time.sleep(0.05)
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def start_worker(i: int, concurrency: int) -> subprocess.Popen:
+    from lab_project.processes import worker_cmd
+
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env["PATH"]
+    log = open(Path(tempfile.gettempdir()) / f"failurelab-storm-worker{i}.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [*worker_cmd(concurrency), "-n", f"storm{i}@%h", "--without-heartbeat",
+         "--without-gossip", "--without-mingle"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 90
+    while b"ready." not in Path(log.name).read_bytes():
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise SystemExit("worker did not start; see " + log.name)
+        time.sleep(0.1)
+    return proc
+
+
+def make_class(args):
+    from labs.models import Classroom, Scenario, SharedDependencyConfig
+
+    room = Classroom.objects.create(name=f"storm bench {time.monotonic_ns()}")
+    scenario = Scenario.objects.create(
+        slug=f"storm-{time.monotonic_ns()}",
+        title="storm bench",
+        script={"name": "storm", "seed": 1, "dependency": {"mode": "shared"},
+                "policy": {"max_attempts": 4}, "steps": []},
+    )  # fmt: skip
+    room.scenarios.add(scenario)
+    SharedDependencyConfig.objects.create(
+        classroom=room, servers=args.servers, service_ms=args.service_ms,
+        max_queue_ms=args.max_queue_ms,
+    )  # fmt: skip
+    return room
+
+
+def processes(workers: list[subprocess.Popen]) -> dict[str, int]:
+    named = {}
+    for i, w in enumerate(workers):
+        named[f"worker {i + 1}"] = w.pid
+        for k, child in enumerate(sorted(children(w.pid))):
+            named[f"worker {i + 1} child {k + 1} (writer)"] = child
+    named["redis-server"] = _REDIS.pid
+    return named
+
+
+def commandstats(client) -> Counter:
+    return Counter(
+        {name.removeprefix("cmdstat_"): v["calls"]
+         for name, v in client.info("commandstats").items()}
+    )  # fmt: skip
+
+
+def lua_commands() -> set[str]:
+    """Commands the engine's Lua scripts call (Redis counts them in commandstats too)."""
+    names = set()
+    for script in (ROOT / "labs/engine/stores/lua").glob("*.lua"):
+        names |= {m.lower() for m in re.findall(r"redis\.call\(['\"](\w+)", script.read_text())}
+    return names
+
+
+def run(args) -> None:
+    import redis
+    from django.db.models import Max, Min
+
+    from labs.models import JournalEvent, Traffic
+    from labs.services.simulate import classroom_simulate
+
+    workers = [start_worker(i + 1, args.concurrency) for i in range(args.workers)]
+    try:
+        time.sleep(2)  # the writer processes start beside the workers
+        room = make_class(args)
+        procs = processes(workers)
+        rclient = redis.Redis(port=_REDIS_PORT)
+        cpu0 = {name: cpu_seconds(pid) for name, pid in procs.items()}
+        cmd0 = commandstats(rclient)
+        t0 = time.monotonic()
+        sim = classroom_simulate(
+            classroom=room, students=args.sessions, policy=args.policy, rate=args.rate,
+            duration_s=args.for_s, arrivals="poisson",
+        )  # fmt: skip
+        ids = [t.pk for t in sim.traffic]
+        while Traffic.objects.filter(pk__in=ids, status__in=Traffic.ACTIVE_STATUSES).exists():
+            time.sleep(0.5)
+        elapsed = time.monotonic() - t0
+        cpu1 = {name: cpu_seconds(pid) for name, pid in procs.items()}
+        cmd1 = commandstats(rclient)
+    finally:
+        for w in workers:
+            os.killpg(w.pid, 15)
+        for w in workers:
+            w.wait(60)
+
+    runs = list(Traffic.objects.filter(pk__in=ids))
+    statuses = Counter(r.status for r in runs)
+    rows = JournalEvent.objects.filter(session__classroom=room)
+    attempts = list(
+        rows.filter(kind="attempt").values_list("t_ms", "created_at", "data", "outcome")
+    )
+    n = len(attempts)
+    if not n:
+        raise SystemExit(f"no attempt was journaled (traffic: {dict(statuses)})")
+    per_second = Counter(int(t_ms // 1000) for t_ms, *_ in attempts)
+    # The steady seconds: every run's arrivals going (after the last start, before the first
+    # run's schedule ends).
+    first = int(max(r.started_at for r in runs).timestamp()) + 1
+    last = int(min(r.started_at for r in runs).timestamp()) + args.for_s - 1
+    steady = [per_second[s] for s in range(first, last)] or [n]
+    span = rows.aggregate(a=Min("created_at"), b=Max("created_at"))
+    row_count = rows.count()
+    write_span = (span["b"] - span["a"]).total_seconds() or 1.0
+    lag = [created.timestamp() * 1000 - t_ms for t_ms, created, _d, _o in attempts]
+    err = [
+        t_ms - d["answer_us"] / 1000
+        for t_ms, _c, d, _o in attempts
+        if d.get("answer_us") is not None
+    ]
+    outcomes = Counter(o for *_x, o in attempts)
+    calls = rows.filter(kind="call_result").count()
+
+    print(f"storm_bench: {args.sessions} sessions x {args.rate} calls/s (poisson) for "
+          f"{args.for_s} s, policy {args.policy}, {args.workers} worker process(es); shared "
+          f"dependency {args.servers} servers x {args.service_ms} ms (capacity "
+          f"{args.servers * 1000 // args.service_ms}/s), max queue {args.max_queue_ms} ms; "
+          f"{os.cpu_count()} CPUs")  # fmt: skip
+    print(f"traffic runs: {dict(statuses)}; {calls} calls, {n} attempts "
+          f"({', '.join(f'{k} {v}' for k, v in outcomes.most_common())}); "
+          f"wall {elapsed:.1f} s")  # fmt: skip
+    print()
+    print(f"{'attempts/s mean':>16} {'lowest second':>14} {'rows/s written':>15} "
+          f"{'lag p50 ms':>11} {'lag p99 ms':>11} {'dur err p50':>12} {'p99 ms':>7} "
+          f"{'max ms':>7}")  # fmt: skip
+    print(f"{sum(steady) / len(steady):>16.1f} {min(steady):>14} {row_count / write_span:>15.1f} "
+          f"{pct(lag, 0.5):>11.1f} {pct(lag, 0.99):>11.1f} {pct(err, 0.5):>12.2f} "
+          f"{pct(err, 0.99):>7.2f} {max(err):>7.2f}")  # fmt: skip
+    print()
+    delta = cmd1 - cmd0
+    scripted = lua_commands()
+    trips = Counter({k: v for k, v in delta.items() if k not in scripted})
+    inner = Counter({k: v for k, v in delta.items() if k in scripted})
+    decisions = delta["time"]  # the shared model's script calls TIME once per decision
+    scripts = delta["evalsha"] + delta["eval"]
+    print(f"Redis round trips per attempt ({sum(trips.values()) / n:.2f} in all):")
+    print(f"    {'decision (shared model script)':<34} {decisions / n:>8.3f}")
+    print(f"    {'breaker and budget scripts':<34} {(scripts - decisions) / n:>8.3f}")
+    for name, count in trips.most_common(6):
+        if name not in ("evalsha", "eval"):
+            print(f"    {name + ' (broker, channel layer)':<34} {count / n:>8.3f}")
+    print(
+        f"    (inside the scripts, not round trips: {sum(inner.values()) / n:.2f} commands/attempt)"
+    )
+    print()
+    print(f"{'CPU':<32} {'s':>8} {'ms/attempt':>11} {'% of one core':>14}")
+    summed = 0.0
+    for name in procs:
+        if cpu0[name] is None or cpu1[name] is None:
+            print(f"{name:<32} {'(gone)':>8}")
+            continue
+        used = cpu1[name] - cpu0[name]
+        summed += used
+        print(f"{name:<32} {used:>8.2f} {1000 * used / n:>11.3f} {100 * used / elapsed:>13.1f}%")
+    print(f"{'summed':<32} {summed:>8.2f} {1000 * summed / n:>11.3f} "
+          f"{100 * summed / elapsed:>13.1f}%")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=30)
+    parser.add_argument("--rate", type=int, default=10, help="calls/s per session (1 to 20)")
+    parser.add_argument("--for", dest="for_s", type=int, default=60, help="seconds (1 to 300)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=64, help="threads per worker")
+    parser.add_argument("--policy", default="resilient",
+                        help="naive, jitter, budget, breaker, resilient or mixed")  # fmt: skip
+    parser.add_argument("--servers", type=int, default=64)
+    parser.add_argument("--service-ms", type=int, default=40)
+    parser.add_argument("--max-queue-ms", type=int, default=1000)
+    args = parser.parse_args()
+    try:
+        setup_django()
+        run(args)
+    finally:
+        os.killpg(_REDIS.pid, 15)
+        _REDIS.wait(30)
+        if "LAB_SQLITE_PATH" in os.environ:
+            for suffix in ("", "-wal", "-shm"):
+                Path(os.environ["LAB_SQLITE_PATH"] + suffix).unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    main()

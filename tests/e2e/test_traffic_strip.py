@@ -1,0 +1,85 @@
+"""The lab page's traffic strip chart in real Chromium: steady traffic run by a real worker
+while the page is open; the chart's per-second counts (attempts by outcome, calls by result)
+equal the journal's, its bars are drawn, and nothing breaks the page's strict CSP."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+from playwright.sync_api import expect
+
+from labs.engine import FAST_FAIL_OUTCOMES
+from labs.models import JournalEvent, Traffic
+from labs.services import lab
+from labs.services.traffic import traffic_start
+from tests.conftest import DEFAULT_PASSWORD, make_classroom, make_scenario, make_student
+from tests.e2e.conftest import login
+from tests.integration.conftest import wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+def journal_counts(session) -> dict[str, dict]:
+    """Per second (of the event's engine time): attempts by outcome, calls by result, as the
+    strip chart counts them."""
+    out: dict[str, dict] = defaultdict(lambda: {"attempts": {}, "calls": {}})
+    for row in JournalEvent.objects.filter(session=session, kind__in=("attempt", "call_result")):
+        second = str(int(row.t_ms // 1000))
+        if row.kind == "attempt":
+            kind = (row.data or {}).get("outcome") or (
+                "ok" if row.outcome == "ok" else "timeout" if row.error == "timeout" else "error"
+            )
+            counts = out[second]["attempts"]
+        else:
+            kind = (
+                "ok"
+                if row.outcome in ("success", "ok")
+                else "fast"
+                if row.outcome in FAST_FAIL_OUTCOMES
+                else "failed"
+            )
+            counts = out[second]["calls"]
+        counts[kind] = counts.get(kind, 0) + 1
+    return dict(out)
+
+
+def test_the_strip_chart_counts_the_traffic_as_the_journal_does(browser, daphne_server, e2e_worker):
+    scenario = make_scenario("strip", title="Strip")
+    room = make_classroom("Strip class", join_code="STRIP001")
+    room.scenarios.add(scenario)
+    carol = make_student("carol", room)
+    session = lab.session_open(user=carol, classroom=room, scenario=scenario)
+    lab.session_set_dependency(
+        session=session, user=carol, changes={"mode": "error_rate", "rate": 0.3, "latency_ms": 5}
+    )
+    context = browser.new_context(viewport={"width": 1440, "height": 1500})
+    context.set_default_timeout(20_000)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    try:
+        login(page, daphne_server, "carol", DEFAULT_PASSWORD)
+        page.goto(f"{daphne_server}/sessions/{session.pk}/")
+        page.wait_for_selector('#live-status[data-state="live"]')
+        expect(page.locator("#traffic-strip-desc")).to_have_text("No call yet.")
+        traffic = traffic_start(session=session, user=carol, rate=5, duration_s=3, arrivals="even")
+
+        def ended():
+            traffic.refresh_from_db()
+            return traffic.status not in Traffic.ACTIVE_STATUSES
+
+        wait_for(ended, 60, interval=0.2, message="the traffic to end")
+        assert traffic.status == Traffic.Status.DONE, traffic.error
+        last = JournalEvent.objects.filter(session=session).order_by("-seq").first().seq
+        page.wait_for_function("n => failureLab.lastSeq() === n", arg=last, timeout=30_000)
+        expected = journal_counts(session)
+        assert sum(len(c["calls"]) for c in expected.values()) > 0
+        assert page.evaluate("failureLab.stripCounts()") == expected
+        expect(page.locator("#traffic-strip rect.ts-attempt-ok").first).to_be_visible()
+        expect(page.locator("#traffic-strip rect.ts-call-ok").first).to_be_visible()
+        expect(page.locator("#traffic-strip-desc")).to_contain_text("15 calls")
+        assert not errors, errors
+    finally:
+        context.close()
