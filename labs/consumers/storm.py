@@ -50,8 +50,10 @@ def _series(classroom_id: int, first: int | None) -> tuple[int, list[dict[str, A
     """(now, the seconds from ``first`` (or the whole window) to now, the model's state)."""
     now = selectors.storm_now_s(classroom_id)
     start = now - selectors.STORM_WINDOW_S + 1 if first is None else max(first, now - RESEND_S)
-    return now, selectors.storm_seconds(classroom_id, start, now), selectors.storm_model_state(
-        classroom_id
+    return (
+        now,
+        selectors.storm_seconds(classroom_id, start, now),
+        selectors.storm_model_state(classroom_id),
     )
 
 

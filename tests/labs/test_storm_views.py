@@ -54,9 +54,7 @@ def rows(response) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(text)))
 
 
-@pytest.mark.parametrize(
-    "name", ["storm_panel", "storm_export_seconds", "storm_export_students"]
-)
+@pytest.mark.parametrize("name", ["storm_panel", "storm_export_seconds", "storm_export_students"])
 def test_a_student_and_another_classes_instructor_get_404(
     client, classroom, student, other_instructor, name
 ):
