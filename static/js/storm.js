@@ -26,6 +26,8 @@
   const HEADLINE_SECONDS = 3;
   const BASELINE_SECONDS = 10;
   const RECOVERED_GOODPUT = 0.9;
+  const MIN_SPAN_S = 40;
+  const LEAD_S = 10;
   const COLORS = { offered: "#4fc3ff", capacity: "#ffffff", goodput: "#4cff7a", shed: "#ff5c5c",
     timeout: "#ffa94d", p50: "#b197fc", p99: "#f783ac", wasted: "#ffd23f",
     band: "rgba(255, 92, 92, 0.22)" };
@@ -92,9 +94,17 @@
     }
   }
 
+  // The chart starts a little before the first second with traffic (at least MIN_SPAN_S
+  // back), so the start of a lesson is not squeezed into the right edge of the window.
+  function firstShown() {
+    let active = now;
+    points.forEach(function (p, sec) { if (p.offered > 0 && sec < active) active = sec; });
+    return Math.max(now - windowS + 1, Math.min(now - MIN_SPAN_S + 1, active - LEAD_S));
+  }
+
   function sorted() {
     const xs = [];
-    for (let s = now - windowS + 1; s <= now; s++) {
+    for (let s = firstShown(); s <= now; s++) {
       xs.push(points.get(s) || { second: s, offered: 0, ok: 0, error: 0, shed: 0, skipped: 0,
         timeout: 0, wasted_us: 0, calls: 0, calls_ok: 0, retries: 0, wait_p50_ms: null, wait_p99_ms: null });
     }
@@ -189,6 +199,10 @@
 
   function size(box) { return { width: box.clientWidth, height: Math.max(120, box.clientHeight - 40) }; }
 
+  function line(label, stroke, width, dash) {
+    return { label: label, stroke: stroke, width: width, dash: dash, points: { show: false } };
+  }
+
   function axis(label) {
     return { label: label, stroke: "#fff", grid: { stroke: "#333" }, ticks: { stroke: "#555" },
       font: "16px system-ui", labelFont: "16px system-ui" };
@@ -201,11 +215,11 @@
       axes: [x, axis("attempts / s")],
       series: [
         {},
-        { label: "offered", stroke: COLORS.offered, width: 3 },
-        { label: "capacity", stroke: COLORS.capacity, width: 2, dash: [8, 6] },
-        { label: "goodput (calls ok)", stroke: COLORS.goodput, width: 3 },
-        { label: "shed", stroke: COLORS.shed, width: 2 },
-        { label: "timed out", stroke: COLORS.timeout, width: 2 },
+        line("offered", COLORS.offered, 3),
+        line("capacity", COLORS.capacity, 2, [8, 6]),
+        line("goodput (calls ok)", COLORS.goodput, 3),
+        line("shed", COLORS.shed, 2),
+        line("timed out", COLORS.timeout, 2),
       ],
       hooks: { drawClear: [bandHook] },
     }), [[], [], [], [], [], []], loadBox);
@@ -214,9 +228,9 @@
       axes: [Object.assign({}, x), axis("ms")],
       series: [
         {},
-        { label: "queue wait p50", stroke: COLORS.p50, width: 2 },
-        { label: "queue wait p99", stroke: COLORS.p99, width: 2 },
-        { label: "wasted server ms / s", stroke: COLORS.wasted, width: 2 },
+        line("queue wait p50", COLORS.p50, 2),
+        line("queue wait p99", COLORS.p99, 2),
+        line("wasted server ms / s", COLORS.wasted, 2),
       ],
       hooks: { drawClear: [bandHook] },
     }), [[], [], [], []], waitBox);
@@ -332,6 +346,8 @@
     students: function () { return students.slice(); },
     model: function () { return model; },
     headline: function () { return headline(sorted()); },
+    chartData: function () { return loadPlot ? loadPlot.data.map(function (xs) { return Array.from(xs); }) : null; },
+    tableRows: function () { return studentRows.rows.length; },
     stats: stats,
   };
 
