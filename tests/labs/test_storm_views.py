@@ -181,3 +181,9 @@ def test_students_csv_lists_every_session(client, configured, instructor, shared
     assert [int(r["session"]) for r in exported] == sorted(s.pk for s in shared_sessions)
     assert {r["mode"] for r in exported} == {"shared"}
     assert all(r["attempts_in_window"] == "0" and r["share"] == "0.0" for r in exported)
+
+
+def test_the_dashboard_links_to_the_storm_panel(client, classroom, instructor):
+    client.force_login(instructor)
+    text = client.get(reverse("labs:class_dashboard", args=[classroom.pk])).content.decode()
+    assert f'href="{reverse("labs:storm_panel", args=[classroom.pk])}"' in text
