@@ -334,6 +334,26 @@
     });
   }
 
+  // --- the chart as an image, for slides ------------------------------------------------------
+  // Both charts' canvases (the trigger band included) on one black canvas, downloaded as PNG.
+  function exportPng() {
+    if (!loadPlot) return;
+    const parts = [loadPlot.ctx.canvas, waitPlot.ctx.canvas];
+    const out = document.createElement("canvas");
+    out.width = Math.max(parts[0].width, parts[1].width);
+    out.height = parts[0].height + parts[1].height;
+    const ctx = out.getContext("2d");
+    ctx.fillStyle = "#000";
+    ctx.fillRect(0, 0, out.width, out.height);
+    ctx.drawImage(parts[0], 0, 0);
+    ctx.drawImage(parts[1], 0, parts[0].height);
+    const link = document.createElement("a");
+    link.download = "storm-chart-" + now + ".png";
+    link.href = out.toDataURL("image/png");
+    link.click();
+  }
+  document.getElementById("export-png").addEventListener("click", exportPng);
+
   // Refusals (422) carry the problems to show: let htmx swap them in like a success.
   document.body.addEventListener("htmx:beforeSwap", function (event) {
     const code = event.detail.xhr.status;

@@ -126,6 +126,13 @@ def test_storm_panel_follows_a_trigger_fired_from_it(
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOT))
 
+        # The chart as an image for slides.
+        with page.expect_download() as download:
+            page.click("#export-png")
+        png = Path(download.value.path()).read_bytes()
+        assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
+        assert download.value.suggested_filename.endswith(".png")
+
         # Stop the class's traffic from the panel; let the last seconds settle.
         page.click("#traffic-stop")
         expect(page.locator("#action-result")).to_contain_text(
