@@ -21,7 +21,8 @@ Messages to the page (JSON):
 - ``{"type": "tick", "now": s, "seconds": [...], "model": {...}, "students": [...]}``: the
   last ``RESEND_S`` seconds up to ``now``; ``students`` every ``STUDENTS_EVERY`` ticks only.
 
-The page may send ``{"type": "refresh"}`` (it saw a hole in its series) and gets a snapshot,
+After the channel layer has lost Redis and subscribed again (``layer.reconnected``), a
+snapshot too. The page may send ``{"type": "refresh"}`` (it saw a hole in its series) and gets a snapshot,
 at most one per ``REFRESH_INTERVAL_S``.
 """
 
@@ -91,6 +92,13 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, AsyncJsonWebsocketConsume
             return
         due = time.monotonic() - self._last_refresh >= REFRESH_INTERVAL_S
         if content.get("type") == "refresh" and due:
+            await self._send_snapshot()
+
+    async def layer_reconnected(self, event: dict[str, Any]) -> None:
+        """The channel layer lost Redis and has subscribed again (labs.live.channel_layer
+        sends this to every channel of the process). The stream does not come through the
+        layer, but Redis was away: a snapshot makes sure no second is left stale."""
+        if self.allowed:
             await self._send_snapshot()
 
     async def _students(self, now: int) -> list[dict[str, Any]]:

@@ -134,3 +134,25 @@ def test_a_refresh_request_gets_a_snapshot(configured, instructor):
     first, kinds = asyncio.run(scenario())
     assert first == "snapshot"
     assert "snapshot" in kinds
+
+
+def test_the_layers_reconnected_message_gets_a_snapshot_and_the_stream_goes_on(
+    configured, instructor
+):
+    """The channel layer sends ``layer.reconnected`` to every channel of the process after it
+    has lost Redis; the storm consumer must handle it (a missing handler ends the socket)."""
+    ws = communicator(instructor, configured.pk)
+
+    async def scenario():
+        await ws.connect(timeout=TIMEOUT)
+        kinds = [(await ws.receive_json_from(timeout=TIMEOUT))["type"]]
+        await ws.send_input({"type": "layer.reconnected"})
+        for _ in range(3):
+            kinds.append((await ws.receive_json_from(timeout=TIMEOUT))["type"])
+        await ws.disconnect()
+        return kinds
+
+    kinds = asyncio.run(scenario())
+    assert kinds[0] == "snapshot"
+    assert "snapshot" in kinds[1:]
+    assert kinds[-1] == "tick"
