@@ -29,6 +29,7 @@ from tests.conftest import (
     tour_script,
 )
 from tests.e2e.conftest import ARTIFACTS, login
+from tests.e2e.test_csp import REPORT_VIOLATIONS
 from tests.e2e.test_dashboard import off_loop
 from tests.integration.conftest import wait_for
 
@@ -72,10 +73,17 @@ def test_storm_panel_follows_a_trigger_fired_from_it(
     errors = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
+    page.expose_function("__reportCspViolation", lambda text: errors.append(text))
+    page.add_init_script(REPORT_VIOLATIONS)
     try:
         login(page, daphne_server, "teacher_a", DEFAULT_PASSWORD)
         page.goto(f"{daphne_server}/classes/{room.pk}/storm/")
         expect(page.locator("#storm-status")).to_have_text("Live", timeout=LIVE_TIMEOUT_MS)
+        # Full screen at 1920x1080: nothing to scroll.
+        assert page.evaluate(
+            "() => document.documentElement.scrollHeight <= window.innerHeight"
+            " && document.documentElement.scrollWidth <= window.innerWidth"
+        )
         # Healthy traffic reaches the chart and the table first.
         page.wait_for_function(
             "() => window.failureLabStorm.points().some(p => p.calls_ok > 0)"
@@ -162,7 +170,7 @@ def test_storm_panel_follows_a_trigger_fired_from_it(
         assert compared >= 8
         assert all(int(from_s) + i in stored for i in range(5))  # the trigger's seconds too
         assert sum(shown[s]["retries"] for s in stored if s in shown) > 0
-        assert errors == []  # no CSP violation, no script error
+        assert errors == []  # no CSP violation (uPlot styles via CSSOM), no script error
     finally:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "storm-panel-end.png"))
