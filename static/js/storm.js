@@ -112,6 +112,12 @@
   }
 
   // --- headline numbers ----------------------------------------------------------------------
+  // Over the last HEADLINE_SECONDS complete seconds: attempts per call, retries per attempt,
+  // goodput (calls succeeded per second) against the healthy baseline, which is the mean
+  // goodput of the BASELINE_SECONDS before the latest trigger (without one, the calls asked
+  // for). Recovered: the first second after the trigger's end whose retry ratio is within
+  // the 10 % budget and whose goodput is back to RECOVERED_GOODPUT of the baseline; until
+  // then "not recovered", counting up from the end.
   function sum(rows, key) { return rows.reduce(function (a, r) { return a + r[key]; }, 0); }
 
   function latestTrigger() {
