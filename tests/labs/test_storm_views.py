@@ -187,3 +187,17 @@ def test_the_dashboard_links_to_the_storm_panel(client, classroom, instructor):
     client.force_login(instructor)
     text = client.get(reverse("labs:class_dashboard", args=[classroom.pk])).content.decode()
     assert f'href="{reverse("labs:storm_panel", args=[classroom.pk])}"' in text
+
+
+def test_without_javascript_the_traffic_form_redirects_back_with_the_problem(
+    client, configured, instructor, shared_sessions
+):
+    client.force_login(instructor)
+    response = client.post(
+        reverse("labs:storm_traffic", args=[configured.pk]),
+        {"action": "start", "rate": "99", "duration_s": "10", "arrivals": "even"},
+        follow=True,
+    )
+    assert response.redirect_chain == [(reverse("labs:storm_panel", args=[configured.pk]), 302)]
+    assert "rate: must be between 1 and 20 calls/s (got 99)" in response.content.decode()
+    assert Traffic.objects.count() == 0
