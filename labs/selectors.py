@@ -21,8 +21,9 @@ from labs.engine import (
     validate_policy,
 )
 from labs.engine.replay import Replay, compare_scenario, parse_start, replay
+from labs.engine.shared import SECOND_FIELDS, WAIT_BOUNDS_MS, Second, seconds_from_fields
 from labs.live.journal import event_payload
-from labs.live.runtime import shared_config
+from labs.live.runtime import shared_config, shared_model
 from labs.models import (
     Burst,
     Classroom,
@@ -31,6 +32,7 @@ from labs.models import (
     Membership,
     Prediction,
     Scenario,
+    SharedDependencyConfig,
     StepProgress,
     Traffic,
 )
@@ -649,3 +651,107 @@ def class_progress(classroom: Classroom) -> list[dict]:
             }
         )
     return rows
+
+
+# --- the storm panel -------------------------------------------------------------------------
+
+#: Seconds of history the storm panel shows (and sends in a snapshot).
+STORM_WINDOW_S = 300
+#: Seconds over which the per-student table's rates are measured (from the journal).
+STORM_STUDENT_WINDOW_S = 5
+
+
+def storm_configured(classroom_id: int) -> bool:
+    """Whether the class has saved shared-dependency settings (the storm panel needs them)."""
+    return SharedDependencyConfig.objects.filter(classroom_id=classroom_id).exists()
+
+
+def _storm_fields(second: int) -> list[str]:
+    names = [*SECOND_FIELDS, *(f"q{i}" for i in range(len(WAIT_BOUNDS_MS)))]
+    return [f"{second}:{name}" for name in names]
+
+
+def storm_now_s(classroom_id: int) -> int:
+    """The current second on the clock that stamps the counters (Redis's ``TIME``)."""
+    return int(shared_model(classroom_id).client.time()[0])
+
+
+def storm_seconds(classroom_id: int, first: int, last: int) -> list[dict[str, Any]]:
+    """The shared dependency's counters for every second from ``first`` to ``last``
+    (inclusive), a zero row for a second nobody called in; one ``HMGET`` of exactly those
+    fields, never the whole hash (which holds up to an hour of seconds)."""
+    if last < first:
+        return []
+    model = shared_model(classroom_id)
+    fields = [f for s in range(first, last + 1) for f in _storm_fields(s)]
+    values = model.client.hmget(model.k_counters, fields)
+    found = seconds_from_fields(
+        {k: v for k, v in zip(fields, values, strict=True) if v is not None}
+    )
+    by_second = {row.second: row for row in found}
+    return [(by_second.get(s) or Second(second=s)).to_dict() for s in range(first, last + 1)]
+
+
+def storm_model_state(classroom_id: int) -> dict[str, Any]:
+    """The class's shared dependency: settings, capacity and the latest trigger (with its
+    span in seconds), from the Redis model (the database's settings when Redis has none)."""
+    state = shared_model(classroom_id).state()
+    config = shared_config(classroom_id)
+    trigger = state["trigger"]
+    if trigger is not None:
+        trigger = {
+            **trigger,
+            "from_s": trigger["from_us"] / 1e6,
+            "until_s": trigger["until_us"] / 1e6,
+        }
+    return {
+        "config": config.to_dict(),
+        "capacity_per_s": config.capacity_per_s,
+        "trigger": trigger,
+    }
+
+
+def storm_students(classroom_id: int, now_s: float) -> list[dict[str, Any]]:
+    """Per session of the class: attempts per second and retry ratio over the last
+    ``STORM_STUDENT_WINDOW_S`` seconds (counted from the journal's ``attempt`` rows), breaker
+    state, and share of the class's attempts in that window."""
+    from datetime import UTC, datetime
+
+    from django.db.models import Count, Q
+    from django.db.models.fields.json import KT
+
+    since = datetime.fromtimestamp(now_s - STORM_STUDENT_WINDOW_S, tz=UTC)
+    counts = {
+        row["session"]: row
+        for row in JournalEvent.objects.filter(
+            session__classroom_id=classroom_id, kind="attempt", created_at__gte=since
+        )
+        .order_by()
+        .values("session")
+        .annotate(attempts=Count("*"), retries=Count("pk", filter=Q(attempt_no__gt=1)))
+    }
+    total = sum(row["attempts"] for row in counts.values())
+    sessions = (
+        LabSession.objects.filter(classroom_id=classroom_id)
+        .annotate(mode=KT("dependency__mode"), state=KT("breaker_snapshot__state"))
+        .values("pk", "owner__username", "mode", "state")
+        .order_by("owner__username", "pk")
+    )
+    out = []
+    for s in sessions:
+        row = counts.get(s["pk"], {})
+        attempts = row.get("attempts", 0)
+        retries = row.get("retries", 0)
+        out.append(
+            {
+                "session": s["pk"],
+                "student": s["owner__username"],
+                "mode": s["mode"] or "",
+                "state": s["state"] or "closed",
+                "attempts": attempts,
+                "attempts_per_s": round(attempts / STORM_STUDENT_WINDOW_S, 2),
+                "retry_ratio": round(retries / attempts, 4) if attempts else 0.0,
+                "share": round(attempts / total, 4) if total else 0.0,
+            }
+        )
+    return out

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from labs.views import accounts, instructor, lab, predictions, replay
+from labs.views import accounts, instructor, lab, predictions, replay, storm
 
 app_name = "labs"
 
@@ -51,6 +51,18 @@ urlpatterns = [
     ),
     path("classes/<int:pk>/dashboard/reset/", instructor.class_reset, name="class_reset"),
     path("classes/<int:pk>/shared/", instructor.class_set_shared, name="class_set_shared"),
+    path("classes/<int:pk>/storm/", storm.storm_panel, name="storm_panel"),
+    path("classes/<int:pk>/storm/traffic/", storm.storm_traffic, name="storm_traffic"),
+    path(
+        "classes/<int:pk>/storm/seconds.csv",
+        storm.storm_export_seconds,
+        name="storm_export_seconds",
+    ),
+    path(
+        "classes/<int:pk>/storm/students.csv",
+        storm.storm_export_students,
+        name="storm_export_students",
+    ),
     path(
         "classes/<int:pk>/shared/trigger/",
         instructor.class_fire_trigger,

@@ -1,0 +1,156 @@
+"""The storm panel's update latency: an attempt counted in Redis to the tick that carries it.
+
+    .venv/bin/python benchmarks/storm_panel_bench.py --url http://127.0.0.1:8000 --classroom 1 \\
+        --username instructor --password failurelab [--sessions 30] [--rate 10] [--seconds 20]
+
+Against a running lab (``make run``) whose class ``--classroom`` has a shared dependency and
+is taught by ``--username``. The script logs in through the login form, opens the storm
+panel's websocket (``ws/classes/<id>/storm/``, the socket the page opens) and meanwhile makes
+``--sessions`` callers send ``--rate`` attempts a second each straight to the class's shared
+model in Redis (``REDIS_URL`` + ``REDIS_DB_BASE``, as the lab's settings read them; one
+``EVALSHA`` an attempt, as a worker does), noting the wall time of each. For every second the
+ticks report, the n-th attempt of that second is delivered by the first message whose
+``offered`` for that second reaches n: latency = receipt time minus the attempt's write time.
+It includes the consumer's 1 s tick, its Redis read and the websocket; drawing in the browser
+is not included. Target: p99 <= 1 s (the tick interval plus the read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.cookiejar
+import json
+import os
+import re
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import redis
+import websockets
+
+from benchmarks.bench_common import pct
+from labs.engine.stores.shared_redis import RedisSharedModel
+
+
+def login(url: str, username: str, password: str) -> str:
+    """The session cookie after logging in through the real login form."""
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    page = opener.open(f"{url}/accounts/login/").read().decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    data = urllib.parse.urlencode(
+        {"username": username, "password": password, "csrfmiddlewaretoken": token}
+    ).encode()
+    request = urllib.request.Request(  # noqa: S310 (http from --url)
+        f"{url}/accounts/login/", data=data, headers={"Referer": f"{url}/accounts/login/"}
+    )
+    opener.open(request).read()
+    cookies = {c.name: c.value for c in jar}
+    if "sessionid" not in cookies:
+        raise SystemExit("login failed: check --username and --password")
+    return "; ".join(f"{k}={v}" for k, v in cookies.items())
+
+
+def callers(model: RedisSharedModel, sessions: int, rate: int, seconds: int, writes, stop):
+    """``sessions`` threads, each deciding ``rate`` attempts a second, evenly spaced; every
+    write's (second as Redis stamps it, wall time after the reply) goes into ``writes``."""
+    lock = threading.Lock()
+
+    def run(i: int) -> None:
+        start = time.time() + i / (sessions * rate)
+        for n in range(rate * seconds):
+            due = start + n / rate
+            time.sleep(max(0.0, due - time.time()))
+            if stop.is_set():
+                return
+            model.decide(attempt=1)
+            done = time.time()
+            second = int(model.client.time()[0])  # the clock that stamps the counters
+            with lock:
+                writes[second].append(done)
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(sessions)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+async def listen(ws_url: str, cookie: str, origin: str, writes, latencies, until: float):
+    delivered: dict[int, int] = defaultdict(int)
+    async with websockets.connect(
+        ws_url, additional_headers={"Cookie": cookie}, origin=origin
+    ) as socket:
+        while time.time() < until:
+            try:
+                raw = await asyncio.wait_for(socket.recv(), timeout=max(0.1, until - time.time()))
+            except TimeoutError:
+                break
+            got = time.time()
+            message = json.loads(raw)
+            for point in message.get("seconds", []):
+                sec, offered = point["second"], point["offered"]
+                stamps = sorted(writes.get(sec, []))
+                if message["type"] == "snapshot":
+                    delivered[sec] = max(delivered[sec], offered)
+                    continue
+                for n in range(delivered[sec], min(offered, len(stamps))):
+                    latencies.append(got - stamps[n])
+                delivered[sec] = max(delivered[sec], offered)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--classroom", type=int, required=True)
+    parser.add_argument("--username", required=True)
+    parser.add_argument("--password", required=True)
+    parser.add_argument("--sessions", type=int, default=30)
+    parser.add_argument("--rate", type=int, default=10)
+    parser.add_argument("--seconds", type=int, default=20)
+    args = parser.parse_args()
+
+    base = int(os.environ.get("REDIS_DB_BASE", "0"))
+    client = redis.Redis.from_url(
+        os.environ.get("REDIS_URL", "redis://127.0.0.1:6379"), db=base + 2
+    )
+    model = RedisSharedModel(client, f"class:{args.classroom}")
+    model.config  # noqa: B018 (raises LookupError when the class has no shared model)
+    cookie = login(args.url, args.username, args.password)
+    ws_url = args.url.replace("http", "ws", 1) + f"/ws/classes/{args.classroom}/storm/"
+    writes: dict[int, list[float]] = defaultdict(list)
+    latencies: list[float] = []
+    stop = threading.Event()
+    threads = callers(model, args.sessions, args.rate, args.seconds, writes, stop)
+    try:
+        asyncio.run(
+            listen(ws_url, cookie, args.url, writes, latencies, time.time() + args.seconds + 3)
+        )
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(5)
+    total = sum(len(v) for v in writes.values())
+    print(
+        f"{args.sessions} callers x {args.rate} attempts/s for {args.seconds} s: {total} attempts"
+    )
+    if not latencies:
+        raise SystemExit("no attempt was delivered")
+    ms = [x * 1000 for x in latencies]
+    print("| attempts delivered | p50 ms | p90 ms | p99 ms | max ms |")
+    print("|---|---|---|---|---|")
+    print(
+        f"| {len(ms)} | {pct(ms, 0.5):.0f} | {pct(ms, 0.9):.0f} | {pct(ms, 0.99):.0f} "
+        f"| {max(ms):.0f} |"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""The storm panel's websocket: ``ws/classes/<id>/storm/``.
+
+Only instructors of the class (``selectors.teaches``) are let in; anyone else, students and
+other classes' instructors included, is closed with code 4403 right after the handshake.
+
+The consumer pushes one message a second from its own loop, reading the class's shared
+dependency in Redis once per tick (an ``HMGET`` of the seconds it sends, never the whole
+counters hash) and never because a browser asked: a page that polls nothing still gets
+every second. Counters of a second keep changing after it has passed (a timeout is counted
+when the client gives up, wasted server time when the server finishes), so every tick sends
+the last ``RESEND_S`` seconds again and the page replaces them by second.
+
+Messages to the page (JSON):
+
+- ``{"type": "snapshot", "now": s, "window_s", "seconds": [second, ...], "model": {...},
+  "students": [...]}``: the last ``STORM_WINDOW_S`` seconds (``Second.to_dict`` each, zero
+  rows for quiet seconds), the model's settings, capacity and latest trigger
+  (``selectors.storm_model_state``) and the per-student table (``selectors.storm_students``).
+  Sent on connect, when a tick finds it has fallen more than ``RESEND_S`` seconds behind
+  (a gap: the seconds in between would be missing), and when the page asks.
+- ``{"type": "tick", "now": s, "seconds": [...], "model": {...}, "students": [...]}``: the
+  last ``RESEND_S`` seconds up to ``now``; ``students`` every ``STUDENTS_EVERY`` ticks only.
+
+After the channel layer has lost Redis and subscribed again (``layer.reconnected``), a
+snapshot too. The page may send ``{"type": "refresh"}`` (it saw a hole in its series) and gets a snapshot,
+at most one per ``REFRESH_INTERVAL_S``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from labs import selectors
+from labs.consumers.base import CLOSE_FORBIDDEN, DirectDispatch, SocketLimits, read, read_redis
+from labs.live import metrics
+
+logger = logging.getLogger(__name__)
+
+TICK_S = 1.0
+RESEND_S = 6
+STUDENTS_EVERY = 2
+REFRESH_INTERVAL_S = 1.0
+
+
+def _series(classroom_id: int, first: int | None) -> tuple[int, list[dict[str, Any]], dict]:
+    """(now, the seconds from ``first`` (or the whole window) to now, the model's state)."""
+    now = selectors.storm_now_s(classroom_id)
+    start = now - selectors.STORM_WINDOW_S + 1 if first is None else max(first, now - RESEND_S)
+    return (
+        now,
+        selectors.storm_seconds(classroom_id, start, now),
+        selectors.storm_model_state(classroom_id),
+    )
+
+
+class StormPanelConsumer(DirectDispatch, SocketLimits, AsyncJsonWebsocketConsumer):
+    """Streams a class's shared-dependency counters, a point a second, to one instructor."""
+
+    classroom_id: int = 0
+    allowed = False
+    _loop: asyncio.Task | None = None
+    _last_now: int | None = None
+    _last_refresh = 0.0
+    _ticks = 0
+
+    async def connect(self) -> None:
+        self.classroom_id = int(self.scope["url_route"]["kwargs"]["classroom_id"])
+        user = self.scope.get("user")
+        await self.accept()
+        allowed = user is not None and user.is_authenticated
+        if not allowed or not await read(selectors.teaches)(user, self.classroom_id):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.allowed = True
+        metrics.socket_opened("storm")
+        await self._send_snapshot()
+        self._loop = asyncio.ensure_future(self._run())
+
+    async def disconnect(self, code: int) -> None:
+        if self._loop is not None:
+            self._loop.cancel()
+        if self.allowed:
+            metrics.socket_closed("storm")
+
+    async def receive_json(self, content: Any, **kwargs) -> None:
+        if not self.allowed or not isinstance(content, dict):
+            return
+        due = time.monotonic() - self._last_refresh >= REFRESH_INTERVAL_S
+        if content.get("type") == "refresh" and due:
+            await self._send_snapshot()
+
+    async def layer_reconnected(self, event: dict[str, Any]) -> None:
+        """The channel layer lost Redis and has subscribed again (labs.live.channel_layer
+        sends this to every channel of the process). The stream does not come through the
+        layer, but Redis was away: a snapshot makes sure no second is left stale."""
+        if self.allowed:
+            await self._send_snapshot()
+
+    async def _students(self, now: int) -> list[dict[str, Any]]:
+        return await read(selectors.storm_students)(self.classroom_id, float(now))
+
+    async def _send_snapshot(self) -> None:
+        self._last_refresh = time.monotonic()
+        now, seconds, model = await read_redis(_series)(self.classroom_id, None)
+        students = await self._students(now)
+        self._last_now = now
+        await self.send_json(
+            {
+                "type": "snapshot",
+                "now": now,
+                "window_s": selectors.STORM_WINDOW_S,
+                "seconds": seconds,
+                "model": model,
+                "students": students,
+            }
+        )
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                await self._tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a Redis blip must not end the stream: the next tick retries
+                logger.exception("storm panel %s: tick failed", self.classroom_id)
+
+    async def _tick(self) -> None:
+        first = self._last_now - RESEND_S if self._last_now is not None else None
+        now, seconds, model = await read_redis(_series)(self.classroom_id, first)
+        if self._last_now is None or now - self._last_now > RESEND_S:
+            await self._send_snapshot()  # a gap the resent seconds do not cover
+            return
+        self._last_now = now
+        self._ticks += 1
+        message: dict[str, Any] = {"type": "tick", "now": now, "seconds": seconds, "model": model}
+        if self._ticks % STUDENTS_EVERY == 0:
+            message["students"] = await self._students(now)
+        await self.send_json(message)
