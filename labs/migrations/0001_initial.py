@@ -37,7 +37,7 @@ class Migration(migrations.Migration):
                 ('title', models.CharField(max_length=160)),
                 ('description', models.CharField(blank=True, max_length=300)),
                 ('instructions', models.TextField(blank=True, help_text='Markdown, shown beside the lab.')),
-                ('script', models.JSONField(default=dict, help_text='The scenario script: seed, dependency, policy and steps (DESIGN section 7).', validators=[labs.models.validate_scenario_script])),
+                ('script', models.JSONField(default=dict, help_text='The scenario script: seed, dependency, policy and steps (docs/engine.md).', validators=[labs.models.validate_scenario_script])),
                 ('is_active', models.BooleanField(default=True)),
                 ('position', models.PositiveIntegerField(default=0, help_text='Lower comes first.')),
                 ('created_at', models.DateTimeField(auto_now_add=True)),
