@@ -8,7 +8,8 @@
    own Chromium (``python -m playwright install chromium`` when the selected tests need a
    browser and none is there). None to be had: the command names it and fails before running
    anything. LAB_SKIP_BROWSER_TESTS=1 skips the browser tests instead, loudly.
-4. ``pytest``: every test, on the embedded SQLite database.
+4. ``pytest -m "not postgres_only"``: every test on the embedded SQLite database but those that
+   need PostgreSQL (the scale-out test), which step 5 runs.
 5. ``pytest -m postgres`` once more with DATABASE_URL pointing at PostgreSQL
    (LAB_TEST_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/failurelab; the
    database is created if missing, pytest-django creates and drops ``test_<name>``). When
@@ -218,7 +219,9 @@ def run(extra: list[str], env: dict[str, str], procs, cleanup: list) -> int:
         return 1
 
     say("1/2 the whole suite (SQLite)")
-    first = pytest(extra, env)
+    # Tests that need PostgreSQL (four processes on one database) run in step 2, not here.
+    say("   (tests marked postgres_only are deselected here and run in step 2)")
+    first = pytest(["-m", "not postgres_only", *extra], env)
     if first != 0:
         say(f"the suite failed (exit {first})")
         return first

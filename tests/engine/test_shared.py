@@ -332,7 +332,7 @@ def test_triggers_are_validated_with_the_model_s_server_count():
 
 
 def test_every_attempt_is_one_round_trip_and_keys_share_one_hash_tag(redis_client):
-    redis = pytest.importorskip("redis")
+    import redis
 
     class CountingRedis(redis.Redis):
         def execute_command(self, *args, **options):
@@ -357,7 +357,7 @@ def test_every_attempt_is_one_round_trip_and_keys_share_one_hash_tag(redis_clien
 
 
 def test_an_unconfigured_model_refuses_attempts(redis_client):
-    redis = pytest.importorskip("redis")
+    import redis
     model = RedisSharedModel(redis_client, uuid.uuid4().hex[:10])
     with pytest.raises(redis.ResponseError, match="not configured"):
         model.decide()

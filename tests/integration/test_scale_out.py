@@ -45,6 +45,7 @@ from tests.integration.conftest import wait_for
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.postgres,
+    pytest.mark.postgres_only,
     pytest.mark.django_db(transaction=True),
 ]
 
@@ -82,7 +83,7 @@ SCRIPT = {
 @pytest.fixture(autouse=True)
 def _postgres_only():
     if connection.vendor != "postgresql":
-        pytest.skip(
+        pytest.fail(
             "scale-out needs PostgreSQL (four processes and two journal writers on one "
             "database): make test runs it in its PostgreSQL step; or set "
             "DATABASE_URL=postgres://... and run pytest -m postgres"
