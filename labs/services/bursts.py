@@ -28,7 +28,6 @@ import random
 import socket
 import threading
 import time
-from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -38,6 +37,7 @@ from labs.engine import LIMITS, Problem
 from labs.live import journal, queue, runtime
 from labs.live.writers import get_writer
 from labs.models import Burst, LabSession
+from labs.selectors import stale_runs
 
 logger = logging.getLogger(__name__)
 
@@ -356,20 +356,9 @@ def bursts_reap_stale(*, session_id: int | None = None) -> int:
     is a conditional update, so concurrent reapers journal each burst once. Returns how many
     bursts it marked.
     """
-    now = timezone.now()
-    running = Burst.objects.filter(
-        status=Burst.Status.RUNNING,
-        heartbeat_at__lt=now - timedelta(seconds=settings.LAB_BURST_STALE_SECONDS),
-    )
-    queued = Burst.objects.filter(
-        status=Burst.Status.QUEUED,
-        created_at__lt=now - timedelta(seconds=settings.LAB_BURST_QUEUE_TIMEOUT_SECONDS),
-    )
-    if session_id is not None:
-        running = running.filter(session_id=session_id)
-        queued = queued.filter(session_id=session_id)
+    running, queued = stale_runs(Burst, session_id=session_id)
     marked = 0
-    for burst in running.select_related("session"):
+    for burst in running:
         marked += _mark(
             burst,
             Burst.Status.RUNNING,
@@ -378,7 +367,7 @@ def bursts_reap_stale(*, session_id: int | None = None) -> int:
             f"burst {burst.number} interrupted: its worker ({burst.worker or 'unknown'}) stopped "
             "responding. It is not re-run (calls change the dependency); start a new burst.",
         )
-    for burst in queued.select_related("session"):
+    for burst in queued:
         marked += _mark(
             burst,
             Burst.Status.QUEUED,

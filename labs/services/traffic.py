@@ -25,9 +25,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from datetime import timedelta
 
-from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
@@ -43,6 +41,7 @@ from labs.live.traffic import (
 from labs.live.writers import get_writer
 from labs.models import LabSession, Traffic
 from labs.presenters import actor_name
+from labs.selectors import stale_runs
 from labs.services.bursts import WORKER_ID, BurstRefused, reap_interval
 
 logger = logging.getLogger(__name__)
@@ -339,20 +338,9 @@ def _reap_loop() -> None:
 def traffic_reap_stale(*, session_id: int | None = None) -> int:
     """Mark runs whose worker died INTERRUPTED (and never-claimed queued ones FAILED),
     journaled ``traffic_end``; conditional updates, so concurrent reapers mark each once."""
-    now = timezone.now()
-    running = Traffic.objects.filter(
-        status=Traffic.Status.RUNNING,
-        heartbeat_at__lt=now - timedelta(seconds=settings.LAB_BURST_STALE_SECONDS),
-    )
-    queued = Traffic.objects.filter(
-        status=Traffic.Status.QUEUED,
-        created_at__lt=now - timedelta(seconds=settings.LAB_BURST_QUEUE_TIMEOUT_SECONDS),
-    )
-    if session_id is not None:
-        running = running.filter(session_id=session_id)
-        queued = queued.filter(session_id=session_id)
+    running, queued = stale_runs(Traffic, session_id=session_id)
     marked = 0
-    for traffic in running.select_related("session"):
+    for traffic in running:
         marked += _mark(
             traffic,
             Traffic.Status.RUNNING,
@@ -360,7 +348,7 @@ def traffic_reap_stale(*, session_id: int | None = None) -> int:
             "traffic_end",
             f"traffic interrupted: its worker ({traffic.worker or 'unknown'}) stopped responding",
         )
-    for traffic in queued.select_related("session"):
+    for traffic in queued:
         marked += _mark(
             traffic,
             Traffic.Status.QUEUED,
