@@ -285,12 +285,35 @@
 
   window.setInterval(tickBadge, 100);
 
+  // --- SVG drawing, shared by the timeline and the traffic strip ------------------------------
+
+  const NS = "http://www.w3.org/2000/svg";
+
+  function el(name, attrs, text) {
+    const node = document.createElementNS(NS, name);
+    for (const key in attrs) node.setAttribute(key, attrs[key]);
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  // ``draw`` at the next animation frame, however many times this is called before it.
+  function onNextFrame(draw) {
+    let pending = false;
+    return function () {
+      if (pending) return;
+      pending = true;
+      window.requestAnimationFrame(function () {
+        pending = false;
+        draw();
+      });
+    };
+  }
+
   // --- the timeline chart --------------------------------------------------------------------
 
   const chart = (function () {
     const svg = document.getElementById("timeline-chart");
     const desc = document.getElementById("timeline-desc");
-    const NS = "http://www.w3.org/2000/svg";
     const WIDTH = 960;
     const LEFT = 64;
     const GAP = 30;
@@ -304,7 +327,6 @@
     const MIN_BURST_PX = 70;
     const events = [];
     const seen = {};
-    let pending = false;
 
     function when(event) {
       if (event.t_ms && event.t_ms > 1e11) return event.t_ms;
@@ -318,21 +340,8 @@
       events.push(event);
     }
 
-    function redraw() {
-      if (pending || !svg) return;
-      pending = true;
-      window.requestAnimationFrame(function () {
-        pending = false;
-        draw();
-      });
-    }
+    const redraw = onNextFrame(function () { if (svg) draw(); });
 
-    function el(name, attrs, text) {
-      const node = document.createElementNS(NS, name);
-      for (const key in attrs) node.setAttribute(key, attrs[key]);
-      if (text !== undefined) node.textContent = text;
-      return node;
-    }
 
     function collect() {
       const bursts = {};
@@ -620,7 +629,6 @@
   const strip = (function () {
     const svg = document.getElementById("traffic-strip");
     const desc = document.getElementById("traffic-strip-desc");
-    const NS = "http://www.w3.org/2000/svg";
     const STRIP_SECONDS = 60;
     const WIDTH = 960;
     const LEFT = 70;
@@ -632,7 +640,6 @@
     const seconds = new Map(); // second -> { attempts: {kind: n}, calls: {kind: n} }
     const transitions = [];
     const seen = new Set();
-    let pending = false;
 
     function when(event) {
       if (event.t_ms && event.t_ms > 1e11) return event.t_ms;
@@ -677,21 +684,8 @@
       }
     }
 
-    function redraw() {
-      if (pending || !svg) return;
-      pending = true;
-      window.requestAnimationFrame(function () {
-        pending = false;
-        draw();
-      });
-    }
+    const redraw = onNextFrame(function () { if (svg) draw(); });
 
-    function el(name, attrs, text) {
-      const node = document.createElementNS(NS, name);
-      for (const key in attrs) node.setAttribute(key, attrs[key]);
-      if (text !== undefined) node.textContent = text;
-      return node;
-    }
 
     function stateAt(second) {
       transitions.sort(function (a, b) { return a.t - b.t; });
