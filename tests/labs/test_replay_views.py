@@ -425,6 +425,24 @@ def test_the_timeline_knows_each_burst_number_and_which_cannot_be_replayed(
     assert all(e.get("whatif", True) for e in events if e["burst"] != old.pk)
 
 
+def test_rows_read_back_for_a_reconnecting_socket_are_marked_with_one_query(
+    session, django_assert_num_queries
+):
+    """The consumer's catch-up (``rows_after``) renders rows of a burst that can never be
+    replayed without the link, for one query more per chunk, whatever its length."""
+    from labs import presenters, selectors
+
+    new = finished_burst(session, 1)
+    old = burst_from_before_replay(session, 2)
+    failed = Burst.objects.create(session=session, number=3, size=1, status="failed")
+    journal.record([journal.entry(session, "burst_failed", "stopped", burst_id=failed.pk)])
+    with django_assert_num_queries(2):
+        rows = selectors.rows_after(session.pk, 0, 500)
+    linked = {r["burst"] for r in rows if "j-whatif" in str(presenters.journal_row(r))}
+    assert linked == {new.pk}
+    assert {r["burst"] for r in rows if r.get("whatif") is False} == {old.pk, failed.pk}
+
+
 def test_the_pushed_summary_panel_offers_the_what_if_only_for_a_recorded_burst(session):
     """The consumer renders the panel at a burst's end from facts it learnt from the
     ``burst_queued`` row or read by id; either way the what-if link follows the record."""
