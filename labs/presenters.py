@@ -125,8 +125,18 @@ def row_tone(event: dict[str, Any]) -> str:
 ROW_HTML = (
     '<li id="ev-{}" class="journal-row tone-{}" data-seq="{}" data-kind="{}">'
     '<span class="j-seq">#{}</span> <time class="j-time" datetime="{}">{}</time> '
-    '<span class="j-kind">{}</span> <span class="j-msg">{}</span></li>'
+    '<span class="j-kind">{}</span> <span class="j-msg">{}</span>{}</li>'
 )
+
+#: Where a burst's what-if opens, by the burst's id (``labs:burst_whatif``): every row of a
+#: burst carries that id, pushed or read back, so its link needs no query.
+WHATIF_HREF = "/bursts/{burst}/whatif/"
+WHATIF_ROW_LINK = (
+    ' <a class="j-whatif" href="' + WHATIF_HREF + '" data-whatif '
+    'title="Replay this row\'s burst with another policy">what if…</a>'
+)
+#: Rows that end a burst without its finishing: such a burst has no what-if.
+NO_WHATIF_KINDS = frozenset(("burst_interrupted", "burst_failed"))
 
 
 def journal_row(event: dict[str, Any]) -> SafeString:
@@ -136,17 +146,57 @@ def journal_row(event: dict[str, Any]) -> SafeString:
     every page watching, and this is about ten times cheaper than a template render
     (benchmarks/push_bench.py). Every value is escaped with ``html.escape`` (what Django's
     ``escape`` does, minus its lazy-string wrapper).
+
+    A row of a burst ends with a "what if…" link to that burst's what-if (by the burst id the
+    row carries, one more string format). A row read back from the database whose burst can
+    never be replayed (recorded before replay existed, interrupted, failed) carries
+    ``"whatif": False`` (:func:`labs.selectors.rows_after`) and has none; a pushed row of a
+    burst still running has it, and the what-if view says the burst is still running.
     """
     seq = _escape(str(event.get("seq")))
     kind = event.get("kind") or ""
     moment = event_datetime(event)
+    burst = event.get("burst")
+    whatif = (
+        WHATIF_ROW_LINK.format(burst=_escape(str(burst)))
+        if burst and kind not in NO_WHATIF_KINDS and event.get("whatif", True)
+        else ""
+    )
     return mark_safe(  # noqa: S308 - every part escaped just here
         ROW_HTML.format(
             seq, row_tone(event), seq, _escape(kind), seq,
             moment.isoformat() if moment else "", clock_text(moment),
-            _escape(kind_label(kind)), _escape(str(event.get("message") or "")),
+            _escape(kind_label(kind)), _escape(str(event.get("message") or "")), whatif,
         )
     )  # fmt: skip
+
+
+def whatif_refusal(number: Any, status: str, recorded: bool) -> str:
+    """Why burst ``number`` (its ``status``, whether its start state was ``recorded``) has no
+    what-if, as the what-if view says it; "" when it can be replayed."""
+    status = str(status)
+    if status == "done":
+        if recorded:
+            return ""
+        return (
+            f"Burst {number} was recorded before replay existed: the lab did not keep the "
+            "state it started from (the dependency's counters, the breaker, the retry budget, "
+            "the seed), so it cannot be replayed. Bursts run since then can."
+        )
+    if status in ("queued", "running"):
+        return (
+            f"Burst {number} is still {status}: its what-if opens once it has finished "
+            "(follow the link again then)."
+        )
+    if status == "interrupted":
+        return (
+            f"Burst {number} was interrupted before it finished (its worker stopped), so "
+            "there is no finished burst to replay; only a finished burst can be replayed."
+        )
+    return (
+        f"Burst {number} stopped on an error in the lab before it finished; only a finished "
+        "burst can be replayed."
+    )
 
 
 # --- scenario steps --------------------------------------------------------------------------
@@ -302,7 +352,9 @@ def _form_values_of_policy(changes: dict[str, Any]) -> dict[str, str]:
 
 
 def chart_payload(payload: dict[str, Any]) -> dict[str, Any]:
-    """The part of an event the timeline needs (no message, no actor)."""
+    """The part of an event the timeline needs (no message, no actor): ``data.burst`` is the
+    burst's number on its ``burst_queued`` and ``burst_end`` rows (the timeline's what-if
+    link names it)."""
     keep = (
         "seq", "kind", "burst", "t_ms", "at", "call", "attempt", "outcome", "error",
         "latency_ms", "backoff_ms", "state_from", "state_to",
@@ -310,8 +362,12 @@ def chart_payload(payload: dict[str, Any]) -> dict[str, Any]:
     data = payload.get("data") or {}
     small = {k: payload.get(k) for k in keep}
     small["data"] = {
-        k: data[k] for k in ("probe", "size", "first_call", "start_ms", "end_ms") if k in data
+        k: data[k]
+        for k in ("probe", "size", "first_call", "start_ms", "end_ms", "burst")
+        if k in data
     }
+    if "whatif" in payload:  # the burst cannot be replayed (see journal_row)
+        small["whatif"] = payload["whatif"]
     return small
 
 
@@ -343,10 +399,15 @@ BURST_FACTS = ("id", "number", "size", "concurrency", "status", "error")
 
 
 def burst_facts(burst: Any) -> dict[str, Any]:
-    """The panel's heading facts from a ``Burst`` (or a dict with the same names)."""
-    get = burst.get if isinstance(burst, dict) else lambda name: getattr(burst, name)
-    facts = {name: get("pk" if name == "id" and not isinstance(burst, dict) else name)
-             for name in BURST_FACTS}  # fmt: skip
+    """The panel's heading facts from a ``Burst`` (or a dict with the same names), and
+    ``recorded``: whether its start state was recorded (the what-if link needs it; a dict
+    without the key says yes, see :meth:`labs.consumers.lab.LabSessionConsumer._learn_burst`)."""
+    if isinstance(burst, dict):
+        facts = {name: burst.get(name) for name in BURST_FACTS}
+        facts["recorded"] = bool(burst.get("recorded", True))
+    else:
+        facts = {name: getattr(burst, "pk" if name == "id" else name) for name in BURST_FACTS}
+        facts["recorded"] = bool(burst.start_state)
     facts["status"] = str(facts["status"])
     return facts
 

@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.shortcuts import get_object_or_404
 
 from labs import presenters
@@ -47,6 +48,15 @@ CHART_MAX_EVENTS = 3000
 # --- one session -----------------------------------------------------------------------------
 
 
+def visible_burst(user, burst_id: int) -> Burst:
+    """The burst ``burst_id`` if ``user`` may see its session, else Http404."""
+    return get_object_or_404(
+        Burst.objects.select_related("session__scenario", "session__classroom", "session__owner"),
+        pk=burst_id,
+        session__in=LabSession.objects.visible_to(user),
+    )
+
+
 def visible_session(user, pk: int) -> LabSession:
     """The session ``pk`` if ``user`` may see it, else Http404 (never 403: ids do not leak)."""
     return get_object_or_404(
@@ -74,9 +84,33 @@ def session_policy(session_id: int) -> dict[str, Any] | None:
 
 
 def rows_after(session_id: int, after: int, limit: int) -> list[dict[str, Any]]:
-    """Up to ``limit`` journal payloads after ``after``, oldest first."""
+    """Up to ``limit`` journal payloads after ``after``, oldest first (marked as
+    :func:`mark_unreplayable` says)."""
     rows = JournalEvent.objects.filter(session_id=session_id).after(after)[:limit]
-    return [event_payload(row) for row in rows]
+    return mark_unreplayable([event_payload(row) for row in rows])
+
+
+def mark_unreplayable(payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Set ``"whatif": False`` on the payloads of bursts that can never be replayed: finished
+    without a recorded start state (run before replay existed), interrupted or failed. One
+    query for the whole list, none when no row belongs to a burst; the journal row and the
+    timeline then offer no what-if for them (:func:`labs.presenters.journal_row`)."""
+    ids = {p["burst"] for p in payloads if p.get("burst")}
+    if not ids:
+        return payloads
+    never = set(
+        Burst.objects.filter(pk__in=ids)
+        .filter(
+            Q(status__in=(Burst.Status.INTERRUPTED, Burst.Status.FAILED))
+            | Q(status=Burst.Status.DONE, start_state={})
+        )
+        .values_list("pk", flat=True)
+    )
+    if never:
+        for payload in payloads:
+            if payload.get("burst") in never:
+                payload["whatif"] = False
+    return payloads
 
 
 def newest_seq(session_id: int) -> int:
@@ -96,7 +130,7 @@ def journal_page(session: LabSession, before: int | None = None) -> tuple[list[d
         rows = rows.filter(seq__lt=before)
     page = list(rows.order_by("-seq")[: JOURNAL_PAGE + 1])
     older = page[JOURNAL_PAGE - 1].seq if len(page) > JOURNAL_PAGE else None
-    return [event_payload(r) for r in page[:JOURNAL_PAGE]], older
+    return mark_unreplayable([event_payload(r) for r in page[:JOURNAL_PAGE]]), older
 
 
 def chart_events(session: LabSession) -> list[dict[str, Any]]:
@@ -119,7 +153,9 @@ def chart_events(session: LabSession) -> list[dict[str, Any]]:
     rows = JournalEvent.objects.filter(session=session, seq__gte=first_seq).order_by("-seq")[
         :CHART_MAX_EVENTS
     ]
-    payloads = [presenters.chart_payload(event_payload(r)) for r in rows]
+    payloads = [
+        presenters.chart_payload(p) for p in mark_unreplayable([event_payload(r) for r in rows])
+    ]
     payloads.reverse()
     return payloads
 
@@ -141,8 +177,13 @@ def latest_burst(session: LabSession) -> Burst | None:
 
 
 def burst_facts_by_id(burst_ids: list[int]) -> dict[int, dict[str, Any]]:
-    """What the summary panel's heading needs of each burst, by burst id."""
-    rows = Burst.objects.filter(pk__in=burst_ids).values("pk", *presenters.BURST_FACTS[1:])
+    """What the summary panel's heading needs of each burst, by burst id, and whether its
+    start state is recorded."""
+    rows = (
+        Burst.objects.filter(pk__in=burst_ids)
+        .annotate(recorded=ExpressionWrapper(~Q(start_state={}), output_field=BooleanField()))
+        .values("pk", "recorded", *presenters.BURST_FACTS[1:])
+    )
     return {row["pk"]: presenters.burst_facts({"id": row["pk"], **row}) for row in rows}
 
 
@@ -439,8 +480,8 @@ HISTORY_PAGE = 10
 
 def burst_history(session: LabSession, page: int = 1) -> tuple[list[dict[str, Any]], int, int]:
     """One page of the session's bursts, newest first: (rows, page, pages). Each row is the
-    burst's facts, its summary and whether it can be replayed (a finished burst with a
-    recorded start state). A page past the end is the last page."""
+    burst's facts, its summary, whether it can be replayed (a finished burst with a
+    recorded start state) and whether its start state was recorded at all. A page past the end is the last page."""
     bursts = Burst.objects.filter(session=session).order_by("-number")
     count = bursts.count()
     pages = max(1, -(-count // HISTORY_PAGE))
@@ -455,6 +496,7 @@ def burst_history(session: LabSession, page: int = 1) -> tuple[list[dict[str, An
                 "concurrency": burst.concurrency,
                 "summary": burst.summary or {},
                 "replayable": burst.status == Burst.Status.DONE and bool(burst.start_state),
+                "recorded": bool(burst.start_state),
             }
         )
     return rows, page, pages

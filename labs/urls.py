@@ -36,6 +36,7 @@ urlpatterns = [
     path(
         "sessions/<int:pk>/bursts/<int:number>/replay/", replay.burst_replay, name="burst_replay"
     ),
+    path("bursts/<int:burst_id>/whatif/", replay.burst_whatif, name="burst_whatif"),
     path("sessions/<int:pk>/export.<str:fmt>", lab.session_export, name="session_export"),
     path("classes/<int:pk>/dashboard/", instructor.class_dashboard, name="class_dashboard"),
     path("classes/<int:pk>/predictions/", predictions.class_predictions, name="class_predictions"),

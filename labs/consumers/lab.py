@@ -354,7 +354,12 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
 
     def _learn_burst(self, event: dict[str, Any]) -> None:
         """Remember a burst from its ``burst_queued`` row (it carries number, size and
-        concurrency), so its start and end need no query; forget it when it ends."""
+        concurrency), so its start and end need no query; forget it when it ends.
+
+        Such a burst counts as having its start state recorded (its summary panel links to
+        its what-if): a worker records it when it claims the burst. The one exception is a
+        tab open since before replay existed catching up on rows written then; its link
+        then opens the what-if view, which says the burst cannot be replayed and why."""
         burst_id = event.get("burst")
         if event.get("kind") == "burst_queued" and burst_id:
             data = event.get("data") or {}
@@ -366,6 +371,7 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
                     "concurrency": data["concurrency"],
                     "status": "queued",
                     "error": "",
+                    "recorded": True,
                 }
 
     async def _send_state(self) -> None:

@@ -9,6 +9,12 @@ and journal rows, the policy form prefilled with the policy the burst ran with a
 posted, the replay's timeline on the same time axis, its journal rows with their explanation
 sentences and the diff table. A policy out of range answers 422 with the form, the field and
 its range beside it, and runs nothing.
+
+The what-if is reached by the burst's number (``sessions/<id>/bursts/<n>/replay/``: the
+summary panel, the history) or by its id (``bursts/<id>/whatif/``: every journal row of a
+burst and the timeline, which know the id). A burst that cannot be replayed, because it is
+still running, was interrupted or failed, or was recorded before replay existed (no start
+state), answers 409 with a sentence saying which (:func:`labs.presenters.whatif_refusal`).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import json
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 
@@ -43,19 +49,31 @@ def _policy_context(form: PolicyForm) -> dict[str, Any]:
     }
 
 
-def _burst(request: HtmxHttpRequest, pk: int, number: int) -> tuple[LabSession, Burst]:
-    session = visible_session(request.user, pk)
-    burst = selectors.session_burst(session, number)
-    if burst.status != Burst.Status.DONE or not burst.start_state:
-        raise Http404("Only a finished burst with a recorded start state can be replayed.")
-    return session, burst
-
-
 @require_http_methods(["GET", "POST"])
 @login_required
 def burst_replay(request: HtmxHttpRequest, pk: int, number: int) -> HttpResponse:
     """GET: the burst and the what-if form; POST: run the replay with the posted policy."""
-    session, burst = _burst(request, pk, number)
+    session = visible_session(request.user, pk)
+    return _whatif(request, session, selectors.session_burst(session, number))
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def burst_whatif(request: HtmxHttpRequest, burst_id: int) -> HttpResponse:
+    """The same what-if, found by the burst's id: the link every journal row of a burst and
+    the timeline's bursts carry (a row knows its burst's id, not its number)."""
+    burst = selectors.visible_burst(request.user, burst_id)
+    return _whatif(request, burst.session, burst)
+
+
+def _whatif(request: HtmxHttpRequest, session: LabSession, burst: Burst) -> HttpResponse:
+    refusal = presenters.whatif_refusal(burst.number, burst.status, bool(burst.start_state))
+    if refusal:
+        # The burst exists but cannot be replayed (yet): say why (409), run nothing.
+        context = {"session": session, "burst": burst, "refusal": refusal}
+        if request.htmx:
+            return render(request, f"{TEMPLATE}#replay-result", context, status=409)
+        return render(request, TEMPLATE, context, status=409)
     recorded = parse_start(burst.start_state)
     original_events = selectors.burst_events(burst)
     same = selectors.burst_replay(burst, None)

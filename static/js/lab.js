@@ -12,6 +12,8 @@
  * - The timeline chart (SVG) is drawn from the events: per call its attempts as segments
  *   coloured by outcome, the backoff gaps, fast-fails, half-open probes, and a band with the
  *   breaker's state over time. It grows while a burst runs.
+ *   Under each finished burst a "what if…" link opens that burst's what-if panel (#whatif);
+ *   so does the link the server puts on every journal row of a burst (data-whatif).
  * - The traffic strip chart (SVG): per second of the last minute of calls, attempts by
  *   outcome, calls ok/failed/fast-failed and the breaker's state band.
  * - The scenario checklist keeps its ticks in localStorage.
@@ -24,6 +26,8 @@
   if (!root) return;
 
   const wsPath = root.dataset.wsPath;
+  // The what-if view of burst id 0 (labs:burst_whatif); a burst's own is the same with its id.
+  const whatifUrl = root.dataset.whatifUrl || "";
   let lastSeq = parseInt(root.dataset.lastSeq || "0", 10) || 0;
   const journal = document.getElementById("journal-rows");
   const liveStatus = document.getElementById("live-status");
@@ -314,6 +318,8 @@
   const chart = (function () {
     const svg = document.getElementById("timeline-chart");
     const desc = document.getElementById("timeline-desc");
+    const whatifBox = document.getElementById("timeline-whatif");
+    let whatifKey = "";
     const WIDTH = 960;
     const LEFT = 64;
     const GAP = 30;
@@ -352,10 +358,15 @@
         if (!e.burst) return;
         let b = bursts[e.burst];
         if (!b) {
-          b = bursts[e.burst] = { id: e.burst, start: null, end: null, done: false, calls: {}, firstCall: null, size: null, seq: e.seq };
+          b = bursts[e.burst] = { id: e.burst, start: null, end: null, done: false, finished: false, number: null, whatif: true, calls: {}, firstCall: null, size: null, seq: e.seq };
           order.push(b);
         }
         const t = when(e);
+        // burst_queued and burst_end carry the burst's number; a row read back from the
+        // journal says whatif: false when its burst can never be replayed.
+        if (e.data && typeof e.data.burst === "number") b.number = e.data.burst;
+        if (e.whatif === false) b.whatif = false;
+        if (e.kind === "burst_end") b.finished = true;
         if (e.kind === "burst_queued") return;
         if (e.kind === "burst_start") {
           b.start = t;
@@ -395,6 +406,7 @@
       const now = Date.now() + clockOffset;
       while (svg.lastChild && svg.lastChild.nodeName !== "desc") svg.removeChild(svg.lastChild);
       if (!bursts.length) {
+        showWhatifLinks([]);
         svg.setAttribute("viewBox", "0 0 " + WIDTH + " 60");
         svg.appendChild(el("text", { x: 12, y: 34, class: "tl-empty" }, "Run a burst: its calls appear here as they happen."));
         if (desc) desc.textContent = "No burst yet.";
@@ -510,6 +522,32 @@
       svg.appendChild(el("rect", { x: tailX, y: BAND_Y, width: TAIL - 10, height: BAND_H, class: "tl-band tl-band-" + stateNow }));
       svg.appendChild(el("text", { x: tailX, y: 15, class: "tl-now" }, "now"));
       if (desc) desc.textContent = "Breaker now " + (LABELS[stateNow] || stateNow) + ". Last " + bursts.length + " burst(s), " + summaryText.join("; ") + ".";
+      showWhatifLinks(bursts);
+    }
+
+    /* One "what if…" link under each finished burst that can be replayed, lined up with the
+     burst's group (HTML outside the SVG, which is one image to assistive technology; placed
+     through the CSSOM, which the CSP allows). Rebuilt only when the set changes, so a
+     focused link survives the redraws of a running burst. */
+    function showWhatifLinks(bursts) {
+      if (!whatifBox || !whatifUrl) return;
+      const shown = bursts.filter(function (b) { return b.finished && b.number && b.whatif; });
+      const key = shown.map(function (b) { return b.id + "@" + b.x.toFixed(0); }).join(" ");
+      if (key === whatifKey) return;
+      whatifKey = key;
+      whatifBox.replaceChildren();
+      shown.forEach(function (b) {
+        const link = document.createElement("a");
+        link.className = "tl-whatif";
+        link.id = "tl-whatif-" + b.number;
+        link.href = whatifUrl.replace("/0/", "/" + b.id + "/");
+        link.dataset.whatif = "";
+        link.textContent = "what if…";
+        link.setAttribute("aria-label", "What if burst " + b.number + " had another policy?");
+        link.title = "Replay burst " + b.number + " with another policy";
+        link.style.left = (b.x / WIDTH * 100).toFixed(2) + "%";
+        whatifBox.appendChild(link);
+      });
     }
 
     // live growth while a burst runs
@@ -521,6 +559,18 @@
 
     return { add: add, redraw: redraw };
   })();
+
+  // --- what if: a journal row's or the timeline's link opens the panel under the timeline ----
+
+  const whatifPanel = document.getElementById("whatif");
+  document.addEventListener("click", function (event) {
+    const link = event.target.closest && event.target.closest("a[data-whatif]");
+    if (!link || !whatifPanel || !window.htmx) return;
+    if (event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey || event.altKey) return;
+    event.preventDefault();
+    window.htmx.ajax("GET", link.getAttribute("href"), { target: "#whatif", swap: "innerHTML" })
+      .then(function () { whatifPanel.scrollIntoView({ block: "start" }); });
+  });
 
   // --- htmx: errors that do not swap a form --------------------------------------------------
 

@@ -3,8 +3,11 @@
 A student runs the first two bursts of the tour (flaky 3 and a burst of 6; down and a burst of
 6: attempts [4, 4, 4, 0, 0, 0]), opens burst 2's what-if panel from the summary on the lab page,
 replays it with failure threshold 1 and sees fewer attempts in the diff table and in the second
-timeline; burst 1 opens in the same panel from the history. The compare
-page's URL, opened in a fresh browser by someone else, shows the same comparison.
+timeline; burst 1 opens in the same panel from the "what if…" link under it in the timeline,
+burst 2 from a journal row pushed over the websocket, and, after a reload, burst 1 from a row
+the page rendered, burst 2 from the timeline drawn from the page's data and burst 1 from the
+history. No page breaks the Content-Security-Policy. The compare page's URL, opened in a fresh
+browser by someone else, shows the same comparison.
 """
 
 from __future__ import annotations
@@ -13,10 +16,11 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from labs.models import JournalEvent
+from labs.models import Burst, JournalEvent
 from labs.services import lab
 from tests.conftest import DEFAULT_PASSWORD, make_classroom, make_scenario, make_student
 from tests.e2e.conftest import login
+from tests.e2e.test_csp import REPORT_VIOLATIONS
 from tests.e2e.test_lab_page import run_burst, set_dependency, wait_burst_done
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -40,6 +44,21 @@ def diff_cells(page, table: str, key: str) -> list[str]:
     )
 
 
+def open_whatif(page, link: str, number: int) -> None:
+    """Click a what-if link and wait for burst ``number``'s panel under the timeline."""
+    page.click(link)
+    page.wait_for_selector(f"#whatif #replay-form h2 >> text=burst {number} ran with")
+    assert page.inner_text("#whatif .replay-heading").startswith(f"What if burst {number} ")
+
+
+def row_whatif(burst: Burst, kind: str) -> str:
+    """The what-if link of ``burst``'s first journal row of ``kind`` on the lab page."""
+    return (
+        f'#journal-rows .journal-row[data-kind="{kind}"] '
+        f'a.j-whatif[href="/bursts/{burst.pk}/whatif/"] >> nth=0'
+    )
+
+
 def test_a_student_replays_burst_2_with_threshold_1_and_shares_a_comparison(
     browser, daphne_server, e2e_worker, tour
 ):
@@ -49,6 +68,9 @@ def test_a_student_replays_burst_2_with_threshold_1_and_shares_a_comparison(
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    violations: list[str] = []
+    context.expose_function("__reportCspViolation", lambda text: violations.append(text))
+    context.add_init_script(REPORT_VIOLATIONS)
     try:
         login(page, daphne_server, "alice", DEFAULT_PASSWORD)
         page.goto(f"{daphne_server}/sessions/{session.pk}/")
@@ -81,10 +103,23 @@ def test_a_student_replays_burst_2_with_threshold_1_and_shares_a_comparison(
         assert JournalEvent.objects.filter(session=session).count() == rows_before
         assert "Burst 2" in page.inner_text("#burst-summary")
 
-        # Burst 1 from the history (loaded with the lab page), into the same panel.
+        # Burst 1 from the "what if…" link under it in the timeline, burst 2 from one of its
+        # journal rows (both rows pushed over the websocket), into the same panel.
+        burst_1, burst_2 = (Burst.objects.get(session=session, number=n) for n in (1, 2))
+        assert page.locator("#timeline-whatif a.tl-whatif").count() == 2
+        open_whatif(page, "#tl-whatif-1", 1)
+        open_whatif(page, row_whatif(burst_2, "attempt"), 2)
+        assert page.locator("#whatif #replay-diff").count() == 0  # a fresh panel
+
+        # After a reload (rows and timeline from the page itself): burst 1 from a row, burst 2
+        # from the timeline, burst 1 from the history (loaded with the lab page).
         page.reload()
+        page.wait_for_selector('#live-status[data-state="live"]')
+        open_whatif(page, row_whatif(burst_1, "call_result"), 1)
+        open_whatif(page, "#tl-whatif-2", 2)
         page.click('#burst-history tr[data-burst="1"] a.replay-link')
         page.wait_for_selector("#whatif #replay-form h2 >> text=burst 1")
+        assert JournalEvent.objects.filter(session=session).count() == rows_before
 
         page.goto(f"{daphne_server}/compare/")
         page.select_option("#compare-scenario", "tour")
@@ -99,6 +134,8 @@ def test_a_student_replays_burst_2_with_threshold_1_and_shares_a_comparison(
         mine = diff_cells(page, "compare-diff", "attempts")
         assert int(mine[1]) < int(mine[0])
         assert not errors, errors
+        page.wait_for_load_state("networkidle")
+        assert violations == [], violations
     finally:
         context.close()
 

@@ -154,12 +154,14 @@ def test_another_students_burst_is_404(client, other_student, session):
     assert client.get(history).status_code == 404
 
 
-def test_a_burst_without_a_start_state_or_not_finished_is_404(client, student, session):
+def test_a_burst_without_a_start_state_or_not_finished_is_409_and_a_missing_one_404(
+    client, student, session
+):
     Burst.objects.create(session=session, number=1, size=2, status=Burst.Status.DONE)
     Burst.objects.create(session=session, number=2, size=2, status=Burst.Status.QUEUED)
     client.force_login(student)
-    assert client.get(replay_url(session, 1)).status_code == 404
-    assert client.get(replay_url(session, 2)).status_code == 404
+    assert client.get(replay_url(session, 1)).status_code == 409
+    assert client.get(replay_url(session, 2)).status_code == 409
     assert client.get(replay_url(session, 3)).status_code == 404
 
 
@@ -287,3 +289,176 @@ def test_the_lab_page_holds_the_what_if_panel_and_the_panel_has_its_own_ids(
     assert 'hx-target="#whatif"' in embedded.content.decode()
     alone = client.get(reverse("labs:burst_history", args=[session.pk]))
     assert 'hx-target="#whatif"' not in alone.content.decode()
+
+
+# --- bursts that cannot be replayed (yet) ------------------------------------------------------
+
+NOT_RECORDED = "recorded before replay existed"
+
+
+def burst_from_before_replay(session: LabSession, number: int = 1) -> Burst:
+    """A finished burst as the lab kept it before bursts recorded their start state: a
+    summary and journal rows, ``start_state`` empty (what migration 0006 gave old rows)."""
+    burst = finished_burst(session, number)
+    Burst.objects.filter(pk=burst.pk).update(start_state={})
+    burst.refresh_from_db()
+    return burst
+
+
+def whatif_url(burst: Burst) -> str:
+    return reverse("labs:burst_whatif", args=[burst.pk])
+
+
+def test_a_burst_recorded_before_replay_existed_offers_no_what_if(client, student, session):
+    burst = burst_from_before_replay(session)
+    client.force_login(student)
+    page = client.get(session.get_absolute_url()).content.decode()
+    summary = page.split('id="burst-summary"')[1].split("</section>")[0]
+    assert 'id="whatif-burst-1"' not in summary and "bursts/1/replay/" not in summary
+    assert f"No what-if for burst 1: it was {NOT_RECORDED}." in summary
+    journal_rows = page.split('id="journal-rows"')[1].split("</ol>")[0]
+    assert 'data-kind="attempt"' in journal_rows and "j-whatif" not in journal_rows
+    history = client.get(reverse("labs:burst_history", args=[session.pk]), **HTMX)
+    row = re.search(r'<tr data-burst="1">(.*?)</tr>', history.content.decode(), re.S).group(1)
+    assert "replay-link" not in row and NOT_RECORDED in row
+    # Opened by its URL (either one), the view says why instead of a bare 404.
+    for address in (replay_url(session, 1), whatif_url(burst)):
+        for answer in (client.get(address), client.get(address, **HTMX)):
+            assert answer.status_code == 409
+            html = answer.content.decode()
+            assert f"Burst 1 was {NOT_RECORDED}" in html and 'id="replay-form"' not in html
+        posted = client.post(address, {"breaker_failure_threshold": "1"}, **HTMX)
+        assert posted.status_code == 409 and 'id="replay-diff"' not in posted.content.decode()
+
+
+def test_a_running_interrupted_or_failed_burst_says_why_it_has_no_what_if(client, student, session):
+    running = Burst.objects.create(session=session, number=1, size=2, status="running")
+    client.force_login(student)
+    answer = client.get(whatif_url(running), **HTMX)
+    assert answer.status_code == 409
+    assert "Burst 1 is still running" in answer.content.decode()
+    assert client.get(replay_url(session, 1)).status_code == 409
+    Burst.objects.filter(pk=running.pk).update(status="interrupted")
+    assert "Burst 1 was interrupted" in client.get(whatif_url(running)).content.decode()
+    Burst.objects.filter(pk=running.pk).update(status="failed")
+    assert "Burst 1 stopped on an error" in client.get(whatif_url(running)).content.decode()
+    assert client.get(replay_url(session, 2)).status_code == 404
+
+
+# --- what if from a journal row --------------------------------------------------------------
+
+
+def test_each_journal_row_of_a_burst_links_to_its_what_if(client, student, session):
+    burst = finished_burst(session, 1)
+    journal.record([journal.entry(session, "policy_set", "policy saved")])
+    client.force_login(student)
+    page = client.get(session.get_absolute_url()).content.decode()
+    link = f'<a class="j-whatif" href="{whatif_url(burst)}"'
+    rows = re.findall(r'<li id="ev-\d+"[^>]*data-kind="([a-z_]+)">(.*?)</li>', page, re.S)
+    assert rows and {kind for kind, _ in rows} >= {"attempt", "call_result", "burst_end"}
+    for kind, body in rows:
+        assert (link in body) == (kind != "policy_set"), kind
+    # The link opens that burst's what-if panel.
+    panel = client.get(whatif_url(burst), **HTMX)
+    assert panel.status_code == 200
+    html = panel.content.decode()
+    assert html.lstrip().startswith('<div id="replay-result"')
+    assert "What if burst 1 had another policy?" in html and 'id="whatif_max_attempts"' in html
+    # The full page too, without JavaScript.
+    assert 'id="replay-form"' in client.get(whatif_url(burst)).content.decode()
+
+
+def test_a_pushed_row_carries_the_same_link(session):
+    """A pushed row is rendered from the writer's entry (no database read): the link comes
+    from the row's own burst id."""
+    from labs import presenters
+
+    burst = finished_burst(session, 1)
+    row = JournalEvent.objects.filter(burst=burst, kind="attempt").first()
+    entry = journal.Entry(
+        session_id=session.pk, classroom_id=session.classroom_id, kind="attempt",
+        message=row.message, burst_id=burst.pk, call_no=row.call_no, attempt_no=row.attempt_no,
+        outcome=row.outcome, error=row.error, emitted=1.0,
+    )  # fmt: skip
+    pushed = journal.entry_payload(journal.Written(entry, row.seq, row.created_at))
+    html = str(presenters.journal_row(pushed))
+    assert f'<a class="j-whatif" href="{whatif_url(burst)}" data-whatif' in html
+    # A burst's failure row has no link (that burst cannot be replayed), nor has a row
+    # outside a burst.
+    for kind, burst_id in (("burst_failed", burst.pk), ("policy_set", None)):
+        other = dict(pushed, kind=kind, burst=burst_id)
+        assert "j-whatif" not in str(presenters.journal_row(other))
+
+
+def test_the_row_link_is_the_whatif_route():
+    from labs import presenters
+
+    assert presenters.WHATIF_HREF.format(burst=41) == reverse("labs:burst_whatif", args=[41])
+
+
+def test_another_students_burst_by_id_is_404(client, other_student, session):
+    burst = finished_burst(session, 1)
+    client.force_login(other_student)
+    assert client.get(whatif_url(burst)).status_code == 404
+    assert client.get(whatif_url(burst), **HTMX).status_code == 404
+    assert client.post(whatif_url(burst), {"max_attempts": "1"}).status_code == 404
+    assert client.get(reverse("labs:burst_whatif", args=[burst.pk + 99])).status_code == 404
+
+
+# --- what if from the timeline ---------------------------------------------------------------
+
+
+def test_the_timeline_knows_each_burst_number_and_which_cannot_be_replayed(
+    client, student, session
+):
+    import json
+
+    finished_burst(session, 1)
+    old = burst_from_before_replay(session, 2)
+    client.force_login(student)
+    page = client.get(session.get_absolute_url()).content.decode()
+    assert f'data-whatif-url="{reverse("labs:burst_whatif", args=[0])}"' in page
+    events = json.loads(re.search(r'id="chart-events"[^>]*>(.*?)</script>', page, re.S).group(1))
+    ends = {e["burst"]: e for e in events if e["kind"] == "burst_end"}
+    assert {e["data"]["burst"] for e in ends.values()} == {1, 2}
+    assert ends[old.pk]["whatif"] is False
+    assert all(e.get("whatif", True) for e in events if e["burst"] != old.pk)
+
+
+def test_rows_read_back_for_a_reconnecting_socket_are_marked_with_one_query(
+    session, django_assert_num_queries
+):
+    """The consumer's catch-up (``rows_after``) renders rows of a burst that can never be
+    replayed without the link, for one query more per chunk, whatever its length."""
+    from labs import presenters, selectors
+
+    new = finished_burst(session, 1)
+    old = burst_from_before_replay(session, 2)
+    failed = Burst.objects.create(session=session, number=3, size=1, status="failed")
+    journal.record([journal.entry(session, "burst_failed", "stopped", burst_id=failed.pk)])
+    with django_assert_num_queries(2):
+        rows = selectors.rows_after(session.pk, 0, 500)
+    linked = {r["burst"] for r in rows if "j-whatif" in str(presenters.journal_row(r))}
+    assert linked == {new.pk}
+    assert {r["burst"] for r in rows if r.get("whatif") is False} == {old.pk, failed.pk}
+
+
+def test_the_pushed_summary_panel_offers_the_what_if_only_for_a_recorded_burst(session):
+    """The consumer renders the panel at a burst's end from facts it learnt from the
+    ``burst_queued`` row or read by id; either way the what-if link follows the record."""
+    from labs import presenters, selectors
+
+    new = finished_burst(session, 1)
+    old = burst_from_before_replay(session, 2)
+    facts = selectors.burst_facts_by_id([new.pk, old.pk])
+    assert (facts[new.pk]["recorded"], facts[old.pk]["recorded"]) == (True, False)
+    for burst, linked in ((new, True), (old, False)):
+        end = JournalEvent.objects.get(burst=burst, kind="burst_end")
+        html = presenters.summary_fragment(journal.event_payload(end), facts[burst.pk])
+        assert (f'id="whatif-burst-{burst.number}"' in html) == linked
+        assert (NOT_RECORDED in html) == (not linked)
+    learnt = {"id": 9, "number": 3, "size": 6, "concurrency": 1, "status": "queued", "error": ""}
+    panel = presenters.summary_fragment(
+        {"kind": "burst_end", "data": {}}, presenters.burst_facts(learnt)
+    )
+    assert 'id="whatif-burst-3"' in panel
