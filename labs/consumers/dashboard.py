@@ -25,8 +25,8 @@ Messages to the page (JSON):
   whatever came before it.
 
 The instructor's predictions page connects with ``?view=predictions``. It gets no
-``session`` messages (burst traffic it does not show); on connect, on every ``class.progress``
-and whenever the dashboard would send a snapshot it gets
+``session`` messages (burst traffic it does not show); on connect, on every ``class.progress``,
+on a ``refresh`` and after the channel layer reconnects it gets
 ``{"type": "predictions", "html": ...}``: the page's live part (each student's step and
 score, a histogram per question, every answer) rendered by the template the page itself uses
 (``labs/class_predictions.html#prediction-histograms``), so a lost message is mended by the
