@@ -506,7 +506,6 @@ def test_rows_saved_unchanged_but_one_value_round_trip_to_the_same_json(admin_cl
     expected = json.loads(json.dumps(script["steps"]))
     expected[0]["burst"] = 5
     assert scenario.script["steps"] == expected
-    assert json.dumps(scenario.script["steps"]) == json.dumps(expected)  # key order too
     scenario.full_clean()
 
 
