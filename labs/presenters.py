@@ -69,6 +69,7 @@ KIND_LABELS = {
     "shared_trigger": "trigger",
     "traffic_start": "traffic",
     "traffic_end": "traffic end",
+    "prediction_submitted": "prediction",
 }
 
 
@@ -522,8 +523,22 @@ DASHBOARD_ROW_HTML = (
     '{activity}</span></td><td class="c-summary" data-field="summary">{summary}</td>'
     '<td class="num" data-field="calls">{calls}</td>'
     '<td class="num" data-field="attempts">{attempts}</td>'
-    '<td class="num" data-field="fast_fails">{fast_fails}</td></tr>\n'
+    '<td class="num" data-field="fast_fails">{fast_fails}</td>'
+    '<td class="c-progress" data-field="progress">{progress}</td></tr>\n'
 )
+
+
+def progress_text(progress: dict[str, Any] | None) -> str:
+    """A session's step and score as the dashboard writes it: ``3/5 steps · 1/2 right``
+    (the score only for a scenario with questions; ``attempt 2`` after a reset)."""
+    if not progress or not progress.get("steps"):
+        return ""
+    text = f"{progress['done']}/{progress['steps']} steps"
+    if progress.get("questions"):
+        text += f" · {progress['right']}/{progress['answered']} right"
+    if progress.get("attempt", 1) > 1:
+        text += f" (attempt {progress['attempt']})"
+    return text
 
 
 def dashboard_row_html(row, *, multi_scenario: bool) -> str:
@@ -550,6 +565,7 @@ def dashboard_row_html(row, *, multi_scenario: bool) -> str:
         calls=row.calls,
         attempts=row.attempts,
         fast_fails=row.fast_fails,
+        progress=progress_text(row.progress),
     )
 
 

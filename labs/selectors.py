@@ -318,6 +318,8 @@ class DashboardRow:
     successes: int
     last_seq: int
     last_summary: dict | None
+    #: :func:`progress_fields` of the session (steps done, questions answered and right).
+    progress: dict = field(default_factory=dict)
 
     @property
     def activity(self) -> str:
@@ -339,6 +341,8 @@ class DashboardRow:
             "successes": self.successes,
             "last_seq": self.last_seq,
             "burst_summary": self.last_summary,
+            "progress": self.progress,
+            "progress_text": presenters.progress_text(self.progress),
             **presenters.dashboard_labels(
                 {"state": self.state, "mode": self.mode, "burst_summary": self.last_summary}
             ),
@@ -348,6 +352,7 @@ class DashboardRow:
 def _dashboard_queryset(classroom_id: int):
     from django.db.models import Count, Exists, IntegerField, Max, OuterRef, Subquery
     from django.db.models.fields.json import KT, JSONField
+    from django.db.models.functions import Coalesce
 
 
     def journal_total(aggregate, **conditions):
@@ -358,6 +363,18 @@ def _dashboard_queryset(classroom_id: int):
             .order_by()
             .values("session")
             .annotate(total=aggregate)
+            .values("total")
+        )
+        return Subquery(rows, output_field=IntegerField())
+
+    def attempt_total(model, **conditions):
+        # Rows of the session's current attempt (steps done, predictions): the attempt is the
+        # outer row's annotation, one more than its resets.
+        rows = (
+            model.objects.filter(session=OuterRef("pk"), attempt=OuterRef("attempt"), **conditions)
+            .order_by()
+            .values("session")
+            .annotate(total=Count("*"))
             .values("total")
         )
         return Subquery(rows, output_field=IntegerField())
@@ -377,8 +394,15 @@ def _dashboard_queryset(classroom_id: int):
             "owner__last_name",
             "scenario_id",
             "scenario__title",
+            "scenario__script",
         )
         .annotate(
+            attempt=Coalesce(journal_total(Count("*"), kind="session_reset"), 0) + 1,
+        )
+        .annotate(
+            done=attempt_total(StepProgress),
+            answered=attempt_total(Prediction),
+            right=attempt_total(Prediction, correct=True),
             mode=KT("dependency__mode"),
             state=KT("breaker_snapshot__state"),
             bursting=Exists(active),
@@ -407,11 +431,15 @@ def class_dashboard_rows(*, classroom_id: int) -> list[DashboardRow]:
     import json
 
     rows = []
+    steps_of: dict[int, tuple[int, int]] = {}
     for r in _dashboard_queryset(classroom_id):
         summary = r["last_summary"]
         if isinstance(summary, str):  # some backends hand a JSON subquery back as text
             summary = json.loads(summary)
         full_name = f"{r['owner__first_name']} {r['owner__last_name']}".strip()
+        if r["scenario_id"] not in steps_of:
+            steps_of[r["scenario_id"]] = script_step_counts(r["scenario__script"])
+        steps = steps_of[r["scenario_id"]]
         state = r["state"] if r["state"] in ("closed", "open", "half_open") else "closed"
         rows.append(
             DashboardRow(
@@ -429,6 +457,14 @@ def class_dashboard_rows(*, classroom_id: int) -> list[DashboardRow]:
                 successes=r["successes"] or 0,
                 last_seq=r["last_seq"] or 0,
                 last_summary=summary or None,
+                progress={
+                    "attempt": r["attempt"],
+                    "done": r["done"] or 0,
+                    "steps": steps[0],
+                    "questions": steps[1],
+                    "answered": r["answered"] or 0,
+                    "right": r["right"] or 0,
+                },
             )
         )
     return rows
@@ -656,11 +692,36 @@ def explaining_rows(prediction: Prediction) -> list[dict]:
 def class_progress(classroom: Classroom) -> list[dict]:
     """Each student's session in ``classroom``: the current attempt, the steps done in it (of
     the scenario's), the questions answered and right in it, and the earlier attempts."""
+    return _progress_rows(LabSession.objects.filter(classroom=classroom))
+
+
+def session_progress(session_id: int) -> dict | None:
+    """One session's :func:`class_progress` row (None when the session is gone): what a
+    ``class.progress`` push makes the dashboards show."""
+    rows = _progress_rows(LabSession.objects.filter(pk=session_id))
+    return rows[0] if rows else None
+
+
+def script_step_counts(script: Any) -> tuple[int, int]:
+    """(steps, steps with a question) of a scenario script (stored JSON, maybe as text)."""
+    import json
+
+    if isinstance(script, str):
+        script = json.loads(script)
+    steps = (script.get("steps") or []) if isinstance(script, dict) else []
+    return len(steps), sum(1 for st in steps if isinstance(st, dict) and "ask" in st)
+
+
+def progress_fields(row: dict) -> dict[str, int]:
+    """A :func:`class_progress` row's numbers only (what a push and a snapshot carry)."""
+    return {k: row[k] for k in ("attempt", "done", "steps", "questions", "answered", "right")}
+
+
+def _progress_rows(sessions_qs) -> list[dict]:
     from django.db.models import Count, Q
 
     sessions = list(
-        LabSession.objects.filter(classroom=classroom)
-        .select_related("owner", "scenario")
+        sessions_qs.select_related("owner", "scenario")
         .annotate(resets=Count("journal", filter=Q(journal__kind="session_reset")))
         .order_by("owner__username", "scenario__position", "scenario_id")
     )
@@ -679,7 +740,7 @@ def class_progress(classroom: Classroom) -> list[dict]:
     for s in sessions:
         attempt = 1 + s.resets
         key = (s.pk, attempt)
-        script = s.scenario.script if isinstance(s.scenario.script, dict) else {}
+        steps, questions = script_step_counts(s.scenario.script)
         rows.append(
             {
                 "session": s,
@@ -687,12 +748,25 @@ def class_progress(classroom: Classroom) -> list[dict]:
                 "scenario": s.scenario.title,
                 "attempt": attempt,
                 "done": done[key],
-                "steps": len(script.get("steps") or []),
+                "steps": steps,
+                "questions": questions,
                 "answered": answered[key],
                 "right": right[key],
             }
         )
     return rows
+
+
+def class_predictions_page(classroom: Classroom) -> dict[str, Any]:
+    """What the instructor's predictions page shows, for the page and for each websocket
+    update alike: every prediction, the histograms per question, each student's progress."""
+    rows = list(class_predictions(classroom).select_related("burst"))
+    return {
+        "classroom": classroom,
+        "questions": presenters.prediction_histograms(rows),
+        "progress": class_progress(classroom),
+        "predictions": rows,
+    }
 
 
 # --- the storm panel -------------------------------------------------------------------------

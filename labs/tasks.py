@@ -6,14 +6,18 @@ from celery import shared_task
 from celery.signals import worker_ready
 
 from labs.live import queue
-from labs.services import bursts, traffic
+from labs.services import bursts, predictions, traffic
 from labs.services.classroom import classroom_fault_restore
 
 
 @shared_task(name=queue.RUN_BURST, ignore_result=True)
 def run_burst(burst_id: int) -> str:
-    """Run one queued burst (idempotent: a second delivery finds nothing to claim)."""
-    return bursts.burst_run(burst_id=burst_id)
+    """Run one queued burst (idempotent: a second delivery finds nothing to claim), then grade
+    the predictions it ran (a step's question is graded even when no page asks)."""
+    status = bursts.burst_run(burst_id=burst_id)
+    if status == "done":
+        predictions.burst_predictions_grade(burst_id=burst_id)
+    return status
 
 
 @shared_task(name=queue.RUN_TRAFFIC, ignore_result=True)

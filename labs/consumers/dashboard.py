@@ -17,6 +17,21 @@ Messages to the page (JSON):
   "successes", optional "state", "activity", "mode", "burst_summary", "emitted"}``: one
   ``class.session`` group message, as labs.live.journal.class_summary built it (deltas of one writer batch).
 
+- ``{"type": "progress", "session": id, "progress": {attempt, done, steps, questions,
+  answered, right}, "progress_text": "3/5 steps · 1/2 right"}``: one ``class.progress``
+  group message (a student answered, ran or ticked a step, or a step was graded). The
+  consumer reads the session's progress when the message arrives
+  (``selectors.session_progress``): the values are absolute, so the newest message is right
+  whatever came before it.
+
+The instructor's predictions page connects with ``?view=predictions``. It gets no
+``session`` messages (burst traffic it does not show); on connect, on every ``class.progress``,
+on a ``refresh`` and after the channel layer reconnects it gets
+``{"type": "predictions", "html": ...}``: the page's live part (each student's step and
+score, a histogram per question, every answer) rendered by the template the page itself uses
+(``labs/class_predictions.html#prediction-histograms``), so a lost message is mended by the
+next one.
+
 The page may send ``{"type": "refresh"}`` (it saw a session it has no row for) and gets a new
 snapshot, at most one per ``REFRESH_INTERVAL_S``.
 
@@ -37,6 +52,7 @@ import time
 from typing import Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.template.loader import render_to_string
 
 from labs import presenters, selectors
 from labs.consumers.base import CLOSE_FORBIDDEN, DirectDispatch, SocketLimits, read
@@ -46,6 +62,15 @@ from labs.live.broadcast import class_group
 REFRESH_INTERVAL_S = 1.0
 SETTLE_S = 1.5
 RESYNC_BUSY_S = 15.0
+PREDICTIONS_TEMPLATE = "labs/class_predictions.html#prediction-histograms"
+
+
+def predictions_html(classroom_id: int) -> str:
+    """The predictions page's live part for class ``classroom_id`` (a thread, not the loop)."""
+    from labs.models import Classroom
+
+    classroom = Classroom.objects.get(pk=classroom_id)
+    return render_to_string(PREDICTIONS_TEMPLATE, selectors.class_predictions_page(classroom))
 
 
 class ClassDashboardConsumer(DirectDispatch, SocketLimits, AsyncJsonWebsocketConsumer):
@@ -53,11 +78,15 @@ class ClassDashboardConsumer(DirectDispatch, SocketLimits, AsyncJsonWebsocketCon
 
     group: str | None = None
     classroom_id: int = 0
+    #: ``dashboard`` (the class dashboard's table) or ``predictions`` (the predictions page).
+    view = "dashboard"
     _last_refresh = 0.0
     _settle: asyncio.Task | None = None
 
     async def connect(self) -> None:
         self.classroom_id = int(self.scope["url_route"]["kwargs"]["classroom_id"])
+        if b"view=predictions" in self.scope.get("query_string", b"").split(b"&"):
+            self.view = "predictions"
         user = self.scope.get("user")
         await self.accept()
         allowed = user is not None and user.is_authenticated
@@ -85,19 +114,49 @@ class ClassDashboardConsumer(DirectDispatch, SocketLimits, AsyncJsonWebsocketCon
 
     async def _send_snapshot(self) -> None:
         self._last_refresh = time.monotonic()
+        if self.view == "predictions":
+            html = await read(predictions_html)(self.classroom_id)
+            await self.send_json({"type": "predictions", "html": html})
+            return
         rows = await read(selectors.class_dashboard_snapshot)(self.classroom_id)
         await self.send_json({"type": "snapshot", "rows": rows, "at": time.time()})
 
     async def class_session(self, event: dict[str, Any]) -> None:
         """One session's compact update from the journal writer, with the words the page shows
         for its fields (labs.presenters.dashboard_labels)."""
-        if self.group is None:
+        if self.group is None or self.view == "predictions":
             return
         await self.send_json({**event, **presenters.dashboard_labels(event), "type": "session"})
         if time.monotonic() - self._last_refresh >= RESYNC_BUSY_S:
             await self._send_snapshot()
         else:
             self._settle_later()
+
+    async def class_progress(self, event: dict[str, Any]) -> None:
+        """A session's step progress or predictions changed: its progress (the dashboard) or
+        the predictions page's live part, read now."""
+        if self.group is None:
+            return
+        if self.view == "predictions":
+            await self._send_snapshot()
+            return
+        try:
+            session_id = int(event["session"])
+        except (KeyError, TypeError, ValueError):
+            return
+        row = await read(selectors.session_progress)(session_id)
+        if row is None or row["session"].classroom_id != self.classroom_id:
+            return
+        progress = selectors.progress_fields(row)
+        await self.send_json(
+            {
+                "type": "progress",
+                "session": session_id,
+                "progress": progress,
+                "progress_text": presenters.progress_text(progress),
+            }
+        )
+        self._settle_later()
 
     async def layer_reconnected(self, event: dict[str, Any]) -> None:
         """The channel layer lost Redis and has subscribed again (labs.live.channel_layer):

@@ -5,7 +5,9 @@ Two kinds of group:
 - ``lab-session-<id>``: everyone watching one lab session (its student, instructors drilling
   down). Receives ``journal.events`` messages: a list of journal rows, in sequence order.
 - ``lab-class-<id>``: instructors watching a class dashboard. Receives compact
-  ``class.session`` messages, one per session per batch, never per attempt.
+  ``class.session`` messages, one per session per batch, never per attempt, and
+  ``class.progress`` messages (a session's step progress or predictions changed: an answer,
+  a step run or graded, a step ticked), which name the session and carry no counts.
 
 Messages carry data, not HTML: each consumer renders the fragments it needs, so the worker
 never pays for rendering and a page can choose how to show a row.
@@ -59,6 +61,11 @@ def journal_pushes(
         (class_group(classroom_id), {"type": "class.session", "session": session_id, **summary})
     )
     return pushes
+
+
+def progress_push(classroom_id: int, session_id: int) -> Push:
+    """The message saying session ``session_id``'s step progress or predictions changed."""
+    return (class_group(classroom_id), {"type": "class.progress", "session": session_id})
 
 
 async def asend_all(pushes: Iterable[Push]) -> None:

@@ -1,6 +1,14 @@
 """Predictions: a student's answer to a step's question, fixed once the step runs, graded
 against what the step's burst did according to the journal.
 
+Every change here that an instructor's page shows (an answer, a step run, a grade, a step
+ticked) is announced to the class's dashboards after the commit: one ``class.progress``
+message naming the session (:func:`labs.live.broadcast.progress_push`); the dashboard
+consumer reads the session's progress and the class's histograms fresh from the database, so
+the message carries no count that a lost or reordered message could leave wrong. An answer is
+also journaled (``prediction_submitted``, "ada predicted 12 attempts for step 3") in the same
+transaction, so the session's journal shows when each prediction was made.
+
 The scenario never holds the right answer: :func:`prediction_grade` reads the burst's engine
 events back from the journal (:func:`labs.services.scenario_runner.event_from_row`) and
 measures them with the engine's :func:`~labs.engine.observe`, the function the scenario
@@ -16,7 +24,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from labs.engine import EVENT_KINDS, STATES, grade_answer, observe
+from labs.live import broadcast, journal
 from labs.models import Burst, JournalEvent, LabSession, Prediction, StepProgress
+from labs.presenters import actor_name
 from labs.selectors import session_attempt
 from labs.services.scenario_runner import event_from_row
 
@@ -48,6 +58,31 @@ class PredictionLocked(PredictionRefused):
     """The step already ran: its prediction cannot change (HTTP 409)."""
 
     status = 409
+
+
+#: What a number answer counts, as the journal row says it.
+PREDICTED_WORDS = {
+    "calls": "calls",
+    "succeeded": "calls succeeded",
+    "failed": "calls failed",
+    "fast_failed": "calls fast-failed",
+    "attempts_total": "attempts",
+    "dependency_hits": "dependency hits",
+    "backoff_ms_total": "ms of backoff",
+}
+
+
+def _announce(session: LabSession) -> None:
+    """After the commit, tell the class's dashboards that ``session``'s progress changed."""
+    pushes = [broadcast.progress_push(session.classroom_id, session.pk)]
+    transaction.on_commit(lambda: broadcast.send_all(pushes))
+
+
+def _predicted_words(measure: str, answer: str, step: int) -> str:
+    """The journal's words for an answer: ``predicted 12 attempts for step 3``."""
+    if measure == "breaker_after":
+        return f"predicted the breaker {answer.replace('_', '-')} after step {step}"
+    return f"predicted {answer} {PREDICTED_WORDS.get(measure, measure)} for step {step}"
 
 
 def step_question(session: LabSession, step: int) -> dict[str, Any] | None:
@@ -94,11 +129,30 @@ def prediction_submit(*, session: LabSession, user, step: int, answer: Any) -> P
             raise PredictionLocked(
                 f"Step {step} already ran: the prediction ({prediction.answer}) is final."
             )
+        changed = prediction is not None
         if prediction is None:
             prediction = Prediction(session=session, owner=user, attempt=attempt, step=step)
         prediction.measure = ask["measure"]
         prediction.answer = value
         prediction.save()
+        words = _predicted_words(ask["measure"], value, step)
+        journal.record(
+            [
+                journal.entry(
+                    session,
+                    "prediction_submitted",
+                    f"{actor_name(user)} {'changed the prediction: ' if changed else ''}{words}",
+                    user=user,
+                    data={
+                        "step": step,
+                        "attempt": attempt,
+                        "measure": ask["measure"],
+                        "answer": value,
+                    },
+                )
+            ]
+        )
+        _announce(session)
     return prediction
 
 
@@ -122,6 +176,7 @@ def prediction_attach(*, session: LabSession, step: Any, burst: Burst) -> Predic
         prediction.burst = burst
         prediction.ran_at = timezone.now()
         prediction.save(update_fields=["burst", "ran_at", "updated_at"])
+        _announce(session)
     return prediction
 
 
@@ -170,22 +225,40 @@ def prediction_grade(*, prediction: Prediction) -> Prediction:
             observed=observed,
             correct=grade_answer({**ask, "measure": prediction.measure}, answer, observed),
         )
+        if updated:
+            _announce(prediction.session)
     if updated:
         prediction.refresh_from_db()
     return prediction
 
 
+def burst_predictions_grade(*, burst_id: int) -> int:
+    """Grade the predictions the (ended) burst ``burst_id`` ran: the worker calls it once the
+    burst's rows are committed, so a grade reaches the instructor's page even when the
+    student's page is closed. Returns how many were graded now."""
+    graded = 0
+    for prediction in Prediction.objects.filter(burst_id=burst_id, correct__isnull=True):
+        graded += prediction_grade(prediction=prediction).correct is not None
+    return graded
+
+
 def step_mark(*, session: LabSession, step: int, done: bool) -> bool:
     """Mark step ``step`` done (or not) in the session's current attempt; returns ``done``.
-    Raises PredictionRefused for a step the scenario does not have."""
+    Raises PredictionRefused for a step the scenario does not have. A change is announced to
+    the class's dashboards."""
     script = session.scenario.script if isinstance(session.scenario.script, dict) else {}
     count = len(script.get("steps") or [])
     if not 1 <= step <= count:
         raise PredictionRefused(f"must be a step of this scenario, 1 to {count}", field="step")
     attempt = session_attempt(session)
     rows = StepProgress.objects.filter(session=session, attempt=attempt, step=step)
-    if done:
-        StepProgress.objects.get_or_create(session=session, attempt=attempt, step=step)
-    else:
-        rows.delete()
+    with transaction.atomic():
+        if done:
+            _, changed = StepProgress.objects.get_or_create(
+                session=session, attempt=attempt, step=step
+            )
+        else:
+            changed = rows.delete()[0] > 0
+        if changed:
+            _announce(session)
     return done

@@ -94,17 +94,12 @@ def step_done(request, pk: int, step: int) -> HttpResponse:
 @login_required
 def class_predictions(request, pk: int) -> HttpResponse:
     """Every question of the class with its answers as a histogram beside the observed
-    values, and each student's answer; the histogram partial polls itself (``?partial=1``)."""
+    values, and each student's answer. The page stays live over the class dashboard's
+    websocket (``ws/classes/<id>/?view=predictions``): every answer, run, grade or ticked step
+    pushes the live part again, rendered from the same partial."""
     classroom = taught_classroom(request.user, pk)
-    rows = list(selectors.class_predictions(classroom).select_related("burst"))
-    context = {
-        "classroom": classroom,
-        "questions": presenters.prediction_histograms(rows),
-        "progress": selectors.class_progress(classroom),
-        "predictions": rows,
-    }
-    if request.GET.get("partial"):
-        return render(request, "labs/class_predictions.html#prediction-histograms", context)
+    context = selectors.class_predictions_page(classroom)
+    context["ws_path"] = f"/ws/classes/{classroom.pk}/?view=predictions"
     return render(request, "labs/class_predictions.html", context)
 
 

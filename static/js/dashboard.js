@@ -98,6 +98,7 @@
     setText(c.mode, d.mode_label);
     setText(c.activity, d.activity);
     if (d.summary_text) setText(c.summary, d.summary_text);
+    if (c.progress) setText(c.progress, d.progress_text || "");
     NUMERIC.forEach(function (f) { setText(c[f], String(d[f])); });
     // Only a breaker state change flashes (bursting/idle flips on every burst would keep a
     // busy class repainting). Web Animations, not a class toggle: restarting a CSS animation
@@ -166,7 +167,7 @@
 
   // For tests and the benchmark: how much arrived, how many frames painted it, how long the
   // painting took (the browser's own layout and paint come on top).
-  const stats = { messages: 0, frames: 0, flushMs: 0, maxFlushMs: 0 };
+  const stats = { messages: 0, progressMessages: 0, frames: 0, flushMs: 0, maxFlushMs: 0 };
   window.failureLabDashboard = { stats: stats };
 
   function flush() {
@@ -213,14 +214,33 @@
     schedule();
   }
 
+  // A session opened after the snapshot: ask for a fresh one (the server throttles).
+  function askRefresh() {
+    if (Date.now() - refreshAsked > 1000 && socket && socket.readyState === WebSocket.OPEN) {
+      refreshAsked = Date.now();
+      socket.send(JSON.stringify({ type: "refresh" }));
+    }
+  }
+
+  // A student's step and score: absolute values read by the server when the change arrived,
+  // so the newest message simply replaces what the row showed.
+  function applyProgress(msg) {
+    const e = rows.get(msg.session);
+    if (!e) {
+      askRefresh();
+      return;
+    }
+    e.data.progress = msg.progress;
+    e.data.progress_text = msg.progress_text;
+    stats.progressMessages += 1;
+    dirty.add(msg.session);
+    schedule();
+  }
+
   function applyUpdate(msg) {
     const e = rows.get(msg.session);
     if (!e) {
-      // A session opened after the snapshot: ask for a fresh one (the server throttles).
-      if (Date.now() - refreshAsked > 1000 && socket && socket.readyState === WebSocket.OPEN) {
-        refreshAsked = Date.now();
-        socket.send(JSON.stringify({ type: "refresh" }));
-      }
+      askRefresh();
       return;
     }
     const seq = msg.last_seq || 0;
@@ -261,6 +281,7 @@
       try { msg = JSON.parse(event.data); } catch (err) { return; }
       if (msg.type === "snapshot") applySnapshot(msg.rows);
       else if (msg.type === "session") { stats.messages += 1; applyUpdate(msg); }
+      else if (msg.type === "progress") applyProgress(msg);
     });
     socket.addEventListener("close", function (event) {
       socket = null;

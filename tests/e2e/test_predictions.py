@@ -1,7 +1,9 @@
 """Predict, run, check in headless Chromium against daphne, a real worker and Redis: the
 student answers the tour's question before its step, Do it runs the step, the step shows the
-answer beside what the journal observed; the instructor's histogram picks the answer up while
-the page is open; a reload and another browser keep it (ticks included); the server refuses a changed answer after the run."""
+answer beside what the journal observed; the instructor's histogram and the class dashboard's
+step / score column pick the answer and the grade up while both pages stay open (pushed over
+the class websocket: neither page reloads or polls); a reload and another browser keep it
+(ticks included); the server refuses a changed answer after the run."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from tests.conftest import (
     make_student,
 )
 from tests.e2e.conftest import ROOT, login
+from tests.e2e.test_csp import REPORT_VIOLATIONS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -43,11 +46,28 @@ def test_answer_run_grade_live_histogram_reload_and_409(browser, daphne_server, 
     classroom, session = room
     teacher = browser.new_context(viewport={"width": 1280, "height": 900})
     student = browser.new_context(viewport={"width": 1280, "height": 900})
+    problems: list[str] = []
+    teacher.expose_function("__reportCspViolation", lambda text: problems.append(f"CSP: {text}"))
+    teacher.add_init_script(REPORT_VIOLATIONS)
+    polls: list[str] = []
     try:
         board = teacher.new_page()
         login(board, daphne_server, "teacher", DEFAULT_PASSWORD)
+        board.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
         board.goto(f"{daphne_server}/classes/{classroom.pk}/predictions/")
         expect(board.locator("#prediction-histograms")).to_contain_text("No student has answered")
+        expect(board.locator("#live-status")).to_have_attribute("data-state", "live")
+        dash = teacher.new_page()
+        dash.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+        dash.goto(f"{daphne_server}/classes/{classroom.pk}/dashboard/")
+        progress = dash.locator(f'#row-{session.pk} [data-field="progress"]')
+        expect(progress).to_have_text("0/6 steps · 0/0 right")
+        expect(dash.locator("#live-status")).to_have_attribute("data-state", "live")
+        # From here on, neither page loads anything again: a marker set now would vanish with a
+        # reload, and any request for the predictions page would be a poll.
+        for watched in (board, dash):
+            watched.evaluate("window.__sameDocument = true")
+            watched.on("request", lambda r: polls.append(r.url) if "/predictions" in r.url else None)
 
         page = student.new_page()
         login(page, daphne_server, "alice", DEFAULT_PASSWORD)
@@ -64,8 +84,10 @@ def test_answer_run_grade_live_histogram_reload_and_409(browser, daphne_server, 
         page.fill("#answer-3", "24")
         page.locator("#step-prediction-3 [data-step-predict]").click()
         expect(page.locator("#step-do-3")).to_be_enabled()
-        # The instructor's page, open all along, counts the answer.
+        # The instructor's pages, open all along, count the answer.
         expect(board.locator('tr[data-answer="24"] [data-count]')).to_have_text("1", timeout=15_000)
+        expect(board.locator(f'tr[data-session="{session.pk}"] [data-score]')).to_have_text("0 of 1")
+        expect(progress).to_have_text("0/6 steps · 0/1 right", timeout=15_000)
 
         page.click("#step-do-3")
         grade = step.locator("[data-grade]")
@@ -73,6 +95,15 @@ def test_answer_run_grade_live_histogram_reload_and_409(browser, daphne_server, 
         expect(step.locator("[data-observed]")).to_have_text("12")
         expect(step).to_contain_text("3 x 4 = 12")
         expect(board.locator('tr[data-observed="12"]')).to_be_visible(timeout=15_000)
+        expect(board.locator("[data-question] [data-graded]")).to_have_text("1")
+        # Do it ticked the step; the grade (wrong) is in: the dashboard row says so, live.
+        expect(progress).to_have_text("1/6 steps · 0/1 right", timeout=15_000)
+        assert board.evaluate("window.__sameDocument === true")
+        assert dash.evaluate("window.__sameDocument === true")
+        assert board.evaluate("window.failureLabPredictions.stats.updates") >= 2
+        assert dash.evaluate("window.failureLabDashboard.stats.progressMessages") >= 2
+        assert polls == [], polls
+        assert problems == [], problems
 
         page.reload()
         expect(page.locator("#step-prediction-3 [data-grade]")).to_have_attribute(

@@ -25,6 +25,7 @@ from labs.live import broadcast, journal
 from labs.models import Burst, JournalEvent, LabSession
 from labs.services import bursts, lab
 from tests.conftest import make_classroom, make_instructor, make_scenario, make_student
+from tests.integration.conftest import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -340,7 +341,11 @@ def test_a_burst_on_a_real_worker_streams_every_event_in_order_with_badge_and_su
     run(scenario)
     db_seqs = list(JournalEvent.objects.filter(session=session).values_list("seq", flat=True))
     assert sorted(db_seqs) == list(range(1, len(db_seqs) + 1))
-    assert Burst.objects.get(session=session).status == "done"
+    # The worker marks the burst done once its writer has flushed, that is after the
+    # burst_end row was pushed: wait for it rather than race it.
+    wait_for(
+        lambda: Burst.objects.get(session=session).status == "done", message="burst marked done"
+    )
 
 
 # --- duplicates, gaps, resync ------------------------------------------------------------------

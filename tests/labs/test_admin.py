@@ -430,6 +430,181 @@ def test_an_instructors_read_only_scenario_shows_its_dependency_policy_and_steps
     assert "How many attempts reach it during these 6 calls?" in text  # a step's question
 
 
+# --- steps as rows -------------------------------------------------------------------------
+
+
+def _page_post(client, scenario) -> tuple[dict, list[dict]]:
+    """The scenario's change page as the browser would post it back unchanged: the form's
+    fields and, per step row, its fields (``step-<i>-<name>``)."""
+    response = client.get(reverse("admin:labs_scenario_change", args=[scenario.pk]))
+    form = response.context["adminform"].form
+    data = {}
+    for name in form.fields:
+        value = form[name].value()
+        if value is None:
+            continue
+        if name == "is_active":
+            if value:
+                data[name] = "on"
+            continue
+        data[name] = value
+    rows = form.step_rows
+    data.update(
+        {
+            f"step-{k}": v
+            for k, v in {
+                "TOTAL_FORMS": rows.total_form_count(),
+                "INITIAL_FORMS": rows.initial_form_count(),
+                "MIN_NUM_FORMS": 0,
+                "MAX_NUM_FORMS": 100,
+            }.items()
+        }
+    )
+    row_values = []
+    for i, row in enumerate(rows):
+        values = {}
+        for name in row.fields:
+            value = row[name].value()
+            if name == "DELETE" or value in (None, False):
+                continue
+            values[name] = value
+        row_values.append(values)
+        data.update({f"step-{i}-{k}": v for k, v in values.items()})
+    return data, row_values
+
+
+def _post_rows(client, scenario, data):
+    return client.post(reverse("admin:labs_scenario_change", args=[scenario.pk]), data)
+
+
+def _row_errors(response, index: int) -> dict:
+    return response.context["adminform"].form.step_rows.forms[index].errors
+
+
+def test_the_change_page_shows_each_step_as_a_row(admin_client_, scenario):
+    script = _shipped_tour(scenario)
+    _, rows = _page_post(admin_client_, scenario)
+    assert len(rows) == len(script["steps"]) + 1  # and a blank row to add one
+    down = rows[2]
+    assert (down["action"], down["burst"]) == ("burst", 6)
+    assert down["ask_measure"] == "dependency_hits"
+    assert json.loads(down["expect"])["dependency_hits"] == 12
+    assert rows[1]["action"] == "set_dependency" and json.loads(rows[1]["changes"]) == {
+        "mode": "down"
+    }
+    body = admin_client_.get(reverse("admin:labs_scenario_change", args=[scenario.pk]))
+    assert 'id="step-rows"' in body.content.decode()
+
+
+def test_rows_saved_unchanged_but_one_value_round_trip_to_the_same_json(admin_client_, scenario):
+    script = _shipped_tour(scenario)
+    data, _ = _page_post(admin_client_, scenario)
+    data["step-0-burst"] = "5"  # one edit in a row: the steps are rebuilt from the rows
+    response = _post_rows(admin_client_, scenario, data)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    scenario.refresh_from_db()
+    expected = json.loads(json.dumps(script["steps"]))
+    expected[0]["burst"] = 5
+    assert scenario.script["steps"] == expected
+    scenario.full_clean()
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "scenarios").glob("*.json")), ids=lambda p: p.stem)
+def test_every_shipped_scenarios_steps_round_trip_through_rows(path):
+    from labs.forms.back_office import StepRowForm
+
+    steps = json.loads(path.read_text())["steps"]
+    rebuilt = []
+    for step in steps:
+        unbound = StepRowForm(initial=StepRowForm.initial_for(step))
+        values = {name: unbound[name].value() for name in unbound.fields}
+        form = StepRowForm({k: "" if v is None else v for k, v in values.items()})
+        assert form.is_valid(), form.errors
+        rebuilt.append(form.step())
+    assert json.dumps(rebuilt) == json.dumps(steps)
+
+
+def test_a_bad_expect_measure_in_a_row_is_named_beside_its_field_with_the_allowed_measures(
+    admin_client_, scenario
+):
+    script = _shipped_tour(scenario)
+    data, _ = _page_post(admin_client_, scenario)
+    data["step-2-expect"] = '{"attempts_spent": 12}'
+    response = _post_rows(admin_client_, scenario, data)
+    assert response.status_code == 200
+    (message,) = _row_errors(response, 2)["expect"]
+    assert "unknown measure" in message
+    assert "breaker_after" in message and "dependency_hits" in message  # the allowed ones
+    assert set(_row_errors(response, 2)) == {"expect"}
+    assert not _row_errors(response, 0)
+    assert "step row has a problem" in str(response.context["adminform"].form.non_field_errors())
+    scenario.refresh_from_db()
+    assert scenario.script == script  # nothing saved
+
+
+def test_a_bad_value_in_a_row_is_shown_beside_its_field(admin_client_, scenario):
+    script = _shipped_tour(scenario)
+    data, _ = _page_post(admin_client_, scenario)
+    data["step-0-burst"] = "99"
+    data["step-2-ask_measure"] = "luck"
+    data["step-2-ask_tolerance"] = "-1"
+    response = _post_rows(admin_client_, scenario, data)
+    assert response.status_code == 200
+    (calls,) = _row_errors(response, 0)["burst"]
+    assert "between 1 and 20 calls" in calls and "99" in calls
+    (measure,) = _row_errors(response, 2)["ask_measure"]
+    assert "dependency_hits" in measure and "'luck'" in measure
+    assert "ask_tolerance" in _row_errors(response, 2)
+    body = response.content.decode()
+    assert "between 1 and 20 calls" in body  # rendered beside the row's field
+    scenario.refresh_from_db()
+    assert scenario.script == script
+
+
+def test_a_row_is_added_moved_and_deleted(admin_client_, scenario):
+    script = _shipped_tour(scenario)
+    data, rows = _page_post(admin_client_, scenario)
+    blank = len(rows) - 1
+    data.update({f"step-{blank}-action": "wait_ms", f"step-{blank}-wait_ms": "2000",
+                 f"step-{blank}-ORDER": "0"})  # fmt: skip
+    data["step-1-DELETE"] = "on"
+    response = _post_rows(admin_client_, scenario, data)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    scenario.refresh_from_db()
+    assert scenario.script["steps"] == [{"wait_ms": 2000}, script["steps"][0], *script["steps"][2:]]
+
+
+def test_the_rows_and_the_raw_json_edited_in_one_save_are_refused(admin_client_, scenario):
+    script = _shipped_tour(scenario)
+    data, _ = _page_post(admin_client_, scenario)
+    data["step-0-burst"] = "5"
+    data["steps"] = json.dumps([{"burst": 3}])
+    response = _post_rows(admin_client_, scenario, data)
+    assert response.status_code == 200
+    assert "both as rows and as raw JSON" in str(response.context["adminform"].form.errors["steps"])
+    scenario.refresh_from_db()
+    assert scenario.script == script
+
+
+def test_raw_json_still_edits_the_steps_when_the_rows_are_posted_unchanged(
+    admin_client_, scenario
+):
+    _shipped_tour(scenario)
+    data, _ = _page_post(admin_client_, scenario)
+    data["steps"] = json.dumps([{"burst": 3, "expect": {"calls": 3}}])
+    response = _post_rows(admin_client_, scenario, data)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    scenario.refresh_from_db()
+    assert scenario.script["steps"] == [{"burst": 3, "expect": {"calls": 3}}]
+
+
+def test_an_instructors_read_only_page_has_no_editable_rows(teacher_client, scenario):
+    _shipped_tour(scenario)
+    body = teacher_client.get(reverse("admin:labs_scenario_change", args=[scenario.pk]))
+    assert body.status_code == 200
+    assert 'id="step-rows"' not in body.content.decode()
+
+
 # --- roster import ------------------------------------------------------------------------
 
 

@@ -144,7 +144,9 @@ def test_the_instructor_sees_the_class_histogram_and_exports_it(
     assert scores == {"alice": (0, 1), "bob2": (1, 1), "carol": (0, 1)}
     body = response.content.decode()
     assert "How many attempts reach it during these 6 calls?" in body
-    assert 'hx-trigger="every 2s"' in body
+    # Live over the class's websocket, not polled.
+    assert "hx-trigger" not in body
+    assert f'data-ws-path="/ws/classes/{classroom.pk}/?view=predictions"' in body
 
     csv_text = b"".join(
         client.get(reverse("labs:class_predictions_csv", args=[classroom.pk])).streaming_content
@@ -219,3 +221,92 @@ def test_a_watcher_cannot_tick(client, session, instructor):
     client.force_login(instructor)
     assert client.post(_done_url(session, 1)).status_code == 403
     assert "data-done-url" not in client.get(session.get_absolute_url()).content.decode()
+
+
+# --- the journal row and the class's live view -----------------------------------------------
+
+
+def test_an_answer_is_journaled_in_the_session_with_its_words(owner_client, session, student):
+    from labs.models import JournalEvent
+
+    owner_client.post(_url(session), {"answer": "24"})
+    owner_client.post(_url(session), {"answer": "12"})
+    rows = list(JournalEvent.objects.filter(session=session, kind="prediction_submitted").order_by("seq"))
+    assert [r.message for r in rows] == [
+        "alice predicted 24 dependency hits for step 3",
+        "alice changed the prediction: predicted 12 dependency hits for step 3",
+    ]
+    assert rows[0].actor == student
+    assert rows[1].data == {"step": 3, "attempt": 1, "measure": "dependency_hits", "answer": "12"}
+    # The lab page's journal shows it like any other row.
+    body = owner_client.get(session.get_absolute_url()).content.decode()
+    assert "alice predicted 24 dependency hits for step 3" in body
+
+
+def test_a_refused_or_final_answer_journals_nothing(owner_client, session, student):
+    from labs.models import JournalEvent
+
+    assert owner_client.post(_url(session), {"answer": "lots"}).status_code == 422
+    owner_client.post(_url(session), {"answer": "24"})
+    burst = Burst.objects.create(session=session, number=1, size=6, created_by=student)
+    predictions.prediction_attach(session=session, step=DOWN_STEP, burst=burst)
+    assert owner_client.post(_url(session), {"answer": "12"}).status_code == 409
+    rows = JournalEvent.objects.filter(session=session, kind="prediction_submitted")
+    assert [r.data["answer"] for r in rows] == ["24"]
+
+
+def test_progress_changes_are_announced_to_the_class_after_the_commit(
+    owner_client, session, student, classroom, monkeypatch, django_capture_on_commit_callbacks
+):
+    from labs.live import broadcast
+
+    sent = []
+    monkeypatch.setattr(broadcast, "send_all", lambda pushes: sent.extend(pushes))
+    progress = (f"lab-class-{classroom.pk}", {"type": "class.progress", "session": session.pk})
+
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        predictions.prediction_submit(session=session, user=student, step=DOWN_STEP, answer="24")
+    assert sent == []  # nothing before the commit
+    for callback in callbacks:
+        callback()
+    assert progress in sent
+
+    for change in (
+        lambda: predictions.step_mark(session=session, step=1, done=True),
+        lambda: predictions.step_mark(session=session, step=1, done=False),
+    ):
+        sent.clear()
+        with django_capture_on_commit_callbacks(execute=True):
+            change()
+        assert sent == [progress]
+    # Unticking a step that was not ticked changes nothing and announces nothing.
+    sent.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        predictions.step_mark(session=session, step=2, done=False)
+    assert sent == []
+
+
+def test_the_dashboard_rows_carry_each_students_step_and_score(
+    client, session, student, instructor, classroom
+):
+    from labs.selectors import class_dashboard_rows
+
+    predictions.step_mark(session=session, step=1, done=True)
+    predictions.step_mark(session=session, step=2, done=True)
+    predictions.prediction_submit(session=session, user=student, step=DOWN_STEP, answer="24")
+    (row,) = class_dashboard_rows(classroom_id=classroom.pk)
+    assert row.progress == {
+        "attempt": 1, "done": 2, "steps": 6, "questions": row.progress["questions"],
+        "answered": 1, "right": 0,
+    }  # fmt: skip
+    assert row.progress["questions"] >= 1
+    assert row.as_dict()["progress_text"] == "2/6 steps · 0/1 right"
+    client.force_login(instructor)
+    body = client.get(reverse("labs:class_dashboard", args=[classroom.pk])).content.decode()
+    assert "Step / score" in body
+    assert '<td class="c-progress" data-field="progress">2/6 steps · 0/1 right</td>' in body
+    # A reset starts a new attempt: the row says so and counts from zero.
+    lab.session_reset(session=session, user=student)
+    (row,) = class_dashboard_rows(classroom_id=classroom.pk)
+    assert (row.progress["attempt"], row.progress["done"], row.progress["answered"]) == (2, 0, 0)
+    assert row.as_dict()["progress_text"] == "0/6 steps · 0/0 right (attempt 2)"
