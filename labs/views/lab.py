@@ -166,6 +166,7 @@ def traffic_context(session: LabSession, **extra) -> dict[str, Any]:
         "traffic_values": {"rate": 5, "duration_s": 60, "arrivals": "poisson"},
         "traffic_problems": [],
         "traffic_message": "",
+        "overload_wait_ms": presenters.OVERLOAD_WAIT_MS,
     }
     context.update(extra)
     return context

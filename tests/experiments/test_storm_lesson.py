@@ -45,7 +45,7 @@ def test_the_lesson_changes_one_setting_at_a_time():
 
 
 def test_naive_clients_keep_the_dependency_down_after_the_trigger(figures):
-    name, naive = figures[0]
+    naive = figures[0][1]
     end = PARAMS.trigger_at_s + PARAMS.trigger_s
     assert naive["recovery_s"] is None
     # goodput below 20 % of the baseline from the trigger's end to the end of the run
@@ -55,7 +55,7 @@ def test_naive_clients_keep_the_dependency_down_after_the_trigger(figures):
 
 
 def test_jitter_alone_spreads_the_retries_but_does_not_end_the_storm(figures):
-    name, jitter = figures[1]
+    jitter = figures[1][1]
     assert jitter["recovery_s"] is None
     assert jitter["retries_per_call"] > 2
 
