@@ -318,7 +318,7 @@ def session_policy(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return _settings_write(
         request, pk, form_class=PolicyForm, field="policy",
         service=lab_services.session_set_policy, partial="policy-form",
-        saved="Policy saved; it applies from the next burst.",
+        saved="Policy saved; it applies from the next burst or traffic run.",
     )  # fmt: skip
 
 
