@@ -839,3 +839,63 @@ def prediction_row(p: Any) -> list[Any]:
         "" if p.correct is None else measure_value(p.observed_value),
         "" if p.correct is None else ("right" if p.correct else "wrong"),
     ]  # fmt: skip
+
+
+# --- the shared dependency, as a student's lab page sees it ---------------------------------
+
+#: A queue wait p99 at or above this (ms) in the last complete second counts as overloaded.
+OVERLOAD_WAIT_MS = 250
+#: The per-second counters a lab page gets: the class's totals, never anyone's identity.
+SHARED_PAGE_FIELDS = (
+    "second", "offered", "calls", "retries", "ok", "calls_ok", "error", "shed", "skipped",
+    "timeout", "wait_p99_ms",
+)  # fmt: skip
+
+
+def shared_status(seconds: Sequence[dict[str, Any]], model: dict[str, Any], now_us: int) -> dict:
+    """The shared dependency's state for a student: ``triggered`` while a trigger runs (by
+    the model's clock); else ``overloaded`` when, in the last complete second, an attempt was
+    shed, skipped (it could not start before its deadline) or timed out at its client, or the
+    queue wait p99 was at least :data:`OVERLOAD_WAIT_MS`; else ``healthy``. With the reason
+    in words."""
+    trigger = model.get("trigger")
+    if trigger and trigger["from_us"] <= now_us < trigger["until_us"]:
+        left = (trigger["until_us"] - now_us) / 1e6
+        return {"state": "triggered", "reason": f"{trigger['kind']} trigger, {left:.0f} s left"}
+    last = now_us // 1_000_000 - 1
+    second = next((s for s in seconds if s["second"] == last), None)
+    if second is not None:
+        refused = second["shed"] + second["skipped"]
+        p99 = second.get("wait_p99_ms")
+        if refused or second["timeout"]:
+            parts = []
+            if refused:
+                parts.append(f"{refused} shed")
+            if second["timeout"]:
+                parts.append(f"{second['timeout']} timed out")
+            return {"state": "overloaded", "reason": " and ".join(parts) + " in the last second"}
+        if p99 is not None and p99 >= OVERLOAD_WAIT_MS:
+            return {"state": "overloaded", "reason": f"queue wait p99 {p99:g} ms"}
+    return {"state": "healthy", "reason": "answering within its capacity"}
+
+
+def shared_page_message(recent: dict[str, Any]) -> dict[str, Any]:
+    """What a lab page in ``shared`` mode gets each second (``labs.selectors.storm_recent``):
+    the class's per-second totals (:data:`SHARED_PAGE_FIELDS`), the capacity, the latest
+    trigger's span and the state (:func:`shared_status`). No session or student is named:
+    the page works out its own share from its own journal rows."""
+    model = recent["model"]
+    trigger = model.get("trigger")
+    return {
+        "type": "shared",
+        "active": True,
+        "now": recent["now"],
+        "seconds": [{k: s[k] for k in SHARED_PAGE_FIELDS} for s in recent["seconds"]],
+        "capacity_per_s": model["capacity_per_s"],
+        "trigger": (
+            {"kind": trigger["kind"], "from_s": trigger["from_s"], "until_s": trigger["until_s"]}
+            if trigger
+            else None
+        ),
+        **shared_status(recent["seconds"], model, recent["now_us"]),
+    }

@@ -827,6 +827,28 @@ def storm_model_state(classroom_id: int) -> dict[str, Any]:
     }
 
 
+def storm_recent(classroom_id: int, back_s: int) -> dict[str, Any]:
+    """The shared dependency now: ``now_us`` (Redis's ``TIME``), the counters of the seconds
+    ``now - back_s`` to ``now`` (:func:`storm_seconds`) and :func:`storm_model_state`."""
+    model = shared_model(classroom_id)
+    seconds, micros = model.client.time()
+    now = int(seconds)
+    return {
+        "now": now,
+        "now_us": now * 1_000_000 + int(micros),
+        "seconds": storm_seconds(classroom_id, now - back_s, now),
+        "model": storm_model_state(classroom_id),
+    }
+
+
+def session_shared_classroom(session_id: int) -> int | None:
+    """The session's classroom id when its dependency is in ``shared`` mode, else None."""
+    row = LabSession.objects.filter(pk=session_id).values_list("classroom_id", "dependency").first()
+    if row is None or not isinstance(row[1], dict) or row[1].get("mode") != "shared":
+        return None
+    return row[0]
+
+
 def storm_students(classroom_id: int, now_s: float) -> list[dict[str, Any]]:
     """Per session of the class: attempts per second and retry ratio over the last
     ``STORM_STUDENT_WINDOW_S`` seconds (counted from the journal's ``attempt`` rows), breaker

@@ -23,7 +23,17 @@
    ``open_until_ms`` and the current failure streak;
    the burst summary when a burst is queued, starts or ends). ``{"type": "state"}`` on
    connect carries the current badge.
-4. Messages from the browser: ``{"type": "ping"}`` (answered with a pong) and
+4. In ``shared`` mode (the class's shared dependency), ``{"type": "shared", ...}`` once a
+   second from the consumer's own loop, never asked for by the page
+   (:func:`labs.presenters.shared_page_message`): the dependency's state (healthy,
+   triggered, overloaded), its capacity and latest trigger, and the class's per-second
+   totals, the first message ``SHARED_FIRST_S`` seconds of them, then the last
+   ``SHARED_RESEND_S`` (a second's counters change until its attempts are answered). It
+   names nobody: the page divides its own attempts (its journal rows, by the model's arrival
+   second) by the class's. The counters are read once per class and process per tick
+   (``SHARED_CACHE_S``), however many pages watch. When the session leaves shared mode the
+   page gets ``{"type": "shared", "active": false}``.
+5. Messages from the browser: ``{"type": "ping"}`` (answered with a pong) and
    ``{"type": "resync", "after": N}`` (one replay at a time per socket: resyncs that arrive
    while one runs are coalesced into one more, from the lowest ``after``). Anything else is logged and ignored: it never closes
    this socket, let alone anyone else's.
@@ -73,6 +83,34 @@ SETTLE_SECONDS = 1.0
 
 #: Events after which the session's policy (the breaker's settings) may have changed.
 POLICY_KINDS = ("policy_set", "session_reset", "scenario_assigned")
+#: Events after which the session's dependency mode (shared or not) may have changed.
+MODE_KINDS = (
+    "dependency_set", "fault_injected", "fault_restored", "session_reset", "scenario_assigned",
+)  # fmt: skip
+
+#: The shared-dependency message: every SHARED_TICK_S, the last SHARED_RESEND_S seconds
+#: (SHARED_FIRST_S in the first), one read per class and process every SHARED_CACHE_S.
+SHARED_TICK_S = 1.0
+SHARED_RESEND_S = 8
+SHARED_FIRST_S = 60
+SHARED_CACHE_S = 0.5
+_shared_cache: dict[int, tuple[float, str]] = {}
+
+
+def shared_message_text(classroom_id: int, back_s: int) -> str:
+    """The JSON text of :func:`labs.presenters.shared_page_message` for the class, built
+    from Redis at most once per ``SHARED_CACHE_S`` for the usual ``SHARED_RESEND_S`` seconds
+    (thirty pages of one class cost one read a tick, not thirty)."""
+    now = time.monotonic()
+    if back_s == SHARED_RESEND_S:
+        cached = _shared_cache.get(classroom_id)
+        if cached is not None and now - cached[0] < SHARED_CACHE_S:
+            return cached[1]
+    text = json.dumps(presenters.shared_page_message(selectors.storm_recent(classroom_id, back_s)))
+    if back_s == SHARED_RESEND_S:
+        _shared_cache[classroom_id] = (now, text)
+    return text
+
 
 #: Rows kept rendered (:func:`rendered_row`) for the pages of this process.
 RENDERED_ROWS_MAX = 4096
@@ -116,6 +154,9 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
     #: the resync replay running, and where the next one starts (None: no resync waiting)
     _replay_task: asyncio.Task | None = None
     _replay_after: int | None = None
+    #: the class whose shared dependency the session calls (None: not in shared mode)
+    _shared_classroom: int | None = None
+    _shared_task: asyncio.Task | None = None
     #: burst id -> what the summary panel needs, learnt from burst_queued events
     _bursts: dict[int, dict[str, Any]]
 
@@ -131,6 +172,7 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
             await self.close(code=CLOSE_FORBIDDEN)
             return
         self.session_id, newest, self._policy = found
+        self._shared_classroom = await read(selectors.session_shared_classroom)(self.session_id)
         # Everything that sends rows holds this lock: handlers run one at a time anyway, but
         # the settle timer runs beside them.
         self._deliver_lock = asyncio.Lock()
@@ -148,9 +190,10 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
         async with self._deliver_lock:
             await self._catch_up()
         await self._send_state()
+        self._shared_task = asyncio.ensure_future(self._shared_loop())
 
     async def disconnect(self, code: int) -> None:
-        for task in (self._settle_task, self._replay_task):
+        for task in (self._settle_task, self._replay_task, self._shared_task):
             if task is not None:
                 task.cancel()
         if self.group:
@@ -317,6 +360,8 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
         )
         if unknown:
             self._bursts.update(await read(selectors.burst_facts_by_id)(unknown))
+        if any(e.get("kind") in MODE_KINDS for e in events):
+            self._shared_classroom = await read(selectors.session_shared_classroom)(self.session_id)
         if any(e.get("kind") in POLICY_KINDS for e in events):
             # The badge below needs the breaker's settings as they are now.
             self._policy = await read(selectors.session_policy)(self.session_id)
@@ -352,6 +397,28 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
         await self.send(text_data='{"type": "events", "events": [' + ", ".join(out) + "]}")
         self.last_seq = events[-1]["seq"]
 
+    async def _shared_loop(self) -> None:
+        """Once a second, the shared dependency's state and the class's totals (module
+        docstring, 4), while the session is in shared mode."""
+        first, sent = True, False
+        while True:
+            try:
+                classroom = self._shared_classroom
+                if classroom is not None:
+                    back = SHARED_FIRST_S if first else SHARED_RESEND_S
+                    await self.send(
+                        text_data=await read_redis(shared_message_text)(classroom, back)
+                    )
+                    first, sent = False, True
+                elif sent:
+                    await self._send({"type": "shared", "active": False})
+                    first, sent = True, False
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a Redis blip must not end the stream: the next tick retries
+                logger.exception("lab session %s: shared tick failed", self.session_id)
+            await asyncio.sleep(SHARED_TICK_S)
+
     def _learn_burst(self, event: dict[str, Any]) -> None:
         """Remember a burst from its ``burst_queued`` row (it carries number, size and
         concurrency), so its start and end need no query; forget it when it ends.
@@ -376,7 +443,11 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
 
     async def _send_state(self) -> None:
         assert self.session_id is not None
-        view = await read_redis(presenters.badge_for)(self.session_id, self._policy) if self._policy else None
+        view = (
+            await read_redis(presenters.badge_for)(self.session_id, self._policy)
+            if self._policy
+            else None
+        )
         fragments = [{"id": "breaker-badge", "html": render_badge(view)}] if view else []
         await self._send(
             {
@@ -389,4 +460,3 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
 
     async def _send(self, message: dict[str, Any]) -> None:
         await self.send(text_data=json.dumps(message, default=str))
-

@@ -65,7 +65,9 @@ from labs.experiments.base import (
     series,
 )
 
-__all__ = ["LIMITS", "MAX_CALLS", "POLICIES", "MetastableParams", "run", "validate"]
+__all__ = [
+    "LIMITS", "MAX_CALLS", "POLICIES", "MetastableParams", "figures_for", "run", "validate",
+]  # fmt: skip
 
 #: clients x rate x duration (the calls of one run) is capped here, so a page stays quick.
 MAX_CALLS = 20_000
@@ -233,8 +235,11 @@ def _arrivals(params: MetastableParams, rng: random.Random) -> list[float]:
     return times
 
 
-def _simulate(params: MetastableParams, mix: str) -> dict[str, Any]:
-    """One run with every client on ``mix`` (a policy, or ``mixed``)."""
+def _simulate(
+    params: MetastableParams, mix: str, chosen: tuple[Policy, bool] | None = None
+) -> dict[str, Any]:
+    """One run with every client on ``mix`` (a policy, or ``mixed``), or on ``chosen`` (an
+    engine policy and whether its breaker is on) when given."""
     clock = VirtualClock()
     config = SharedConfig(params.servers, params.service_ms, params.max_queue_ms)
     model = MemorySharedModel(config, clock=clock)
@@ -242,7 +247,7 @@ def _simulate(params: MetastableParams, mix: str) -> dict[str, Any]:
     calls = 0
     for i in range(params.clients):
         name = POLICIES[i % len(POLICIES)] if mix == "mixed" else mix
-        policy, with_breaker = policy_for(name, params)
+        policy, with_breaker = chosen or policy_for(name, params)
         store = MemoryStore()
         rng = random.Random(f"metastable:{params.seed}:{i}")
         breaker = Breaker(policy.breaker, store=store, clock=clock, rng=rng)
@@ -274,6 +279,13 @@ def _simulate(params: MetastableParams, mix: str) -> dict[str, Any]:
     clock.call_at(params.trigger_at_s, model.trigger, trigger)
     clock.run()
     return {"seconds": model.counters(), "outcomes": outcomes, "calls": calls}
+
+
+def figures_for(params: MetastableParams, policy: Policy, *, breaker_on: bool = True) -> dict:
+    """The run's figures (see the module docstring) with every client on ``policy``: how a
+    scenario's own policy fares in the storm (the storm lesson's test runs each of its steps'
+    policies through this)."""
+    return _metrics(params, _simulate(params, "custom", (policy, breaker_on)))
 
 
 def _capacity(params: MetastableParams, second: int) -> float:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 
-from labs.models import Burst, Classroom, LabSession, Membership, Scenario
+from labs.models import Burst, Classroom, LabSession, Membership, Scenario, Traffic
 from labs.presenters import actor_name
 
 
@@ -150,8 +150,8 @@ def session_set_dependency(
 def session_set_policy(*, session: LabSession, user, changes: dict) -> LabSession:
     """Change the guarded client's policy (merged into the current one).
 
-    A running burst keeps the policy it started with; the change applies from the next burst,
-    and the journal says so. Raises SettingsInvalid; nothing is changed then.
+    A running burst or traffic run keeps the policy it started with; the change applies from
+    the next one, and the journal says so. Raises SettingsInvalid; nothing is changed then.
     """
     from labs.engine import merge_settings, parse_policy, validate_policy
     from labs.live import journal
@@ -169,6 +169,7 @@ def session_set_policy(*, session: LabSession, user, changes: dict) -> LabSessio
         locked.policy = canonical
         locked.save(update_fields=["policy", "updated_at"])
         running = locked.bursts.filter(status__in=Burst.ACTIVE_STATUSES).exists()
+        flowing = locked.traffic.filter(status__in=Traffic.ACTIVE_STATUSES).exists()
         journal.record(
             [
                 journal.entry(
@@ -179,6 +180,7 @@ def session_set_policy(*, session: LabSession, user, changes: dict) -> LabSessio
                         f"policy changed by {actor_name(user)}: "
                         + (", ".join(changed) if changed else "no field changed")
                         + ("; applies from the next burst" if running else "")
+                        + ("; the traffic running keeps its policy: restart it" if flowing else "")
                     ),
                     data={"policy": canonical, "changed": changed},
                 )

@@ -27,12 +27,13 @@ from django.utils.safestring import mark_safe
 from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_POST
 
-from labs import presenters
+from labs import presenters, selectors
 from labs.engine import LIMITS
 from labs.engine.config import MODES
 from labs.forms import shared as shared_forms
 from labs.forms.lab import coerce
 from labs.live.journal import event_payload
+from labs.live.traffic import ARRIVALS, DURATION_RANGE, RATE_RANGE
 from labs.models import Classroom, JournalEvent, LabSession, Scenario
 from labs.selectors import class_dashboard_rows, shared_settings, state_counts
 from labs.services import classroom as class_services
@@ -87,6 +88,19 @@ def _fault_fields() -> list[dict[str, Any]]:
     ]
 
 
+def storm_context(classroom: Classroom) -> dict[str, Any]:
+    """What the storm panel's parts need (``labs/storm.html``'s partials), on its own page and
+    in the dashboard's storm section: whether the class has a shared dependency, the
+    websocket's path and the traffic form's ranges."""
+    return {
+        "storm_configured": selectors.storm_configured(classroom.pk),
+        "storm_ws_path": f"/ws/classes/{classroom.pk}/storm/",
+        "traffic_rate_range": RATE_RANGE,
+        "traffic_duration_range": DURATION_RANGE,
+        "traffic_arrivals": ARRIVALS,
+    }
+
+
 def page_context(request: HtmxHttpRequest, classroom: Classroom, **extra) -> dict[str, Any]:
     rows = class_dashboard_rows(classroom_id=classroom.pk)
     scenarios = list(classroom.scenarios.all())
@@ -113,6 +127,7 @@ def page_context(request: HtmxHttpRequest, classroom: Classroom, **extra) -> dic
             shared_forms.SHARED_PARAMS, shared_settings(classroom=classroom)
         ),
         "trigger_fields": shared_forms.fields(shared_forms.TRIGGER_PARAMS),
+        **storm_context(classroom),
     }
     context.update(extra)
     return context

@@ -166,6 +166,7 @@ def traffic_context(session: LabSession, **extra) -> dict[str, Any]:
         "traffic_values": {"rate": 5, "duration_s": 60, "arrivals": "poisson"},
         "traffic_problems": [],
         "traffic_message": "",
+        "overload_wait_ms": presenters.OVERLOAD_WAIT_MS,
     }
     context.update(extra)
     return context
@@ -317,7 +318,7 @@ def session_policy(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return _settings_write(
         request, pk, form_class=PolicyForm, field="policy",
         service=lab_services.session_set_policy, partial="policy-form",
-        saved="Policy saved; it applies from the next burst.",
+        saved="Policy saved; it applies from the next burst or traffic run.",
     )  # fmt: skip
 
 

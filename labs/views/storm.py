@@ -22,12 +22,11 @@ from django.views.decorators.http import require_GET, require_POST
 
 from labs import presenters, selectors
 from labs.forms import shared as shared_forms
-from labs.live.traffic import ARRIVALS, DURATION_RANGE, RATE_RANGE
 from labs.models import Classroom
 from labs.services import storm as storm_services
 from labs.services.traffic import TrafficInvalid
 from labs.views import HtmxHttpRequest
-from labs.views.instructor import _filename, _streaming, taught_classroom
+from labs.views.instructor import _filename, _streaming, storm_context, taught_classroom
 
 TEMPLATE = "labs/storm.html"
 
@@ -46,15 +45,10 @@ STUDENT_COLUMNS = [
 def storm_panel(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """The full-screen storm panel of a class the user teaches (or how to configure one)."""
     classroom = taught_classroom(request.user, pk)
-    configured = selectors.storm_configured(classroom.pk)
     context: dict[str, Any] = {
         "classroom": classroom,
-        "configured": configured,
-        "ws_path": f"/ws/classes/{classroom.pk}/storm/",
         "trigger_fields": shared_forms.fields(shared_forms.TRIGGER_PARAMS),
-        "rate_range": RATE_RANGE,
-        "duration_range": DURATION_RANGE,
-        "arrivals": ARRIVALS,
+        **storm_context(classroom),
     }
     return render(request, TEMPLATE, context)
 

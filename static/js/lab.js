@@ -15,7 +15,11 @@
  *   Under each finished burst a "what if…" link opens that burst's what-if panel (#whatif);
  *   so does the link the server puts on every journal row of a burst (data-whatif).
  * - The traffic strip chart (SVG): per second of the last minute of calls, attempts by
- *   outcome, calls ok/failed/fast-failed and the breaker's state band.
+ *   outcome, calls ok/failed/fast-failed, the breaker's state band and, in shared mode, the
+ *   session's share of the shared dependency's load.
+ * - The shared dependency's card: in shared mode the server pushes the dependency's state
+ *   and the class's per-second totals once a second ("shared" messages, naming nobody); the
+ *   page divides its own attempts (its journal rows, by the model's arrival second) by them.
  * - The scenario checklist keeps its ticks in localStorage.
  * - window.failureLab exposes a few hooks for the browser tests (see the bottom).
  */
@@ -163,6 +167,9 @@
     if (message.type === "events" && Array.isArray(message.events)) {
       message.events.forEach(applyEvent);
       chart.redraw();
+      strip.redraw();
+    } else if (message.type === "shared") {
+      shared.apply(message);
       strip.redraw();
     } else if (message.type === "state") {
       (message.fragments || []).forEach(swapFragment);
@@ -684,12 +691,17 @@
     const LEFT = 70;
     const BAND_H = 10;
     const ROW_H = 60;
+    const SHARE_H = 30;
     const ATTEMPT_KINDS = ["ok", "error", "timeout", "shed", "skipped"];
     const CALL_KINDS = ["ok", "failed", "fast"];
     const FAST = { rejected_open: true, rejected_half_open: true };
     const seconds = new Map(); // second -> { attempts: {kind: n}, calls: {kind: n} }
     const transitions = [];
     const seen = new Set();
+    // Shared mode: this session's attempts per second of the model's arrival time (attempts,
+    // retries), and the class's offered attempts per second (from the "shared" messages).
+    const own = new Map();
+    const offered = new Map();
 
     function when(event) {
       if (event.t_ms && event.t_ms > 1e11) return event.t_ms;
@@ -723,6 +735,13 @@
       seen.add(event.seq);
       const second = Math.floor(when(event) / 1000);
       if (event.state_to) transitions.push({ t: second, to: event.state_to, from: event.state_from });
+      if (event.kind === "attempt" && event.data && typeof event.data.arrival_us === "number") {
+        const at = Math.floor(event.data.arrival_us / 1e6);
+        const mine = own.get(at) || { attempts: 0, retries: 0 };
+        mine.attempts += 1;
+        if ((event.attempt_no || 1) > 1) mine.retries += 1;
+        own.set(at, mine);
+      }
       if (event.kind === "attempt") {
         const counts = bucket(second).attempts;
         const kind = attemptKind(event);
@@ -784,7 +803,9 @@
       const bandY = 4;
       const attemptsBottom = bandY + BAND_H + 6 + ROW_H;
       const callsBottom = attemptsBottom + 8 + ROW_H;
-      svg.setAttribute("viewBox", "0 0 " + WIDTH + " " + (callsBottom + 20));
+      const withShare = offered.size > 0;
+      const shareBottom = withShare ? callsBottom + 8 + SHARE_H : callsBottom;
+      svg.setAttribute("viewBox", "0 0 " + WIDTH + " " + (shareBottom + 20));
       svg.appendChild(el("text", { x: 4, y: bandY + 9, class: "tl-axis" }, "breaker"));
       svg.appendChild(el("text", { x: 4, y: attemptsBottom - ROW_H / 2, class: "tl-axis" }, "attempts"));
       svg.appendChild(el("text", { x: 4, y: attemptsBottom - 2, class: "tl-axis" }, "max " + maxAttempts));
@@ -802,8 +823,28 @@
         stack(b.attempts, ATTEMPT_KINDS, "ts-attempt-", x + 0.5, Math.max(1, w - 1), attemptsBottom, ROW_H / maxAttempts, s);
         stack(b.calls, CALL_KINDS, "ts-call-", x + 0.5, Math.max(1, w - 1), callsBottom, ROW_H / maxCalls, s);
       }
-      svg.appendChild(el("text", { x: LEFT, y: callsBottom + 16, class: "tl-now" }, "-" + STRIP_SECONDS + " s"));
-      svg.appendChild(el("text", { x: WIDTH - 40, y: callsBottom + 16, class: "tl-now" }, "last"));
+      if (withShare) {
+        let maxShare = 0;
+        const shares = [];
+        for (let s = first; s <= last; s++) {
+          const v = shareAt(s);
+          shares.push(v);
+          if (v !== null && v > maxShare) maxShare = v;
+        }
+        const top = maxShare > 0 ? maxShare : 1;
+        svg.appendChild(el("text", { x: 4, y: shareBottom - SHARE_H / 2, class: "tl-axis" }, "your share"));
+        svg.appendChild(el("text", { x: 4, y: shareBottom - 2, class: "tl-axis" }, "max " + Math.round(top * 100) + " %"));
+        shares.forEach(function (v, i) {
+          if (v === null || v <= 0) return;
+          const h = (v / top) * SHARE_H;
+          svg.appendChild(el("rect", {
+            x: LEFT + i * w + 0.5, y: shareBottom - h, width: Math.max(1, w - 1), height: h,
+            class: "ts-share", "data-second": first + i, "data-share": v.toFixed(4),
+          }));
+        });
+      }
+      svg.appendChild(el("text", { x: LEFT, y: shareBottom + 16, class: "tl-now" }, "-" + STRIP_SECONDS + " s"));
+      svg.appendChild(el("text", { x: WIDTH - 40, y: shareBottom + 16, class: "tl-now" }, "last"));
       if (desc) {
         desc.textContent = "The last " + STRIP_SECONDS + " s of calls: " + attempts + " attempts and " +
           calls + " calls, per second by outcome, and the breaker's state.";
@@ -816,7 +857,89 @@
       return out;
     }
 
-    return { add: add, redraw: redraw, counts: counts };
+    // This session's attempts in ``second`` (model time) over the class's; null if unknown.
+    function shareAt(second) {
+      const all = offered.get(second);
+      if (!all) return null;
+      const mine = own.get(second);
+      return mine ? mine.attempts / all : 0;
+    }
+
+    // Attempts and retries of this session, and the class's attempts, over seconds [from, to].
+    function tally(from, to) {
+      const out = { attempts: 0, retries: 0, offered: 0 };
+      for (let s = from; s <= to; s++) {
+        const mine = own.get(s);
+        if (mine) { out.attempts += mine.attempts; out.retries += mine.retries; }
+        out.offered += offered.get(s) || 0;
+      }
+      return out;
+    }
+
+    function setOffered(second, n) {
+      offered.set(second, n);
+      const oldest = second - 2 * STRIP_SECONDS;
+      offered.forEach(function (_v, s) { if (s < oldest) offered.delete(s); });
+      own.forEach(function (_v, s) { if (s < oldest) own.delete(s); });
+    }
+
+    function shares() {
+      const out = {};
+      offered.forEach(function (_n, s) { out[s] = shareAt(s); });
+      return out;
+    }
+
+    return { add: add, redraw: redraw, counts: counts, tally: tally, setOffered: setOffered, shares: shares };
+  })();
+
+  // --- the shared dependency's card -----------------------------------------------------------
+
+  // Shown while the session calls the class's shared dependency. Each "shared" message carries
+  // the dependency's state and the class's per-second totals; the share and the retry ratio
+  // are this session's attempts (the strip's, by arrival second) over the last SHARE_SECONDS
+  // complete seconds.
+  const shared = (function () {
+    const card = document.getElementById("shared-status");
+    const SHARE_SECONDS = 5;
+    let last = null;
+
+    function role(name) { return card ? card.querySelector('[data-role="' + name + '"]') : null; }
+
+    function text(name, value) {
+      const node = role(name);
+      if (node && node.textContent !== value) node.textContent = value;
+    }
+
+    function percent(x) { return x === null ? "–" : Math.round(x * 100) + " %"; }
+
+    function apply(message) {
+      if (!card) return;
+      if (!message.active) {
+        card.hidden = true;
+        last = null;
+        return;
+      }
+      (message.seconds || []).forEach(function (s) { strip.setOffered(s.second, s.offered); });
+      const w = strip.tally(message.now - SHARE_SECONDS, message.now - 1);
+      last = {
+        now: message.now,
+        state: message.state,
+        share: w.offered ? w.attempts / w.offered : null,
+        retry_ratio: w.attempts ? w.retries / w.attempts : null,
+        attempts: w.attempts,
+        offered: w.offered,
+      };
+      card.hidden = false;
+      card.dataset.state = message.state;
+      text("shared-state", message.state);
+      text("shared-reason", message.reason || "");
+      text("shared-share", percent(last.share));
+      text("shared-retry", percent(last.retry_ratio));
+      text("shared-load", Math.round(w.offered / SHARE_SECONDS) + " of " +
+        Math.round(message.capacity_per_s) + " attempts/s");
+    }
+
+    return { apply: apply, last: function () { return last; } };
   })();
 
   // --- start ---------------------------------------------------------------------------------
@@ -840,6 +963,8 @@
     connections: function () { return connections; },
     dropConnection: dropConnection,
     stripCounts: function () { return strip.counts(); },
+    stripShares: function () { return strip.shares(); },
+    shared: function () { return shared.last(); },
     rowSeqs: function () {
       return Array.prototype.map.call(journal.querySelectorAll(".journal-row"), function (row) {
         return Number(row.dataset.seq);

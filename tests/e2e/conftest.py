@@ -16,7 +16,8 @@ Fixtures, meant for every e2e test (experiments, the live lab page, ...):
 - ``page`` (per test): a fresh browser context (own cookies) and page; at teardown a
   screenshot is saved to ``artifacts/e2e/<test name>.png``.
 - ``e2e_worker`` (per test): a Celery worker process on the test database and the test run's
-  Redis; its log is kept as ``artifacts/e2e/<module>-worker.log`` (``lab-page-worker.log``).
+  Redis, with 8 threads or the test module's ``WORKER_CONCURRENCY`` (a traffic run holds a
+  thread for as long as it runs); its log is kept as ``artifacts/e2e/<module>-worker.log`` (``lab-page-worker.log``).
 - ``login(page, base_url, username, password)``: logs in through the real login form.
 
 Tests that use ``daphne_server`` need ``@pytest.mark.django_db(transaction=True)`` (daphne
@@ -231,7 +232,8 @@ def e2e_worker(request, transactional_db, tmp_path):
     from tests.integration.conftest import WorkerProcess, _flush_test_redis
 
     _flush_test_redis()
-    worker = WorkerProcess(tmp_path / "worker.log")
+    concurrency = getattr(request.module, "WORKER_CONCURRENCY", 8)
+    worker = WorkerProcess(tmp_path / "worker.log", concurrency=concurrency)
     try:
         yield worker
     finally:

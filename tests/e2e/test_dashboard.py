@@ -237,3 +237,49 @@ def test_instructor_of_another_class_is_refused_over_http_and_websocket(
         shot(page, "7-other-instructor-refused")
     finally:
         context.close()
+
+
+def test_the_dashboard_shows_the_storm_section_live_from_the_storm_websocket(
+    browser, daphne_server, cohort
+):
+    """With a shared dependency configured, the dashboard carries the storm panel's parts,
+    drawn by the same script from the same websocket: attempts counted in the Redis model
+    reach its chart and its headline, its per-student table lists the class, and nothing
+    breaks the CSP or the dashboard's own grid."""
+    from labs.live import runtime
+    from labs.services import shared as shared_services
+    from tests.e2e.test_csp import REPORT_VIOLATIONS
+
+    room, _sessions = cohort
+    teacher_user = room.memberships.get(role="instructor").user
+    off_loop(shared_services.classroom_set_shared, classroom=room, user=teacher_user, values={})
+    model = runtime.configure_shared(room.pk)
+    model.reset()
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.expose_function("__reportCspViolation", lambda text: errors.append(text))
+    page.add_init_script(REPORT_VIOLATIONS)
+    try:
+        login(page, daphne_server, "teacher_a", DEFAULT_PASSWORD)
+        page.goto(f"{daphne_server}/classes/{room.pk}/dashboard/")
+        page.wait_for_selector('#live-status[data-state="live"]')
+        expect(page.locator("#storm-status")).to_have_text("Live", timeout=LIVE_TIMEOUT_MS)
+        for attempt in (1, 1, 1, 2):
+            model.decide(attempt=attempt)
+        page.wait_for_function(
+            "() => window.failureLabStorm.points().reduce((n, p) => n + p.offered, 0) === 4"
+            " && window.failureLabStorm.tableRows() === 2",
+            timeout=LIVE_TIMEOUT_MS,
+        )
+        shown = sum(p["retries"] for p in page.evaluate("() => window.failureLabStorm.points()"))
+        assert shown == 1 == sum(s.retries for s in model.counters())
+        assert page.locator("#chart-load canvas").count() == 1
+        assert page.inner_text('[data-count="total"]') == "2"  # the grid is still live
+        shot(page, "storm-section")
+        assert errors == []
+    finally:
+        model.clear()
+        context.close()

@@ -201,3 +201,32 @@ def test_without_javascript_the_traffic_form_redirects_back_with_the_problem(
     assert response.redirect_chain == [(reverse("labs:storm_panel", args=[configured.pk]), 302)]
     assert "rate: must be between 1 and 20 calls/s (got 99)" in response.content.decode()
     assert Traffic.objects.count() == 0
+
+
+def test_the_dashboard_has_a_storm_section_only_with_a_shared_dependency(
+    client, classroom, instructor
+):
+    client.force_login(instructor)
+    url = reverse("labs:class_dashboard", args=[classroom.pk])
+    page = client.get(url).content.decode()
+    assert 'id="storm"' not in page and "js/storm.js" not in page
+    shared_services.classroom_set_shared(classroom=classroom, user=instructor, values={})
+    page = client.get(url).content.decode()
+    # The panel's own parts, script and websocket; one trigger form (the dashboard's).
+    assert f'data-ws-path="/ws/classes/{classroom.pk}/storm/"' in page
+    for part in ('id="chart-load"', 'id="student-rows"', 'data-metric="recovery"',
+                 'id="traffic-form"', 'id="export-png"', "js/storm.js", "uPlot.iife.min.js"):
+        assert part in page, part  # fmt: skip
+    assert page.count('id="trigger-form"') == 1
+    assert page.count('id="action-result"') == 1
+    panel = client.get(reverse("labs:storm_panel", args=[classroom.pk])).content.decode()
+    assert panel.count('id="chart-load"') == 1 and 'id="traffic-form"' in panel
+
+
+def test_the_lab_page_has_the_shared_dependency_card(client, classroom, student, scenario):
+    session = lab.session_open(user=student, classroom=classroom, scenario=scenario)
+    client.force_login(student)
+    page = client.get(reverse("labs:session_detail", args=[session.pk])).content.decode()
+    # Hidden until the websocket's first "shared" message says the session calls it.
+    assert 'id="shared-status"' in page and 'data-role="shared-share"' in page
+    assert "queue wait p99 reached 250 ms" in page

@@ -71,3 +71,17 @@ def test_another_student_cannot_start_it(client, session, other_student):
     )
     assert response.status_code in (403, 404)
     assert not Traffic.objects.exists()
+
+
+def test_a_policy_change_during_traffic_says_to_restart_it(client, classroom, student, scenario):
+    from labs.models import JournalEvent, Traffic
+    from labs.services import lab
+
+    session = lab.session_open(user=student, classroom=classroom, scenario=scenario)
+    Traffic.objects.create(
+        session=session, rate=1, duration_s=10, arrivals="even", seed=1, calls=10,
+        first_call_no=1, status=Traffic.Status.RUNNING,
+    )  # fmt: skip
+    lab.session_set_policy(session=session, user=student, changes={"max_attempts": 2})
+    row = JournalEvent.objects.filter(session=session, kind="policy_set").latest("seq")
+    assert row.message.endswith("the traffic running keeps its policy: restart it")

@@ -1,5 +1,9 @@
 """``manage.py seed_demo``: demo accounts, a class and every scenario in scenarios/*.json.
 
+The demo class gets a shared dependency with the engine's defaults (8 servers x 40 ms, a
+2000 ms queue) unless it has one, so the storm lesson (``scenarios/storm_lesson.json``) and
+the storm panel work out of the box; settings an instructor saved are kept.
+
 Idempotent: running it again updates the same rows (and resets the demo passwords), never
 duplicates them.
 """
@@ -16,7 +20,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from labs.models import Classroom, Membership, Scenario
+from labs.models import Classroom, Membership, Scenario, SharedDependencyConfig
 from labs.services.accounts import instructor_enrol
 
 DEMO_CLASS_NAME = "Resilience 101"
@@ -105,6 +109,7 @@ class Command(BaseCommand):
             classroom.save()
             instructor_enrol(user=instructor, classroom=classroom)
             classroom.scenarios.add(*scenarios)
+            SharedDependencyConfig.objects.get_or_create(classroom=classroom)
 
             for username, first, last in DEMO_STUDENTS:
                 student = self._user(User, username, password, first, last)

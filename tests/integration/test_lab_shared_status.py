@@ -1,0 +1,145 @@
+"""The lab page's shared-dependency messages (``ws/sessions/<id>/``, "shared") through the real
+ASGI application against the real Redis model: pushed once a second while the session is in
+shared mode (the page asks for nothing), equal to the model's counters, the state healthy
+then triggered, and never naming another student; a session that leaves shared mode is told
+so once and gets no more."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from lab_project.asgi import application
+from labs.consumers.lab import SHARED_FIRST_S, SHARED_RESEND_S
+from labs.engine import parse_trigger
+from labs.live import runtime
+from labs.services import lab
+from labs.services import shared as shared_services
+from tests.conftest import make_student
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+TIMEOUT = 10
+
+
+@pytest.fixture
+def shared_session(classroom, instructor, student, scenario):
+    shared_services.classroom_set_shared(
+        classroom=classroom, user=instructor, values={"servers": 2, "service_ms": 50}
+    )
+    runtime.configure_shared(classroom.pk)
+    runtime.shared_model(classroom.pk).reset()
+    session = lab.session_open(user=student, classroom=classroom, scenario=scenario)
+    lab.session_set_dependency(session=session, user=student, changes={"mode": "shared"})
+    # A classmate whose name must never reach this student's page.
+    other = make_student("zelda_classmate", classroom)
+    theirs = lab.session_open(user=other, classroom=classroom, scenario=scenario)
+    lab.session_set_dependency(session=theirs, user=other, changes={"mode": "shared"})
+    yield session
+    runtime.shared_model(classroom.pk).clear()
+
+
+def communicator(user, session_id: int) -> WebsocketCommunicator:
+    client = Client()
+    client.force_login(user)
+    headers = [
+        (b"origin", b"http://localhost"),
+        (b"host", b"localhost"),
+        (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode()),
+    ]
+    return WebsocketCommunicator(application, f"/ws/sessions/{session_id}/", headers=headers)
+
+
+async def next_shared(ws: WebsocketCommunicator, texts: list[str]) -> dict:
+    while True:
+        text = (await ws.receive_output(timeout=TIMEOUT))["text"]
+        texts.append(text)
+        message = json.loads(text)
+        if message["type"] == "shared":
+            return message
+
+
+def test_shared_messages_carry_the_state_and_the_class_totals_and_no_name(
+    shared_session, student, classroom
+):
+    model = runtime.shared_model(classroom.pk)
+    ws = communicator(student, shared_session.pk)
+    texts: list[str] = []
+
+    async def scenario():
+        connected, _ = await ws.connect(timeout=TIMEOUT)
+        assert connected
+        for attempt in (1, 1, 2):
+            await sync_to_async(model.decide)(attempt=attempt)
+        first = await next_shared(ws, texts)
+        healthy = await next_shared(ws, texts)
+        await sync_to_async(model.trigger)(parse_trigger({"kind": "down", "duration_ms": 30000}, 2))
+        triggered = await next_shared(ws, texts)
+        await ws.disconnect()
+        return first, healthy, triggered
+
+    first, healthy, triggered = asyncio.run(scenario())
+    assert first["active"] and len(first["seconds"]) == SHARED_FIRST_S + 1
+    assert len(healthy["seconds"]) == SHARED_RESEND_S + 1
+    assert healthy["state"] == "healthy" and healthy["capacity_per_s"] == 40
+    assert triggered["state"] == "triggered" and triggered["trigger"]["kind"] == "down"
+    assert "down trigger" in triggered["reason"]
+    stored = {s.second: s.to_dict() for s in model.counters()}
+    sent = {s["second"]: s for s in healthy["seconds"]}
+    assert sum(s["offered"] for s in sent.values()) == 3
+    for second, counters in stored.items():
+        for name in ("offered", "calls", "retries", "ok", "shed", "timeout"):
+            assert sent[second][name] == counters[name], (second, name)
+    # Class totals only: no classmate's name, no per-student table.
+    for text in texts:
+        message = json.loads(text)
+        if message["type"] == "shared":
+            assert "zelda_classmate" not in text and "students" not in message
+            assert set(message) == {
+                "type", "active", "now", "seconds", "capacity_per_s", "trigger", "state", "reason",
+            }  # fmt: skip
+
+
+def test_leaving_shared_mode_says_so_once(shared_session, student):
+    ws = communicator(student, shared_session.pk)
+
+    async def scenario():
+        await ws.connect(timeout=TIMEOUT)
+        texts: list[str] = []
+        before = await next_shared(ws, texts)
+        await sync_to_async(lab.session_set_dependency)(
+            session=shared_session, user=student, changes={"mode": "healthy"}
+        )
+        after = await next_shared(ws, texts)
+        while after["active"]:  # a tick already on its way when the mode changed
+            after = await next_shared(ws, texts)
+        # No further shared message (a tick is due every second): only the change's rows.
+        while not await ws.receive_nothing(timeout=2.5):
+            text = (await ws.receive_output(timeout=TIMEOUT))["text"]
+            assert json.loads(text)["type"] != "shared", text
+        await ws.disconnect()
+        return before, after
+
+    before, after = asyncio.run(scenario())
+    assert before["active"] is True
+    assert after == {"type": "shared", "active": False}
+
+
+def test_a_private_session_gets_no_shared_message(classroom, student, scenario):
+    session = lab.session_open(user=student, classroom=classroom, scenario=scenario)
+    ws = communicator(student, session.pk)
+
+    async def run():
+        await ws.connect(timeout=TIMEOUT)
+        kinds = []
+        while not await ws.receive_nothing(timeout=2.5):
+            kinds.append(json.loads((await ws.receive_output(timeout=TIMEOUT))["text"])["type"])
+        await ws.disconnect()
+        return kinds
+
+    assert "shared" not in asyncio.run(run())
