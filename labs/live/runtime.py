@@ -34,6 +34,7 @@ from labs.engine import (
     parse_policy,
 )
 from labs.engine.replay import capture_start
+from labs.engine.routes import build_routes, needs_routes
 from labs.live.journal import Written
 from labs.models import Burst, LabSession, SharedDependencyConfig
 
@@ -168,6 +169,7 @@ def build_engine(
         rng = random.Random(burst_rng_seed(session))
     store = session_store(session.pk, client)
     dependency: FakeDependency | SharedDependency
+    config = None
     if is_shared(session.dependency):
         # The class's one model: configured from the database first (an idempotent HSET),
         # so a Redis that lost the model's keys gets them back before the first attempt.
@@ -175,14 +177,21 @@ def build_engine(
         model.configure(shared_config(session.classroom_id))
         dependency = SharedDependency(model, clock=clock)
     else:
-        dependency = FakeDependency(
-            parse_dependency(session.dependency), store=store, clock=clock, rng=rng
-        )
+        config = parse_dependency(session.dependency)
+        dependency = FakeDependency(config, store=store, clock=clock, rng=rng)
     policy = parse_policy(session.policy)
     breaker = Breaker(policy.breaker, store=store, clock=clock, rng=rng, sink=sink)
+    # Hosts, B, a bulkhead, a fallback, keys (labs.engine.routes): only when configured.
+    routes = (
+        build_routes(
+            config, policy, store=store, clock=clock, rng=rng, sink=sink, breaker=breaker
+        )
+        if config is not None and needs_routes(config, policy)
+        else None
+    )
     client = GuardedClient(
         policy, breaker=breaker, dependency=dependency, clock=clock, rng=rng, sink=sink,
-        store=store,
+        store=store, routes=routes,
     )  # fmt: skip
     return SessionEngine(
         store=store, breaker=breaker, dependency=dependency, client=client, rng=rng
@@ -341,15 +350,25 @@ class DependencyWatch:
                 return False
             settings_ = json.loads(raw)
             dependency: FakeDependency | SharedDependency
+            config = None
             if is_shared(settings_):
                 dependency = SharedDependency(
                     configure_shared(self._classroom_id), clock=self._clock
                 )
             else:
+                config = parse_dependency(settings_)
                 dependency = FakeDependency(
-                    parse_dependency(settings_), store=self._engine.store, clock=self._clock,
-                    rng=self._rng,
+                    config, store=self._engine.store, clock=self._clock, rng=self._rng,
                 )  # fmt: skip
+            client = self._engine.client
+            # Hosts and B are routes: a change rebuilds them (at a call boundary, like the rest).
+            routes = None
+            if not is_shared(settings_) and needs_routes(config, client.policy):
+                routes = build_routes(
+                    config, client.policy, store=self._engine.store, clock=self._clock,
+                    rng=self._rng, sink=client.sink, breaker=self._engine.breaker,
+                )  # fmt: skip
+            client.routes = routes
             self._engine.client.dependency = dependency
             self._engine.dependency = dependency
             self._current = raw
