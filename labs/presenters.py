@@ -102,7 +102,8 @@ def clock_text(moment: datetime | None) -> str:
 
 
 def row_tone(event: dict[str, Any]) -> str:
-    """A CSS modifier for a journal row: ok, bad, fast, wait, state or note."""
+    """A CSS modifier for a journal row: ok, bad, fast, degraded (answered by a fallback),
+    wait, state or note."""
     kind = event.get("kind")
     outcome = event.get("outcome") or ""
     if kind == "attempt":
@@ -110,6 +111,8 @@ def row_tone(event: dict[str, Any]) -> str:
     if kind == "call_result":
         if outcome == "success":
             return "ok"
+        if outcome == "degraded":
+            return "degraded"
         return "fast" if is_fast_fail(outcome) else "bad"
     if kind in ("rejected", "budget_exhausted", "deadline_exceeded"):
         return "fast"
@@ -310,7 +313,9 @@ def chart_payload(payload: dict[str, Any]) -> dict[str, Any]:
     data = payload.get("data") or {}
     small = {k: payload.get(k) for k in keep}
     small["data"] = {
-        k: data[k] for k in ("probe", "size", "first_call", "start_ms", "end_ms") if k in data
+        k: data[k]
+        for k in ("probe", "size", "first_call", "start_ms", "end_ms", "host", "dependency")
+        if k in data
     }
     return small
 
@@ -340,6 +345,11 @@ SUMMARY_COUNTS = (
     "calls", "succeeded", "failed", "fast_failed", "attempts_total", "backoff_ms_total",
 )  # fmt: skip
 BURST_FACTS = ("id", "number", "size", "concurrency", "status", "error")
+#: What a finished burst's summary adds when hosts, B, a bulkhead, a fallback or side effects
+#: are configured (labs.engine.routes); the panel shows each one present.
+SUMMARY_EXTRAS = (
+    "degraded", "wait_ms_total", "rejected_bulkhead", "pool_timeout", "by_dependency", "effects",
+)  # fmt: skip
 
 
 def burst_facts(burst: Any) -> dict[str, Any]:
@@ -360,6 +370,7 @@ def summary_panel(
     panel = dict(facts)
     panel.update({name: counts.get(name, 0) for name in SUMMARY_COUNTS})
     panel["wall_ms"] = counts.get("wall_ms")
+    panel["extra"] = {name: counts[name] for name in SUMMARY_EXTRAS if name in counts}
     panel.update(changes)
     return panel
 
@@ -376,6 +387,8 @@ def summary_delta(event: dict[str, Any]) -> dict[str, float]:
         outcome = event.get("outcome") or ""
         if outcome == "success":
             return {"calls": 1, "succeeded": 1}
+        if outcome == "degraded":  # answered by the fallback: neither a success nor a failure
+            return {"calls": 1, "degraded": 1}
         return {"calls": 1, "fast_failed" if is_fast_fail(outcome) else "failed": 1}
     return {}
 
@@ -386,7 +399,7 @@ def counts_from_events(payloads: Iterable[dict[str, Any]]) -> dict[str, Any]:
     counts["backoff_ms_total"] = 0.0
     for payload in payloads:
         for name, value in summary_delta(payload).items():
-            counts[name] += value
+            counts[name] = counts.get(name, 0) + value
     return counts
 
 

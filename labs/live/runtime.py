@@ -234,10 +234,41 @@ def breaker_view(session: LabSession) -> dict[str, Any]:
 def breaker_view_of(session_id: int, policy: dict[str, Any]) -> dict[str, Any]:
     """:func:`breaker_view` from the session's id and policy alone: Redis, no database (a
     websocket consumer keeps the policy and asks this after every burst)."""
-    breaker = Breaker(parse_policy(policy).breaker, store=session_store(session_id), clock=CLOCK)
+    parsed = parse_policy(policy)
+    store = session_store(session_id)
+    breaker = Breaker(parsed.breaker, store=store, clock=CLOCK)
     view = breaker.snapshot()
     view["state"] = breaker.state()
+    view["parts"] = part_breakers(store, parsed)
     return view
+
+
+def part_breakers(store: RedisStore, policy) -> list[dict[str, Any]]:
+    """The breakers beside the dependency's: each host's (with ``breaker_scope: host``) and
+    dependency B's, for the badge; [] when there are none. The hosts and B that exist are
+    those whose dependency state was armed (one pipelined ``EXISTS`` per scope)."""
+    names = [f"h{i}" for i in range(8)] if policy.breaker_scope == "host" else []
+    names.append("b")
+    pipe = store.client.pipeline(transaction=False)
+    for name in names:
+        pipe.exists(store.scoped(name).k_dependency)
+    present = [name for name, found in zip(names, pipe.execute(), strict=True) if found]
+    hosts = [n for n in present if n.startswith("h")]
+    parts = []
+    for name in present:
+        if name.startswith("h") and len(hosts) < 2:
+            continue  # one host: its breaker is the dependency's
+        breaker = Breaker(policy.breaker, store=store.scoped(name), clock=CLOCK)
+        snap = breaker.snapshot()
+        parts.append(
+            {
+                "name": f"host {name[1:]}" if name.startswith("h") else "B",
+                "key": name,
+                "state": breaker.state(),
+                "open_until_ms": snap.get("open_until_ms"),
+            }
+        )
+    return parts
 
 
 def save_snapshot(session_id: int) -> None:

@@ -99,6 +99,12 @@ def _arm_dependency(session_id: int, dependency: dict, seed: int) -> None:
 
     config = parse_dependency(dependency)
     store = runtime.session_store(session_id)
+    # Scopes of hosts and a B that are no longer configured are cleared (the badge shows the
+    # breakers of the scopes that exist).
+    for name in [f"h{i}" for i in range(len(config.hosts) if len(config.hosts) > 1 else 0, 8)]:
+        store.scoped(name).clear()
+    if config.b is None:
+        store.scoped("b").clear()
     if config.hosts or config.b is not None:  # every host's and B's own state
         arm_routes(config, store=store, clock=runtime.CLOCK)
     else:

@@ -146,3 +146,60 @@ def test_hosts_text_round_trips():
     }
     assert hosts_text(dependency) == "same, down, slow:300"
     assert hosts_from_text(["same", "down", "slow:300"]) == dependency["hosts"]
+
+
+def test_degraded_calls_have_their_own_tone_and_count():
+    from labs.presenters import row_tone, summary_delta
+
+    degraded = {"kind": "call_result", "outcome": "degraded"}
+    assert row_tone(degraded) == "degraded"
+    assert summary_delta(degraded) == {"calls": 1, "degraded": 1}
+    assert row_tone({"kind": "rejected", "outcome": "rejected_bulkhead"}) == "fast"
+
+
+def test_the_summary_shows_each_dependency_degraded_calls_and_effects_against_calls():
+    from labs.presenters import render_summary, summary_panel
+
+    facts = {"id": 1, "number": 2, "size": 20, "concurrency": 4, "status": "done", "error": ""}
+    counts = {
+        "calls": 20, "succeeded": 12, "failed": 8, "degraded": 2, "wait_ms_total": 220.0,
+        "rejected_bulkhead": 8, "pool_timeout": 0, "effects": {"applied": 9, "calls": 6},
+        "by_dependency": {
+            "a": {"calls": 10, "succeeded": 10, "failed": 0, "fast_failed": 0, "degraded": 0, "waited_ms": 100.0},
+            "b": {"calls": 10, "succeeded": 2, "failed": 8, "fast_failed": 0, "degraded": 0, "waited_ms": 120.0},
+        },
+    }  # fmt: skip
+    html = render_summary(summary_panel(facts, counts))
+    assert 'data-stat="degraded">2<' in html
+    assert 'data-stat="rejected_bulkhead">8<' in html
+    assert '<span data-role="effects-applied">9</span> / 6' in html
+    row_b = html.split('data-dependency="b">')[1].split("</tr>")[0]
+    assert "<td>10</td><td>2</td><td>8</td>" in row_b
+    plain = render_summary(summary_panel(facts, {"calls": 6, "succeeded": 6}))
+    assert "summary-extra" not in plain and "by-dependency" not in plain
+
+
+def test_the_badge_shows_each_hosts_breaker(session):
+    from labs.engine import Breaker, parse_dependency, parse_policy
+    from labs.engine.routes import arm_routes
+    from labs.live import runtime
+    from labs.presenters import badge_for, render_badge
+
+    policy = parse_policy({"nesting": "retry_outside", "breaker_scope": "host"})
+    store = runtime.session_store(session.pk)
+    arm_routes(
+        parse_dependency({"hosts": [{}, {"mode": "down"}, {}]}), store=store, clock=runtime.CLOCK
+    )
+    host1 = Breaker(policy.breaker, store=store.scoped("h1"), clock=runtime.CLOCK)
+    for _ in range(3):
+        host1.record(host1.allow(), "failure")
+    view = badge_for(session.pk, policy.to_dict())
+    assert [(p["name"], p["state"]) for p in view["parts"]] == [
+        ("host 0", "closed"), ("host 1", "open"), ("host 2", "closed"),
+    ]  # fmt: skip
+    html = render_badge(view)
+    assert (
+        '<li data-part="h1" data-state="open">host 1 <strong class="breaker breaker-open">OPEN</strong></li>'
+        in html
+    )
+    assert badge_for(session.pk, session.policy)["parts"] == []  # one breaker: no parts

@@ -103,6 +103,7 @@ class RedisStore:
         self.client = client
         self.namespace = namespace
         self.probe_lease_ms = int(probe_lease_ms)
+        self._scope = False  # a host's or B's part of a session (see scoped)
         self.k_breaker = f"{namespace}:breaker"
         self.k_window = f"{namespace}:window"
         self.k_calls = f"{namespace}:window_calls"
@@ -152,7 +153,9 @@ class RedisStore:
         ``<namespace>:<name>``: the same hash tag, so one slot on a cluster."""
         if name not in SCOPES:
             raise ValueError(f"unknown scope {name!r} (allowed: {', '.join(SCOPES)})")
-        return RedisStore(self.client, f"{self.namespace}:{name}", self.probe_lease_ms)
+        child = RedisStore(self.client, f"{self.namespace}:{name}", self.probe_lease_ms)
+        child._scope = True
+        return child
 
     def fallback_note(self, now_us: int) -> None:
         """A success happened at ``now_us`` (one round trip)."""
@@ -414,8 +417,9 @@ class RedisStore:
     def clear(self) -> None:
         """Delete every key of the namespace and of its scopes."""
         keys = self.all_keys()
-        for name in SCOPES:
-            keys += self.scoped(name).all_keys()
+        if not self._scope:  # a scope has no scopes of its own
+            for name in SCOPES:
+                keys += self.scoped(name).all_keys()
         self.client.delete(*keys)
 
     def __repr__(self) -> str:
