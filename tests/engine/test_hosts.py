@@ -267,3 +267,25 @@ def test_bad_dependency_settings_name_the_field_and_range(dependency, expected):
 )  # fmt: skip
 def test_bad_policy_settings_name_the_field_and_range(policy, expected):
     assert [str(p) for p in validate_policy(policy)] == [expected]
+
+
+def test_a_replay_spreads_over_the_hosts_and_says_their_state_starts_fresh():
+    from labs.engine.replay import capture_start, replay
+
+    script = load_scenario("idempotency_keys")
+    start = capture_start(
+        dependency=script["dependency"],
+        policy=script["policy"],
+        store_state=None,
+        now_us=0,
+        rng_seed="4:0",
+        size=6,
+        concurrency=1,
+        first_call=1,
+        burst=1,
+    )
+    again = replay(start)
+    assert again.output["bursts"][0]["effects"] == {"applied": 9, "calls": 6}
+    assert {e.data.get("host") for e in again.events if e.kind == "attempt"} == {0, 1}
+    assert again.fidelity["exact"] is False
+    assert again.fidelity["reasons"][-1].endswith("the replay starts them fresh")
