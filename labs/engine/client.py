@@ -26,7 +26,7 @@ number of calls in flight), ``pool_timeout`` (no slot of the pool freed within
 never a success).
 
 Hosts, B, the bulkhead, fallbacks and idempotency keys (``routes``): every attempt names its
-host, every call its dependency; with a bulkhead or a pool wait, a burst is its calls all
+host, every call its dependency; with B, a bulkhead or a pool wait, a burst is its calls all
 arriving at once into a pool of ``concurrency`` slots (the callers), and each call records
 how long it waited for one. None of this changes a client whose settings use none of it.
 """
@@ -543,7 +543,7 @@ class GuardedClient:
             data={"size": size, "concurrency": concurrency, "first_call": first_call},
         )
         results: list[CallResult] = []
-        if self.routes is not None and self.policy.pooled:
+        if self._pooled:
             results = self._run_pool(size, concurrency, first_call, burst, start)
         elif concurrency == 1:
             results = [self.call(first_call + i, burst) for i in range(size)]
@@ -589,6 +589,13 @@ class GuardedClient:
         return outcome
 
     # -- hosts, B, bulkhead, pool, fallback, keys (labs.engine.routes) -------------------------
+
+    @property
+    def _pooled(self) -> bool:
+        """Calls go through the pool model (and record their wait for a slot): with a
+        bulkhead, a pool wait, or two dependencies sharing the callers."""
+        routes = self.routes
+        return routes is not None and (self.policy.pooled or len(routes) > 1)
 
     def _route_of(self, call_no: int) -> Route:
         """Dependency B takes the calls whose number is a multiple of ``b_every``."""
@@ -764,7 +771,7 @@ class GuardedClient:
         extra: dict[str, Any] = {}
         if policy.fallback is not None:
             extra["degraded"] = sum(1 for c in calls if c.outcome == "degraded")
-        if policy.pooled:
+        if self._pooled:
             extra["wait_ms_total"] = _r(sum((c.extra or {}).get("waited_ms", 0) for c in calls))
             extra["rejected_bulkhead"] = sum(1 for c in calls if c.outcome == "rejected_bulkhead")
             extra["pool_timeout"] = sum(1 for c in calls if c.outcome == "pool_timeout")

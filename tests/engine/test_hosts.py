@@ -289,3 +289,12 @@ def test_a_replay_spreads_over_the_hosts_and_says_their_state_starts_fresh():
     assert {e.data.get("host") for e in again.events if e.kind == "attempt"} == {0, 1}
     assert again.fidelity["exact"] is False
     assert again.fidelity["reasons"][-1].endswith("the replay starts them fresh")
+
+
+def test_two_dependencies_without_a_bulkhead_still_record_the_wait_for_a_slot():
+    script = load_scenario("bulkhead")
+    script["policy"]["pool_wait_ms"] = None
+    (burst,) = _bursts(run({**script, "steps": script["steps"][:1]}))
+    # nobody gives up: the calls behind B's wait their turn, a second and more each
+    assert burst["by_dependency"]["a"]["succeeded"] == 10 and burst["pool_timeout"] == 0
+    assert burst["by_dependency"]["a"]["waited_ms"] > 5000
