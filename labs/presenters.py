@@ -103,7 +103,8 @@ def clock_text(moment: datetime | None) -> str:
 
 
 def row_tone(event: dict[str, Any]) -> str:
-    """A CSS modifier for a journal row: ok, bad, fast, wait, state or note."""
+    """A CSS modifier for a journal row: ok, bad, fast, degraded (answered by a fallback),
+    wait, state or note."""
     kind = event.get("kind")
     outcome = event.get("outcome") or ""
     if kind == "attempt":
@@ -111,6 +112,8 @@ def row_tone(event: dict[str, Any]) -> str:
     if kind == "call_result":
         if outcome == "success":
             return "ok"
+        if outcome == "degraded":
+            return "degraded"
         return "fast" if is_fast_fail(outcome) else "bad"
     if kind in ("rejected", "budget_exhausted", "deadline_exceeded"):
         return "fast"
@@ -364,7 +367,7 @@ def chart_payload(payload: dict[str, Any]) -> dict[str, Any]:
     small = {k: payload.get(k) for k in keep}
     small["data"] = {
         k: data[k]
-        for k in ("probe", "size", "first_call", "start_ms", "end_ms", "burst")
+        for k in ("probe", "size", "first_call", "start_ms", "end_ms", "burst", "host", "dependency")
         if k in data
     }
     if "whatif" in payload:  # the burst cannot be replayed (see journal_row)
@@ -397,6 +400,11 @@ SUMMARY_COUNTS = (
     "calls", "succeeded", "failed", "fast_failed", "attempts_total", "backoff_ms_total",
 )  # fmt: skip
 BURST_FACTS = ("id", "number", "size", "concurrency", "status", "error")
+#: What a finished burst's summary adds when hosts, B, a bulkhead, a fallback or side effects
+#: are configured (labs.engine.routes); the panel shows each one present.
+SUMMARY_EXTRAS = (
+    "degraded", "wait_ms_total", "rejected_bulkhead", "pool_timeout", "by_dependency", "effects",
+)  # fmt: skip
 
 
 def burst_facts(burst: Any) -> dict[str, Any]:
@@ -422,6 +430,7 @@ def summary_panel(
     panel = dict(facts)
     panel.update({name: counts.get(name, 0) for name in SUMMARY_COUNTS})
     panel["wall_ms"] = counts.get("wall_ms")
+    panel["extra"] = {name: counts[name] for name in SUMMARY_EXTRAS if name in counts}
     panel.update(changes)
     return panel
 
@@ -438,6 +447,8 @@ def summary_delta(event: dict[str, Any]) -> dict[str, float]:
         outcome = event.get("outcome") or ""
         if outcome == "success":
             return {"calls": 1, "succeeded": 1}
+        if outcome == "degraded":  # answered by the fallback: neither a success nor a failure
+            return {"calls": 1, "degraded": 1}
         return {"calls": 1, "fast_failed" if is_fast_fail(outcome) else "failed": 1}
     return {}
 
@@ -448,7 +459,7 @@ def counts_from_events(payloads: Iterable[dict[str, Any]]) -> dict[str, Any]:
     counts["backoff_ms_total"] = 0.0
     for payload in payloads:
         for name, value in summary_delta(payload).items():
-            counts[name] += value
+            counts[name] = counts.get(name, 0) + value
     return counts
 
 

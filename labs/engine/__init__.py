@@ -86,6 +86,7 @@ from labs.engine.validate import (
     validate_dependency,
     validate_policy,
     validate_scenario,
+    validate_settings,
     validate_shared,
     validate_trigger,
 )
@@ -156,6 +157,7 @@ __all__ = [
     "validate_dependency",
     "validate_policy",
     "validate_scenario",
+    "validate_settings",
     "validate_shared",
     "validate_trigger",
 ]

@@ -19,21 +19,39 @@ a retry-budget token (``budget_exhausted`` if none), then sleeps.
 
 Call outcomes: ``success``; ``failure`` (attempts spent, or a non-retryable error);
 ``rejected_open`` / ``rejected_half_open`` (the breaker refused the call before any attempt);
-``budget_exhausted``; ``deadline_exceeded``.
+``budget_exhausted``; ``deadline_exceeded``; and with the settings of
+:mod:`labs.engine.routes`: ``rejected_bulkhead`` (the dependency already had the bulkhead's
+number of calls in flight), ``pool_timeout`` (no slot of the pool freed within
+``pool_wait_ms``) and ``degraded`` (the call failed and the policy's fallback answered it:
+never a success).
+
+Hosts, B, the bulkhead, fallbacks and idempotency keys (``routes``): every attempt names its
+host, every call its dependency; with B, a bulkhead or a pool wait, a burst is its calls all
+arriving at once into a pool of ``concurrency`` slots (the callers), and each call records
+how long it waited for one. None of this changes a client whose settings use none of it.
 """
 
 from __future__ import annotations
 
 import random
 import threading
-from dataclasses import dataclass, field
-from typing import Any
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from labs.engine.breaker import Breaker, Outcome, Permit, Rejection
 from labs.engine.clock import Clock
 from labs.engine.config import Policy
 from labs.engine.dependency import AttemptResult, Dependency
-from labs.engine.events import FAST_FAIL_OUTCOMES, Event, Sink, fmt_ms, is_fast_fail, null_sink
+from labs.engine.events import (
+    FAST_FAIL_OUTCOMES,
+    Event,
+    Sink,
+    fmt_ms,
+    fmt_seconds,
+    is_fast_fail,
+    null_sink,
+)
 from labs.engine.retry import (
     Delay,
     RetryBudget,
@@ -43,6 +61,9 @@ from labs.engine.retry import (
 )
 from labs.engine.stores.base import Store
 
+if TYPE_CHECKING:
+    from labs.engine.routes import Route
+
 __all__ = ["CALL_OUTCOMES", "BurstResult", "CallResult", "GuardedClient"]
 
 CALL_OUTCOMES = (
@@ -51,7 +72,12 @@ CALL_OUTCOMES = (
     *FAST_FAIL_OUTCOMES,
     "budget_exhausted",
     "deadline_exceeded",
+    "rejected_bulkhead",
+    "pool_timeout",
+    "degraded",
 )
+#: How often a call waiting for a pool slot looks again (seconds).
+POOL_POLL_S = 0.001
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +93,8 @@ class CallResult:
     end_ms: float
     error: str | None = None
     probe: bool = False
+    #: What the settings of labs.engine.routes add (dependency, waited_ms, effects, fallback).
+    extra: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form."""
@@ -106,9 +134,15 @@ class BurstResult:
         return sum(1 for c in self.calls if is_fast_fail(c.outcome))
 
     @property
+    def degraded(self) -> int:
+        """Calls answered by the fallback."""
+        return sum(1 for c in self.calls if c.outcome == "degraded")
+
+    @property
     def failed(self) -> int:
-        """Calls that made attempts and did not succeed."""
-        return len(self.calls) - self.succeeded - self.fast_failed
+        """Calls that did not succeed, were not refused by the breaker and were not answered
+        by a fallback."""
+        return len(self.calls) - self.succeeded - self.fast_failed - self.degraded
 
     @property
     def attempts(self) -> list[int]:
@@ -141,6 +175,7 @@ class BurstResult:
             "start_ms": _r(self.start_ms),
             "end_ms": _r(self.end_ms),
             "wall_ms": _r(self.wall_ms),
+            **self.extra,
         }
 
 
@@ -155,6 +190,58 @@ def _attempt_data(answer: AttemptResult) -> dict[str, Any]:
     if answer.data:
         data.update(answer.data)
     return data
+
+
+def _label(route: Route) -> dict[str, Any]:
+    """An event's dependency label when the session has two dependencies."""
+    return {"dependency": route.name} if route.name else {}
+
+
+def _whose(route: Route) -> str:
+    """``dependency B `` / ``dependency A `` when there are two, else nothing."""
+    return f"dependency {route.name.upper()} " if route.name else ""
+
+
+def _failure_words(result: CallResult, why: str | None) -> str:
+    """Why a call failed, in words, for the fallback's explanation."""
+    text = result.outcome.replace("_", " ")
+    if result.error:
+        text += f" (last error {result.error})"
+    return f"{text}; {why}" if why else text
+
+
+def _outcome_counts(calls: list[CallResult]) -> dict[str, int]:
+    succeeded = sum(1 for c in calls if c.outcome == "success")
+    fast = sum(1 for c in calls if is_fast_fail(c.outcome))
+    degraded = sum(1 for c in calls if c.outcome == "degraded")
+    return {
+        "calls": len(calls),
+        "succeeded": succeeded,
+        "failed": len(calls) - succeeded - fast - degraded,
+        "fast_failed": fast,
+        "degraded": degraded,
+        "waited_ms": _r(sum((c.extra or {}).get("waited_ms", 0) for c in calls)),
+    }
+
+
+def _extra_sentence(extra: dict[str, Any]) -> str:
+    """The burst_end sentence's tail for the settings of labs.engine.routes."""
+    parts = []
+    if "degraded" in extra:
+        parts.append(f"{extra['degraded']} degraded (answered by the fallback)")
+    if "wait_ms_total" in extra:
+        parts.append(
+            f"{fmt_ms(extra['wait_ms_total'])} waiting for a pool slot, "
+            f"{extra['rejected_bulkhead']} rejected by the bulkhead, "
+            f"{extra['pool_timeout']} gave up waiting"
+        )
+    for name, counts in extra.get("by_dependency", {}).items():
+        parts.append(f"{name.upper()}: {counts['succeeded']}/{counts['calls']} succeeded")
+    if "effects" in extra:
+        parts.append(
+            f"effects applied {extra['effects']['applied']} for {extra['effects']['calls']} calls"
+        )
+    return "; " + "; ".join(parts) if parts else ""
 
 
 def _verdict(ok: bool, error: str | None) -> Outcome:
@@ -181,8 +268,11 @@ class GuardedClient:
         rng: random.Random,
         sink: Sink | None = None,
         store: Store | None = None,
+        routes: list[Route] | None = None,
     ) -> None:
         self.policy = policy
+        # Hosts, B, bulkhead, fallbacks, keys (labs.engine.routes); None: the plain path.
+        self.routes = routes
         self.breaker = breaker
         self.dependency = dependency
         # A dependency that sets ``wants_call_context`` (the shared model) also receives the
@@ -209,6 +299,8 @@ class GuardedClient:
         ``breaker_outside``); no attempt while the breaker is open; every sleep at most
         ``backoff_cap_ms`` and ending before the deadline; one ``call_result`` event.
         """
+        if self.routes is not None:
+            return self._call_routed(call_no, burst, None)
         start = self.clock.now()
         if self.policy.nesting == "breaker_outside":
             permit = self.breaker.allow(call=call_no, burst=burst)
@@ -227,11 +319,22 @@ class GuardedClient:
         return result
 
     def _loop(
-        self, call_no: int, burst: int | None, start: float, limit: int, outer: Permit | None
+        self,
+        call_no: int,
+        burst: int | None,
+        start: float,
+        limit: int,
+        outer: Permit | None,
+        route: Route | None = None,
+        key: str | None = None,
+        tally: dict[str, int] | None = None,
     ) -> tuple[CallResult, str | None]:
         """The retry loop; ``outer`` is the breaker's permit for breaker_outside, else None.
-        Returns the result and, for a failure, why the loop stopped (for the explanation)."""
+        ``route`` (hosts, B, side effects) and ``key`` (the call's idempotency key) only with
+        the settings of labs.engine.routes. Returns the result and, for a failure, why the
+        loop stopped (for the explanation)."""
         policy = self.policy
+        breaker = self.breaker if route is None else route.breaker
         clock = self.clock
         budget = self.budget
         throttled = budget is not None and budget.kind == "grpc"
@@ -247,7 +350,9 @@ class GuardedClient:
         error: str | None = None
         for n in range(1, limit + 1):
             permit = outer
-            if outer is not None and n > 1 and self.breaker.state() != "closed":
+            recorder = breaker
+            host = 0
+            if outer is not None and n > 1 and breaker.state() != "closed":
                 # Another caller's result moved the breaker while this call was backing off.
                 return self._done(
                     call_no,
@@ -261,25 +366,37 @@ class GuardedClient:
                     "the breaker left CLOSED meanwhile; an open breaker is never retried",
                 )
             if outer is None:
-                allowed = self.breaker.allow(call=call_no, burst=burst)
+                if route is not None and route.host_breakers:
+                    allowed, host, recorder = route.admit(call_no, n, burst)
+                else:
+                    allowed = breaker.allow(call=call_no, burst=burst)
                 if isinstance(allowed, Rejection):
                     return self._rejected(call_no, burst, start, allowed, attempts, backoff_total)
                 permit = allowed
                 probe = probe or permit.probe
+            if route is not None and not route.host_breakers:
+                host = route.pick(call_no, n)
             attempt_start = self._slow and clock.now()
-            if self._context:
+            if route is not None:
+                answer, effect = route.attempt(host, policy.attempt_timeout_ms, key)
+                if effect == "applied" and tally is not None:
+                    tally["effects"] += 1
+                attempts = n
+                self._emit_routed_attempt(call_no, burst, n, answer, route, host, effect, key)
+            elif self._context:
                 answer = self.dependency.attempt(
                     policy.attempt_timeout_ms, attempt=n, deadline=deadline
                 )
             else:
                 answer = self.dependency.attempt(policy.attempt_timeout_ms)
-            attempts = n
-            self._emit_attempt(call_no, burst, n, answer)
+            if route is None:
+                attempts = n
+                self._emit_attempt(call_no, burst, n, answer)
             opened = False
             if outer is None and permit is not None:
                 verdict = _verdict(answer.ok, answer.error)
                 opened = (
-                    self.breaker.record(
+                    recorder.record(
                         permit,
                         verdict,
                         error=answer.error,
@@ -313,7 +430,8 @@ class GuardedClient:
                 return self._done(
                     call_no, burst, start, n, "failure", backoff_total, error, probe, why
                 )
-            if opened:
+            if opened and not (route is not None and route.host_breakers and route.many_hosts):
+                # (with a breaker per host, the retry moves on to another host)
                 return self._done(
                     call_no,
                     burst,
@@ -425,7 +543,9 @@ class GuardedClient:
             data={"size": size, "concurrency": concurrency, "first_call": first_call},
         )
         results: list[CallResult] = []
-        if concurrency == 1:
+        if self._pooled:
+            results = self._run_pool(size, concurrency, first_call, burst, start)
+        elif concurrency == 1:
             results = [self.call(first_call + i, burst) for i in range(size)]
         else:
             lock = threading.Lock()
@@ -451,6 +571,7 @@ class GuardedClient:
             end_ms=end * 1000,
             burst=burst,
             concurrency=concurrency,
+            extra=self._burst_extra(results) if self.routes is not None else {},
         )
         summary = outcome.summary()
         self._emit(
@@ -461,10 +582,261 @@ class GuardedClient:
             f"burst ends: {outcome.succeeded}/{size} succeeded, {outcome.failed} failed, "
             f"{outcome.fast_failed} failed fast; {outcome.attempts_total} "
             f"attempt{'s' if outcome.attempts_total != 1 else ''}, "
-            f"{fmt_ms(_r(outcome.backoff_ms_total))} of backoff, {fmt_ms(_r(outcome.wall_ms))}",
+            f"{fmt_ms(_r(outcome.backoff_ms_total))} of backoff, {fmt_ms(_r(outcome.wall_ms))}"
+            f"{_extra_sentence(outcome.extra)}",
             data=summary,
         )
         return outcome
+
+    # -- hosts, B, bulkhead, pool, fallback, keys (labs.engine.routes) -------------------------
+
+    @property
+    def _pooled(self) -> bool:
+        """Calls go through the pool model (and record their wait for a slot): with a
+        bulkhead, a pool wait, or two dependencies sharing the callers."""
+        routes = self.routes
+        return routes is not None and (self.policy.pooled or len(routes) > 1)
+
+    def _route_of(self, call_no: int) -> Route:
+        """Dependency B takes the calls whose number is a multiple of ``b_every``."""
+        routes = self.routes
+        assert routes is not None
+        if len(routes) > 1 and call_no % routes[0].config.b_every == 0:
+            return routes[1]
+        return routes[0]
+
+    def _call_routed(self, call_no: int, burst: int | None, waited_ms: float | None) -> CallResult:
+        route = self._route_of(call_no)
+        policy = self.policy
+        start = self.clock.now()
+        key = f"call-{call_no}" if policy.idempotency_keys else None
+        tally = {"effects": 0}
+        if not route.enter(policy.bulkhead):
+            self._emit(
+                "rejected",
+                call_no,
+                burst,
+                None,
+                f"rejected: {_whose(route)}already has {policy.bulkhead} call"
+                f"{'s' if policy.bulkhead != 1 else ''} in flight (the bulkhead); not called",
+                outcome="rejected_bulkhead",
+                data={"bulkhead": policy.bulkhead, **_label(route)},
+            )
+            result, why = self._done(
+                call_no, burst, start, 0, "rejected_bulkhead", 0.0, None, False
+            )
+            return self._finish_routed(route, result, "the bulkhead is full", tally, waited_ms)
+        try:
+            if policy.nesting == "breaker_outside":
+                permit = route.breaker.allow(call=call_no, burst=burst)
+                if isinstance(permit, Rejection):
+                    result, why = self._rejected(call_no, burst, start, permit, 0, 0.0)
+                else:
+                    limit = 1 if permit.probe else policy.max_attempts
+                    result, why = self._loop(
+                        call_no, burst, start, limit, permit, route, key, tally
+                    )
+                    verdict = _verdict(result.outcome == "success", result.error)
+                    route.breaker.record(
+                        permit, verdict, error=result.error, duration_ms=self._since(start)
+                    )
+            else:
+                result, why = self._loop(
+                    call_no, burst, start, policy.max_attempts, None, route, key, tally
+                )
+        finally:
+            route.leave()
+        return self._finish_routed(route, result, why, tally, waited_ms)
+
+    def _finish_routed(
+        self,
+        route: Route,
+        result: CallResult,
+        why: str | None,
+        tally: dict[str, int],
+        waited_ms: float | None,
+    ) -> CallResult:
+        """Label the call, answer it from the fallback if it failed and one is usable, and
+        emit its ``call_result``."""
+        policy = self.policy
+        extra: dict[str, Any] = _label(route)
+        if waited_ms is not None:
+            extra["waited_ms"] = _r(waited_ms)
+        if route.config.side_effect:
+            extra["effects"] = tally["effects"]
+        now_us = int(self.clock.now() * 1e6 + 0.5)
+        if result.outcome == "success":
+            if policy.fallback == "cached":
+                route.store.fallback_note(now_us)
+        elif policy.fallback is not None:
+            fallback: dict[str, Any] = {"kind": policy.fallback, "instead_of": result.outcome}
+            usable, note = True, "the default answer"
+            if policy.fallback == "cached":
+                last = route.store.fallback_last()
+                limit = policy.fallback_max_age_ms
+                if last is None:
+                    usable, note = False, "no cached answer yet (no call has succeeded)"
+                else:
+                    age = _r((now_us - last) / 1000)
+                    fallback["age_ms"] = age
+                    usable = age <= limit
+                    note = (
+                        f"the cached answer, {fmt_seconds(age)} old (max age {fmt_seconds(limit)})"
+                        if usable
+                        else f"the cached answer is {fmt_seconds(age)} old, past the max age "
+                        f"{fmt_seconds(limit)}"
+                    )
+            if usable:
+                fallback["why"] = _failure_words(result, why)
+                extra["fallback"] = fallback
+                result = replace(result, outcome="degraded")
+                why = note
+            else:
+                extra["fallback_unusable"] = note
+                why = f"{why}; no fallback: {note}" if why else f"no fallback: {note}"
+        result = replace(result, extra=extra or None)
+        self._emit_result(result, why)
+        return result
+
+    def _run_pool(
+        self, size: int, concurrency: int, first_call: int, burst: int | None, start: float
+    ) -> list[CallResult]:
+        """Every call arrives at ``start`` and waits for one of ``concurrency`` slots (the
+        callers), in call order; with ``pool_wait_ms`` the calls still waiting then give up
+        (``pool_timeout``)."""
+        clock = self.clock
+        pending = deque(range(first_call, first_call + size))
+        lock = threading.Lock()
+        results: list[CallResult] = []
+        wait = self.policy.pool_wait_ms
+
+        def caller() -> None:
+            while True:
+                with lock:
+                    n = pending.popleft() if pending else None
+                if n is None:
+                    return
+                results.append(self._call_routed(n, burst, (clock.now() - start) * 1000))
+
+        def waiter() -> None:
+            assert wait is not None
+            limit = start + wait / 1000
+            while True:
+                with lock:
+                    now = clock.now()
+                    late = None
+                    if pending and now >= limit - 1e-9:
+                        late = list(pending)
+                        pending.clear()
+                    elif not pending:
+                        return
+                if late is not None:
+                    for n in late:
+                        results.append(self._pool_timeout(n, burst, start, concurrency))
+                    return
+                clock.sleep(min(POOL_POLL_S, limit - now))
+
+        callers = [caller] * min(concurrency, size) + ([waiter] if wait is not None else [])
+        clock.run_concurrently(callers)
+        results.sort(key=lambda c: c.call)
+        return results
+
+    def _pool_timeout(
+        self, call_no: int, burst: int | None, arrived: float, slots: int
+    ) -> CallResult:
+        route = self._route_of(call_no)
+        waited = (self.clock.now() - arrived) * 1000
+        self._emit(
+            "rejected",
+            call_no,
+            burst,
+            None,
+            f"call {call_no} waited {fmt_ms(_r(waited))} for a free slot of the pool "
+            f"({slots} slot{'s' if slots != 1 else ''}, all busy) and gave up; "
+            f"{_whose(route)}not called",
+            outcome="pool_timeout",
+            data={"waited_ms": _r(waited), **_label(route)},
+        )
+        result, _ = self._done(call_no, burst, arrived, 0, "pool_timeout", 0.0, None, False)
+        return self._finish_routed(
+            route, result, f"no slot of the pool freed within {fmt_ms(_r(waited))}",
+            {"effects": 0}, waited,
+        )  # fmt: skip
+
+    def _burst_extra(self, calls: list[CallResult]) -> dict[str, Any]:
+        """What a burst's summary adds for the settings of labs.engine.routes (only what is
+        configured, so a plain burst's summary is unchanged)."""
+        routes = self.routes or []
+        policy = self.policy
+        extra: dict[str, Any] = {}
+        if policy.fallback is not None:
+            extra["degraded"] = sum(1 for c in calls if c.outcome == "degraded")
+        if self._pooled:
+            extra["wait_ms_total"] = _r(sum((c.extra or {}).get("waited_ms", 0) for c in calls))
+            extra["rejected_bulkhead"] = sum(1 for c in calls if c.outcome == "rejected_bulkhead")
+            extra["pool_timeout"] = sum(1 for c in calls if c.outcome == "pool_timeout")
+        if len(routes) > 1:
+            by: dict[str, dict[str, int]] = {}
+            for route in routes:
+                mine = [c for c in calls if (c.extra or {}).get("dependency") == route.name]
+                by[str(route.name)] = _outcome_counts(mine)
+            extra["by_dependency"] = by
+        if any(r.config.side_effect for r in routes):
+            extra["effects"] = {
+                "applied": sum((c.extra or {}).get("effects", 0) for c in calls),
+                "calls": len(calls),
+            }
+        return extra
+
+    def _emit_routed_attempt(
+        self,
+        call: int,
+        burst: int | None,
+        n: int,
+        answer: AttemptResult,
+        route: Route,
+        host: int,
+        effect: str | None,
+        key: str | None,
+    ) -> None:
+        took = fmt_ms(answer.latency_ms)
+        where = f"{_whose(route)}" + (f"host {host}, " if route.many_hosts else "")
+        head = f"call {call}, attempt {n}: {where}"
+        if answer.ok:
+            explain = f"{head}ok after {took}"
+        else:
+            hint = (
+                f", Retry-After {fmt_ms(_r(answer.retry_after_ms))}"
+                if answer.retry_after_ms
+                else ""
+            )
+            explain = f"{head}{answer.error} after {took}{hint}"
+        data = _attempt_data(answer)
+        data.update(_label(route))
+        if route.many_hosts:
+            data["host"] = host
+        if route.config.side_effect:
+            kind = route.config.side_effect
+            if effect == "applied":
+                explain += f"; {kind} applied" + (
+                    " (the work was done; the client stopped waiting)" if not answer.ok else ""
+                )
+            elif effect == "duplicate":
+                explain += f"; {kind} not applied again: key {key} was seen before"
+            data["effect"] = effect
+            if key is not None:
+                data["key"] = key
+        self._emit(
+            "attempt",
+            call,
+            burst,
+            n,
+            explain,
+            outcome="ok" if answer.ok else "error",
+            error=answer.error,
+            latency_ms=answer.latency_ms,
+            data=data,
+        )
 
     # -- events ------------------------------------------------------------------------------
 
@@ -596,6 +968,16 @@ class GuardedClient:
                 explain += " (half-open probe)"
         elif is_fast_fail(result.outcome):
             explain = f"call {result.call}: {result.outcome.replace('_', ' ')} in 0 attempts"
+            if why:  # only with the settings of labs.engine.routes: no usable fallback
+                explain += f"; {why}"
+        elif result.outcome == "degraded":
+            fallback = (result.extra or {}).get("fallback", {})
+            explain = (
+                f"call {result.call}: degraded, answered by {why} instead of "
+                f"{fallback.get('why', 'an error')}"
+            )
+        elif result.attempts == 0 and why:
+            explain = f"call {result.call}: {result.outcome.replace('_', ' ')} in 0 attempts; {why}"
         else:
             explain = (
                 f"call {result.call}: {result.outcome.replace('_', ' ')} after "
@@ -619,5 +1001,6 @@ class GuardedClient:
                 "end_ms": result.end_ms,
                 "probe": result.probe,
                 "attempts": result.attempts,
+                **(result.extra or {}),
             },
         )

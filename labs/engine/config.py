@@ -15,11 +15,14 @@ from typing import Any, Literal
 __all__ = [
     "ADMISSIONS",
     "BREAKER_KINDS",
+    "BREAKER_SCOPES",
     "BUDGET_KINDS",
     "COOLDOWN_EDGES",
     "COUNTS",
     "ERROR_KINDS",
+    "FALLBACKS",
     "HALF_OPEN_DECISIONS",
+    "HOST_KEYS",
     "JITTERS",
     "LIMITS",
     "MODES",
@@ -27,6 +30,8 @@ __all__ = [
     "OUTCOME_TOKENS",
     "RATIO_CHECKS",
     "RETRY_AFTERS",
+    "SIDE_EFFECTS",
+    "SPREADS",
     "BreakerConfig",
     "DependencyConfig",
     "Limit",
@@ -55,6 +60,17 @@ ADMISSIONS = ("two_step", "strict")
 HALF_OPEN_DECISIONS = ("first_failure", "ratio")
 BUDGET_KINDS = ("per_call", "grpc", "finagle")
 RETRY_AFTERS = ("capped", "pushback")
+# Beyond one dependency (docs/engine.md, "Hosts, bulkheads, fallbacks and idempotency").
+SPREADS = ("round_robin", "random")
+BREAKER_SCOPES = ("dependency", "host")
+FALLBACKS = ("cached", "default")
+SIDE_EFFECTS = ("charge",)
+#: The fields a host may set for itself; the others are the dependency's.
+HOST_KEYS = (
+    "mode", "latency_ms", "fail_count", "error", "rate", "down_for_ms", "retry_after_ms",
+    "outcomes",
+)  # fmt: skip
+MAX_HOSTS = 8
 
 Mode = Literal[
     "healthy", "flaky", "down", "slow", "error_rate", "outage", "rate_limited", "script", "shared"
@@ -71,7 +87,7 @@ class Limit:
     min: float | None = None
     max: float | None = None
     unit: str = ""
-    type: Literal["int", "number", "choice", "list", "string"] = "int"
+    type: Literal["int", "number", "choice", "list", "string", "bool"] = "int"
     choices: tuple[str, ...] = ()
     nullable: bool = False
     note: str = ""
@@ -80,6 +96,8 @@ class Limit:
         """The allowed values in words, e.g. ``between 0 and 2000 ms``."""
         if self.type == "choice":
             text = "one of " + ", ".join(self.choices)
+        elif self.type == "bool":
+            text = "true or false"
         else:
             unit = f" {self.unit}" if self.unit else ""
             text = f"between {_num(self.min)} and {_num(self.max)}{unit}"
@@ -107,6 +125,26 @@ LIMITS: dict[str, Limit] = {
     "dependency.outcomes": Limit(
         [], 1, 100, "outcomes", type="list", choices=OUTCOME_TOKENS, note="script mode"
     ),
+    # -- beyond one dependency: hosts, a second dependency, side effects, fallbacks --
+    "dependency.hosts": Limit(
+        (), 1, MAX_HOSTS, "hosts", type="list", note="[]: one host, the dependency itself"
+    ),
+    "dependency.spread": Limit("round_robin", type="choice", choices=SPREADS),
+    "dependency.side_effect": Limit(
+        None,
+        type="choice",
+        choices=SIDE_EFFECTS,
+        nullable=True,
+        note="applied per processed attempt",
+    ),
+    "dependency.honours_keys": Limit(
+        False, type="bool", note="applies each idempotency key's effect at most once"
+    ),
+    "dependency.fallbacks": Limit(
+        (), 0, len(FALLBACKS), type="list", choices=FALLBACKS, note="what a policy may fall back on"
+    ),
+    "dependency.b": Limit(None, nullable=True, type="string", note="a second dependency, B"),
+    "dependency.b_every": Limit(2, 1, 20, note="call n goes to B when n is a multiple of this"),
     "policy.max_attempts": Limit(4, 1, 5),
     "policy.backoff_base_ms": Limit(25, 0, 500, "ms"),
     "policy.backoff_cap_ms": Limit(500, 0, 2000, "ms", note="at least backoff_base_ms"),
@@ -170,6 +208,20 @@ LIMITS: dict[str, Limit] = {
     ),
     "policy.retry_after": Limit("capped", type="choice", choices=RETRY_AFTERS),
     # -- end of the peer libraries' options --
+    "policy.breaker_scope": Limit(
+        "dependency", type="choice", choices=BREAKER_SCOPES, note="host: one breaker per host"
+    ),
+    "policy.bulkhead": Limit(
+        None, 1, 10, "calls", nullable=True, note="concurrent calls per dependency"
+    ),
+    "policy.pool_wait_ms": Limit(
+        None, 0, 10000, "ms", nullable=True, note="the longest a call waits for a pool slot"
+    ),
+    "policy.fallback": Limit(None, type="choice", choices=FALLBACKS, nullable=True),
+    "policy.fallback_max_age_ms": Limit(
+        60000, 1, 3_600_000, "ms", note="cached: an older answer is not used"
+    ),
+    "policy.idempotency_keys": Limit(False, type="bool", note="the client sends a key per call"),
     "policy.retry_budget.token_ratio": Limit(0.1, 0, 1, type="number"),
     "policy.retry_budget.max_tokens": Limit(10, 1, 100, type="number"),
     "seed": Limit(0, 0, 2**32 - 1),
@@ -206,9 +258,28 @@ class DependencyConfig:
     down_for_ms: float = 2000
     retry_after_ms: float = 1000
     outcomes: tuple[str, ...] = ()
+    # Beyond one host and one dependency (docs/engine.md): each host's own settings (merged
+    # over these; empty: one host, this one), how calls spread over them, the side effect a
+    # processed attempt applies, the fallbacks a policy may name, and a second dependency B.
+    hosts: tuple[dict[str, Any], ...] = ()
+    spread: Literal["round_robin", "random"] = "round_robin"
+    side_effect: str | None = None
+    honours_keys: bool = False
+    fallbacks: tuple[str, ...] = ()
+    b: DependencyConfig | None = None
+    b_every: int = 2
 
     def __post_init__(self) -> None:
         _need(self.mode in MODES, f"unknown mode {self.mode!r}")
+        _need(len(self.hosts) <= MAX_HOSTS, f"at most {MAX_HOSTS} hosts")
+        _need(all(set(h) <= set(HOST_KEYS) for h in self.hosts), "unknown host field")
+        _need(self.spread in SPREADS, f"unknown spread {self.spread!r}")
+        _need(self.side_effect in (None, *SIDE_EFFECTS), "unknown side effect")
+        _need(all(f in FALLBACKS for f in self.fallbacks), "unknown fallback")
+        _need(self.b_every >= 1, "b_every must be >= 1")
+        _need(self.b is None or (self.b.b is None and not self.b.hosts), "B has one host, no B")
+        object.__setattr__(self, "hosts", tuple(dict(h) for h in self.hosts))
+        object.__setattr__(self, "fallbacks", tuple(self.fallbacks))
         _need(self.error in ERROR_KINDS, f"unknown error kind {self.error!r}")
         _need(all(o in OUTCOME_TOKENS for o in self.outcomes), "unknown script outcome")
         _need(self.latency_ms >= 0 and self.down_for_ms >= 0, "durations must be >= 0")
@@ -220,7 +291,23 @@ class DependencyConfig:
         """Canonical JSON form."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["outcomes"] = list(self.outcomes)
+        data["hosts"] = [dict(h) for h in self.hosts]
+        data["fallbacks"] = list(self.fallbacks)
+        data["b"] = None if self.b is None else self.b.to_dict()
         return data
+
+    def host_configs(self) -> list[DependencyConfig]:
+        """One config per host: each host's fields over this dependency's (one host, this
+        dependency's own behaviour, when ``hosts`` is empty)."""
+        if not self.hosts:
+            return [self]
+        base = {k: getattr(self, k) for k in HOST_KEYS}
+        return [
+            DependencyConfig(
+                **{**base, **h, "outcomes": tuple(h.get("outcomes", base["outcomes"]))}
+            )
+            for h in self.hosts
+        ]
 
 
 @dataclass(frozen=True)
@@ -356,9 +443,23 @@ class Policy:
     deadline_ms: float | None = None
     attempt_timeout_ms: float | None = None
     retry_after: Literal["capped", "pushback"] = "capped"
+    # Beyond one dependency (docs/engine.md): one breaker per host, a bulkhead (concurrent
+    # calls per dependency), the longest wait for a pool slot, a fallback and its maximum
+    # age, and an idempotency key sent with every call.
+    breaker_scope: Literal["dependency", "host"] = "dependency"
+    bulkhead: int | None = None
+    pool_wait_ms: float | None = None
+    fallback: Literal["cached", "default"] | None = None
+    fallback_max_age_ms: float = 60000
+    idempotency_keys: bool = False
 
     def __post_init__(self) -> None:
         _need(self.max_attempts >= 1, "max_attempts must be >= 1")
+        _need(self.breaker_scope in BREAKER_SCOPES, f"unknown breaker_scope {self.breaker_scope!r}")
+        _need(self.bulkhead is None or self.bulkhead >= 1, "bulkhead must be >= 1")
+        _need(self.pool_wait_ms is None or self.pool_wait_ms >= 0, "pool_wait_ms must be >= 0")
+        _need(self.fallback in (None, *FALLBACKS), f"unknown fallback {self.fallback!r}")
+        _need(self.fallback_max_age_ms > 0, "fallback_max_age_ms must be > 0")
         _need(self.retry_after in RETRY_AFTERS, f"unknown retry_after {self.retry_after!r}")
         _need(self.jitter in JITTERS, f"unknown jitter {self.jitter!r}")
         _need(self.nesting in NESTINGS, f"unknown nesting {self.nesting!r}")
@@ -383,7 +484,18 @@ class Policy:
             "deadline_ms": self.deadline_ms,
             "attempt_timeout_ms": self.attempt_timeout_ms,
             "retry_after": self.retry_after,
+            "breaker_scope": self.breaker_scope,
+            "bulkhead": self.bulkhead,
+            "pool_wait_ms": self.pool_wait_ms,
+            "fallback": self.fallback,
+            "fallback_max_age_ms": self.fallback_max_age_ms,
+            "idempotency_keys": self.idempotency_keys,
         }
+
+    @property
+    def pooled(self) -> bool:
+        """Whether calls go through the pool model (a bulkhead or a pool wait is set)."""
+        return self.bulkhead is not None or self.pool_wait_ms is not None
 
 
 @dataclass(frozen=True)

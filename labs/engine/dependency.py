@@ -32,13 +32,16 @@ __all__ = ["AttemptResult", "Dependency", "FakeDependency"]
 class AttemptResult:
     """One attempt's answer. ``error`` is None when ``ok``, else 503, 500, timeout, 429 or
     400; ``retry_after_ms`` accompanies a 429; ``latency_ms`` is how long the attempt took;
-    ``data`` is what the dependency adds for the journal (the shared model's decision)."""
+    ``data`` is what the dependency adds for the journal (the shared model's decision);
+    ``processed`` says the dependency did the work (its answer was ok), even when the caller
+    gave up first: a side effect is applied once per processed attempt."""
 
     ok: bool
     error: str | None
     latency_ms: float
     retry_after_ms: float | None = None
     data: dict[str, Any] | None = None
+    processed: bool = False
 
 
 class Dependency(Protocol):
@@ -97,9 +100,10 @@ class FakeDependency:
         left, started_us, position = self.store.dependency_step(self._fail_left, now_us)
         error, retry_after = self._answer(left, started_us, position, now_us)
         if timed_out:
-            return AttemptResult(False, "timeout", took)
+            # the work may still have been done: the caller only stopped waiting for it
+            return AttemptResult(False, "timeout", took, processed=error is None)
         if error is None:
-            return AttemptResult(True, None, took)
+            return AttemptResult(True, None, took, processed=True)
         return AttemptResult(False, error, took, retry_after)
 
     def _answer(

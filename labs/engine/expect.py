@@ -17,6 +17,15 @@ Measures:
 ``dependency_hits``     attempts that reached the dependency (``attempt`` events)
 ``backoff_ms_total``    milliseconds spent in backoff sleeps, all calls together
 ``attempts``            list: attempts per call, in call order (expect only)
+``degraded``            calls answered by the policy's fallback
+``transition_count``    transitions of every breaker (the dependency's, each host's, B's)
+``effects_applied``     side effects the dependency applied (``dependency.side_effect``)
+``a_succeeded``         calls to dependency A that succeeded (all calls' successes when
+                        there is no B)
+``b_succeeded``         calls to dependency B that succeeded
+``rejected_bulkhead``   calls the bulkhead refused
+``pool_timeout``        calls that gave up waiting for a slot of the pool
+``wait_ms_total``       milliseconds calls spent waiting for a slot, all calls together
 ``transitions``         list: the breaker's transitions during the step, each
                         ``{"from": s, "to": s, "call": n}`` (``from`` and ``call`` optional;
                         expect only)
@@ -55,6 +64,14 @@ NUMBER_MEASURES = (
     "attempts_total",
     "dependency_hits",
     "backoff_ms_total",
+    "degraded",
+    "transition_count",
+    "effects_applied",
+    "a_succeeded",
+    "b_succeeded",
+    "rejected_bulkhead",
+    "pool_timeout",
+    "wait_ms_total",
 )
 CHOICE_MEASURES = ("breaker_after",)
 LIST_MEASURES = ("attempts", "transitions")
@@ -69,23 +86,29 @@ _MAX_TEXT = {"question": 300, "explanation": 2000}
 def observe(events: Iterable[Event], breaker_before: str = "closed") -> dict[str, Any]:
     """Every measure of one burst from its events (``burst_start`` ... ``burst_end`` and
     what lies between). ``breaker_before`` is the state in force when the burst began: with
-    no transition in the burst it is also the state after."""
+    no transition in the burst it is also the state after. ``breaker_after`` follows the
+    dependency-wide breaker of A (a host's or B's transitions are counted in
+    ``transition_count`` and listed in ``transitions``, but do not move it)."""
     calls: list[tuple[int, int]] = []
     transitions: list[dict[str, Any]] = []
     hits = 0
+    effects = 0
     state = breaker_before
     summary: dict[str, Any] = {}
     for e in events:
         if e.kind == "attempt":
             hits += 1
+            effects += e.data.get("effect") == "applied"
         elif e.kind == "call_result":
             calls.append((e.call or 0, int(e.data.get("attempts", e.attempt or 0))))
         elif e.kind == "transition":
             transitions.append({"from": e.state_from, "to": e.state_to, "call": e.call})
-            state = e.state_to or state
+            if "host" not in e.data and e.data.get("dependency") != "b":
+                state = e.state_to or state
         elif e.kind == "burst_end":
             summary = dict(e.data)
     calls.sort()
+    by = summary.get("by_dependency") or {}
     return {
         "breaker_after": state,
         "calls": len(calls),
@@ -95,6 +118,14 @@ def observe(events: Iterable[Event], breaker_before: str = "closed") -> dict[str
         "attempts_total": sum(a for _, a in calls),
         "dependency_hits": hits,
         "backoff_ms_total": round(float(summary.get("backoff_ms_total", 0.0)), 3),
+        "degraded": summary.get("degraded", 0),
+        "transition_count": len(transitions),
+        "effects_applied": effects,
+        "a_succeeded": by.get("a", {}).get("succeeded", summary.get("succeeded", 0)),
+        "b_succeeded": by.get("b", {}).get("succeeded", 0),
+        "rejected_bulkhead": summary.get("rejected_bulkhead", 0),
+        "pool_timeout": summary.get("pool_timeout", 0),
+        "wait_ms_total": round(float(summary.get("wait_ms_total", 0.0)), 3),
         "attempts": [a for _, a in calls],
         "transitions": transitions,
     }

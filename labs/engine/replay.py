@@ -31,6 +31,7 @@ from labs.engine.client import GuardedClient
 from labs.engine.clock import VirtualClock
 from labs.engine.dependency import FakeDependency
 from labs.engine.events import Event
+from labs.engine.routes import build_routes, needs_routes
 from labs.engine.scenario import build_output, run_scenario
 from labs.engine.stores.memory import DEFAULT_PROBE_LEASE_MS, MemoryStore
 from labs.engine.validate import (
@@ -198,9 +199,15 @@ def replay(start: StartState | dict[str, Any], *, policy: dict[str, Any] | None 
     sink = events.append
     dependency = FakeDependency(dependency_config, store=store, clock=clock, rng=rng)
     breaker = Breaker(chosen.breaker, store=store, clock=clock, rng=rng, sink=sink)
+    routes = None
+    if needs_routes(dependency_config, chosen):  # hosts, B, bulkhead, fallback, keys
+        routes = build_routes(
+            dependency_config, chosen, store=store, clock=clock, rng=rng, sink=sink,
+            breaker=breaker,
+        )  # fmt: skip
     client = GuardedClient(
         chosen, breaker=breaker, dependency=dependency, clock=clock, rng=rng, sink=sink,
-        store=store,
+        store=store, routes=routes,
     )  # fmt: skip
     t0 = clock.now() * 1000
     client.run_burst(
@@ -241,7 +248,15 @@ def fidelity(start: StartState) -> dict[str, Any]:
         else "a breaker that opens and cools down within the burst reopens after exactly the "
         "configured waits in the replay, a little later in the real burst"
     )
-    exact = mode not in TIMED_MODES and start.concurrency == 1
+    parts = bool(start.dependency.get("hosts") or start.dependency.get("b"))
+    remembered = start.policy.get("fallback") == "cached" or start.policy.get("idempotency_keys")
+    if parts or remembered:
+        reasons.append(
+            "each host's and B's breaker and dependency state, the cached answer and the "
+            "idempotency keys already seen are not in the start state: the replay starts them "
+            "fresh"
+        )
+    exact = mode not in TIMED_MODES and start.concurrency == 1 and not (parts or remembered)
     return {"exact": exact, "reasons": reasons}
 
 

@@ -29,6 +29,7 @@ from labs.engine.config import DependencyConfig, Policy, Scenario
 from labs.engine.dependency import FakeDependency
 from labs.engine.events import Event, Sink
 from labs.engine.expect import check_expectations, observe
+from labs.engine.routes import arm_routes, build_routes, needs_routes
 from labs.engine.stores.base import Store
 from labs.engine.stores.memory import MemoryStore
 from labs.engine.validate import merge_settings, parse_dependency, parse_policy, parse_scenario
@@ -81,8 +82,9 @@ class EngineExecutor:
         self.next_call = 1
         self.bursts = 0
         self._events: list[Event] = []
+        self.dependency_config = DependencyConfig()
         self.dependency = FakeDependency(
-            DependencyConfig(), store=self.store, clock=self.clock, rng=self.rng
+            self.dependency_config, store=self.store, clock=self.clock, rng=self.rng
         )
         self.policy = Policy()
         self.breaker = self._breaker()
@@ -98,11 +100,13 @@ class EngineExecutor:
         )
 
     def set_dependency(self, dependency: dict[str, Any]) -> None:
-        """Apply and arm a dependency. Raises ValidationError."""
-        self.dependency = FakeDependency(
-            parse_dependency(dependency), store=self.store, clock=self.clock, rng=self.rng
-        )
-        self.dependency.arm()
+        """Apply and arm a dependency (every host, and B). Raises ValidationError."""
+        config = self.dependency_config = parse_dependency(dependency)
+        self.dependency = FakeDependency(config, store=self.store, clock=self.clock, rng=self.rng)
+        if config.hosts or config.b is not None:
+            arm_routes(config, store=self.store, clock=self.clock)
+        else:
+            self.dependency.arm()
 
     def set_policy(self, policy: dict[str, Any]) -> None:
         """Apply a policy; the breaker's state (in the store) carries over. Raises ValidationError."""
@@ -110,7 +114,19 @@ class EngineExecutor:
         self.breaker = self._breaker()
 
     def client(self) -> GuardedClient:
-        """A guarded client over the current settings."""
+        """A guarded client over the current settings (with routes when the settings use
+        hosts, B, a bulkhead, a fallback or idempotency keys)."""
+        routes = None
+        if needs_routes(self.dependency_config, self.policy):
+            routes = build_routes(
+                self.dependency_config,
+                self.policy,
+                store=self.store,
+                clock=self.clock,
+                rng=self.rng,
+                sink=self._sink,
+                breaker=self.breaker,
+            )
         return GuardedClient(
             self.policy,
             breaker=self.breaker,
@@ -119,6 +135,7 @@ class EngineExecutor:
             rng=self.rng,
             sink=self._sink,
             store=self.store,
+            routes=routes,
         )
 
     def burst(self, size: int, concurrency: int = 1) -> list[Event]:

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from labs.engine.config import (
+    HOST_KEYS,
     LIMITS,
+    MAX_HOSTS,
     BreakerConfig,
     DependencyConfig,
     Limit,
@@ -36,6 +38,7 @@ __all__ = [
     "validate_dependency",
     "validate_policy",
     "validate_scenario",
+    "validate_settings",
 ]
 
 _DEPENDENCY_KEYS = tuple(k.split(".", 1)[1] for k in LIMITS if k.startswith("dependency."))
@@ -52,6 +55,12 @@ _POLICY_KEYS = (
     "deadline_ms",
     "attempt_timeout_ms",
     "retry_after",
+    "breaker_scope",
+    "bulkhead",
+    "pool_wait_ms",
+    "fallback",
+    "fallback_max_age_ms",
+    "idempotency_keys",
 )
 _SCENARIO_KEYS = (
     "name",
@@ -108,6 +117,10 @@ def _check(path: str, value: Any, limit: Limit, problems: list[Problem]) -> None
     """Append a problem if ``value`` does not fit ``limit``."""
     if value is None and limit.nullable:
         return
+    if limit.type == "bool":
+        if not isinstance(value, bool):
+            problems.append(Problem(path, f"must be {limit.describe()} (got {_shown(value)})"))
+        return
     if limit.type == "choice":
         if value not in limit.choices:
             problems.append(Problem(path, f"must be {limit.describe()} (got {_shown(value)})"))
@@ -135,14 +148,51 @@ def _not_object(path: str, value: Any) -> list[Problem]:
     return [Problem(path, f"must be an object (got {_shown(value)})")]
 
 
+_LIST_KEYS = ("outcomes", "hosts", "fallbacks", "b")
+
+
 def validate_dependency(d: Any, prefix: str = "dependency") -> list[Problem]:
     """Problems with a dependency dict; missing keys take their defaults."""
     if not isinstance(d, Mapping):
         return _not_object(prefix, d)
     problems = _unknown(prefix, d, _DEPENDENCY_KEYS)
     for key in _DEPENDENCY_KEYS:
-        if key in d and key != "outcomes":
+        if key in d and key not in _LIST_KEYS:
             _check(f"{prefix}.{key}", d[key], LIMITS[f"dependency.{key}"], problems)
+    problems += _outcomes_problems(d, prefix)
+    problems += _hosts_problems(d, prefix)
+    fallbacks = d.get("fallbacks", [])
+    allowed = ", ".join(LIMITS["dependency.fallbacks"].choices)
+    if (
+        not isinstance(fallbacks, list)
+        or len(set(fallbacks)) != len(fallbacks)
+        or any(f not in LIMITS["dependency.fallbacks"].choices for f in fallbacks)
+    ):
+        problems.append(
+            Problem(
+                f"{prefix}.fallbacks", f"must be a list of distinct values, each one of {allowed}"
+            )
+        )
+    b = d.get("b")
+    if b is not None:
+        if prefix.endswith(".b"):
+            problems.append(Problem(f"{prefix}.b", "must be null: B has no second dependency"))
+        elif not isinstance(b, Mapping):
+            problems.append(
+                Problem(
+                    f"{prefix}.b",
+                    f"must be null (one dependency) or a dependency object (got {_shown(b)})",
+                )
+            )
+        else:
+            problems += validate_dependency(b, f"{prefix}.b")
+            if b.get("hosts"):
+                problems.append(Problem(f"{prefix}.b.hosts", "must be [] (B is one host)"))
+    return problems
+
+
+def _outcomes_problems(d: Mapping[str, Any], prefix: str) -> list[Problem]:
+    problems: list[Problem] = []
     outcomes = d.get("outcomes", [])
     limit = LIMITS["dependency.outcomes"]
     allowed = ", ".join(limit.choices)
@@ -166,6 +216,36 @@ def validate_dependency(d: Any, prefix: str = "dependency") -> list[Problem]:
     return problems
 
 
+def _hosts_problems(d: Mapping[str, Any], prefix: str) -> list[Problem]:
+    """Each host: an object of the fields a host may set (HOST_KEYS), checked merged over
+    the dependency's own (``dependency.hosts[1].mode``)."""
+    hosts = d.get("hosts", [])
+    if not isinstance(hosts, list) or len(hosts) > MAX_HOSTS:
+        return [
+            Problem(
+                f"{prefix}.hosts",
+                f"must be [] (one host) or a list of 1 to {MAX_HOSTS} hosts (got "
+                f"{len(hosts) if isinstance(hosts, list) else _shown(hosts)})",
+            )
+        ]
+    problems: list[Problem] = []
+    base = {k: d[k] for k in HOST_KEYS if k in d}
+    for i, host in enumerate(hosts):
+        path = f"{prefix}.hosts[{i}]"
+        if not isinstance(host, Mapping):
+            problems += _not_object(path, host)
+            continue
+        problems += _unknown(path, host, HOST_KEYS)
+        merged = {**base, **{k: v for k, v in host.items() if k in HOST_KEYS}}
+        if merged.get("mode") == "shared":
+            problems.append(Problem(f"{path}.mode", "a host cannot be the shared dependency"))
+            continue
+        for p in validate_dependency(merged, path):
+            if p.field.split(".")[-1].split("[")[0] in host or p.field == f"{path}.outcomes":
+                problems.append(p)
+    return problems
+
+
 def validate_policy(d: Any, prefix: str = "policy") -> list[Problem]:
     """Problems with a policy dict (including ``breaker`` and ``retry_budget``)."""
     if not isinstance(d, Mapping):
@@ -182,6 +262,16 @@ def validate_policy(d: Any, prefix: str = "policy") -> list[Problem]:
             Problem(
                 f"{prefix}.backoff_cap_ms",
                 f"must be between backoff_base_ms ({_shown(base)}) and 2000 ms (got {cap})",
+            )
+        )
+    scope = d.get("breaker_scope", "dependency")
+    nesting = d.get("nesting", LIMITS["policy.nesting"].default)
+    if scope == "host" and nesting != "retry_outside":
+        problems.append(
+            Problem(
+                f"{prefix}.breaker_scope",
+                f"host needs {prefix}.nesting retry_outside: each attempt goes to one host and "
+                f"asks that host's breaker (got nesting {_shown(nesting)})",
             )
         )
     breaker = d.get("breaker", {})
@@ -349,6 +439,36 @@ def _breaker_combinations(
     return problems
 
 
+def validate_settings(
+    dependency: Mapping[str, Any],
+    policy: Mapping[str, Any],
+    dependency_prefix: str = "dependency",
+    policy_prefix: str = "policy",
+) -> list[Problem]:
+    """Problems of a dependency and a policy that are each valid but do not fit together:
+    a policy's fallback that the dependency (or its B) does not offer, named both ways."""
+    fallback = policy.get("fallback")
+    if fallback is None:
+        return []
+    problems = []
+    for path, dep in (
+        (dependency_prefix, dependency),
+        (f"{dependency_prefix}.b", dependency.get("b")),
+    ):
+        if dep is None:
+            continue
+        offered = list(dep.get("fallbacks") or [])
+        if fallback not in offered:
+            problems.append(
+                Problem(
+                    f"{policy_prefix}.fallback",
+                    f"{fallback} is not offered by {path}.fallbacks (offered: "
+                    f"{', '.join(offered) or 'none'})",
+                )
+            )
+    return problems
+
+
 def merge_settings(current: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
     """``current`` updated with ``changes``; nested objects (``breaker``, ``retry_budget``)
     merge one level deeper, and ``null`` replaces (so ``"retry_budget": null`` turns it off)."""
@@ -391,6 +511,8 @@ def validate_scenario(d: Any) -> list[Problem]:
     dep_problems = validate_dependency(dependency)
     pol_problems = validate_policy(policy)
     problems += dep_problems + pol_problems
+    if not dep_problems and not pol_problems:
+        problems += validate_settings(dependency, policy)
     steps = d.get("steps")
     if not isinstance(steps, list) or not 1 <= len(steps) <= _MAX_STEPS:
         problems.append(
@@ -441,6 +563,10 @@ def validate_scenario(d: Any) -> list[Problem]:
             else:
                 merged = merge_settings(current_dep, changes)
                 found = validate_dependency(merged, f"{path}.set_dependency")
+                if not found and current_pol is not None and {"fallbacks", "b"} & set(changes):
+                    found = validate_settings(
+                        merged, current_pol, f"{path}.set_dependency", "policy"
+                    )
                 problems += found
                 current_dep = merged if not found else None
         else:
@@ -452,6 +578,10 @@ def validate_scenario(d: Any) -> list[Problem]:
             else:
                 merged = merge_settings(current_pol, changes)
                 found = validate_policy(merged, f"{path}.set_policy")
+                if not found and current_dep is not None and "fallback" in changes:
+                    found = validate_settings(
+                        current_dep, merged, "dependency", f"{path}.set_policy"
+                    )
                 problems += found
                 current_pol = merged if not found else None
     return problems
@@ -468,6 +598,8 @@ def parse_dependency(d: Mapping[str, Any]) -> DependencyConfig:
     values = dict(d)
     if "outcomes" in values:
         values["outcomes"] = tuple(values["outcomes"])
+    if values.get("b") is not None:
+        values["b"] = parse_dependency(values["b"])
     return DependencyConfig(**values)
 
 

@@ -43,6 +43,15 @@ DEPENDENCY_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("down_for_ms", "dependency.down_for_ms", "Outage: down for"),
     ("retry_after_ms", "dependency.retry_after_ms", "Rate limited: 429s for"),
     ("outcomes", "dependency.outcomes", "Script: outcomes in order"),
+    # Beyond one dependency (docs/engine.md): hosts, side effects, fallbacks, dependency B.
+    ("hosts", "dependency.hosts", "Hosts: each host's mode"),
+    ("spread", "dependency.spread", "Hosts: spread"),
+    ("side_effect", "dependency.side_effect", "Side effect per processed attempt"),
+    ("honours_keys", "dependency.honours_keys", "Honours idempotency keys"),
+    ("fallbacks", "dependency.fallbacks", "Fallbacks it offers"),
+    ("b_mode", "dependency.b.mode", "Dependency B: mode"),
+    ("b_latency_ms", "dependency.b.latency_ms", "Dependency B: latency per attempt"),
+    ("b_every", "dependency.b_every", "Dependency B: takes every n-th call"),
 )
 
 #: Which parameters matter for each mode (the page highlights them; all are always sent).
@@ -116,6 +125,13 @@ POLICY_FIELDS: tuple[tuple[str, str, str], ...] = (
         "Finagle: retries per request",
     ),
     ("retry_after", "policy.retry_after", "Retry-After handling"),
+    # Beyond one dependency (docs/engine.md).
+    ("breaker_scope", "policy.breaker_scope", "One breaker per"),
+    ("bulkhead", "policy.bulkhead", "Bulkhead: calls in flight per dependency"),
+    ("pool_wait_ms", "policy.pool_wait_ms", "Pool: longest wait for a slot"),
+    ("fallback", "policy.fallback", "Fallback"),
+    ("fallback_max_age_ms", "policy.fallback_max_age_ms", "Fallback: cached answer's max age"),
+    ("idempotency_keys", "policy.idempotency_keys", "Idempotency key per call"),
 )
 
 #: Policy fields grouped for the page (legend, field names).
@@ -142,6 +158,17 @@ POLICY_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("Retry budget", ("budget", "budget_token_ratio", "budget_max_tokens")),
     ("Time limits", ("deadline_ms", "attempt_timeout_ms")),
+    (
+        "Hosts, bulkhead, fallback, keys",
+        (
+            "breaker_scope",
+            "bulkhead",
+            "pool_wait_ms",
+            "fallback",
+            "fallback_max_age_ms",
+            "idempotency_keys",
+        ),
+    ),
 )
 
 #: The peer libraries' settings, grouped for the page's collapsed "Advanced" section.
@@ -168,17 +195,66 @@ POLICY_ADVANCED_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Retry-After", ("retry_after",)),
 )
 
+#: Form fields whose path is not a LIMITS entry of its own: dependency B's mode and latency.
+FORM_LIMITS: dict[str, Limit] = {
+    "dependency.b.mode": Limit(
+        None,
+        type="choice",
+        choices=tuple(m for m in LIMITS["dependency.mode"].choices if m != "shared"),
+        nullable=True,
+    ),
+    "dependency.b.latency_ms": LIMITS["dependency.latency_ms"],
+}
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0", "")
+
+
+def limit_of(path: str) -> Limit:
+    """The Limit of a form field's path (LIMITS, or B's mode and latency)."""
+    return FORM_LIMITS.get(path) or LIMITS[path]
+
+
+def hosts_text(dependency: dict[str, Any]) -> str:
+    """A dependency's hosts as the form shows them: ``same`` (the dependency's own mode),
+    ``down`` or ``slow:300`` (a mode and a latency), comma-separated."""
+    out = []
+    for host in dependency.get("hosts") or []:
+        mode = host.get("mode")
+        token = mode or "same"
+        if "latency_ms" in host:
+            token = f"{mode or dependency.get('mode', 'healthy')}:{_num(host['latency_ms'])}"
+        out.append(token)
+    return ", ".join(out)
+
+
+def hosts_from_text(tokens: list[str]) -> list[Any]:
+    """The hosts of :func:`hosts_text`'s tokens (anything else is kept as typed for the
+    engine to name)."""
+    hosts: list[Any] = []
+    for token in tokens:
+        mode, _, latency = token.partition(":")
+        host: dict[str, Any] = {} if mode == "same" else {"mode": mode}
+        if latency:
+            host["latency_ms"] = coerce(latency, LIMITS["dependency.latency_ms"])
+        hosts.append(host)
+    return hosts
+
+
 BURST_SIZE = LIMITS["steps[].burst"]
 BURST_CONCURRENCY = LIMITS["steps[].concurrency"]
 
 
 def describe_limit(path: str) -> str:
     """The allowed values of one setting, for the page (``between 1 and 5``)."""
-    limit = LIMITS[path]
+    limit = limit_of(path)
     if path == "policy.backoff_cap_ms":
         return f"between the backoff base and {int(limit.max or 0)} ms"
     if path == "dependency.outcomes":
         return f"1 to 100 of {', '.join(limit.choices)}, comma-separated"
+    if path == "dependency.hosts":
+        return "blank (one host) or 1 to 8 of: same, a mode, or mode:latency (slow:300)"
+    if path == "dependency.fallbacks":
+        return f"blank or {', '.join(limit.choices)}, comma-separated"
     text = limit.describe()
     if limit.nullable:
         text = text.replace("null (off)", "blank (off)")
@@ -190,7 +266,10 @@ def coerce(raw: str, limit: Limit) -> Any:
     string so the engine's message shows it (``(got 'abc')``)."""
     text = raw.strip()
     if limit.type == "choice":
-        return text
+        return None if text in ("", "off") and limit.nullable else text
+    if limit.type == "bool":
+        low = text.lower()
+        return True if low in _TRUE else False if low in _FALSE else text
     if limit.type == "list":
         return [token.strip() for token in text.replace(";", ",").split(",") if token.strip()]
     if text == "":
@@ -203,22 +282,33 @@ def coerce(raw: str, limit: Limit) -> Any:
 
 
 def _field_for(name: str, path: str, label: str) -> forms.Field:
-    limit = LIMITS[path]
+    limit = limit_of(path)
     help_text = describe_limit(path)  # the labels already say what each setting does
     if limit.type == "choice":
+        off = [("", "off")] if limit.nullable else []
         return forms.ChoiceField(
             label=label,
-            choices=[(c, c.replace("_", " ")) for c in limit.choices],
+            choices=off + [(c, c.replace("_", " ")) for c in limit.choices],
             required=False,
-            help_text=help_text,
+            help_text=help_text.replace("null (off)", "off"),
+        )
+    if limit.type == "bool":
+        return forms.ChoiceField(
+            label=label,
+            choices=[("false", "no"), ("true", "yes")],
+            required=False,
+            help_text="yes or no",
         )
     if limit.type == "list":
+        placeholder = {"hosts": "same, down, same", "fallbacks": "cached"}.get(
+            name, "fail, fail, ok"
+        )
         return forms.CharField(
             label=label,
             required=False,
             max_length=LIST_MAX_LENGTH,
             help_text=help_text,
-            widget=forms.TextInput(attrs={"placeholder": "fail, fail, ok", "spellcheck": "false"}),
+            widget=forms.TextInput(attrs={"placeholder": placeholder, "spellcheck": "false"}),
         )
     attrs: dict[str, Any] = {"min": _num(limit.min), "max": _num(limit.max), "inputmode": "decimal"}
     attrs["step"] = "any" if limit.type == "number" else "1"
@@ -336,6 +426,12 @@ class DependencyForm(_EngineForm):
         initial = {name: dependency.get(name) for name, _, _ in cls.spec}
         initial["mode"] = dependency.get("mode", "healthy")
         initial["outcomes"] = ", ".join(dependency.get("outcomes") or [])
+        initial["hosts"] = hosts_text(dependency)
+        initial["fallbacks"] = ", ".join(dependency.get("fallbacks") or [])
+        initial["honours_keys"] = "true" if dependency.get("honours_keys") else "false"
+        b = dependency.get("b") or {}
+        initial["b_mode"] = b.get("mode") or ""
+        initial["b_latency_ms"] = b.get("latency_ms", LIMITS["dependency.latency_ms"].default)
         return initial
 
     def changes(self) -> dict[str, Any]:
@@ -344,11 +440,26 @@ class DependencyForm(_EngineForm):
         if self.posted("mode"):
             changes["mode"] = self.raw("mode").strip()
         for name, path, _ in self.spec:
-            if self.posted(name):
-                changes[name] = coerce(self.raw(name), LIMITS[path])
+            if name in ("b_mode", "b_latency_ms") or not self.posted(name):
+                continue
+            value = coerce(self.raw(name), limit_of(path))
+            changes[name] = hosts_from_text(value) if name == "hosts" else value
+        if self.posted("b_mode"):
+            mode = coerce(self.raw("b_mode"), limit_of("dependency.b.mode"))
+            if mode is None:
+                changes["b"] = None
+            else:
+                b = {"mode": mode}
+                if self.posted("b_latency_ms"):
+                    b["latency_ms"] = coerce(
+                        self.raw("b_latency_ms"), limit_of("dependency.b.latency_ms")
+                    )
+                changes["b"] = b
         return changes
 
     def _extra_path(self, path: str) -> str | None:
+        if path == "dependency.b":
+            return "b_mode"
         return "mode" if path == "dependency.mode" else None
 
 
@@ -376,8 +487,10 @@ class PolicyForm(_EngineForm):
                 initial[name] = breaker.get(parts[2])
             elif parts[1] == "retry_budget":
                 initial[name] = (budget or {}).get(parts[2], LIMITS[path].default)
+            elif LIMITS[path].type == "bool":
+                initial[name] = "true" if policy.get(parts[1]) else "false"
             else:
-                initial[name] = policy.get(parts[1])
+                initial[name] = policy.get(parts[1], LIMITS[path].default)
         initial["budget"] = "on" if budget else "off"
         return initial
 

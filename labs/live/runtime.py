@@ -34,6 +34,7 @@ from labs.engine import (
     parse_policy,
 )
 from labs.engine.replay import capture_start
+from labs.engine.routes import build_routes, needs_routes
 from labs.live.journal import Written
 from labs.models import Burst, LabSession, SharedDependencyConfig
 
@@ -168,6 +169,7 @@ def build_engine(
         rng = random.Random(burst_rng_seed(session))
     store = session_store(session.pk, client)
     dependency: FakeDependency | SharedDependency
+    config = None
     if is_shared(session.dependency):
         # The class's one model: configured from the database first (an idempotent HSET),
         # so a Redis that lost the model's keys gets them back before the first attempt.
@@ -175,14 +177,21 @@ def build_engine(
         model.configure(shared_config(session.classroom_id))
         dependency = SharedDependency(model, clock=clock)
     else:
-        dependency = FakeDependency(
-            parse_dependency(session.dependency), store=store, clock=clock, rng=rng
-        )
+        config = parse_dependency(session.dependency)
+        dependency = FakeDependency(config, store=store, clock=clock, rng=rng)
     policy = parse_policy(session.policy)
     breaker = Breaker(policy.breaker, store=store, clock=clock, rng=rng, sink=sink)
+    # Hosts, B, a bulkhead, a fallback, keys (labs.engine.routes): only when configured.
+    routes = (
+        build_routes(
+            config, policy, store=store, clock=clock, rng=rng, sink=sink, breaker=breaker
+        )
+        if config is not None and needs_routes(config, policy)
+        else None
+    )
     client = GuardedClient(
         policy, breaker=breaker, dependency=dependency, clock=clock, rng=rng, sink=sink,
-        store=store,
+        store=store, routes=routes,
     )  # fmt: skip
     return SessionEngine(
         store=store, breaker=breaker, dependency=dependency, client=client, rng=rng
@@ -225,10 +234,41 @@ def breaker_view(session: LabSession) -> dict[str, Any]:
 def breaker_view_of(session_id: int, policy: dict[str, Any]) -> dict[str, Any]:
     """:func:`breaker_view` from the session's id and policy alone: Redis, no database (a
     websocket consumer keeps the policy and asks this after every burst)."""
-    breaker = Breaker(parse_policy(policy).breaker, store=session_store(session_id), clock=CLOCK)
+    parsed = parse_policy(policy)
+    store = session_store(session_id)
+    breaker = Breaker(parsed.breaker, store=store, clock=CLOCK)
     view = breaker.snapshot()
     view["state"] = breaker.state()
+    view["parts"] = part_breakers(store, parsed)
     return view
+
+
+def part_breakers(store: RedisStore, policy) -> list[dict[str, Any]]:
+    """The breakers beside the dependency's: each host's (with ``breaker_scope: host``) and
+    dependency B's, for the badge; [] when there are none. The hosts and B that exist are
+    those whose dependency state was armed (one pipelined ``EXISTS`` per scope)."""
+    names = [f"h{i}" for i in range(8)] if policy.breaker_scope == "host" else []
+    names.append("b")
+    pipe = store.client.pipeline(transaction=False)
+    for name in names:
+        pipe.exists(store.scoped(name).k_dependency)
+    present = [name for name, found in zip(names, pipe.execute(), strict=True) if found]
+    hosts = [n for n in present if n.startswith("h")]
+    parts = []
+    for name in present:
+        if name.startswith("h") and len(hosts) < 2:
+            continue  # one host: its breaker is the dependency's
+        breaker = Breaker(policy.breaker, store=store.scoped(name), clock=CLOCK)
+        snap = breaker.snapshot()
+        parts.append(
+            {
+                "name": f"host {name[1:]}" if name.startswith("h") else "B",
+                "key": name,
+                "state": breaker.state(),
+                "open_until_ms": snap.get("open_until_ms"),
+            }
+        )
+    return parts
 
 
 def save_snapshot(session_id: int) -> None:
@@ -341,15 +381,25 @@ class DependencyWatch:
                 return False
             settings_ = json.loads(raw)
             dependency: FakeDependency | SharedDependency
+            config = None
             if is_shared(settings_):
                 dependency = SharedDependency(
                     configure_shared(self._classroom_id), clock=self._clock
                 )
             else:
+                config = parse_dependency(settings_)
                 dependency = FakeDependency(
-                    parse_dependency(settings_), store=self._engine.store, clock=self._clock,
-                    rng=self._rng,
+                    config, store=self._engine.store, clock=self._clock, rng=self._rng,
                 )  # fmt: skip
+            client = self._engine.client
+            # Hosts and B are routes: a change rebuilds them (at a call boundary, like the rest).
+            routes = None
+            if not is_shared(settings_) and needs_routes(config, client.policy):
+                routes = build_routes(
+                    config, client.policy, store=self._engine.store, clock=self._clock,
+                    rng=self._rng, sink=client.sink, breaker=self._engine.breaker,
+                )  # fmt: skip
+            client.routes = routes
             self._engine.client.dependency = dependency
             self._engine.dependency = dependency
             self._current = raw

@@ -94,14 +94,21 @@ def _arm_dependency(session_id: int, dependency: dict, seed: int) -> None:
     import random
 
     from labs.engine import FakeDependency, parse_dependency
+    from labs.engine.routes import arm_routes
     from labs.live import runtime
 
-    FakeDependency(
-        parse_dependency(dependency),
-        store=runtime.session_store(session_id),
-        clock=runtime.CLOCK,
-        rng=random.Random(seed),
-    ).arm()
+    config = parse_dependency(dependency)
+    store = runtime.session_store(session_id)
+    # Scopes of hosts and a B that are no longer configured are cleared (the badge shows the
+    # breakers of the scopes that exist).
+    for name in [f"h{i}" for i in range(len(config.hosts) if len(config.hosts) > 1 else 0, 8)]:
+        store.scoped(name).clear()
+    if config.b is None:
+        store.scoped("b").clear()
+    if config.hosts or config.b is not None:  # every host's and B's own state
+        arm_routes(config, store=store, clock=runtime.CLOCK)
+    else:
+        FakeDependency(config, store=store, clock=runtime.CLOCK, rng=random.Random(seed)).arm()
     runtime.publish_dependency(session_id, dependency)
 
 
@@ -113,13 +120,18 @@ def session_set_dependency(
     The new mode starts fresh (a flaky counter of N, an outage starting now). Raises
     SettingsInvalid naming every bad field and its allowed range; nothing is changed then.
     """
-    from labs.engine import merge_settings, parse_dependency, validate_dependency
+    from labs.engine import (
+        merge_settings,
+        parse_dependency,
+        validate_dependency,
+        validate_settings,
+    )
     from labs.live import journal
 
     if not isinstance(changes, dict):
         raise SettingsInvalid([_problem("dependency", "must be an object")])
     merged = merge_settings(session.dependency or {}, changes)
-    problems = validate_dependency(merged)
+    problems = validate_dependency(merged) or validate_settings(merged, session.policy or {})
     if problems:
         raise SettingsInvalid(problems)
     canonical = parse_dependency(merged).to_dict()
@@ -153,13 +165,13 @@ def session_set_policy(*, session: LabSession, user, changes: dict) -> LabSessio
     A running burst or traffic run keeps the policy it started with; the change applies from
     the next one, and the journal says so. Raises SettingsInvalid; nothing is changed then.
     """
-    from labs.engine import merge_settings, parse_policy, validate_policy
+    from labs.engine import merge_settings, parse_policy, validate_policy, validate_settings
     from labs.live import journal
 
     if not isinstance(changes, dict):
         raise SettingsInvalid([_problem("policy", "must be an object")])
     merged = merge_settings(session.policy or {}, changes)
-    problems = validate_policy(merged)
+    problems = validate_policy(merged) or validate_settings(session.dependency or {}, merged)
     if problems:
         raise SettingsInvalid(problems)
     canonical = parse_policy(merged).to_dict()

@@ -334,6 +334,8 @@
     const BAND_Y = 24;
     const BAND_H = 18;
     const ROWS_Y = 54;
+    const HOST_Y = 46; // host lanes sit between the breaker band and the call rows
+    const HOST_H = 8;
     const ROW_H = 20;
     const BAR_H = 14;
     const MAX_BURSTS = 4;
@@ -360,8 +362,17 @@
       const bursts = {};
       const order = [];
       const transitions = [];
+      const hostTransitions = {}; // host -> its breaker's transitions (breaker_scope: host)
+      const hosts = {};
       events.forEach(function (e) {
-        if (e.state_to) transitions.push({ t: when(e), from: e.state_from, to: e.state_to });
+        const host = e.data && e.data.host;
+        const partOf = host !== undefined && host !== null;
+        if (e.state_to && partOf) {
+          (hostTransitions[host] || (hostTransitions[host] = [])).push({ t: when(e), from: e.state_from, to: e.state_to });
+        } else if (e.state_to && !(e.data && e.data.dependency === "b")) {
+          transitions.push({ t: when(e), from: e.state_from, to: e.state_to });
+        }
+        if (partOf) hosts[host] = true;
         if (!e.burst) return;
         let b = bursts[e.burst];
         if (!b) {
@@ -387,7 +398,7 @@
         const c = b.calls[e.call] || (b.calls[e.call] = { attempts: [], sleeps: [], result: null });
         if (e.kind === "attempt") {
           const latency = e.latency_ms || 0;
-          c.attempts.push({ start: t - latency, end: t, ok: e.outcome === "ok", n: e.attempt, error: e.error });
+          c.attempts.push({ start: t - latency, end: t, ok: e.outcome === "ok", n: e.attempt, error: e.error, host: e.data && e.data.host });
           if (t - latency < b.start) b.start = t - latency;
         } else if (e.kind === "sleep") {
           c.sleeps.push({ start: t, end: t + (e.backoff_ms || 0) });
@@ -398,7 +409,13 @@
       });
       order.sort(function (a, b) { return a.seq - b.seq; });
       transitions.sort(function (a, b) { return a.t - b.t; });
-      return { bursts: order.filter(function (b) { return b.start !== null; }).slice(-MAX_BURSTS), transitions: transitions };
+      Object.keys(hostTransitions).forEach(function (h) { hostTransitions[h].sort(function (a, b) { return a.t - b.t; }); });
+      return {
+        bursts: order.filter(function (b) { return b.start !== null; }).slice(-MAX_BURSTS),
+        transitions: transitions,
+        hostTransitions: hostTransitions,
+        hosts: Object.keys(hosts).map(Number).sort(function (a, b) { return a - b; })
+      };
     }
 
     function stateAt(transitions, t) {
@@ -445,13 +462,19 @@
         const span = b.size || (callNumbers.length ? Math.max.apply(null, callNumbers) - b.first + 1 : 1);
         rows = Math.max(rows, span);
       });
-      const height = ROWS_Y + rows * ROW_H + 26;
+      // A lane per host (dependency.hosts): its breaker's state when it has one of its own.
+      const hostLanes = data.hosts;
+      const rowsY = ROWS_Y + hostLanes.length * (HOST_H + 2);
+      const height = rowsY + rows * ROW_H + 26;
       svg.setAttribute("viewBox", "0 0 " + WIDTH + " " + height);
 
       svg.appendChild(el("text", { x: 4, y: BAND_Y + 12, class: "tl-axis" }, "breaker"));
+      hostLanes.forEach(function (h, i) {
+        svg.appendChild(el("text", { x: 4, y: HOST_Y + i * (HOST_H + 2) + HOST_H - 1, class: "tl-axis tl-host-axis" }, "host " + h));
+      });
       for (let r = 0; r < rows; r++) {
         if (rows <= 12 || r % 2 === 0) {
-          svg.appendChild(el("text", { x: 4, y: ROWS_Y + r * ROW_H + BAR_H, class: "tl-axis" }, "call " + (r + 1)));
+          svg.appendChild(el("text", { x: 4, y: rowsY + r * ROW_H + BAR_H, class: "tl-axis" }, "call " + (r + 1)));
         }
       }
 
@@ -471,6 +494,22 @@
             height: BAND_H, class: "tl-band tl-band-" + state
           }));
         }
+        hostLanes.forEach(function (h, lane) {
+          const own = data.hostTransitions[h] || [];
+          const laneCuts = [b.start];
+          own.forEach(function (tr) { if (tr.t > b.start && tr.t < b.end) laneCuts.push(tr.t); });
+          laneCuts.push(b.end);
+          for (let i = 0; i < laneCuts.length - 1; i++) {
+            const state = own.length ? stateAt(own, laneCuts[i]) : "closed";
+            const laneX = px(laneCuts[i]);
+            const band = el("rect", {
+              x: laneX.toFixed(1), y: HOST_Y + lane * (HOST_H + 2), width: Math.max(1, px(laneCuts[i + 1]) - laneX).toFixed(1),
+              height: HOST_H, class: "tl-band tl-host-band tl-band-" + state, "data-host": h
+            });
+            band.appendChild(el("title", {}, "host " + h + ": " + (LABELS[state] || state)));
+            g.appendChild(band);
+          }
+        });
         const last = b.first + Math.max(0, (b.size || 1) - 1);
         const range = last === b.first ? String(b.first) : b.first + "–" + last;
         const noun = last === b.first ? "call " : "calls ";
@@ -481,7 +520,7 @@
         Object.keys(b.calls).forEach(function (key) {
           const callNo = Number(key);
           const c = b.calls[key];
-          const y = ROWS_Y + (callNo - b.first) * ROW_H;
+          const y = rowsY + (callNo - b.first) * ROW_H;
           c.sleeps.forEach(function (s) {
             g.appendChild(el("line", {
               x1: px(s.start).toFixed(1), x2: px(s.end).toFixed(1), y1: y + BAR_H / 2, y2: y + BAR_H / 2, class: "tl-wait"
@@ -493,7 +532,8 @@
               x: ax.toFixed(1), y: y, width: Math.max(2, px(a.end) - ax).toFixed(1), height: BAR_H,
               class: a.ok ? "tl-ok" : "tl-bad"
             });
-            rect.appendChild(el("title", {}, "call " + callNo + ", attempt " + a.n + ": " + (a.ok ? "ok" : a.error)));
+            const where = a.host !== undefined && a.host !== null ? " on host " + a.host : "";
+            rect.appendChild(el("title", {}, "call " + callNo + ", attempt " + a.n + where + ": " + (a.ok ? "ok" : a.error)));
             g.appendChild(rect);
           });
           if (c.result && c.result.outcome && c.result.outcome !== "success" && c.attempts.length === 0) {
@@ -515,7 +555,7 @@
           }
         });
         if (index < bursts.length - 1) {
-          g.appendChild(el("text", { x: b.x + b.width + GAP / 2, y: ROWS_Y + 4, class: "tl-gap", "text-anchor": "middle" }, "⋯"));
+          g.appendChild(el("text", { x: b.x + b.width + GAP / 2, y: rowsY + 4, class: "tl-gap", "text-anchor": "middle" }, "⋯"));
         }
         svg.appendChild(g);
         const calls = Object.keys(b.calls).length;
@@ -734,7 +774,8 @@
       if (!event || seen.has(event.seq)) return;
       seen.add(event.seq);
       const second = Math.floor(when(event) / 1000);
-      if (event.state_to) transitions.push({ t: second, to: event.state_to, from: event.state_from });
+      const part = event.data && (event.data.host !== undefined || event.data.dependency === "b");
+      if (event.state_to && !part) transitions.push({ t: second, to: event.state_to, from: event.state_from });
       if (event.kind === "attempt" && event.data && typeof event.data.arrival_us === "number") {
         const at = Math.floor(event.data.arrival_us / 1e6);
         const mine = own.get(at) || { attempts: 0, retries: 0 };

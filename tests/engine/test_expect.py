@@ -28,6 +28,15 @@ RIGHT = {
     "backoff_ms_total": 525,
     "attempts": [4, 4, 4, 0, 0, 0],
     "transitions": [{"from": "closed", "to": "open", "call": 9}],
+    # the measures of hosts, B, bulkheads, fallbacks and side effects: none configured
+    "degraded": 0,
+    "transition_count": 1,
+    "effects_applied": 0,
+    "a_succeeded": 0,
+    "b_succeeded": 0,
+    "rejected_bulkhead": 0,
+    "pool_timeout": 0,
+    "wait_ms_total": 0,
 }
 WRONG = {
     "breaker_after": "closed",
@@ -40,6 +49,14 @@ WRONG = {
     "backoff_ms_total": 600,
     "attempts": [4, 4, 4, 4, 4, 4],
     "transitions": [{"from": "closed", "to": "open", "call": 10}],
+    "degraded": 3,
+    "transition_count": 2,
+    "effects_applied": 6,
+    "a_succeeded": 6,
+    "b_succeeded": 1,
+    "rejected_bulkhead": 2,
+    "pool_timeout": 1,
+    "wait_ms_total": 100,
 }
 
 

@@ -116,7 +116,7 @@ def test_canonical_dicts_round_trip():
         ),
         (
             {"colour": "red"},
-            "dependency.colour: unknown field (allowed: mode, latency_ms, fail_count, error, rate, down_for_ms, retry_after_ms, outcomes)",
+            "dependency.colour: unknown field (allowed: mode, latency_ms, fail_count, error, rate, down_for_ms, retry_after_ms, outcomes, hosts, spread, side_effect, honours_keys, fallbacks, b, b_every)",
         ),
         (
             {"mode": "script"},

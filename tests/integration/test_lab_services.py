@@ -60,6 +60,37 @@ def test_policy_problems_are_all_reported_and_nothing_is_half_applied(session):
     assert session.policy == before  # max_attempts=3 was valid but not applied alone
 
 
+def test_a_fallback_the_dependency_does_not_offer_is_refused_naming_both(session):
+    before = (dict(session.dependency), dict(session.policy))
+    with pytest.raises(lab.SettingsInvalid) as info:
+        lab.session_set_policy(session=session, user=session.owner, changes={"fallback": "cached"})
+    assert [str(p) for p in info.value.problems] == [
+        "policy.fallback: cached is not offered by dependency.fallbacks (offered: none)"
+    ]
+    lab.session_set_dependency(
+        session=session, user=session.owner, changes={"fallbacks": ["cached"]}
+    )
+    lab.session_set_policy(session=session, user=session.owner, changes={"fallback": "cached"})
+    with pytest.raises(lab.SettingsInvalid) as info:
+        lab.session_set_dependency(session=session, user=session.owner, changes={"fallbacks": []})
+    assert [p.field for p in info.value.problems] == ["policy.fallback"]
+    session.refresh_from_db()
+    assert (session.dependency["fallbacks"], session.policy["fallback"]) == (["cached"], "cached")
+    assert before[0]["fallbacks"] == [] and before[1]["fallback"] is None
+
+
+def test_hosts_are_armed_each_in_its_own_scope_of_the_session_namespace(session):
+    lab.session_set_dependency(
+        session=session,
+        user=session.owner,
+        changes={"mode": "flaky", "fail_count": 2, "hosts": [{}, {"fail_count": 5}]},
+    )
+    store = runtime.session_store(session.pk)
+    assert store.scoped("h0").export_state()["dependency"]["fail_left"] == 2
+    assert store.scoped("h1").export_state()["dependency"]["fail_left"] == 5
+    assert store.scoped("h1").namespace == f"fl:{{s{session.pk}}}:h1"
+
+
 def test_dependency_change_is_journaled_with_the_user_and_rearms_the_dependency(session):
     lab.session_set_dependency(
         session=session, user=session.owner, changes={"mode": "flaky", "fail_count": 2}

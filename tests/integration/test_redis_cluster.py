@@ -11,6 +11,7 @@ directory, joined with ``redis-cli --cluster create`` and stopped when the modul
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import socket
@@ -33,8 +34,12 @@ from labs.engine import (
     RetryBudgetConfig,
     VirtualClock,
     parse_dependency,
+    run_scenario,
 )
+from labs.engine.scenario import EngineExecutor
+from labs.engine.stores.redis_store import SCOPES
 from labs.live import runtime
+from tests.integration.conftest import ROOT
 
 pytestmark = [pytest.mark.integration]
 
@@ -167,6 +172,23 @@ def test_every_key_of_a_session_shares_one_slot():
     keys = [*store.all_keys(), runtime.dependency_config_key(42)]
     assert len({key_slot(k.encode()) for k in keys}) == 1, keys
     assert key_slot(runtime.namespace(42).encode()) != key_slot(runtime.namespace(43).encode())
+
+
+def test_every_key_of_a_sessions_hosts_and_b_shares_its_slot():
+    store = runtime.session_store(42, client=redis.Redis())  # no connection is made here
+    keys = [k for name in SCOPES for k in store.scoped(name).all_keys()]
+    assert len({key_slot(k.encode()) for k in [*keys, *store.all_keys()]}) == 1, keys
+
+
+def test_the_per_host_breakers_lesson_runs_on_a_cluster_as_in_memory(cluster):
+    script = json.loads((ROOT / "scenarios" / "per_host_breakers.json").read_text())
+    store = _store(cluster, 11)
+    on_cluster = run_scenario(script, executor=EngineExecutor(seed=script["seed"], store=store))
+    assert on_cluster == run_scenario(script)
+    host_keys = [k.decode() for k in cluster.keys(f"{runtime.namespace(11)}:h1:*")]
+    assert f"{runtime.namespace(11)}:h1:breaker" in host_keys
+    store.clear()
+    assert cluster.keys(f"{runtime.namespace(11)}:*") == []
 
 
 def test_a_breaker_opens_and_its_state_reads_back_on_a_cluster(cluster, cluster_nodes):

@@ -216,8 +216,26 @@ class Store(Protocol):
         if the sum holds it. Returns (taken, sum after)."""
         ...
 
+    def scoped(self, name: str) -> Store:
+        """The store of a part of this one (a host ``h0`` .. ``h7``, dependency ``b``): its
+        own breaker, dependency, cache and effect state."""
+        ...
+
+    def fallback_note(self, now_us: int) -> None:
+        """A success happened at ``now_us``: the cached fallback answer is this fresh."""
+        ...
+
+    def fallback_last(self) -> int | None:
+        """The time of the last success, or None when there is none."""
+        ...
+
+    def effect_once(self, key: str) -> bool:
+        """Record an idempotency key's effect: True the first time, False ever after."""
+        ...
+
     def export_state(self) -> dict[str, Any]:
-        """Everything needed to rebuild the state elsewhere, JSON-serialisable."""
+        """Everything needed to rebuild the state elsewhere, JSON-serialisable (the
+        dependency-wide state: scopes, the cache and the effect keys are not part of it)."""
         ...
 
     def import_state(self, state: dict[str, Any]) -> None:

@@ -95,6 +95,37 @@ class MemoryStore:
         self._budget: int | None = None
         self._throttle: int | None = None  # gRPC retry throttling, milli-tokens
         self._slices: dict[int, int] = {}  # Finagle's retry budget: slice -> net amount
+        self._scopes: dict[str, MemoryStore] = {}  # a host's or dependency B's own state
+        self._last_success: int | None = None  # the cached fallback's answer time
+        self._keys: set[str] = set()  # idempotency keys whose effect was applied
+
+    # -- scopes, cache, effects --------------------------------------------------------------
+
+    def scoped(self, name: str) -> MemoryStore:
+        """The store of one part of this one (a host ``h0``.., dependency ``b``): its own
+        breaker and dependency state, the same for every call with the same name."""
+        with self._lock:
+            child = self._scopes.get(name)
+            if child is None:
+                child = self._scopes[name] = MemoryStore(self.probe_lease_ms)
+            return child
+
+    def fallback_note(self, now_us: int) -> None:
+        """A success happened at ``now_us``: the cached answer is this fresh."""
+        with self._lock:
+            self._last_success = int(now_us)
+
+    def fallback_last(self) -> int | None:
+        """The time of the last success (the cached answer), or None."""
+        return self._last_success
+
+    def effect_once(self, key: str) -> bool:
+        """Whether ``key``'s effect is applied now (True the first time only)."""
+        with self._lock:
+            if key in self._keys:
+                return False
+            self._keys.add(key)
+            return True
 
     # -- breaker -----------------------------------------------------------------------------
 
@@ -567,3 +598,8 @@ class MemoryStore:
             self._budget = None
             self._throttle = None
             self._slices.clear()
+            self._last_success = None
+            self._keys.clear()
+            scopes = list(self._scopes.values())
+        for child in scopes:
+            child.clear()

@@ -15,6 +15,11 @@ key                         type       holds
 ``ns:budget``               hash       retry budget balance in micro-tokens
 ``ns:budget_peer``          hash       gRPC throttling milli-tokens (``throttle``), Finagle
                                        budget slices (``w:<slice>``: net amount)
+``ns:cache``                hash       ``last``: the time of the last success (the cached
+                                       fallback's answer)
+``ns:effects``              set        idempotency keys whose side effect was applied
+``ns:h0`` .. ``ns:h7``,     (scopes)   a host's, or dependency B's, own namespace with the
+``ns:b``                               keys above (``fl:{s42}:h1:breaker``): same hash tag
 ==========================  =========  =====================================================
 
 Every admission decision, recorded result, dependency attempt and budget move is exactly
@@ -57,7 +62,10 @@ from labs.engine.stores.base import (
     to_doc,
 )
 
-__all__ = ["RedisStore"]
+__all__ = ["SCOPES", "RedisStore"]
+
+#: The scoped namespaces a store may hold: hosts (``h0`` .. ``h7``) and dependency B.
+SCOPES = (*(f"h{i}" for i in range(8)), "b")
 
 _LUA = Path(__file__).with_name("lua")
 #: No spaces; braces only as one non-empty hash tag (``fl:{s42}``), which then decides the
@@ -95,6 +103,7 @@ class RedisStore:
         self.client = client
         self.namespace = namespace
         self.probe_lease_ms = int(probe_lease_ms)
+        self._scope = False  # a host's or B's part of a session (see scoped)
         self.k_breaker = f"{namespace}:breaker"
         self.k_window = f"{namespace}:window"
         self.k_calls = f"{namespace}:window_calls"
@@ -102,6 +111,8 @@ class RedisStore:
         self.k_dependency = f"{namespace}:dependency"
         self.k_budget = f"{namespace}:budget"
         self.k_budget_peer = f"{namespace}:budget_peer"
+        self.k_cache = f"{namespace}:cache"
+        self.k_effects = f"{namespace}:effects"
         self._breaker_keys = [self.k_breaker, self.k_window, self.k_calls]
         self._token_prefix = uuid.uuid4().hex[:12]
         self._tokens = itertools.count(1)
@@ -124,14 +135,40 @@ class RedisStore:
         self._applied = RecordReply(APPLIED, 0, 0, 0, 0)
 
     def all_keys(self) -> list[str]:
-        """Every key this store may write."""
+        """Every key this store may write (not its scopes': see :meth:`scoped`)."""
         return [
             *self._breaker_keys,
             *self.k_probes,
             self.k_dependency,
             self.k_budget,
             self.k_budget_peer,
+            self.k_cache,
+            self.k_effects,
         ]
+
+    # -- scopes, cache, effects --------------------------------------------------------------
+
+    def scoped(self, name: str) -> RedisStore:
+        """The store of one part of this one (a host ``h0``.., dependency ``b``), under
+        ``<namespace>:<name>``: the same hash tag, so one slot on a cluster."""
+        if name not in SCOPES:
+            raise ValueError(f"unknown scope {name!r} (allowed: {', '.join(SCOPES)})")
+        child = RedisStore(self.client, f"{self.namespace}:{name}", self.probe_lease_ms)
+        child._scope = True
+        return child
+
+    def fallback_note(self, now_us: int) -> None:
+        """A success happened at ``now_us`` (one round trip)."""
+        self.client.hset(self.k_cache, "last", int(now_us))
+
+    def fallback_last(self) -> int | None:
+        """The time of the last success, or None (one round trip)."""
+        value = self.client.hget(self.k_cache, "last")
+        return None if value is None else _int(value)
+
+    def effect_once(self, key: str) -> bool:
+        """Whether ``key``'s effect is applied now (``SADD``: one round trip, atomic)."""
+        return bool(self.client.sadd(self.k_effects, key))
 
     # -- breaker -----------------------------------------------------------------------------
 
@@ -378,8 +415,12 @@ class RedisStore:
         return out
 
     def clear(self) -> None:
-        """Delete every key of the namespace."""
-        self.client.delete(*self.all_keys())
+        """Delete every key of the namespace and of its scopes."""
+        keys = self.all_keys()
+        if not self._scope:  # a scope has no scopes of its own
+            for name in SCOPES:
+                keys += self.scoped(name).all_keys()
+        self.client.delete(*keys)
 
     def __repr__(self) -> str:
         return f"RedisStore(namespace={self.namespace!r})"
