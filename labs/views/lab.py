@@ -5,7 +5,8 @@ never a 403, so ids do not leak); writes additionally need the session's owner: 
 who may see it (an instructor drilling down) gets the same page with every control disabled
 (``read_only`` in the context) and a 403 from the write views. Every write calls a service in
 ``labs.services``; the page learns what happened from the websocket (journal rows, badge,
-summary), so the write views only answer with the form they were posted from.
+summary), so the write views only answer with the form they were posted from (Run burst
+clicked in its form: only the form's message line).
 
 htmx requests get the named partial of ``labs/session.html`` for the element that made them
 (partials are named after their DOM ids). A refused value answers 422 (settings) or 400
@@ -70,10 +71,12 @@ def is_read_only(user, session: LabSession) -> bool:
     return session.owner_id != user.pk
 
 
-def writable_session(request: HtmxHttpRequest, pk: int) -> LabSession:
-    """The session for a write view: 404 if invisible, 403 if the user only watches it."""
-    session = visible_session(request.user, pk)
-    if is_read_only(request.user, session):
+def writable_session(request: HtmxHttpRequest, pk: int, *, related: bool = True) -> LabSession:
+    """The session for a write view: 404 if invisible, 403 if the user only watches it
+    (``related``: see :func:`labs.selectors.owned_session`)."""
+    session = selectors.owned_session(request.user, pk, related=related)
+    if session is None:
+        visible_session(request.user, pk)  # 404 for a session the user may not see
         raise PermissionDenied("This session belongs to someone else: you can only watch it.")
     return session
 
@@ -326,7 +329,7 @@ def session_policy(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def session_burst(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """Run a burst: 400 with the ranges for bad numbers, 409 while one is running, 429 past
     the per-user limit and 503 while Redis is unreachable (nothing queued, try again)."""
-    session = writable_session(request, pk)
+    session = writable_session(request, pk, related=False)
     form = BurstForm(request.POST)
     form.is_valid()
     if form.too_long:
@@ -360,13 +363,17 @@ def session_burst(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     except burst_services.BurstNotQueued as exc:
         return _burst_unavailable(request, session, form, str(exc))
     prediction_services.prediction_attach(session=session, step=request.POST.get("step"), burst=burst)
+    saved = f"Burst {burst.number} queued: {burst.size} call{'s' if burst.size != 1 else ''}."
+    if request.htmx and request.htmx.trigger == "burst-form":
+        # Clicked in the form: only its message line changes (the values typed stay as they
+        # are), so only that line is rendered, not the form's fields again. A step's "Do it"
+        # button gets the form back with the step's values in it.
+        response = render_partial(
+            request, "burst-message", {"session": session, "burst_error": "", "saved": saved}
+        )
+        return reswap(retarget(response, "#burst-message"), "outerHTML")
     # Only what the burst form's partial shows: the other two forms are not built.
-    context = {
-        "session": session,
-        "burst_form": form,
-        "burst_error": "",
-        "saved": f"Burst {burst.number} queued: {burst.size} call{'s' if burst.size != 1 else ''}.",
-    }
+    context = {"session": session, "burst_form": form, "burst_error": "", "saved": saved}
     return _after_write(request, session, "burst-form", context)
 
 
