@@ -391,9 +391,6 @@ def start_bursts(browsers: list[Browser], calls: int, times: list[float] | None 
                     "Cookie": f"sessionid={browser.cookie}; csrftoken={token}",
                     "X-CSRFToken": token,
                     "HX-Request": "true",
-                    # what htmx adds for a click in the form (lab page: hx-target="this")
-                    "HX-Trigger": "burst-form",
-                    "HX-Target": "burst-form",
                     "Origin": f"http://127.0.0.1:{browser.port}",
                 },
             )

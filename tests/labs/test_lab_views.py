@@ -340,30 +340,6 @@ def test_run_burst_queues_one(owner_client, session):
     assert (burst.size, burst.concurrency, burst.status) == (6, 1, "queued")
 
 
-def test_run_burst_clicked_in_its_form_answers_only_the_message_line(owner_client, session):
-    """htmx names the form that made the request (HX-Trigger): only its message line comes
-    back, retargeted there, so the form's fields are not rendered again."""
-    response = owner_client.post(
-        url("session_burst", session), {"size": "6"},
-        HTTP_HX_TRIGGER="burst-form", HTTP_HX_TARGET="burst-form", **HTMX,
-    )  # fmt: skip
-    assert response.status_code == 200
-    html = response.content.decode()
-    assert html.startswith('<p id="burst-message"') and "Burst 1 queued: 6 calls." in html
-    assert 'id="burst-form"' not in html and "<input" not in html
-    assert response["HX-Retarget"] == "#burst-message"
-    assert response["HX-Reswap"] == "outerHTML"
-    assert Burst.objects.get(session=session).status == "queued"
-
-
-def test_a_steps_do_it_button_gets_the_burst_form_back_with_its_values(owner_client, session):
-    response = owner_client.post(url("session_burst", session), {"size": "9"}, **HTMX)
-    html = response.content.decode()
-    assert response.status_code == 200 and 'id="burst-form"' in html
-    assert 'value="9"' in html and "Burst 1 queued: 9 calls." in html
-    assert "HX-Retarget" not in response
-
-
 def test_bad_burst_numbers_answer_400_with_the_ranges_and_start_nothing(owner_client, session):
     response = owner_client.post(
         url("session_burst", session), {"size": "50", "concurrency": "0"}, **HTMX
