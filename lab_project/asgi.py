@@ -31,6 +31,7 @@ application = ProtocolTypeRouter(
             hashing_paths=[
                 reverse(name) for name in ("login", "admin:login", "labs:signup", "password_change")
             ],
+            timing=settings.LAB_REQUEST_TIMING,
         ),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))

@@ -15,9 +15,15 @@ class's journal export streams for as long as it takes) holds its turn throughou
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 import weakref
 from collections.abc import Iterable
 from typing import Any
+
+from django.db import connection
+
+logger = logging.getLogger(__name__)
 
 
 class ConcurrencyLimit:
@@ -31,6 +37,7 @@ class ConcurrencyLimit:
         *,
         hashing_paths: Iterable[str] = (),
         hashing_limit: int = 1,
+        timing: bool = False,
     ) -> None:
         if limit < 1:
             raise ValueError(f"limit must be at least 1 (got {limit})")
@@ -42,6 +49,7 @@ class ConcurrencyLimit:
         self.limit = limit
         self.hashing_paths = frozenset(hashing_paths)
         self.hashing_limit = hashing_limit
+        self.timing = timing
         # One pair of semaphores per event loop: a semaphore belongs to the loop that first
         # waits on it, and tests run the application on a new loop each time.
         self._gates: weakref.WeakKeyDictionary[
@@ -58,13 +66,43 @@ class ConcurrencyLimit:
                 asyncio.Semaphore(self.hashing_limit),
             )
         gate, hashing_gate = gates
+        if self.timing:
+            scope = {**scope, TIMING_KEY: {"arrived": time.perf_counter()}}
         if scope.get("method") == "POST" and scope.get("path") in self.hashing_paths:
             # The hashing turn first: a POST waiting for it holds no ordinary turn.
             async with hashing_gate, gate:
-                await self.app(scope, receive, send)
+                await self._call(scope, receive, send)
             return
         async with gate:
+            await self._call(scope, receive, send)
+
+    async def _call(self, scope, receive, send) -> None:
+        marks = scope.get(TIMING_KEY)
+        if marks is None:
             await self.app(scope, receive, send)
+            return
+        marks["turn"] = time.perf_counter()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            log_timing(scope, marks, time.perf_counter())
+
+
+#: Where ``ConcurrencyLimit`` (with ``timing``) and ``SynchronousChain`` put a request's marks.
+TIMING_KEY = "lab.timing"
+
+
+def log_timing(scope: dict[str, Any], marks: dict[str, Any], done: float) -> None:
+    """One line: where a request's time went (ms), from the marks of its way through."""
+    arrived, turn = marks["arrived"], marks["turn"]
+    entered, left = marks.get("entered", turn), marks.get("left", done)
+    logger.info(
+        "%s %s: %.1f ms = turn %.1f, into thread %.1f, django %.1f (%d queries %.1f), "
+        "back %.1f",
+        scope.get("method"), scope.get("path"), (done - arrived) * 1000,
+        (turn - arrived) * 1000, (entered - turn) * 1000, (left - entered) * 1000,
+        marks.get("queries", 0), marks.get("query_s", 0.0) * 1000, (done - left) * 1000,
+    )  # fmt: skip
 
 
 class SynchronousChain:
@@ -88,4 +126,22 @@ class SynchronousChain:
         self.get_response = get_response
 
     def __call__(self, request: Any) -> Any:
-        return self.get_response(request)
+        marks = getattr(request, "scope", {}).get(TIMING_KEY)
+        if marks is None:
+            return self.get_response(request)
+        # The request's timing marks (``LAB_REQUEST_TIMING``): its queries counted and timed.
+        marks["entered"] = time.perf_counter()
+
+        def timed(execute, sql, params, many, context):
+            started = time.perf_counter()
+            try:
+                return execute(sql, params, many, context)
+            finally:
+                marks["queries"] = marks.get("queries", 0) + 1
+                marks["query_s"] = marks.get("query_s", 0.0) + time.perf_counter() - started
+
+        try:
+            with connection.execute_wrapper(timed):
+                return self.get_response(request)
+        finally:
+            marks["left"] = time.perf_counter()

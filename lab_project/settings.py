@@ -170,7 +170,12 @@ CACHES = {
         "KEY_PREFIX": "fl",
         # Run burst's rate limit reads it on every click: a Redis that stops answering must
         # fail the request (503, reconnecting) within seconds, not hang it.
-        "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 2},
+        "OPTIONS": {
+            "socket_connect_timeout": 1,
+            "socket_timeout": 2,
+            # one pool per process, not one per request (lab_project/redis_pool.py)
+            "pool_class": "lab_project.redis_pool.SharedConnectionPool",
+        },
     }
 }
 
@@ -196,6 +201,8 @@ LAB_WORKER_CONCURRENCY = env_int("LAB_WORKER_CONCURRENCY", 128, min_value=1, max
 # HTTP requests in Django at once per web process (each runs in a thread of its own, beside
 # the event loop that forwards live pushes): lab_project/http_limit.py says why 2.
 LAB_HTTP_CONCURRENCY = env_int("LAB_HTTP_CONCURRENCY", 2, min_value=1, max_value=256)
+# One log line per HTTP request saying where its time went (lab_project/http_limit.py).
+LAB_REQUEST_TIMING = env_bool("LAB_REQUEST_TIMING", False)
 CELERY_WORKER_CONCURRENCY = LAB_WORKER_CONCURRENCY
 # Bytes that may wait in the web process for one websocket client that does not read; past
 # it the socket is closed with 4008 and the page catches up when it reconnects
@@ -374,6 +381,8 @@ LOGGING = {
     "loggers": {
         "labs": {"handlers": ["console"], "level": LAB_LOG_LEVEL, "propagate": False},
         "django": {"handlers": ["console"], "level": "WARNING", "propagate": False},
+        # only the LAB_REQUEST_TIMING lines log here at INFO
+        "lab_project.http_limit": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }
 

@@ -65,6 +65,23 @@ def visible_session(user, pk: int) -> LabSession:
     )
 
 
+def owned_session(user, pk: int, *, related: bool = True) -> LabSession | None:
+    """The session ``pk`` if ``user`` owns it, else None: a write view's lookup. One plain
+    query by key and owner, where :func:`visible_session` joins the class's memberships and
+    de-duplicates (that query, compiled in Python, was a fifth of a Run burst request).
+    ``related=False`` leaves the scenario (its whole script), class and owner unread for a
+    view that does not show them."""
+    if not getattr(user, "is_authenticated", False):
+        return None
+    sessions = LabSession.objects.filter(owner=user)
+    if related:
+        sessions = sessions.select_related("scenario", "classroom", "owner")
+    try:
+        return sessions.get(pk=pk)
+    except LabSession.DoesNotExist:
+        return None
+
+
 def socket_session(user, session_id: int) -> tuple[int, int, dict[str, Any]] | None:
     """(session id, last seq, policy) if ``user`` may see the session, else None."""
     if user is None or not getattr(user, "is_authenticated", False):

@@ -180,3 +180,37 @@ def test_a_request_crosses_between_the_event_loop_and_a_thread_a_few_times_only(
     response = async_to_sync(get_login_page)()
     assert response["status"] == 200
     assert len(crossings) <= 8, f"{len(crossings)} crossings: {crossings}"
+
+
+def test_with_timing_each_request_logs_where_its_time_went(caplog):
+    """LAB_REQUEST_TIMING: one line per request, with the wait for a turn and the query count
+    that the synchronous chain records in the request's marks."""
+    from lab_project.http_limit import TIMING_KEY
+
+    async def app(scope, receive, send):
+        marks = scope[TIMING_KEY]
+        marks.update(entered=marks["turn"], left=marks["turn"], queries=3, query_s=0.002)
+        await asyncio.sleep(0.01)
+
+    limited = ConcurrencyLimit(app, 1, timing=True)
+
+    async def two():
+        await asyncio.gather(
+            *(limited({"method": "POST", "path": f"/p{n}/"}, None, None) for n in range(2))
+        )
+
+    with caplog.at_level("INFO", logger="lab_project.http_limit"):
+        async_to_sync(two)()
+    lines = sorted(r.getMessage() for r in caplog.records if r.name == "lab_project.http_limit")
+    assert [line.split(":")[0] for line in lines] == ["POST /p0/", "POST /p1/"]
+    assert all("(3 queries 2.0)" in line and "turn " in line for line in lines)
+
+
+def test_without_timing_the_scope_carries_no_marks():
+    scopes = []
+
+    async def app(scope, receive, send):
+        scopes.append(scope)
+
+    async_to_sync(ConcurrencyLimit(app, 1))({"method": "GET", "path": "/"}, None, None)
+    assert "lab.timing" not in scopes[0]

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Lowest first. A module may import its own layer and any lower one. A prefix names a
 #: module or a package (everything below it).
 LAYERS: list[tuple[str, ...]] = [
-    ("labs.engine", "lab_project.settings", "lab_project.env", "lab_project.csp"),
+    ("labs.engine", "lab_project.settings", "lab_project.env", "lab_project.csp",
+     "lab_project.redis_pool"),
     ("labs.models", "labs.apps", "labs.experiments", "labs.migrations", "lab_project.http_limit",
      "lab_project.processes"),
     ("labs.live", "lab_project.celery"),

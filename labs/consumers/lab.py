@@ -117,6 +117,18 @@ RENDERED_ROWS_MAX = 4096
 _rendered_rows: dict[tuple[int, int, Any, Any], str] = {}
 
 
+def _row_key(session_id: int, event: dict[str, Any]) -> tuple[int, int, Any, Any]:
+    """What names one committed row of one session in this process (see :func:`rendered_row`)."""
+    return (session_id, event["seq"], event.get("at"), event.get("emitted"))
+
+
+def _keep(store: dict, key: Any, value: Any, limit: int = RENDERED_ROWS_MAX) -> None:
+    """``store[key] = value``, dropping the oldest entry past ``limit``."""
+    if len(store) >= limit:
+        del store[next(iter(store))]
+    store[key] = value
+
+
 def rendered_row(session_id: int, event: dict[str, Any]) -> str:
     """The JSON text of ``event`` as a page gets it (the journal payload, ``html`` and
     ``summary_delta``), built once in this process for every page watching the session.
@@ -127,7 +139,7 @@ def rendered_row(session_id: int, event: dict[str, Any]) -> str:
     sent as read, and a session renumbered after a database reset is not confused with the
     old one. The oldest entries go first past :data:`RENDERED_ROWS_MAX`.
     """
-    key = (session_id, event["seq"], event.get("at"), event.get("emitted"))
+    key = _row_key(session_id, event)
     text = _rendered_rows.get(key)
     if text is None:
         item = dict(event)
@@ -136,10 +148,54 @@ def rendered_row(session_id: int, event: dict[str, Any]) -> str:
         if delta:
             item["summary_delta"] = delta
         text = json.dumps(item, default=str)
-        if len(_rendered_rows) >= RENDERED_ROWS_MAX:
-            del _rendered_rows[next(iter(_rendered_rows))]
-        _rendered_rows[key] = text
+        _keep(_rendered_rows, key, text)
     return text
+
+
+#: The summary panel as of a row (:func:`rendered_summary`), and the badge read after a live
+#: push's row (:func:`rendered_badge`), kept for the pages of this process.
+_rendered_summaries: dict[tuple[int, int, Any, Any], str] = {}
+_rendered_badges: dict[tuple[int, int, Any, Any], asyncio.Future] = {}
+
+
+def rendered_summary(session_id: int, event: dict[str, Any], facts: dict[str, Any]) -> str:
+    """The summary panel's HTML as of ``event`` (a template render), once in this process for
+    every page watching the session. The panel as of a row depends on the row and on the
+    burst's number, size and concurrency only, which no later row changes."""
+    key = _row_key(session_id, event)
+    html = _rendered_summaries.get(key)
+    if html is None:
+        html = presenters.summary_fragment(event, facts)
+        _keep(_rendered_summaries, key, html)
+    return html
+
+
+async def rendered_badge(session_id: int, policy: dict[str, Any], event: dict[str, Any]) -> str:
+    """The breaker badge's HTML after ``event``: the breaker read from Redis and rendered.
+
+    Every page watching a session gets each push at the same moment, so for a live push
+    (``emitted`` set) one read and one render serve them all: the first page starts them and
+    the others wait for the same result. A replayed row reads Redis afresh: it may be minutes
+    old, and the badge shows the breaker as it is now. A failed read is not kept."""
+    if not event.get("emitted"):
+        return render_badge(await read_redis(presenters.badge_for)(session_id, policy))
+    key = _row_key(session_id, event)
+    pending = _rendered_badges.get(key)
+    if pending is None:
+        pending = asyncio.ensure_future(_read_badge(session_id, policy))
+        _keep(_rendered_badges, key, pending)
+        pending.add_done_callback(lambda done: _forget_failed_badge(key, done))
+    # shield: a page closing while it waits must not cancel the read the others wait for
+    return await asyncio.shield(pending)
+
+
+def _forget_failed_badge(key: tuple[int, int, Any, Any], done: asyncio.Future) -> None:
+    if done.cancelled() or done.exception() is not None:
+        _rendered_badges.pop(key, None)
+
+
+async def _read_badge(session_id: int, policy: dict[str, Any]) -> str:
+    return render_badge(await read_redis(presenters.badge_for)(session_id, policy))
 
 
 class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
@@ -381,12 +437,12 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
             fragments = []
             burst = bursts.get(event.get("burst"))
             if burst and event.get("kind") in SUMMARY_KINDS:
-                html = presenters.summary_fragment(event, burst)
+                html = rendered_summary(self.session_id, event, burst)
                 if html:
                     fragments.append({"id": "burst-summary", "html": html})
             if i == last_state_change and self._policy is not None:
-                view = await read_redis(presenters.badge_for)(self.session_id, self._policy)
-                fragments.append({"id": "breaker-badge", "html": render_badge(view)})
+                html = await rendered_badge(self.session_id, self._policy, event)
+                fragments.append({"id": "breaker-badge", "html": html})
             if fragments:  # this page's own: spliced in as the row's last key
                 text = f'{text[:-1]}, "fragments": {json.dumps(fragments)}}}'
             if event.get("kind") in BURST_END_KINDS:

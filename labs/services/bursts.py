@@ -114,7 +114,13 @@ def burst_start(*, session: LabSession, user, size: int, concurrency: int = 1) -
 def _start(*, session: LabSession, user, size: int, concurrency: int) -> Burst:
     try:
         with transaction.atomic():
-            locked = LabSession.objects.select_for_update().get(pk=session.pk)
+            # Only the columns this changes or journals (not the policy, dependency and state
+            # JSON, which a Run burst request would otherwise decode for nothing).
+            locked = (
+                LabSession.objects.select_for_update()
+                .only("id", "classroom_id", "burst_count", "next_call_no", "updated_at")
+                .get(pk=session.pk)
+            )
             if locked.bursts.filter(status__in=Burst.ACTIVE_STATUSES).exists():
                 raise BurstAlreadyRunning(_already_running_message())
             locked.burst_count += 1

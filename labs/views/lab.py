@@ -70,10 +70,12 @@ def is_read_only(user, session: LabSession) -> bool:
     return session.owner_id != user.pk
 
 
-def writable_session(request: HtmxHttpRequest, pk: int) -> LabSession:
-    """The session for a write view: 404 if invisible, 403 if the user only watches it."""
-    session = visible_session(request.user, pk)
-    if is_read_only(request.user, session):
+def writable_session(request: HtmxHttpRequest, pk: int, *, related: bool = True) -> LabSession:
+    """The session for a write view: 404 if invisible, 403 if the user only watches it
+    (``related``: see :func:`labs.selectors.owned_session`)."""
+    session = selectors.owned_session(request.user, pk, related=related)
+    if session is None:
+        visible_session(request.user, pk)  # 404 for a session the user may not see
         raise PermissionDenied("This session belongs to someone else: you can only watch it.")
     return session
 
@@ -327,7 +329,7 @@ def session_policy(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def session_burst(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """Run a burst: 400 with the ranges for bad numbers, 409 while one is running, 429 past
     the per-user limit and 503 while Redis is unreachable (nothing queued, try again)."""
-    session = writable_session(request, pk)
+    session = writable_session(request, pk, related=False)
     form = BurstForm(request.POST)
     form.is_valid()
     if form.too_long:

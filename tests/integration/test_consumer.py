@@ -635,3 +635,106 @@ def test_the_badge_follows_a_policy_change_without_reading_the_session_per_push(
     (badge,) = async_to_sync(scenario)()
     assert 'data-state="open"' in badge["html"]
     assert "of 7" in badge["html"]
+
+
+def live_rows(session: LabSession) -> list[dict]:
+    """A queued burst's row and a breaker transition, written without a push, as a worker's
+    journal writer would push them (with the ``emitted`` stamp of a live event)."""
+    burst = Burst.objects.create(session=session, number=1, size=3, concurrency=1)
+    entries = [
+        journal.Entry(
+            session_id=session.pk, classroom_id=session.classroom_id, kind="burst_queued",
+            message="burst 1 queued", burst_id=burst.pk,
+            data={"burst": 1, "size": 3, "concurrency": 1}, emitted=1.0e9,
+        ),
+        journal.Entry(
+            session_id=session.pk, classroom_id=session.classroom_id, kind="transition",
+            message="closed -> open", state_from="closed", state_to="open", emitted=1.0e9,
+        ),
+    ]  # fmt: skip
+    with transaction.atomic():
+        written = journal.append_entries(entries)
+    return [journal.entry_payload(w) for w in written]
+
+
+def test_pages_watching_one_session_share_one_summary_render_and_one_badge_read(
+    world, monkeypatch
+):
+    """Three pages watch one session: a live push's summary panel is rendered once and its
+    breaker badge read from Redis and rendered once for all of them, and every page gets the
+    same bytes (a replayed row still reads the badge afresh: see rendered_badge)."""
+    session = world["session"]
+    summaries: list[int] = []
+    badges: list[int] = []
+    real_summary, real_badge = consumers.presenters.summary_fragment, consumers.presenters.badge_for
+
+    def counted_summary(event, facts):
+        summaries.append(event["seq"])
+        return real_summary(event, facts)
+
+    def counted_badge(session_id, policy):
+        badges.append(session_id)
+        return real_badge(session_id, policy)
+
+    monkeypatch.setattr(consumers.presenters, "summary_fragment", counted_summary)
+    monkeypatch.setattr(consumers.presenters, "badge_for", counted_badge)
+    pages = [socket(session.pk, world[who], after=0) for who in ("alice", "teacher", "alice")]
+    layer = get_channel_layer()
+
+    async def scenario():
+        for comm in pages:
+            assert (await comm.connect(TIMEOUT))[0]
+            assert (await receive(comm))["type"] == "state"
+        badges.clear()  # the state message on connect reads the badge for each page
+        events = await database_sync_to_async(live_rows)(session)
+        await layer.group_send(
+            broadcast.session_group(session.pk),
+            {"type": "journal.events", "session": session.pk, "events": events},
+        )
+        got = [await receive_events(comm, lambda e: e["kind"] == "transition") for comm in pages]
+        for comm in pages:
+            await comm.disconnect()
+        return got
+
+    got = async_to_sync(scenario)()
+    first = got[0]
+    assert [e["kind"] for e in first] == ["burst_queued", "transition"]
+    assert [f["id"] for f in first[0]["fragments"]] == ["burst-summary"]
+    assert [f["id"] for f in first[1]["fragments"]] == ["breaker-badge"]
+    assert 'id="breaker-badge"' in first[1]["fragments"][0]["html"]  # read from Redis
+    for events in got[1:]:
+        assert [e.get("fragments") for e in events] == [e.get("fragments") for e in first]
+    assert summaries == [first[0]["seq"]]  # once, not once per page
+    assert badges == [session.pk]
+
+
+def test_a_live_push_without_a_gap_reads_nothing_from_the_database(world, monkeypatch):
+    """A push that follows the page's last row, of a burst whose queued row the page saw,
+    is forwarded with no query: only the journal check a second later reads the database."""
+    session = world["session"]
+    page = socket(session.pk, world["alice"], after=0)
+    layer = get_channel_layer()
+    reads: list[str] = []
+    real_read = consumers.read
+
+    def counted_read(function):
+        reads.append(function.__name__)
+        return real_read(function)
+
+    async def scenario():
+        assert (await page.connect(TIMEOUT))[0]
+        assert (await receive(page))["type"] == "state"
+        events = await database_sync_to_async(live_rows)(session)
+        monkeypatch.setattr(consumers, "read", counted_read)
+        await layer.group_send(
+            broadcast.session_group(session.pk),
+            {"type": "journal.events", "session": session.pk, "events": events},
+        )
+        got = await receive_events(page, lambda e: e["kind"] == "transition")
+        forwarded_with = list(reads)
+        await page.disconnect()
+        return got, forwarded_with
+
+    got, forwarded_with = async_to_sync(scenario)()
+    assert [e["seq"] for e in got] == [1, 2]
+    assert forwarded_with == []

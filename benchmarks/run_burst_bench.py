@@ -1,0 +1,81 @@
+"""CPU one Run burst request costs in Django, measured in one process with nothing else running.
+
+    .venv/bin/python benchmarks/run_burst_bench.py [--requests 60]
+
+Sets up like push_bench.py (its own SQLite file or DATABASE_URL, its own redis-server on a
+free port, the deployed settings), creates one student and lab session per request, and
+POSTs Run burst once per session through Django's test client, as htmx sends it. No worker
+runs, so each burst stays queued; the Celery message goes to the private broker.
+
+Printed per request: CPU time of the thread that served it (``time.thread_time``, so other
+processes on the machine do not count), wall time, and the number of SQL statements. This is
+Django's part only: daphne's ASGI hop and its thread per request are not in it (push_bench's
+``LAB_REQUEST_TIMING=true`` log has those, docs/scaling.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.update({"DJANGO_DEBUG": "false", "DJANGO_SECURE_SSL_REDIRECT": "false",
+                   "DJANGO_SECURE_COOKIES": "false"})  # fmt: skip
+from benchmarks import push_bench  # noqa: E402  (starts the private redis-server, like push_bench)
+from benchmarks.bench_common import pct  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=60)
+    args = parser.parse_args()
+    try:
+        push_bench.setup_django()
+        from django.conf import settings
+        from django.db import connection
+        from django.test import Client
+        from django.test.utils import CaptureQueriesContext
+
+        sessions = push_bench.make_sessions(args.requests + 5)
+        warm, timed = sessions[:5], sessions[5:]
+        cpu_ms, wall_ms, queries = [], [], []
+        # One client: each new one builds its middleware again (whitenoise scans every
+        # static file when it is built, as daphne does once at its first request).
+        client = Client(HTTP_HOST="127.0.0.1")
+        for n, (session_id, cookie) in enumerate(warm + timed):
+            client.cookies[settings.SESSION_COOKIE_NAME] = cookie
+            with CaptureQueriesContext(connection) as captured:
+                cpu, wall = time.thread_time(), time.perf_counter()
+                response = client.post(
+                    f"/sessions/{session_id}/bursts/", {"size": "20", "concurrency": "1"},
+                    HTTP_HX_REQUEST="true",
+                )  # fmt: skip
+                cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+            if response.status_code != 200:
+                sys.exit(f"Run burst answered {response.status_code}: {response.content[:300]!r}")
+            if n >= len(warm):
+                cpu_ms.append(cpu * 1000)
+                wall_ms.append(wall * 1000)
+                queries.append(len(captured.captured_queries))
+        db = "SQLite" if "sqlite" in settings.DATABASES["default"]["ENGINE"] else "PostgreSQL"
+        print(f"run_burst_bench: {db}, {len(timed)} Run burst requests through Django's test "
+              f"client, one per session (after {len(warm)} untimed)")  # fmt: skip
+        print(f"{'':>10} {'p50':>7} {'mean':>7} {'max':>7}")
+        for name, values in (("CPU ms", cpu_ms), ("wall ms", wall_ms), ("queries", queries)):
+            mean = sum(values) / len(values)
+            print(f"{name:>10} {pct(values, 0.5):7.2f} {mean:7.2f} {max(values):7.2f}")
+    finally:
+        if push_bench._PRIVATE_REDIS is not None:
+            push_bench._PRIVATE_REDIS.terminate()
+        path = os.environ.get("LAB_SQLITE_PATH", "")
+        if f"push-bench-{os.getpid()}." in path:
+            for suffix in ("", "-wal", "-shm"):
+                Path(path + suffix).unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    main()
