@@ -302,17 +302,26 @@ def _form_values_of_policy(changes: dict[str, Any]) -> dict[str, str]:
 
 
 def chart_payload(payload: dict[str, Any]) -> dict[str, Any]:
-    """The part of an event the timeline needs (no message, no actor)."""
+    """The part of an event the timeline and the traffic strip need (no message, no actor).
+
+    Of a shared-dependency attempt's decision it keeps the outcome the client saw (ok,
+    error, shed, skipped, timeout), the arrival and the arrival second's offered count
+    (``second_offered``: the session's share of the class's load, see docs/engine.md).
+    """
     keep = (
         "seq", "kind", "burst", "t_ms", "at", "call", "attempt", "outcome", "error",
         "latency_ms", "backoff_ms", "state_from", "state_to",
     )  # fmt: skip
     data = payload.get("data") or {}
     small = {k: payload.get(k) for k in keep}
-    small["data"] = {
-        k: data[k] for k in ("probe", "size", "first_call", "start_ms", "end_ms") if k in data
-    }
+    small["data"] = {k: data[k] for k in _CHART_DATA if k in data}
     return small
+
+
+_CHART_DATA = (
+    "probe", "size", "first_call", "start_ms", "end_ms",
+    "outcome", "arrival_us", "second_offered",
+)  # fmt: skip
 
 
 # --- the breaker badge -----------------------------------------------------------------------
