@@ -1,7 +1,7 @@
 """Steady traffic on the class's shared dependency through the real stack: what it costs.
 
     .venv/bin/python benchmarks/storm_bench.py [--sessions 30] [--rate 10] [--for 60]
-        [--workers 2] [--policy resilient] [--servers 64] [--service-ms 40]
+        [--workers 2] [--policy resilient] [--servers 64] [--service-ms 40] [--profile DIR]
 
 Starts its own ``redis-server`` on a free port, uses its own SQLite file (or DATABASE_URL),
 migrates, starts ``--workers`` real ``celery worker`` processes (the command ``make run``
@@ -26,6 +26,10 @@ costs, not a storm. Prints:
   and the channel layer's;
 - CPU per process (``/proc/<pid>/stat`` user+system) over the run, in ms per attempt: each
   worker, each of its child processes (the journal writer), ``redis-server``.
+
+With ``--profile DIR`` every thread of the workers and their writers is profiled on its CPU
+clock (``benchmarks/cpu_profile``); ``benchmarks/cpu_profile/report.py DIR`` prints the top
+functions. The profiler's cost changes the figures above: profile and measure in separate runs.
 """
 
 from __future__ import annotations
