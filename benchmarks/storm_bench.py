@@ -1,7 +1,7 @@
 """Steady traffic on the class's shared dependency through the real stack: what it costs.
 
     .venv/bin/python benchmarks/storm_bench.py [--sessions 30] [--rate 10] [--for 60]
-        [--workers 2] [--policy resilient] [--servers 64] [--service-ms 40]
+        [--workers 2] [--policy resilient] [--servers 64] [--service-ms 40] [--profile DIR]
 
 Starts its own ``redis-server`` on a free port, uses its own SQLite file (or DATABASE_URL),
 migrates, starts ``--workers`` real ``celery worker`` processes (the command ``make run``
@@ -26,6 +26,10 @@ costs, not a storm. Prints:
   and the channel layer's;
 - CPU per process (``/proc/<pid>/stat`` user+system) over the run, in ms per attempt: each
   worker, each of its child processes (the journal writer), ``redis-server``.
+
+With ``--profile DIR`` every thread of the workers and their writers is profiled on its CPU
+clock (``benchmarks/cpu_profile``); ``benchmarks/cpu_profile/report.py DIR`` prints the top
+functions. The profiler's cost changes the figures above: profile and measure in separate runs.
 """
 
 from __future__ import annotations
@@ -109,11 +113,17 @@ def setup_django() -> None:
     call_command("migrate", verbosity=0)
 
 
-def start_worker(i: int, concurrency: int) -> subprocess.Popen:
+def start_worker(i: int, concurrency: int, profile: str | None = None) -> subprocess.Popen:
     from lab_project.processes import worker_cmd
 
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env["PATH"]
+    if profile:  # cProfile (CPU time) of every thread of the worker and its writer
+        Path(profile).mkdir(parents=True, exist_ok=True)
+        env["CPU_PROFILE_DIR"] = profile
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(ROOT / "benchmarks" / "cpu_profile"), str(ROOT), env.get("PYTHONPATH", "")]
+        )
     log = open(Path(tempfile.gettempdir()) / f"failurelab-storm-worker{i}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [*worker_cmd(concurrency), "-n", f"storm{i}@%h", "--without-heartbeat",
@@ -178,7 +188,7 @@ def run(args) -> None:
     from labs.models import JournalEvent, Traffic
     from labs.services.simulate import classroom_simulate
 
-    workers = [start_worker(i + 1, args.concurrency) for i in range(args.workers)]
+    workers = [start_worker(i + 1, args.concurrency, args.profile) for i in range(args.workers)]
     try:
         time.sleep(2)  # the writer processes start beside the workers
         room = make_class(args)
@@ -287,6 +297,9 @@ def main() -> None:
     parser.add_argument("--servers", type=int, default=64)
     parser.add_argument("--service-ms", type=int, default=40)
     parser.add_argument("--max-queue-ms", type=int, default=1000)
+    parser.add_argument("--profile", metavar="DIR",
+                        help="profile the workers' and writers' threads (CPU time) into DIR "
+                        "(benchmarks/cpu_profile; print with its report.py)")  # fmt: skip
     args = parser.parse_args()
     try:
         setup_django()

@@ -360,23 +360,30 @@ def _form_values_of_policy(changes: dict[str, Any]) -> dict[str, str]:
 
 
 def chart_payload(payload: dict[str, Any]) -> dict[str, Any]:
-    """The part of an event the timeline needs (no message, no actor): ``data.burst`` is the
-    burst's number on its ``burst_queued`` and ``burst_end`` rows (the timeline's what-if
-    link names it)."""
+    """The part of an event the timeline and the traffic strip need (no message, no actor).
+
+    ``data.burst`` is the burst's number on its ``burst_queued`` and ``burst_end`` rows (the
+    timeline's what-if link names it); ``host`` and ``dependency`` place an attempt in its
+    lane. Of a shared-dependency attempt's decision it keeps the outcome the client saw (ok,
+    error, shed, skipped, timeout), the arrival and the arrival second's offered count
+    (``second_offered``: the session's share of the class's load, see docs/engine.md).
+    """
     keep = (
         "seq", "kind", "burst", "t_ms", "at", "call", "attempt", "outcome", "error",
         "latency_ms", "backoff_ms", "state_from", "state_to",
     )  # fmt: skip
     data = payload.get("data") or {}
     small = {k: payload.get(k) for k in keep}
-    small["data"] = {
-        k: data[k]
-        for k in ("probe", "size", "first_call", "start_ms", "end_ms", "burst", "host", "dependency")
-        if k in data
-    }
+    small["data"] = {k: data[k] for k in _CHART_DATA if k in data}
     if "whatif" in payload:  # the burst cannot be replayed (see journal_row)
         small["whatif"] = payload["whatif"]
     return small
+
+
+_CHART_DATA = (
+    "probe", "size", "first_call", "start_ms", "end_ms", "burst", "host", "dependency",
+    "outcome", "arrival_us", "second_offered",
+)  # fmt: skip
 
 
 # --- the breaker badge -----------------------------------------------------------------------

@@ -213,6 +213,7 @@ class Decision:
     server: int
     wait_us: int
     service_us: int
+    second_offered: int
 
     @property
     def latency_ms(self) -> float:
@@ -230,6 +231,7 @@ class Decision:
             "server": self.server,
             "wait_us": self.wait_us,
             "service_us": self.service_us,
+            "second_offered": self.second_offered,
         }
 
 
@@ -424,14 +426,16 @@ class MemorySharedModel:
             wait = start - t
             counts = self._fields
             sec = _sec(t)
-            counts[f"{sec}:offered"] += 1
+            offered_key = f"{sec}:offered"
+            counts[offered_key] += 1
+            offered = counts[offered_key]
             counts[f"{sec}:calls" if attempt <= 1 else f"{sec}:retries"] += 1
             if wait > cfg.max_queue_ms * 1000:
                 counts[f"{sec}:shed"] += 1
-                return Decision("shed", t, t, 0, 0, -1, wait, service)
+                return Decision("shed", t, t, 0, 0, -1, wait, service, offered)
             if deadline_us is not None and start >= t + deadline_us:
                 counts[f"{sec}:skipped"] += 1
-                return Decision("skipped", t, t, 0, 0, -1, wait, service)
+                return Decision("skipped", t, t, 0, 0, -1, wait, service, offered)
             finish = start + service
             free[best] = finish
             counts[f"{sec}:q{wait_bucket(wait)}"] += 1
@@ -439,13 +443,13 @@ class MemorySharedModel:
                 answer = t + timeout_us
                 counts[f"{_sec(answer)}:timeout"] += 1
                 counts[f"{_sec(finish)}:wasted_us"] += service
-                return Decision("timeout", t, answer, start, finish, best, wait, service)
+                return Decision("timeout", t, answer, start, finish, best, wait, service, offered)
             if down:
                 counts[f"{_sec(finish)}:error"] += 1
-                return Decision("error", t, finish, start, finish, best, wait, service)
+                return Decision("error", t, finish, start, finish, best, wait, service, offered)
             counts[f"{_sec(finish)}:ok"] += 1
             counts[f"{_sec(finish)}:calls_ok"] += 1
-            return Decision("ok", t, finish, start, finish, best, wait, service)
+            return Decision("ok", t, finish, start, finish, best, wait, service, offered)
 
     # -- reading -----------------------------------------------------------------------------
 

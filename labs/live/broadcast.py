@@ -81,8 +81,8 @@ async def asend_all(pushes: Iterable[Push]) -> None:
 
 
 def send_all(pushes: Iterable[Push]) -> None:
-    """:func:`asend_all` for request code (call it from ``on_commit``): one pipelined round trip
-    on a plain Redis client, no event loop."""
+    """:func:`asend_all` for synchronous code (request code from ``on_commit``, the journal
+    writer's thread): one pipelined round trip on a plain Redis client, no event loop."""
     pushes = list(pushes)
     if not pushes:
         return

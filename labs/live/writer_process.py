@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -139,6 +140,10 @@ def _child_main() -> None:
     writer = JournalWriter(
         after_write=store_snapshots_after_write, on_prepared=prepared, on_done=done
     )
+    # The boot's objects out of the collector's reach (as the worker does, lab_project/
+    # celery.py): a full collection no longer holds a batch for a few hundred milliseconds.
+    gc.collect()
+    gc.freeze()
     skip_through = 0  # ids a dead predecessor had committed (see _RESUME)
     while True:
         frame = frames.get()

@@ -10,8 +10,11 @@ A :class:`~labs.models.Traffic` row moves QUEUED -> RUNNING -> DONE | STOPPED | 
   ``traffic_start`` and enqueues ``labs.run_traffic`` on commit.
 - :func:`traffic_run` claims QUEUED -> RUNNING and runs the calls on one thread
   (``labs.live.traffic.PacedClock``), concurrently with each other and with the session's
-  bursts. Every ``CHECK_INTERVAL_S`` it touches ``heartbeat_at`` and looks at
-  ``stop_requested``. It journals ``traffic_end`` when the last call has finished.
+  bursts. Every ``CHECK_INTERVAL_S`` one thread per worker process (the traffic watch)
+  touches ``heartbeat_at`` of every run the process is running and looks at their
+  ``stop_requested`` (two queries for all of them), and each run looks, between calls, at
+  whether the session's dependency settings changed. It journals ``traffic_end`` when the
+  last call has finished.
 - :func:`traffic_stop` asks a running run to start no further call (the calls in flight
   finish, never cut in half) or ends a queued one at once.
 - :func:`traffic_reap_stale` marks a RUNNING run whose heartbeat is older than
@@ -46,7 +49,8 @@ from labs.services.bursts import WORKER_ID, BurstRefused, reap_interval
 
 logger = logging.getLogger(__name__)
 
-#: Seconds between two looks at ``stop_requested`` (and two heartbeats) of a running run.
+#: Seconds between two looks at ``stop_requested`` (and two heartbeats) of a running run,
+#: and between two looks at the session's dependency settings.
 CHECK_INTERVAL_S = 0.5
 
 
@@ -200,8 +204,10 @@ def traffic_run(*, traffic_id: int) -> str:
     writer = get_writer()
     outcomes: Counter[str] = Counter()
     stop = {"asked": False, "started": 0}
-
-    watch: runtime.DependencyWatch | None = None
+    # The run's thread never waits for the database while calls are in flight (on SQLite an
+    # UPDATE queues for the journal writers' lock, and every call due meanwhile would wake
+    # late): the process's traffic watch keeps the heartbeat and reads stop_requested.
+    watched = _watch(traffic_id)
 
     def sink(event) -> None:
         writer.submit(
@@ -209,8 +215,6 @@ def traffic_run(*, traffic_id: int) -> str:
                 event, session_id=session.pk, classroom_id=session.classroom_id, burst_id=None
             )
         )
-        if event.kind == "call_result" and watch is not None:
-            watch.check()  # a dependency change lands between calls, as in a burst
 
     clock = PacedClock()
     schedule = arrival_schedule(traffic.rate, traffic.duration_s, traffic.arrivals, traffic.seed)
@@ -218,6 +222,7 @@ def traffic_run(*, traffic_id: int) -> str:
         with runtime.burst_redis(1) as client:
             engine = runtime.build_engine(session, sink=sink, clock=clock, client=client)
             watch = runtime.DependencyWatch(session, engine, engine.rng, clock=clock)
+            connection.close()  # not needed again until the run ends
             t0 = clock.now()
             end = t0 + traffic.duration_s
 
@@ -227,6 +232,7 @@ def traffic_run(*, traffic_id: int) -> str:
 
             def arrive(i: int) -> None:
                 # One arrival scheduled at a time: after a stop nothing is left waiting.
+                stop["asked"] = stop["asked"] or watched.stop
                 if stop["asked"]:
                     return
                 stop["started"] += 1
@@ -235,14 +241,11 @@ def traffic_run(*, traffic_id: int) -> str:
                     clock.call_at(max(t0 + schedule[i + 1], clock.now()), arrive, i + 1)
 
             def check() -> None:
-                # The heartbeat goes on while calls are in flight after the last arrival or
-                # a stop, so a run finishing its calls is never taken for a dead one.
-                Traffic.objects.filter(pk=traffic_id, status=Traffic.Status.RUNNING).update(
-                    heartbeat_at=timezone.now()
-                )
-                if not stop["asked"]:
-                    row = Traffic.objects.filter(pk=traffic_id).values("stop_requested").first()
-                    stop["asked"] = row is None or row["stop_requested"]
+                # A dependency change lands between attempts, never in one (one GET per
+                # CHECK_INTERVAL_S, not one per call). The loop goes on while calls are in
+                # flight after the last arrival or a stop.
+                watch.check()
+                stop["asked"] = stop["asked"] or watched.stop
                 arriving = not stop["asked"] and clock.now() < end
                 in_flight = stop["started"] > sum(outcomes.values())
                 if arriving or in_flight:
@@ -288,8 +291,73 @@ def traffic_run(*, traffic_id: int) -> str:
             status=status, finished_at=timezone.now(), error=repr(exc)
         )
     finally:
+        _unwatch(traffic_id)
         connection.close()
     return status
+
+
+# --- The traffic watch: heartbeats and stop requests of every run in this process ------------
+
+
+class _Watched:
+    """What the traffic watch knows of one run: whether a stop was asked (or the row is
+    gone). Written by the watch thread, read by the run's thread (a plain attribute)."""
+
+    __slots__ = ("stop",)
+
+    def __init__(self) -> None:
+        self.stop = False
+
+
+_watched: dict[int, _Watched] = {}
+_watch_lock = threading.Lock()
+_watch_thread: threading.Thread | None = None
+
+
+def _watch(traffic_id: int) -> _Watched:
+    """Put a claimed run under the process's traffic watch (started on first use)."""
+    global _watch_thread
+    watched = _Watched()
+    with _watch_lock:
+        _watched[traffic_id] = watched
+        if _watch_thread is None:
+            _watch_thread = threading.Thread(target=_watch_loop, name="traffic-watch", daemon=True)
+            _watch_thread.start()
+    return watched
+
+
+def _unwatch(traffic_id: int) -> None:
+    with _watch_lock:
+        _watched.pop(traffic_id, None)
+
+
+def _watch_loop() -> None:
+    """Every ``CHECK_INTERVAL_S``: one UPDATE touching the heartbeat of every run this process
+    is running, one SELECT of their ``stop_requested``. Per process, not per run: thirty runs
+    in a worker cost two queries per interval, not sixty, and none on a run's thread."""
+    while True:
+        time.sleep(CHECK_INTERVAL_S)
+        with _watch_lock:
+            watched = dict(_watched)
+        if not watched:
+            connection.close()  # nothing to watch: no connection held open meanwhile
+            continue
+        try:
+            _watch_tick(watched)
+        except Exception:  # the watch must outlive a database hiccup
+            logger.exception("traffic watch failed")
+            connection.close()
+
+
+def _watch_tick(watched: dict[int, _Watched]) -> None:
+    ids = list(watched)
+    Traffic.objects.filter(pk__in=ids, status=Traffic.Status.RUNNING).update(
+        heartbeat_at=timezone.now()
+    )
+    rows = dict(Traffic.objects.filter(pk__in=ids).values_list("pk", "stop_requested"))
+    for traffic_id, entry in watched.items():
+        if rows.get(traffic_id, True):  # a stop asked, or the row is gone
+            entry.stop = True
 
 
 def _summary(traffic: Traffic, started: int, outcomes: Counter[str]) -> dict:

@@ -167,6 +167,18 @@ def test_counters_per_second_count_each_event_at_its_second(model):
     assert rows[0].waits[wait_bucket(0)] == 2 and sum(rows[0].waits) == 3
 
 
+def test_every_reply_carries_its_arrival_second_s_offered_count_so_far(model):
+    # ok, a client timeout and a shed all count; the count starts again in each second
+    replies = [model.decide(0), model.decide(0, timeout_us=5 * MS)]
+    replies += [model.decide(t * MS) for t in (10, 20, 30)]
+    replies += [model.decide(1_000 * MS), model.decide(1_200 * MS, attempt=2)]
+    assert [r.outcome for r in replies[:5]] == ["ok", "timeout", "ok", "ok", "shed"]
+    assert [r.second_offered for r in replies] == [1, 2, 3, 4, 5, 1, 2]
+    assert all(r.to_dict()["second_offered"] == r.second_offered for r in replies)
+    # the last reply of a second carries the counter's value
+    assert {s.second: s.offered for s in model.counters()} == {0: 5, 1: 2}
+
+
 def test_wait_quantiles_read_the_histogram():
     hist = [0] * len(WAIT_BOUNDS_MS)
     hist[wait_bucket(0)] = 50

@@ -233,3 +233,21 @@ def test_bad_triggers_are_refused_and_nothing_fires(
     )
     assert response.status_code == 422
     assert range_text.encode() in response.content
+
+
+def test_the_page_s_chart_events_keep_what_the_share_of_the_load_needs(classroom):
+    """A shared attempt's chart event (what the lab page loads, beside the pushed rows) keeps
+    the outcome the client saw, the arrival and the arrival second's offered count."""
+    from labs.engine import SharedConfig
+    from labs.presenters import chart_payload
+
+    model = runtime.configure_shared(classroom.pk, SharedConfig(servers=1, service_ms=5))
+    first, second = model.decide(), model.decide(timeout_us=1)
+    assert second.outcome == "timeout"
+    for decision in (first, second):
+        event = chart_payload({"seq": 1, "kind": "attempt", "data": decision.to_dict()})
+        assert event["data"] == {
+            "outcome": decision.outcome,
+            "arrival_us": decision.arrival_us,
+            "second_offered": decision.second_offered,
+        }

@@ -4,7 +4,8 @@
 -- KEYS[2] counters hash "<second>:<name>" -> count
 -- ARGV[1] arrival us ('' = Redis TIME), ARGV[2] timeout us (-1 none),
 -- ARGV[3] deadline us after arrival (-1 none), ARGV[4] attempt number, ARGV[5] counters TTL ms
--- Reply {outcome, arrival, answer, start, finish, server (0-based, -1), wait, service}
+-- Reply {outcome, arrival, answer, start, finish, server (0-based, -1), wait, service,
+--   the arrival second's offered count after this attempt}
 local m, k = KEYS[1], KEYS[2]
 local cfg = redis.call('HMGET', m, 'servers', 'service_us', 'max_queue_us', 'last',
   'trig', 'trig_from', 'trig_until', 'trig_pct')
@@ -43,7 +44,7 @@ if best_free > t then start = best_free end
 local wait = start - t
 local function sec(x) return fmt((x - x % 1000000) / 1000000) end
 local s = sec(t)
-redis.call('HINCRBY', k, s .. ':offered', 1)
+local offered = redis.call('HINCRBY', k, s .. ':offered', 1)
 if tonumber(ARGV[4]) <= 1 then
   redis.call('HINCRBY', k, s .. ':calls', 1)
 else
@@ -52,12 +53,12 @@ end
 redis.call('PEXPIRE', k, ARGV[5])
 if wait > tonumber(cfg[3]) then
   redis.call('HINCRBY', k, s .. ':shed', 1)
-  return {'shed', t, t, 0, 0, -1, wait, service}
+  return {'shed', t, t, 0, 0, -1, wait, service, offered}
 end
 local deadline = tonumber(ARGV[3])
 if deadline >= 0 and start >= t + deadline then
   redis.call('HINCRBY', k, s .. ':skipped', 1)
-  return {'skipped', t, t, 0, 0, -1, wait, service}
+  return {'skipped', t, t, 0, 0, -1, wait, service, offered}
 end
 local finish = start + service
 redis.call('HSET', m, 'f' .. best, fmt(finish))
@@ -74,13 +75,13 @@ if timeout >= 0 and finish - t > timeout then
   local answer = t + timeout
   redis.call('HINCRBY', k, sec(answer) .. ':timeout', 1)
   redis.call('HINCRBY', k, sec(finish) .. ':wasted_us', fmt(service))
-  return {'timeout', t, answer, start, finish, best, wait, service}
+  return {'timeout', t, answer, start, finish, best, wait, service, offered}
 end
 local fs = sec(finish)
 if down then
   redis.call('HINCRBY', k, fs .. ':error', 1)
-  return {'error', t, finish, start, finish, best, wait, service}
+  return {'error', t, finish, start, finish, best, wait, service, offered}
 end
 redis.call('HINCRBY', k, fs .. ':ok', 1)
 redis.call('HINCRBY', k, fs .. ':calls_ok', 1)
-return {'ok', t, finish, start, finish, best, wait, service}
+return {'ok', t, finish, start, finish, best, wait, service, offered}
