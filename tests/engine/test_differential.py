@@ -106,7 +106,8 @@ operations = st.lists(
 
 @pytest.fixture(scope="module")
 def module_redis():
-    redis = pytest.importorskip("redis")
+    import redis
+
     from .helpers import REDIS_URL
 
     client = redis.Redis.from_url(REDIS_URL)

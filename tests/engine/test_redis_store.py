@@ -37,7 +37,7 @@ def _env():
 
 @pytest.fixture
 def counting_client():
-    redis = pytest.importorskip("redis")
+    import redis
 
     class CountingRedis(redis.Redis):
         commands: list[str]
