@@ -58,6 +58,15 @@ def _start_journal_writer(**kwargs) -> None:
 
 
 @worker_ready.connect
+def _start_engine_hub(**kwargs) -> None:
+    """Start the engine hub's thread (labs.live.hub), where every burst's and traffic run's
+    calls run, before the first burst."""
+    from labs.live.hub import get_hub
+
+    get_hub()
+
+
+@worker_ready.connect
 def _start_health_heartbeat(**kwargs) -> None:
     """Record this worker's heartbeat and its journal writer's lag for /healthz."""
     from labs.live import health

@@ -6,6 +6,7 @@ from celery import shared_task
 from celery.signals import worker_ready
 
 from labs.live import queue
+from labs.live.hub import bookkeeping
 from labs.services import bursts, predictions, traffic
 from labs.services.classroom import classroom_fault_restore
 
@@ -16,7 +17,9 @@ def run_burst(burst_id: int) -> str:
     the predictions it ran (a step's question is graded even when no page asks)."""
     status = bursts.burst_run(burst_id=burst_id)
     if status == "done":
-        predictions.burst_predictions_grade(burst_id=burst_id)
+        with bookkeeping():
+            predictions.burst_predictions_grade(burst_id=burst_id)
+            bursts.release_connection()
     return status
 
 

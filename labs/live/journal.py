@@ -282,6 +282,9 @@ class JournalSink(Protocol):
     def submit(self, entry: Entry) -> None:
         """Queue one entry; cheap, thread-safe, never touches the database."""
 
+    def submit_many(self, entries: Sequence[Entry]) -> None:
+        """Queue several entries in order, at the cost of one (they stay in one batch)."""
+
     def flush(self, timeout: float = 30.0) -> bool:
         """Wait until everything submitted before this call is committed and pushed;
         False if that took longer than ``timeout`` seconds."""

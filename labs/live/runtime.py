@@ -9,12 +9,11 @@ the end of every burst, so if Redis loses a session's keys the state can be put 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +34,7 @@ from labs.engine import (
 )
 from labs.engine.replay import capture_start
 from labs.engine.routes import build_routes, needs_routes
+from labs.live.hub import get_hub
 from labs.live.journal import Written
 from labs.models import Burst, LabSession, SharedDependencyConfig
 
@@ -67,34 +67,10 @@ def namespace(session_id: int) -> str:
     return f"fl:{{s{session_id}}}"
 
 
-@contextlib.contextmanager
-def burst_redis(concurrency: int) -> Iterator[redis.Redis]:
-    """A Redis client of one burst's own, closed when the burst ends: with one caller, one
-    connection of the shared pool held for the whole burst; with ``concurrency`` callers, a
-    pool of that many connections, disconnected at the end.
-
-    A speed trick: through the process-wide client every round trip takes a connection from
-    the shared pool and gives it back under the pool's lock, and a hundred bursts' threads
-    queue on that lock, adding their waits to the timings students read. A client per burst
-    takes the lock out of the attempt's path (``benchmarks/burst_bench.py``, part b).
-    """
-    shared = engine_redis().connection_pool
-    own_pool = None
-    if concurrency <= 1:
-        client = redis.Redis(connection_pool=shared, single_connection_client=True)
-    else:
-        own_pool = redis.ConnectionPool(
-            connection_class=shared.connection_class,
-            max_connections=concurrency,
-            **shared.connection_kwargs,
-        )
-        client = redis.Redis(connection_pool=own_pool)
-    try:
-        yield client
-    finally:
-        client.close()
-        if own_pool is not None:
-            own_pool.disconnect()
+def hub_redis() -> redis.Redis:
+    """The engine hub's client on the engine's Redis (:mod:`labs.live.hub`): the commands the
+    hub's callers send go out together, one pipeline per round."""
+    return get_hub().redis(engine_redis().connection_pool)
 
 
 def session_store(session_id: int, client: redis.Redis | None = None) -> RedisStore:
@@ -158,7 +134,8 @@ def build_engine(
     client: redis.Redis | None = None,
 ) -> SessionEngine:
     """Engine objects for ``session``'s current settings (their store talks to Redis through
-    ``client``: a running burst passes its own, see :func:`burst_redis`).
+    ``client``; a running burst or traffic run passes the engine hub's, :func:`hub_redis`,
+    with the hub's clock).
 
     ``rng`` defaults to one seeded from the session's seed and burst count, so a burst can be
     replayed. A session in ``shared`` mode calls its class's shared dependency

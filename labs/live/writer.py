@@ -138,7 +138,7 @@ class JournalWriter:
         on_prepared: Prepared | None = None,
         on_done: Done | None = None,
     ) -> None:
-        self._queue: queue.SimpleQueue[Entry | _Flush | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Entry | list[Entry] | _Flush | None] = queue.SimpleQueue()
         self._max_batch = max_batch
         self._linger = linger
         self._after_write = after_write
@@ -154,6 +154,14 @@ class JournalWriter:
         if self._thread is None:
             self.start()
         self._queue.put(entry)
+
+    def submit_many(self, entries: Sequence[Entry]) -> None:
+        """Queue several entries in order; they land in one batch together."""
+        if not entries:
+            return
+        if self._thread is None:
+            self.start()
+        self._queue.put(list(entries))
 
     def flush(self, timeout: float = 30.0, *, close_connection: bool = False) -> bool:
         """Wait until everything submitted before this call is committed and pushed.
@@ -194,7 +202,7 @@ class JournalWriter:
             first = self._queue.get()
             batch: list[Entry] = []
             flushes: list[_Flush] = []
-            item: Entry | _Flush | None = first
+            item: Entry | list[Entry] | _Flush | None = first
             # Linger a few milliseconds after the first entry: one transaction and one push
             # for everything a burst emits meanwhile. Every batch costs the interpreter (the
             # GIL) time that bursts in this process would otherwise wait for when they wake
@@ -204,6 +212,8 @@ class JournalWriter:
             while True:
                 if isinstance(item, _Flush):
                     flushes.append(item)
+                elif isinstance(item, list):
+                    batch.extend(item)
                 elif item is not None:
                     batch.append(item)
                 if len(batch) >= self._max_batch:

@@ -156,6 +156,12 @@ def _child_main() -> None:
         if isinstance(item, Entry):
             ids.append(emit_id)
             writer.submit(item)
+        elif isinstance(item, list):
+            # A frame of several entries (``submit_many``): they go into one batch together,
+            # so a batch always ends with a frame's last entry, the one carrying its id.
+            ids.extend([0] * (len(item) - 1))
+            ids.append(emit_id)
+            writer.submit_many(item)
         elif item[0] == _FLUSH:
             writer.flush_async(lambda emit_id=emit_id: report(_DONE, emit_id))
         elif item[0] == _RESUME:
@@ -246,7 +252,11 @@ class JournalPipe:
         if self._evicted:
             from labs.live.writer import loss_entries
 
-            lost = [entry for _, entry in self._evicted]
+            lost = [
+                entry
+                for _, item in self._evicted
+                for entry in (item if isinstance(item, list) else [item])
+            ]
             self._evicted.clear()
             logger.error("journal writer process died with %d entries lost", len(lost))
             for entry in loss_entries(lost, "the journal writer died with them"):
@@ -339,6 +349,15 @@ class JournalPipe:
         payload = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
         with self._lock:
             self._write_locked(self._frame_locked(payload, entry))
+
+    def submit_many(self, entries: list) -> None:
+        """Queue several entries in order, as one frame (one pickle and one pipe write for
+        all of them: the engine hub hands over a round's entries this way)."""
+        if not entries:
+            return
+        payload = pickle.dumps(list(entries), protocol=pickle.HIGHEST_PROTOCOL)
+        with self._lock:
+            self._write_locked(self._frame_locked(payload, list(entries)))
 
     def flush(self, timeout: float = 30.0, *, close_connection: bool = False) -> bool:
         """Wait until every entry submitted before this call is committed and pushed."""

@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from labs.engine import LIMITS, Problem
 from labs.live import journal, queue, runtime
+from labs.live.hub import bookkeeping, get_hub
 from labs.live.writers import get_writer
 from labs.models import Burst, LabSession
 from labs.selectors import stale_runs
@@ -202,62 +203,70 @@ def burst_run(*, burst_id: int) -> str:
     Claims the burst first (QUEUED -> RUNNING); if the claim fails (a redelivered message, a
     burst already reaped) it does nothing and returns "skipped". It then stores the burst's
     start state (``Burst.start_state``: what a replay needs) and runs the burst with an rng
-    seeded as recorded there. Every engine event goes to
-    the process's journal writer; the row is marked DONE only after all its events are
-    committed. An exception in the engine marks the burst FAILED with the error journaled.
+    seeded as recorded there, on the process's engine hub (:mod:`labs.live.hub`; this thread
+    waits). Every engine event goes to the process's journal writer; the row is marked DONE
+    only after all its events are committed. An exception in the engine marks the burst
+    FAILED with the error journaled. The database work before and after the calls waits for
+    the process's bookkeeping turn (:func:`labs.live.hub.bookkeeping`).
     """
-    now = timezone.now()
-    claimed = Burst.objects.filter(pk=burst_id, status=Burst.Status.QUEUED).update(
-        status=Burst.Status.RUNNING, started_at=now, heartbeat_at=now, worker=WORKER_ID
-    )
-    if not claimed:
-        logger.info("burst %s not queued any more; nothing to do", burst_id)
-        return "skipped"
-    _ensure_heartbeat()
-    with _running_lock:
-        _running.add(burst_id)
-    burst = Burst.objects.select_related("session").get(pk=burst_id)
+    hub = get_hub()
+    with bookkeeping():
+        now = timezone.now()
+        claimed = Burst.objects.filter(pk=burst_id, status=Burst.Status.QUEUED).update(
+            status=Burst.Status.RUNNING, started_at=now, heartbeat_at=now, worker=WORKER_ID
+        )
+        if not claimed:
+            logger.info("burst %s not queued any more; nothing to do", burst_id)
+            return "skipped"
+        _ensure_heartbeat()
+        with _running_lock:
+            _running.add(burst_id)
+        burst = Burst.objects.select_related("session").get(pk=burst_id)
     session = burst.session
     writer = get_writer()
-
     watch: runtime.DependencyWatch | None = None
 
     def sink(event) -> None:
-        writer.submit(
+        hub.journal(
+            writer,
             journal.entry_from_event(
                 event, session_id=session.pk, classroom_id=session.classroom_id, burst_id=burst_id
-            )
+            ),
         )
         if event.kind == "call_result" and watch is not None:
             watch.check()
 
     try:
-        if runtime.restore_if_lost(session):
-            writer.submit(restored_entry(session, burst_id))
-        rng_seed = runtime.burst_rng_seed(session)
-        Burst.objects.filter(pk=burst_id).update(
-            start_state=runtime.start_state(session, burst, rng_seed)
-        )
-        # A burst spends its time sleeping and never touches the database until it ends (the
-        # journal writer does the writing): give the connection back, so a worker running a
-        # hundred bursts does not hold a hundred PostgreSQL connections.
-        connection.close()
-        with runtime.burst_redis(burst.concurrency) as client:
-            engine = runtime.build_engine(
-                session, sink=sink, client=client, rng=random.Random(rng_seed)
+        with bookkeeping():
+            if runtime.restore_if_lost(session):
+                writer.submit(restored_entry(session, burst_id))
+            rng_seed = runtime.burst_rng_seed(session)
+            Burst.objects.filter(pk=burst_id).update(
+                start_state=runtime.start_state(session, burst, rng_seed)
             )
-            watch = runtime.DependencyWatch(session, engine, engine.rng)
-            result = engine.client.run_burst(
+            # A burst never touches the database until it ends (the journal writer does
+            # the writing): give the connection back (see release_connection).
+            release_connection()
+            # The calls run on the process's engine hub: its clock, its batched Redis client.
+            engine = runtime.build_engine(
+                session, sink=sink, client=runtime.hub_redis(), clock=hub.clock,
+                rng=random.Random(rng_seed),
+            )  # fmt: skip
+            watch = runtime.DependencyWatch(session, engine, engine.rng, clock=hub.clock)
+        result = hub.run(
+            lambda: engine.client.run_burst(
                 burst.size,
                 concurrency=burst.concurrency,
                 first_call=burst.first_call_no,
                 burst=burst.number,
             )
+        )
         writer.flush()
         status = Burst.Status.DONE
-        Burst.objects.filter(pk=burst_id, status=Burst.Status.RUNNING).update(
-            status=status, finished_at=timezone.now(), summary=result.summary()
-        )
+        with bookkeeping():
+            Burst.objects.filter(pk=burst_id, status=Burst.Status.RUNNING).update(
+                status=status, finished_at=timezone.now(), summary=result.summary()
+            )
     except Exception as exc:
         logger.exception("burst %s failed", burst_id)
         writer.submit(
@@ -271,14 +280,24 @@ def burst_run(*, burst_id: int) -> str:
         )
         writer.flush()
         status = Burst.Status.FAILED
-        Burst.objects.filter(pk=burst_id, status=Burst.Status.RUNNING).update(
-            status=status, finished_at=timezone.now(), error=repr(exc)
-        )
+        with bookkeeping():
+            Burst.objects.filter(pk=burst_id, status=Burst.Status.RUNNING).update(
+                status=status, finished_at=timezone.now(), error=repr(exc)
+            )
     finally:
         with _running_lock:
             _running.discard(burst_id)
-        connection.close()
+        release_connection()
     return status
+
+
+def release_connection() -> None:
+    """Give this thread's database connection back while its run does not need it, so a
+    worker running a hundred bursts does not hold a hundred PostgreSQL connections (with
+    ``DATABASE_POOL_SIZE`` the pool keeps it). SQLite's connection stays: it is a file
+    handle, and opening one again costs the next query more than the run saves."""
+    if connection.vendor != "sqlite":
+        connection.close()
 
 
 def restored_entry(session: LabSession, burst_id: int | None) -> journal.Entry:

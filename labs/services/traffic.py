@@ -8,9 +8,9 @@ A :class:`~labs.models.Traffic` row moves QUEUED -> RUNNING -> DONE | STOPPED | 
   session's row lock, and the partial unique index ``one_active_traffic_per_session``),
   fixes the arrival schedule (seeded), reserves one call number per arrival, journals
   ``traffic_start`` and enqueues ``labs.run_traffic`` on commit.
-- :func:`traffic_run` claims QUEUED -> RUNNING and runs the calls on one thread
-  (``labs.live.traffic.PacedClock``), concurrently with each other and with the session's
-  bursts. Every ``CHECK_INTERVAL_S`` one thread per worker process (the traffic watch)
+- :func:`traffic_run` claims QUEUED -> RUNNING and runs the calls as callers of the
+  process's engine hub (``labs.live.hub``), concurrently with each other and with every
+  other run's and burst's calls. Every ``CHECK_INTERVAL_S`` one thread per worker process (the traffic watch)
   touches ``heartbeat_at`` of every run the process is running and looks at their
   ``stop_requested`` (two queries for all of them), and each run looks, between calls, at
   whether the session's dependency settings changed. It journals ``traffic_end`` when the
@@ -34,11 +34,11 @@ from django.utils import timezone
 
 from labs.engine import FAST_FAIL_OUTCOMES, Problem
 from labs.live import journal, queue, runtime
+from labs.live.hub import get_hub
 from labs.live.traffic import (
     ARRIVALS,
     DURATION_RANGE,
     RATE_RANGE,
-    PacedClock,
     arrival_schedule,
 )
 from labs.live.writers import get_writer
@@ -186,11 +186,11 @@ def traffic_stop(*, session: LabSession, user) -> Traffic | None:
 
 
 def traffic_run(*, traffic_id: int) -> str:
-    """Run a queued traffic run to its end on this thread; returns the final status.
+    """Run a queued traffic run to its end; returns the final status (this thread waits).
 
     Claims the run first (a redelivered message finds nothing to claim: "skipped"). The
-    calls run as cooperative callers of one :class:`~labs.live.traffic.PacedClock`; every
-    engine event goes to the process's journal writer. When the schedule is done or a stop
+    calls run as cooperative callers of the process's engine hub (:mod:`labs.live.hub`);
+    every engine event goes to the process's journal writer. When the schedule is done or a stop
     was asked, no further call starts; the run ends when the calls in flight have finished.
     """
     now = timezone.now()
@@ -209,26 +209,39 @@ def traffic_run(*, traffic_id: int) -> str:
     # late): the process's traffic watch keeps the heartbeat and reads stop_requested.
     watched = _watch(traffic_id)
 
+    hub = get_hub()
+    clock = hub.clock
+
     def sink(event) -> None:
-        writer.submit(
+        hub.journal(
+            writer,
             journal.entry_from_event(
                 event, session_id=session.pk, classroom_id=session.classroom_id, burst_id=None
-            )
+            ),
         )
 
-    clock = PacedClock()
     schedule = arrival_schedule(traffic.rate, traffic.duration_s, traffic.arrivals, traffic.seed)
     try:
-        with runtime.burst_redis(1) as client:
-            engine = runtime.build_engine(session, sink=sink, clock=clock, client=client)
-            watch = runtime.DependencyWatch(session, engine, engine.rng, clock=clock)
-            connection.close()  # not needed again until the run ends
+        # Every call of the run is a caller on the process's engine hub (labs.live.hub), with
+        # every other run's and burst's calls; this thread waits for the run's end.
+        engine = runtime.build_engine(
+            session, sink=sink, clock=clock, client=runtime.hub_redis()
+        )
+        watch = runtime.DependencyWatch(session, engine, engine.rng, clock=clock)
+        connection.close()  # not needed again until the run ends
+
+        def run() -> None:
             t0 = clock.now()
             end = t0 + traffic.duration_s
 
             def call(call_no: int) -> None:
-                result = engine.client.call(call_no)
-                outcomes[result.outcome] += 1
+                try:
+                    result = engine.client.call(call_no)
+                except Exception:  # counted, so the run still ends when the others have
+                    logger.exception("traffic %s: call %s failed in the lab", traffic_id, call_no)
+                    outcomes["lab_error"] += 1
+                else:
+                    outcomes[result.outcome] += 1
 
             def arrive(i: int) -> None:
                 # One arrival scheduled at a time: after a stop nothing is left waiting.
@@ -240,21 +253,21 @@ def traffic_run(*, traffic_id: int) -> str:
                 if i + 1 < len(schedule):
                     clock.call_at(max(t0 + schedule[i + 1], clock.now()), arrive, i + 1)
 
-            def check() -> None:
+            if schedule:
+                clock.call_at(max(t0 + schedule[0], clock.now()), arrive, 0)
+            while True:
                 # A dependency change lands between attempts, never in one (one GET per
-                # CHECK_INTERVAL_S, not one per call). The loop goes on while calls are in
+                # CHECK_INTERVAL_S, not one per call). The run goes on while calls are in
                 # flight after the last arrival or a stop.
+                clock.sleep(CHECK_INTERVAL_S)
                 watch.check()
                 stop["asked"] = stop["asked"] or watched.stop
                 arriving = not stop["asked"] and clock.now() < end
                 in_flight = stop["started"] > sum(outcomes.values())
-                if arriving or in_flight:
-                    clock.call_later(CHECK_INTERVAL_S, check)
+                if not (arriving or in_flight):
+                    return
 
-            if schedule:
-                clock.call_at(t0 + schedule[0], arrive, 0)
-            clock.call_later(CHECK_INTERVAL_S, check)
-            clock.run()
+        hub.run(run)
         cut_short = stop["started"] < len(schedule)
         status = Traffic.Status.STOPPED if cut_short else Traffic.Status.DONE
         summary = _summary(traffic, stop["started"], outcomes)

@@ -191,24 +191,6 @@ def test_a_page_idle_for_longer_than_a_redis_socket_timeout_still_gets_its_pushe
     assert asyncio.run(idle_then_receive())["type"] == "ping"
 
 
-def test_a_burst_talks_to_redis_through_a_client_of_its_own(session):
-    """Three round trips per attempt through the process-wide pool meant three trips through
-    its lock; a hundred bursts queued there. A burst's client is its own."""
-    shared = runtime.engine_redis().connection_pool
-    with runtime.burst_redis(1) as client:
-        assert client.connection is not None  # one connection, held for the whole burst
-        engine = runtime.build_engine(session, client=client)
-        assert engine.store.client is client
-        assert engine.breaker.state() == "closed"  # the engine really talks through it
-        held = client.connection
-    assert client.connection is None  # given back to the shared pool when the burst ends
-    assert held in shared._available_connections
-    with runtime.burst_redis(3) as client:
-        assert client.connection_pool is not shared
-        assert client.connection_pool.max_connections == 3
-        assert client.ping()
-
-
 def test_snapshots_of_several_sessions_are_saved_together_and_a_stateless_one_is_left_alone(
     session,
 ):

@@ -1,0 +1,435 @@
+"""The engine hub: every call a worker process has in flight, on one thread, with its Redis
+round trips batched.
+
+A worker runs a class's bursts and steady traffic at once: a hundred bursts of twenty calls,
+or thirty traffic runs of ten calls a second, each call sleeping most of its life (the
+dependency's latency, a backoff) between a few Redis round trips. Run as a thread per burst,
+every wake-up is an OS thread taking the interpreter lock back and every round trip is a
+``send`` and a ``recv`` of its own: a hundred bursts then spend more CPU waking up and talking
+to Redis than the attempts themselves need, and their timings stretch (benchmarks/burst_bench.py,
+part b; benchmarks/storm_bench.py).
+
+The hub is one thread per process that runs every call as a cooperative caller (a greenlet)
+of one :class:`HubClock`: the engine's :class:`~labs.engine.clock.VirtualClock` with its
+scheduler paced to the wall clock. The engine code is the same blocking code a call makes
+anywhere (``GuardedClient.call``); only its clock and its Redis client are the hub's:
+
+- ``clock.sleep`` hands the thread to the next due caller; the hub really waits only when
+  nobody is due.
+- A Redis command from a caller (:class:`HubRedis`) does not go out at once: the caller
+  parks, and when every caller due now has run to its next sleep or command, the hub sends
+  all parked commands as **one pipeline** (one ``send``, one ``recv``), then resumes each
+  caller with its own reply, in the order they asked. Each command is still one atomic
+  script or command on the server, in that order, exactly as if the callers' threads had
+  raced there; only the syscalls and wake-ups are shared.
+- Journal entries the callers emit are handed to the journal writer once per round
+  (:meth:`Hub.journal`: one pickle and one pipe write for all of them).
+
+Timing. A sleep ends at its due instant plus the hub's lateness in getting to it (timer
+overshoot, about 0.1 to 0.2 ms here, and the callers due before it in the same round). A
+caller's next sleep is shortened by the lateness of the wake-up before it, up to
+:data:`CATCH_UP_S`, so a chain of sleeps keeps to its configured total instead of adding one
+overshoot per sleep; the caller's own work between the two (its Redis round trips) is never
+absorbed, and lateness beyond the bound shows in full (an overloaded process is visible,
+never hidden).
+
+Other threads use the hub through :meth:`Hub.run` (run a function as a caller, wait for its
+result) and never touch its clock's queue directly. A caller must not block the thread on
+anything but the hub: no database query, no lock held across a sleep or a Redis command.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import heapq
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import hiredis
+import redis
+
+from labs.engine import VirtualClock
+from labs.engine.clock import Task
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: The most of one wake-up's lateness a caller's next sleep absorbs, in seconds: a timer's
+#: overshoot and a busy round, not an overloaded process.
+CATCH_UP_S = 0.001
+
+
+class HubClock(VirtualClock):
+    """A :class:`~labs.engine.clock.VirtualClock` paced to the wall clock (``now()`` is wall
+    time, ``time.time``: breaker timestamps live in Redis and are shared with other
+    processes), driven by its :class:`Hub`'s thread.
+
+    ``sleep`` from one of its callers parks the caller until the instant (see the module
+    docstring for the catch-up); from any other thread it really sleeps, like
+    :class:`~labs.engine.clock.SystemClock`.
+    """
+
+    def __init__(self, wall: Callable[[], float] = time.time) -> None:
+        self._wall = wall
+        super().__init__(start=wall(), backend="greenlet")
+        self._sleepers: set[Task[Any]] = set()
+        self._late: dict[Task[Any], float] = {}
+
+    def now(self) -> float:
+        wall = self._wall()
+        if wall > self._now:
+            self._now = wall
+        return self._now
+
+    def sleep(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError(f"cannot sleep a negative duration ({seconds})")
+        task = self._backend.current()
+        if task is None:
+            if seconds:
+                time.sleep(seconds)
+            return
+        due = self.now() - self._late.pop(task, 0.0) + seconds
+        self._sleepers.add(task)
+        heapq.heappush(self._queue, (due, next(self._seq), task))
+        self._backend.suspend(task)
+
+    def run_concurrently(self, fns):
+        if self._backend.current() is None:
+            raise RuntimeError("run_concurrently() on a HubClock only from one of its callers")
+        return super().run_concurrently(fns)
+
+    def resume_now(self, task: Task[Any]) -> None:
+        """Put a parked caller back on the queue, due now (the hub, after its pipeline)."""
+        heapq.heappush(self._queue, (self._now, next(self._seq), task))
+
+    def current(self) -> Task[Any] | None:
+        """The caller running now, or None outside the hub's callers."""
+        return self._backend.current()
+
+    def suspend(self, task: Task[Any]) -> None:
+        """Give the thread back to the hub until someone resumes ``task``."""
+        self._backend.suspend(task)
+
+    def due(self) -> float | None:
+        """When the earliest scheduled entry is due (None: nothing scheduled)."""
+        return self._queue[0][0] if self._queue else None
+
+    def _step(self) -> bool:
+        when, _, entry = self._queue[0]
+        if entry in self._sleepers:
+            self._sleepers.discard(entry)  # type: ignore[arg-type]
+            late = self._wall() - when
+            if late > 0:
+                self._late[entry] = late if late < CATCH_UP_S else CATCH_UP_S  # type: ignore[index]
+        return super()._step()
+
+    def _body(self, task: Task[Any]) -> Callable[[], None]:
+        body = super()._body(task)
+
+        def run() -> None:
+            try:
+                body()
+            finally:
+                self._late.pop(task, None)
+
+        return run
+
+
+class HubRedis(redis.Redis):
+    """A ``redis.Redis`` whose commands, when a caller of ``hub`` sends them, go out in the
+    hub's next pipeline (the caller waits for its reply meanwhile); from any other thread
+    they go out at once, as usual. Replies, errors and response callbacks are redis-py's own:
+    the hub replays each command on a pipeline of this client."""
+
+    def __init__(self, hub: Hub, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._hub = hub
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        hub = self._hub
+        task = hub.clock.current()
+        if task is None:
+            return super().execute_command(*args, **options)
+        return hub._command(task, self, args, options)
+
+
+class _Waiter:
+    __slots__ = ("done", "error", "result")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class Hub:
+    """One thread running cooperative callers on a :class:`HubClock`, with batched Redis
+    round trips (:class:`HubRedis`) and batched journal hand-offs (:meth:`journal`).
+
+    Thread-safe entry points: :meth:`run`, :meth:`redis`. Everything else is for code that
+    runs as one of the hub's callers.
+    """
+
+    def __init__(self, *, name: str = "engine-hub", wall: Callable[[], float] = time.time) -> None:
+        self.clock = HubClock(wall)
+        self.name = name
+        self._inbox: collections.deque[tuple[Callable[[], Any], _Waiter]] = collections.deque()
+        self._wake = threading.Event()
+        self._parked: list[tuple[Task[Any], HubRedis, tuple[Any, ...], dict[str, Any]]] = []
+        self._replies: dict[Task[Any], Any] = {}
+        self._entries: dict[Any, list[Any]] = {}  # writer -> entries of this round
+        self._finished: list[_Waiter] = []
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._clients: dict[int, HubRedis] = {}
+        #: Rounds and pipelined commands so far (benchmarks read them).
+        self.rounds = 0
+        self.commands = 0
+
+    # -- for other threads -------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the hub's thread now (the first :meth:`run` starts it otherwise)."""
+        with self._start_lock:
+            if self._thread is None:
+                thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+                thread.start()
+                self._thread = thread
+
+    def run(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` as a caller on the hub and wait for it; returns its result or raises
+        its exception. Raises RuntimeError from the hub's own thread (it would wait for
+        itself)."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("Hub.run() from the hub's own thread")
+        waiter = _Waiter()
+        self._inbox.append((fn, waiter))
+        if self._thread is None:
+            self.start()
+        self._wake.set()
+        waiter.done.wait()
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.result  # type: ignore[no-any-return]
+
+    def redis(self, pool: redis.ConnectionPool) -> HubRedis:
+        """The hub's client on ``pool``'s server (one per pool: its commands share pipelines)."""
+        client = self._clients.get(id(pool))
+        if client is None:
+            with self._start_lock:
+                client = self._clients.get(id(pool))
+                if client is None:
+                    own = redis.ConnectionPool(
+                        connection_class=pool.connection_class,
+                        max_connections=pool.max_connections,
+                        **pool.connection_kwargs,
+                    )
+                    client = self._clients[id(pool)] = HubRedis(self, connection_pool=own)
+        return client
+
+    # -- for callers -------------------------------------------------------------------------
+
+    def journal(self, writer: Any, entry: Any) -> None:
+        """Hand ``entry`` to ``writer`` (a :class:`~labs.live.journal.JournalSink`) at the end of
+        this round, with every other entry of the round: one ``submit_many``. Outside the
+        hub's callers, at once."""
+        if self.clock.current() is None:
+            writer.submit(entry)
+            return
+        batch = self._entries.get(writer)
+        if batch is None:
+            self._entries[writer] = [entry]
+        else:
+            batch.append(entry)
+
+    def _command(
+        self, task: Task[Any], client: HubRedis, args: tuple[Any, ...], options: dict[str, Any]
+    ) -> Any:
+        self._parked.append((task, client, args, options))
+        self.clock.suspend(task)
+        reply = self._replies.pop(task)
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    # -- the thread --------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        logger.info("engine hub %s running (thread %s)", self.name, threading.get_native_id())
+        clock = self.clock
+        inbox = self._inbox
+        while True:
+            while inbox:
+                fn, waiter = inbox.popleft()
+                clock.spawn(self._job(fn, waiter))
+            wall = clock._wall()
+            due = clock.due()
+            while due is not None and due <= wall:
+                try:
+                    clock._step()
+                except Exception:  # a callback's error must not stop every other call
+                    logger.exception("a scheduled callback failed on the engine hub")
+                due = clock.due()
+            if self._parked:
+                self._pipeline()  # its callers are due again at once
+            self._end_round()
+            due = clock.due()
+            if inbox:
+                continue
+            timeout = None if due is None else due - clock._wall()
+            if timeout is None or timeout > 0:
+                self._wake.wait(timeout)
+                self._wake.clear()
+
+    def _job(self, fn: Callable[[], Any], waiter: _Waiter) -> Callable[[], None]:
+        def job() -> None:
+            try:
+                waiter.result = fn()
+            except BaseException as exc:  # handed to the waiting thread
+                waiter.error = exc
+            finally:
+                self._finished.append(waiter)
+
+        return job
+
+    def _pipeline(self) -> None:
+        """Send every parked command, one pipeline per client, and requeue their callers."""
+        parked, self._parked = self._parked, []
+        self.rounds += 1
+        self.commands += len(parked)
+        clock = self.clock
+        clock.now()
+        client = parked[0][1]
+        if all(item[1] is client for item in parked):
+            groups = [parked]
+        else:
+            by: dict[int, list[tuple[Task[Any], HubRedis, tuple[Any, ...], dict[str, Any]]]] = {}
+            for item in parked:
+                by.setdefault(id(item[1]), []).append(item)
+            groups = list(by.values())
+        for items in groups:
+            commands = [(args, options) for _, _, args, options in items]
+            try:
+                replies = _send(items[0][1], commands)
+            except Exception as exc:  # never leave a caller parked
+                logger.exception("the engine hub could not send %d commands", len(commands))
+                replies = [exc] * len(commands)
+            for (task, _, _, _), reply in zip(items, replies, strict=True):
+                self._replies[task] = reply
+                clock.resume_now(task)
+
+    def _end_round(self) -> None:
+        """Hand over the round's journal entries, then wake the threads whose functions
+        returned (their entries are with the writer by then)."""
+        if self._entries:
+            entries, self._entries = self._entries, {}
+            for writer, batch in entries.items():
+                try:
+                    writer.submit_many(batch)
+                except Exception:  # a writer's failure is its own to report
+                    logger.exception("handing %d journal entries to the writer failed", len(batch))
+        if self._finished:
+            finished, self._finished = self._finished, []
+            for waiter in finished:
+                waiter.done.set()
+
+
+#: One thread of a worker process at a time does a run's bookkeeping (claim, start state,
+#: the final row): see :func:`bookkeeping`.
+_bookkeeping = threading.Lock()
+
+
+@contextlib.contextmanager
+def bookkeeping() -> Iterator[None]:
+    """Hold this process's bookkeeping turn for a run's database work around the hub.
+
+    A hundred bursts queued at once are a hundred pool threads claiming, loading and storing
+    rows through the ORM, each needing the interpreter lock while the hub's thread needs it
+    too every time it wakes to run the calls already going: every thread that wants the
+    lock is one more the hub waits behind (CPython hands it over every switch interval to
+    whichever waiter the OS picks). Waiting for this turn instead is waiting on a plain lock
+    outside the interpreter, so at most one bookkeeping thread competes with the hub
+    (benchmarks/burst_bench.py, part b).
+    """
+    with _bookkeeping:
+        yield
+
+
+def _send(client: HubRedis, commands: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
+    """Send ``commands`` in one write and read their replies, on one connection of
+    ``client``'s pool; a reply is the value, or the exception, redis-py would have given
+    for that command alone (its parser, its response callbacks).
+
+    Leaner than ``client.pipeline()``: redis-py's pipeline packs each command through a
+    generator and two wrappers and runs its retry and observability layers per batch, which
+    was four tenths of the hub's CPU with a hundred bursts (benchmarks/burst_bench.py, part
+    b, profiled). A connection that fails while sending is reconnected and the whole batch
+    sent once more (nothing of it reached Redis); one that fails while the replies are read
+    is dropped, and every command not yet answered gets the error (it may have run).
+    """
+    if any(options for _, options in commands):
+        pipe = client.pipeline(transaction=False)  # options (rare): redis-py's own way
+        for args, options in commands:
+            pipe.pipeline_execute_command(*args, **options)
+        try:
+            return pipe.execute(raise_on_error=False)
+        except Exception as exc:
+            return [exc] * len(commands)
+    pool = client.connection_pool
+    try:
+        payload = b"".join([hiredis.pack_command(args) for args, _ in commands])
+    except Exception as exc:  # an argument redis cannot send: every command fails alike
+        return [exc] * len(commands)
+    try:
+        conn = pool.get_connection()
+    except Exception as exc:  # no connection to be had (Redis down): every command fails
+        return [exc] * len(commands)
+    try:
+        try:
+            conn.send_packed_command([payload])
+        except (redis.ConnectionError, redis.TimeoutError):
+            conn.disconnect()
+            try:
+                conn.send_packed_command([payload])
+            except Exception as exc:
+                conn.disconnect()
+                return [exc] * len(commands)
+        callbacks = client.response_callbacks
+        replies: list[Any] = []
+        for args, _ in commands:
+            try:
+                reply = conn.read_response()
+            except redis.ResponseError as exc:
+                replies.append(exc)
+                continue
+            except Exception as exc:
+                conn.disconnect()
+                replies.extend([exc] * (len(commands) - len(replies)))
+                break
+            callback = callbacks.get(args[0])
+            replies.append(reply if callback is None else callback(reply))
+        return replies
+    finally:
+        pool.release(conn)
+
+
+_hub: Hub | None = None
+_hub_lock = threading.Lock()
+
+
+def get_hub() -> Hub:
+    """This process's hub, created (and its thread started) on first use."""
+    global _hub
+    if _hub is None:
+        with _hub_lock:
+            if _hub is None:
+                hub = Hub()
+                hub.start()
+                _hub = hub
+    return _hub

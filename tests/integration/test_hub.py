@@ -1,0 +1,176 @@
+"""The engine hub (labs.live.hub) against a real Redis: callers' commands share pipelines,
+each caller gets its own reply or error, the hub outlives a dead connection, and a chain of
+sleeps absorbs each wake-up's lateness up to the bound, never more."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import redis
+from django.conf import settings
+
+from labs.live import hub as hub_module
+from labs.live.hub import CATCH_UP_S, Hub, HubClock
+
+pytestmark = [pytest.mark.integration]
+
+
+@pytest.fixture
+def hub():
+    return Hub(name="test-hub")
+
+
+@pytest.fixture
+def client(hub):
+    pool = redis.Redis.from_url(settings.LAB_ENGINE_REDIS_URL).connection_pool
+    client = hub.redis(pool)
+    client.flushdb()
+    return client
+
+
+def test_commands_of_callers_due_together_go_out_in_one_pipeline_with_their_own_replies(
+    hub, client
+):
+    def many():
+        def one(i):
+            return lambda: client.incrby("counter", i)
+
+        return hub.clock.run_concurrently([one(i) for i in range(1, 41)])
+
+    before = hub.rounds
+    replies = hub.run(many)
+    assert hub.rounds == before + 1  # forty INCRBYs, one round trip
+    assert hub.commands >= 40
+    assert sorted(replies) == replies  # in the order the callers asked
+    assert replies[-1] == sum(range(1, 41)) == int(client.get("counter"))
+
+
+def test_an_error_reply_is_raised_in_its_own_caller_only(hub, client):
+    client.set("text", "not a number")
+
+    def both():
+        def bad():
+            try:
+                client.incr("text")
+            except redis.ResponseError as exc:
+                return f"refused: {exc}"
+            return "accepted"
+
+        return hub.clock.run_concurrently([bad, lambda: client.incr("n")])
+
+    refused, counted = hub.run(both)
+    assert refused.startswith("refused:")
+    assert counted == 1
+
+
+def test_a_response_callback_applies_as_without_the_hub(hub, client):
+    client.hset("h", mapping={"a": 1, "b": 2})
+    assert hub.run(lambda: client.hgetall("h")) == {b"a": b"1", b"b": b"2"}
+    assert hub.run(lambda: client.exists("h", "nope")) == 1
+
+
+def test_a_dead_server_fails_the_callers_and_the_hub_goes_on(hub):
+    dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2).connection_pool
+    gone = hub.redis(dead)
+    with pytest.raises(redis.ConnectionError):
+        hub.run(lambda: gone.get("x"))
+    live = hub.redis(redis.Redis.from_url(settings.LAB_ENGINE_REDIS_URL).connection_pool)
+    assert hub.run(lambda: live.ping()) is True
+
+
+def test_run_returns_the_result_and_raises_the_exception_of_its_function(hub):
+    assert hub.run(lambda: 7) == 7
+
+    def boom():
+        hub.clock.sleep(0.001)
+        raise ValueError("from the caller")
+
+    with pytest.raises(ValueError, match="from the caller"):
+        hub.run(boom)
+
+
+def test_run_from_the_hubs_own_thread_is_refused(hub):
+    def nested():
+        return hub.run(lambda: 1)
+
+    with pytest.raises(RuntimeError, match="own thread"):
+        hub.run(nested)
+
+
+def test_journal_entries_of_a_round_reach_the_writer_in_one_hand_off(hub):
+    class Writer:
+        def __init__(self):
+            self.calls = []
+
+        def submit(self, entry):
+            self.calls.append([entry])
+
+        def submit_many(self, entries):
+            self.calls.append(list(entries))
+
+    writer = Writer()
+
+    def emit():
+        for i in range(5):
+            hub.journal(writer, i)
+        hub.clock.sleep(0.001)
+        hub.journal(writer, 5)
+
+    hub.run(emit)
+    assert writer.calls == [[0, 1, 2, 3, 4], [5]]
+    hub.journal(writer, 6)  # outside the hub's callers: at once
+    assert writer.calls[-1] == [6]
+
+
+def test_many_threads_share_one_hub(hub, client):
+    results = []
+
+    def student(i):
+        results.append(hub.run(lambda: client.incr("shared")))
+
+    threads = [threading.Thread(target=student, args=(i,)) for i in range(30)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == list(range(1, 31))
+
+
+class _Wall:
+    """A wall clock the test moves by hand."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _sleep_twice(clock: HubClock, late: float) -> float:
+    """A caller sleeps 10 ms; the hub gets to it ``late`` seconds after its due instant;
+    it sleeps 10 ms again. Returns the instant its second sleep is due."""
+    wall = clock._wall
+    clock.spawn(lambda: (clock.sleep(0.010), clock.sleep(0.010)))
+    clock._step()  # the caller starts and goes to sleep at 100.0
+    due = clock.due()
+    assert due == pytest.approx(100.010)
+    wall.t = due + late
+    clock._step()  # woken, late
+    return clock.due()
+
+
+def test_a_sleep_absorbs_the_lateness_of_the_wake_up_before_it():
+    clock = HubClock(wall=_Wall(100.0))
+    # woken 0.4 ms late: the next 10 ms end 20 ms after the first sleep began
+    assert _sleep_twice(clock, 0.0004) == pytest.approx(100.020)
+
+
+def test_lateness_beyond_the_bound_is_not_absorbed():
+    clock = HubClock(wall=_Wall(100.0))
+    # woken 5 ms late: only CATCH_UP_S of it comes off the next sleep
+    assert _sleep_twice(clock, 0.005) == pytest.approx(100.015 - CATCH_UP_S + 0.010)
+
+
+def test_get_hub_is_one_per_process():
+    assert hub_module.get_hub() is hub_module.get_hub()
