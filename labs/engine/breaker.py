@@ -90,9 +90,11 @@ _TO_CLOSED = Recorded(True, "closed")
 
 
 class Permit:
-    """Leave to make one call. Truthy. ``probe`` is True for a half-open probe."""
+    """Leave to make one call. Truthy. ``probe`` is True for a half-open probe. ``step`` is
+    what the call's first attempt got from the fake dependency when the admission carried it
+    along (:meth:`Breaker.allow` with ``dependency_step``), else None."""
 
-    __slots__ = ("burst", "call", "generation", "probe", "slot", "token")
+    __slots__ = ("burst", "call", "generation", "probe", "slot", "step", "token")
 
     def __init__(
         self,
@@ -109,6 +111,7 @@ class Permit:
         self.token = token
         self.call = call
         self.burst = burst
+        self.step: tuple[int, int, int] | None = None
 
     def __bool__(self) -> bool:
         return True
@@ -179,8 +182,19 @@ class Breaker:
 
     # -- the two steps -----------------------------------------------------------------------
 
-    def allow(self, *, call: int | None = None, burst: int | None = None) -> Permit | Rejection:
+    def allow(
+        self,
+        *,
+        call: int | None = None,
+        burst: int | None = None,
+        dependency_step: int | None = None,
+    ) -> Permit | Rejection:
         """Decide whether a call may proceed now. One store operation.
+
+        With ``dependency_step`` (the store's fake dependency's flaky count, as the store's
+        ``dependency_step`` takes it to arm with) an admitted call's first attempt reaches the dependency in the same store
+        operation (``breaker_allow_step``: on Redis one round trip for both) and the permit's
+        ``step`` holds what it got; a refused call reaches nothing.
 
         Guarantees: in half-open at most ``half_open_max_probes`` permits with ``probe=True``
         are outstanding (leases; a lease whose holder vanished expires after the store's
@@ -198,6 +212,12 @@ class Breaker:
             door = self._door()
             if door is not None:
                 gen = door[1]
+                if dependency_step is not None:
+                    permit = Permit(gen, False, -1, "", call, burst)
+                    permit.step = self.store.dependency_step(
+                        dependency_step, int(self._now() * 1e6 + 0.5)
+                    )
+                    return permit
                 if call is None and burst is None:
                     permit = self._plain
                     if permit is None or permit.generation != gen:
@@ -205,15 +225,54 @@ class Breaker:
                     return permit
                 return Permit(gen, False, -1, "", call, burst)
         now = self._now()
-        code, gen, slot, token, open_until_us, moved = self._allow(self._spec, int(now * 1e6 + 0.5))
+        stepped = None
+        if dependency_step is None:
+            reply = self._allow(self._spec, int(now * 1e6 + 0.5))
+        else:
+            reply, stepped = self.store.breaker_allow_step(
+                self._spec, int(now * 1e6 + 0.5), dependency_step
+            )
+        code, gen, slot, token, open_until_us, moved = reply
         while code == HOLD:
             # strict admission: the calls in flight could still reach the threshold; wait for
             # their results (or for their places to expire) and ask again
             self.clock.sleep(HOLD_POLL_S)
             now = self._now()
-            code, gen, slot, token, open_until_us, moved = self._allow(
-                self._spec, int(now * 1e6 + 0.5)
-            )
+            if dependency_step is None:
+                reply = self._allow(self._spec, int(now * 1e6 + 0.5))
+            else:
+                reply, stepped = self.store.breaker_allow_step(
+                    self._spec, int(now * 1e6 + 0.5), dependency_step
+                )
+            code, gen, slot, token, open_until_us, moved = reply
+        permit = self._admission(code, gen, slot, token, open_until_us, moved, now, call, burst)
+        if stepped is not None and isinstance(permit, Permit):
+            permit.step = stepped
+        return permit
+
+    def step_if_closed(self, fail_left: int) -> tuple[int, int, int] | None:
+        """A retry of a call admitted earlier: the store's fake dependency step (as
+        ``dependency_step(fail_left, now)``) when the breaker reads CLOSED now, else None and
+        nothing reaches the dependency. One store operation (``breaker_check_step``)."""
+        _, stepped = self.store.breaker_check_step(
+            self._spec, int(self._now() * 1e6 + 0.5), fail_left
+        )
+        return stepped
+
+    def _admission(
+        self,
+        code: int,
+        gen: int,
+        slot: int,
+        token: str,
+        open_until_us: int,
+        moved: bool,
+        now: float,
+        call: int | None,
+        burst: int | None,
+    ) -> Permit | Rejection:
+        """A store's admission reply as a permit or a rejection (and its transition, if the
+        call moved an expired OPEN to HALF_OPEN)."""
         if code == ADMIT and not moved:
             return Permit(gen, False, -1, token, call, burst)
         if moved:

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from labs.engine.breaker import Breaker, Outcome, Permit, Rejection
 from labs.engine.clock import Clock
 from labs.engine.config import Policy
-from labs.engine.dependency import AttemptResult, Dependency
+from labs.engine.dependency import AttemptResult, Dependency, FakeDependency
 from labs.engine.events import (
     FAST_FAIL_OUTCOMES,
     Event,
@@ -303,7 +303,9 @@ class GuardedClient:
             return self._call_routed(call_no, burst, None)
         start = self.clock.now()
         if self.policy.nesting == "breaker_outside":
-            permit = self.breaker.allow(call=call_no, burst=burst)
+            permit = self.breaker.allow(
+                call=call_no, burst=burst, dependency_step=self._dependency_step()
+            )
             if isinstance(permit, Rejection):
                 result, why = self._rejected(call_no, burst, start, permit, 0, 0.0)
             else:
@@ -348,12 +350,25 @@ class GuardedClient:
         attempts = 0
         probe = outer.probe if outer is not None else False
         error: str | None = None
+        # The fake dependency's state in the breaker's store: each attempt reaches it in the
+        # same store operation as the breaker's look before it (one round trip on Redis).
+        fail_left = self._dependency_step() if route is None else None
         for n in range(1, limit + 1):
             permit = outer
             recorder = breaker
             host = 0
-            if outer is not None and n > 1 and breaker.state() != "closed":
-                # Another caller's result moved the breaker while this call was backing off.
+            stepped = outer.step if outer is not None and n == 1 else None
+            if outer is not None and n > 1:
+                # Another caller's result may have moved the breaker while this call was
+                # backing off: a retry goes only to a breaker that still reads CLOSED.
+                if fail_left is not None:
+                    stepped = breaker.step_if_closed(fail_left)
+                    moved = stepped is None
+                else:
+                    moved = breaker.state() != "closed"
+            else:
+                moved = False
+            if moved:
                 return self._done(
                     call_no,
                     burst,
@@ -369,11 +384,12 @@ class GuardedClient:
                 if route is not None and route.host_breakers:
                     allowed, host, recorder = route.admit(call_no, n, burst)
                 else:
-                    allowed = breaker.allow(call=call_no, burst=burst)
+                    allowed = breaker.allow(call=call_no, burst=burst, dependency_step=fail_left)
                 if isinstance(allowed, Rejection):
                     return self._rejected(call_no, burst, start, allowed, attempts, backoff_total)
                 permit = allowed
                 probe = probe or permit.probe
+                stepped = permit.step
             if route is not None and not route.host_breakers:
                 host = route.pick(call_no, n)
             attempt_start = self._slow and clock.now()
@@ -387,6 +403,8 @@ class GuardedClient:
                 answer = self.dependency.attempt(
                     policy.attempt_timeout_ms, attempt=n, deadline=deadline
                 )
+            elif stepped is not None:
+                answer = self.dependency.attempt(policy.attempt_timeout_ms, step=stepped)
             else:
                 answer = self.dependency.attempt(policy.attempt_timeout_ms)
             if route is None:
@@ -515,6 +533,15 @@ class GuardedClient:
             backoff_total += delay.ms
             previous = delay.ms
         raise AssertionError("unreachable: the loop returns on its last attempt")
+
+    def _dependency_step(self) -> int | None:
+        """The fake dependency's flaky count when its state lives in the breaker's store (an
+        admission, or a retry's look at the breaker, then carries the attempt's dependency
+        step along: one store operation for both, see ``Breaker.allow``), else None."""
+        dependency = self.dependency
+        if type(dependency) is FakeDependency and dependency.store is self.breaker.store:
+            return dependency.fail_left
+        return None
 
     # -- bursts ------------------------------------------------------------------------------
 

@@ -58,8 +58,9 @@ class Dependency(Protocol):
 class FakeDependency:
     """A dependency whose behaviour is set by a :class:`DependencyConfig`.
 
-    ``attempt()`` sleeps the latency on ``clock`` (or the attempt timeout, if shorter) and
-    answers. The answer is decided after the latency, at the clock's time of the answer.
+    ``attempt()`` reaches the dependency's state in the store, sleeps the latency on
+    ``clock`` (or the attempt timeout, if shorter) and answers. The answer is decided after
+    the latency, at the clock's time of the answer.
     """
 
     def __init__(
@@ -83,8 +84,21 @@ class FakeDependency:
         """
         self.store.dependency_arm(self._fail_left, int(self.clock.now() * 1e6 + 0.5))
 
-    def attempt(self, timeout_ms: float | None = None) -> AttemptResult:
-        """One attempt: sleep the latency, then answer (one store operation).
+    @property
+    def fail_left(self) -> int:
+        """The flaky count the store's state is armed with (0 unless ``flaky``)."""
+        return self._fail_left
+
+    def attempt(
+        self, timeout_ms: float | None = None, *, step: tuple[int, int, int] | None = None
+    ) -> AttemptResult:
+        """One attempt: it reaches the dependency (one store operation: the flaky counter,
+        the script position), the latency passes, and the answer is decided at the time of
+        the answer (an outage or a rate limit may have ended meanwhile).
+
+        ``step`` is the store's ``dependency_step`` reply when the caller already made it
+        (together with the breaker's admission: ``Breaker.allow(dependency_step=...)``,
+        one round trip for both on Redis); the attempt then makes no store operation.
 
         With ``timeout_ms`` shorter than the latency, the caller gives up after
         ``timeout_ms`` and the answer is a ``timeout`` (the request still reached the
@@ -94,10 +108,12 @@ class FakeDependency:
         latency = cfg.latency_ms
         timed_out = timeout_ms is not None and latency > timeout_ms
         took = timeout_ms if timed_out and timeout_ms is not None else latency
+        if step is None:
+            step = self.store.dependency_step(self._fail_left, int(self.clock.now() * 1e6 + 0.5))
         if took:
             self.clock.sleep(took / 1000)
         now_us = int(self.clock.now() * 1e6 + 0.5)
-        left, started_us, position = self.store.dependency_step(self._fail_left, now_us)
+        left, started_us, position = step
         error, retry_after = self._answer(left, started_us, position, now_us)
         if timed_out:
             # the work may still have been done: the caller only stopped waiting for it

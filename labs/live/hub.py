@@ -150,6 +150,7 @@ class HubRedis(redis.Redis):
     def __init__(self, hub: Hub, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._hub = hub
+        self._hub_connection: Any = None  # the hub thread's own (see _send)
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         hub = self._hub
@@ -199,8 +200,8 @@ class Hub:
         with self._start_lock:
             if self._thread is None:
                 thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+                self._thread = thread  # before it runs: run() tells its own thread by it
                 thread.start()
-                self._thread = thread
 
     def run(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` as a caller on the hub and wait for it; returns its result or raises
@@ -362,8 +363,8 @@ def bookkeeping() -> Iterator[None]:
 
 
 def _send(client: HubRedis, commands: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
-    """Send ``commands`` in one write and read their replies, on one connection of
-    ``client``'s pool; a reply is the value, or the exception, redis-py would have given
+    """Send ``commands`` in one write and read their replies, on the hub's own connection to
+    ``client``'s server; a reply is the value, or the exception, redis-py would have given
     for that command alone (its parser, its response callbacks).
 
     Leaner than ``client.pipeline()``: redis-py's pipeline packs each command through a
@@ -381,42 +382,43 @@ def _send(client: HubRedis, commands: list[tuple[tuple[Any, ...], dict[str, Any]
             return pipe.execute(raise_on_error=False)
         except Exception as exc:
             return [exc] * len(commands)
-    pool = client.connection_pool
     try:
         payload = b"".join([hiredis.pack_command(args) for args, _ in commands])
     except Exception as exc:  # an argument redis cannot send: every command fails alike
         return [exc] * len(commands)
+    conn = client._hub_connection
+    if conn is None:
+        # The hub's thread keeps one connection per client for good: taking one from the
+        # pool and giving it back every round cost more than the round's own commands
+        # (redis-py's pool runs its deprecation and observability wrappers each time).
+        try:
+            conn = client._hub_connection = client.connection_pool.get_connection()
+        except Exception as exc:  # no connection to be had (Redis down): every command fails
+            return [exc] * len(commands)
     try:
-        conn = pool.get_connection()
-    except Exception as exc:  # no connection to be had (Redis down): every command fails
-        return [exc] * len(commands)
-    try:
+        conn.send_packed_command([payload])
+    except (redis.ConnectionError, redis.TimeoutError):
+        conn.disconnect()
         try:
             conn.send_packed_command([payload])
-        except (redis.ConnectionError, redis.TimeoutError):
+        except Exception as exc:
             conn.disconnect()
-            try:
-                conn.send_packed_command([payload])
-            except Exception as exc:
-                conn.disconnect()
-                return [exc] * len(commands)
-        callbacks = client.response_callbacks
-        replies: list[Any] = []
-        for args, _ in commands:
-            try:
-                reply = conn.read_response()
-            except redis.ResponseError as exc:
-                replies.append(exc)
-                continue
-            except Exception as exc:
-                conn.disconnect()
-                replies.extend([exc] * (len(commands) - len(replies)))
-                break
-            callback = callbacks.get(args[0])
-            replies.append(reply if callback is None else callback(reply))
-        return replies
-    finally:
-        pool.release(conn)
+            return [exc] * len(commands)
+    callbacks = client.response_callbacks
+    replies: list[Any] = []
+    for args, _ in commands:
+        try:
+            reply = conn.read_response()
+        except redis.ResponseError as exc:
+            replies.append(exc)
+            continue
+        except Exception as exc:
+            conn.disconnect()
+            replies.extend([exc] * (len(commands) - len(replies)))
+            break
+        callback = callbacks.get(args[0])
+        replies.append(reply if callback is None else callback(reply))
+    return replies
 
 
 _hub: Hub | None = None

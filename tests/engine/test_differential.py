@@ -98,6 +98,11 @@ operations = st.lists(
         st.tuples(st.just("advance"), st.integers(0, 3_000_000)),
         st.tuples(st.just("read")),
         st.tuples(st.just("force"), st.sampled_from(["open", "closed", "reset", "reset"])),
+        # an admission carrying its first attempt's dependency step along, held or recorded
+        st.tuples(st.just("allow_step"), st.integers(0, 3)),
+        st.tuples(st.just("call_step"), outcome, st.integers(0, 3)),
+        # a retry's look at the breaker, stepping the dependency only while closed
+        st.tuples(st.just("check_step"), st.integers(0, 3)),
     ),
     min_size=25,
     max_size=80,
@@ -187,6 +192,24 @@ def test_memory_and_redis_stores_make_identical_decisions(module_redis, config, 
         ops = [tuple(o.lower() if o in ("S", "F") else o for o in op) for op in ops]
     try:
         for op in ops:
+            if op[0] in ("allow_step", "call_step"):
+                fail_left = op[-1]
+                m, m_step = memory.breaker_allow_step(spec, now, fail_left)
+                r, r_step = redis_store.breaker_allow_step(spec, now, fail_left)
+                assert m._replace(token="") == r._replace(token=""), op
+                assert m_step == r_step, op
+                assert (m_step is None) == (m.code not in (0, 1)), op  # refused: not reached
+                seen.add(f"allow_step{m.code}")
+                if m.code in (0, 1):
+                    permits.append((m.generation, m.slot, m.token, r.token))
+                    if op[0] == "call_step":
+                        op = ("record", len(permits) - 1, op[1])
+            elif op[0] == "check_step":
+                m_state, m_step = memory.breaker_check_step(spec, now, op[1])
+                r_state, r_step = redis_store.breaker_check_step(spec, now, op[1])
+                assert (m_state, m_step) == (r_state, r_step), op
+                assert (m_step is None) == (m_state != "closed"), op
+                seen.add(f"check_step:{m_state}")
             if op[0] in ("allow", "call"):
                 m = memory.breaker_allow(spec, now)
                 r = redis_store.breaker_allow(spec, now)
@@ -213,12 +236,15 @@ def test_memory_and_redis_stores_make_identical_decisions(module_redis, config, 
         assert memory.breaker_read(spec, now) == redis_store.breaker_read(spec, now)
         m_doc, r_doc = memory.export_state(), redis_store.export_state()
         assert (m_doc.get("slow"), m_doc.get("counts")) == (r_doc.get("slow"), r_doc.get("counts"))
+        assert m_doc.get("dependency") == r_doc.get("dependency")
     finally:
         redis_store.clear()
 
 
 def test_the_generated_sequences_reach_every_decision():
     wanted = {f"allow{c}" for c in range(5)} | {f"record{c}" for c in range(5)} | {"slow_open"}
+    wanted |= {f"allow_step{c}" for c in range(4)}  # (held back: strict admission, rare)
+    wanted |= {f"check_step:{state}" for state in ("closed", "open", "half_open")}
     assert wanted - COVERED == set()
 
 

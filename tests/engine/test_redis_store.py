@@ -86,6 +86,85 @@ def test_every_decision_record_attempt_and_budget_move_is_one_round_trip(
     assert set(counting_client.commands) == {"EVALSHA"}
 
 
+def _plain_client(store, clock, policy):
+    from labs.engine import GuardedClient, parse_policy
+
+    policy = parse_policy(policy)
+    breaker = Breaker(policy.breaker, store=store, clock=clock)
+    return GuardedClient(
+        policy,
+        breaker=breaker,
+        dependency=FakeDependency(
+            parse_dependency({"mode": "flaky", "fail_count": 1, "latency_ms": 5}),
+            store=store,
+            clock=clock,
+            rng=random.Random(1),
+        ),
+        clock=clock,
+        rng=random.Random(1),
+        store=store,
+    )
+
+
+def test_an_attempt_reaches_the_dependency_in_the_round_trip_of_the_breakers_look(
+    counting_client, namespace
+):
+    """breaker_outside: a call is its admission with the first attempt (one script), each
+    retry its look at the breaker with the attempt (one), and the result (one)."""
+    clock = VirtualClock()
+    store = RedisStore(counting_client, namespace)
+    client = _plain_client(store, clock, {"max_attempts": 3, "backoff_base_ms": 10})
+    client.call(1)  # warm up the scripts (the first EVALSHA may need a SCRIPT LOAD)
+    store.clear()
+    client.dependency.arm()
+    counting_client.commands.clear()
+    first = client.call(2)  # flaky: fails once, then succeeds on the retry
+    assert (first.outcome, first.attempts) == ("success", 2)
+    assert counting_client.commands == ["EVALSHA"] * 3  # allow+step, check+step, record
+    assert store.export_state()["dependency"]["attempts"] == 2
+    counting_client.commands.clear()
+    second = client.call(3)
+    assert (second.outcome, second.attempts) == ("success", 1)
+    assert counting_client.commands == ["EVALSHA"] * 2  # allow+step, record
+
+
+def test_retry_outside_attempts_are_an_admission_with_the_attempt_and_a_result(
+    counting_client, namespace
+):
+    clock = VirtualClock()
+    store = RedisStore(counting_client, namespace)
+    client = _plain_client(
+        store, clock, {"max_attempts": 3, "backoff_base_ms": 10, "nesting": "retry_outside"}
+    )
+    client.call(1)
+    store.clear()
+    client.dependency.arm()
+    counting_client.commands.clear()
+    result = client.call(2)
+    assert (result.outcome, result.attempts) == ("success", 2)
+    assert counting_client.commands == ["EVALSHA"] * 4  # (allow+step, record) x 2
+
+
+def test_a_refused_call_and_a_retry_after_the_breaker_opened_never_reach_the_dependency(store):
+    clock = VirtualClock()
+    client = _plain_client(
+        store,
+        clock,
+        {"max_attempts": 3, "backoff_base_ms": 10, "breaker": {"failure_threshold": 1}},
+    )
+    client.dependency.arm()
+    client.breaker.force_open("by the test")
+    assert client.call(1).outcome == "rejected_open"
+    assert (store.export_state().get("dependency") or {}).get("attempts", 0) == 0
+    client.breaker.reset("again")
+    client.dependency.arm()
+    # Another caller opens the breaker while this call backs off after its first attempt.
+    clock.call_later(0.007, lambda: client.breaker.force_open("another caller"))
+    result = client.call(2)
+    assert (result.outcome, result.attempts) == ("failure", 1)
+    assert store.export_state()["dependency"]["attempts"] == 1
+
+
 def test_fifty_callers_in_two_processes_just_after_cooldown_make_exactly_one_probe(
     redis_client, namespace
 ):

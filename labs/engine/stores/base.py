@@ -161,6 +161,23 @@ class Store(Protocol):
         """Admission decision, atomically (one round trip)."""
         ...
 
+    def breaker_allow_step(
+        self, spec: BreakerSpec, now_us: int, fail_left: int
+    ) -> tuple[AllowReply, tuple[int, int, int] | None]:
+        """``breaker_allow``, then, when it admits the call (ADMIT or PROBE), the admitted
+        call's first attempt reaching the dependency (``dependency_step(fail_left, now_us)``);
+        None for the step when the call is not admitted. On Redis both are one atomic round
+        trip."""
+        ...
+
+    def breaker_check_step(
+        self, spec: BreakerSpec, now_us: int, fail_left: int
+    ) -> tuple[str, tuple[int, int, int] | None]:
+        """The breaker's state as read at ``now_us`` (:func:`effective_state`) and, only when
+        it reads ``closed``, ``dependency_step(fail_left, now_us)`` (else None): a retry that
+        the breaker still lets through reaches the dependency. On Redis one round trip."""
+        ...
+
     def breaker_record(
         self,
         spec: BreakerSpec,

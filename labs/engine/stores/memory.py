@@ -481,6 +481,26 @@ class MemoryStore:
         with self._lock:
             self._dep = {"fail_left": int(fail_left), "started": now_us, "attempts": 0}
 
+    def breaker_allow_step(
+        self, spec: BreakerSpec, now_us: int, fail_left: int
+    ) -> tuple[AllowReply, tuple[int, int, int] | None]:
+        """:meth:`breaker_allow`, then the admitted call's first attempt's
+        :meth:`dependency_step` (None when not admitted)."""
+        reply = self.breaker_allow(spec, now_us)
+        if reply.code != ADMIT and reply.code != PROBE:
+            return reply, None
+        return reply, self.dependency_step(fail_left, now_us)
+
+    def breaker_check_step(
+        self, spec: BreakerSpec, now_us: int, fail_left: int
+    ) -> tuple[str, tuple[int, int, int] | None]:
+        """The state as read at ``now_us``, then, only when closed, :meth:`dependency_step`."""
+        with self._lock:
+            state = effective_state(self._b, now_us, spec.strict_edge)
+        if state != "closed":
+            return state, None
+        return state, self.dependency_step(fail_left, now_us)
+
     def dependency_step(self, fail_left: int, now_us: int) -> tuple[int, int, int]:
         """One attempt: (flaky counter before, armed-at, attempts before); arms lazily."""
         with self._lock:

@@ -23,7 +23,9 @@ key                         type       holds
 ==========================  =========  =====================================================
 
 Every admission decision, recorded result, dependency attempt and budget move is exactly
-one ``EVALSHA`` (redis-py ``register_script``). Breaker logic uses the time passed in by the
+one ``EVALSHA`` (redis-py ``register_script``); an admission and the admitted call's first
+attempt can be one together (``breaker_allow_step``), as can a retry's look at the breaker
+and the attempt (``breaker_check_step``). Breaker logic uses the time passed in by the
 caller's clock, so a VirtualClock drives it deterministically; probe leases alone expire on
 Redis's clock, so a probe whose process died frees its slot after ``probe_lease_ms`` even
 if nobody ever records its result. Callers on different machines must share a time base
@@ -121,6 +123,8 @@ class RedisStore:
         self._force = _Script(client, "force")
         self._read = _Script(client, "read")
         self._dependency = _Script(client, "dependency")
+        self._allow_step = _Script(client, "allow_step")
+        self._check_step = _Script(client, "check_step")
         self._budget = _Script(client, "budget")
         self._budget_peer = _Script(client, "budget_peer")
         # Keys and per-config arguments encoded once, and the closed-state replies cached per
@@ -128,6 +132,7 @@ class RedisStore:
         # decision's client-side cost (the "Redis decision" and "Redis record" rows of
         # benchmarks/engine_bench.py, beside a bare PING), so the scripts take few arguments.
         self._b_breaker = self.k_breaker.encode()
+        self._b_dependency = self.k_dependency.encode()
         self._b_probes = [k.encode() for k in self.k_probes]
         self._b_record_keys = [k.encode() for k in self._breaker_keys]
         self._b_specs: dict[BreakerSpec, bytes] = {}
@@ -177,17 +182,55 @@ class RedisStore:
         token = f"{self._token_prefix}:{next(self._tokens)}"
         reply = self._allow(
             (self._b_breaker, *self._b_probes[: spec.max_probes]),
-            (
-                now_us,
-                token,
-                self.probe_lease_ms,
-                int(spec.strict_edge),
-                spec.half_open_calls,
-                spec.interval_us,
-                int(spec.counts),
-                spec.failure_threshold if spec.strict else 0,
-            ),
+            self._allow_args(spec, now_us, token),
         )
+        return self._allow_reply(spec, reply, token)
+
+    def breaker_allow_step(
+        self, spec: BreakerSpec, now_us: int, fail_left: int
+    ) -> tuple[AllowReply, tuple[int, int, int] | None]:
+        """:meth:`breaker_allow` and, when it admits the call (ADMIT or PROBE), the call's
+        first attempt reaching the dependency (:meth:`dependency_step` at ``now_us``), in one
+        atomic round trip (``allow_step.lua``); the step is None when the call is refused."""
+        token = f"{self._token_prefix}:{next(self._tokens)}"
+        reply = self._allow_step(
+            (self._b_dependency, self._b_breaker, *self._b_probes[: spec.max_probes]),
+            (*self._allow_args(spec, now_us, token), int(fail_left)),
+        )
+        allowed = self._allow_reply(spec, reply[0], token)
+        if len(reply) < 2:
+            return allowed, None
+        left, started, attempts = reply[1]
+        return allowed, (int(left), int(started), int(attempts))
+
+    def breaker_check_step(
+        self, spec: BreakerSpec, now_us: int, fail_left: int
+    ) -> tuple[str, tuple[int, int, int] | None]:
+        """The breaker's state as read at ``now_us`` and, only when it reads ``closed``, an
+        attempt reaching the dependency (:meth:`dependency_step`), in one atomic round trip
+        (``check_step.lua``)."""
+        reply = self._check_step(
+            (self._b_dependency, self._b_breaker), (now_us, int(spec.strict_edge), int(fail_left))
+        )
+        state = _text(reply[0])
+        if len(reply) < 2:
+            return state, None
+        left, started, attempts = reply[1]
+        return state, (int(left), int(started), int(attempts))
+
+    def _allow_args(self, spec: BreakerSpec, now_us: int, token: str) -> tuple[Any, ...]:
+        return (
+            now_us,
+            token,
+            self.probe_lease_ms,
+            int(spec.strict_edge),
+            spec.half_open_calls,
+            spec.interval_us,
+            int(spec.counts),
+            spec.failure_threshold if spec.strict else 0,
+        )
+
+    def _allow_reply(self, spec: BreakerSpec, reply: Any, token: str) -> AllowReply:
         if type(reply) is int:  # closed: admitted (the script answers with the generation)
             if spec.strict:  # the admission holds a place, given back by its result
                 return AllowReply(ADMIT, reply, -1, token, 0, False)
@@ -426,10 +469,20 @@ class RedisStore:
         return f"RedisStore(namespace={self.namespace!r})"
 
 
+#: Scripts built on others: their text is preceded by these scripts', each wrapped as a
+#: local function of that name taking its own KEYS and ARGV (one copy of every rule).
+_PRELUDES = {"allow_step": (("allow", "allow"), ("dependency", "step")),
+             "check_step": (("dependency", "step"),)}  # fmt: skip
+
+
 @functools.cache
 def _source(name: str) -> str:
     """A script's text, read once per process (a store is built for every burst)."""
-    return (_LUA / f"{name}.lua").read_text()
+    prelude = "".join(
+        f"local function {function}(KEYS, ARGV)\n{_source(script)}\nend\n"
+        for script, function in _PRELUDES.get(name, ())
+    )
+    return prelude + (_LUA / f"{name}.lua").read_text()
 
 
 class _Script:
