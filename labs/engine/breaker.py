@@ -179,6 +179,9 @@ class Breaker:
             self._door = None  # every admission is counted, may end an interval, or holds a place
         # a result needs the time for a rolling window or a counting interval
         self._timed = spec.rolling or bool(spec.interval_us)
+        # a closed-state success can move nothing, and its reply tells nothing worth waiting
+        # for (see record(reply=False))
+        self._blind_ok = not (self._timed or spec.counts or spec.strict or spec.slow_us)
 
     # -- the two steps -----------------------------------------------------------------------
 
@@ -313,8 +316,15 @@ class Breaker:
         *,
         error: str | None = None,
         duration_ms: float | None = None,
-    ) -> Recorded:
+        reply: bool = True,
+    ) -> Recorded | None:
         """Report the result of a permitted call. One store operation.
+
+        ``reply=False``: the caller will not read what happened. Where the result cannot
+        move the breaker (a closed-state success or ignored result of a consecutive breaker
+        that keeps no counts, no interval and no strict admission), the store may then send
+        it without waiting for its reply (on the engine hub: with the caller's next round
+        trip), and None is returned; anywhere else the result is recorded as with a reply.
 
         With ``slow_call_ms`` set, a success or failure whose ``duration_ms`` is above it is
         also a slow call (resilience4j: ``duration > slowCallDurationThreshold``); a result
@@ -346,6 +356,14 @@ class Breaker:
             and round(duration_ms * 1000) > self._slow_us
         ):
             code = code.upper()  # S / F: a slow success / failure
+        if not reply and self._blind_ok and code in ("s", "i") and not permit.probe:
+            # Nothing to report back: the reply could only say counted (or stale), and no
+            # transition can follow from it.
+            self._record(
+                self._spec, permit.generation, permit.slot, permit.token, code, now_us,
+                cooldown_us, wait=False,
+            )  # fmt: skip
+            return None
         reply = self._record(
             self._spec, permit.generation, permit.slot, permit.token, code, now_us, cooldown_us
         )

@@ -313,8 +313,9 @@ class GuardedClient:
                 result, why = self._loop(call_no, burst, start, limit, permit)
                 verdict = _verdict(result.outcome == "success", result.error)
                 self.breaker.record(
-                    permit, verdict, error=result.error, duration_ms=self._since(start)
-                )
+                    permit, verdict, error=result.error, duration_ms=self._since(start),
+                    reply=False,
+                )  # fmt: skip
         else:
             result, why = self._loop(call_no, burst, start, self.policy.max_attempts, None)
         self._emit_result(result, why)
@@ -342,7 +343,7 @@ class GuardedClient:
         throttled = budget is not None and budget.kind == "grpc"
         verdict: tuple[bool, float] = (True, 0.0)
         if budget is not None and budget.kind != "grpc":
-            budget.deposit()
+            budget.deposit(reply=False)
         restart = 0  # a server pushback restarts the backoff exponent after it
         deadline = None if policy.deadline_ms is None else start + policy.deadline_ms / 1000
         backoff_total = 0.0
@@ -413,15 +414,14 @@ class GuardedClient:
             opened = False
             if outer is None and permit is not None:
                 verdict = _verdict(answer.ok, answer.error)
-                opened = (
-                    recorder.record(
-                        permit,
-                        verdict,
-                        error=answer.error,
-                        duration_ms=self._since(attempt_start),
-                    ).transition
-                    == "open"
+                recorded = recorder.record(
+                    permit,
+                    verdict,
+                    error=answer.error,
+                    duration_ms=self._since(attempt_start),
+                    reply=not answer.ok,  # a success ends the call: nothing to read
                 )
+                opened = recorded is not None and recorded.transition == "open"
             if throttled and (answer.ok or is_retryable(answer.error)):
                 verdict = budget.observe(answer.ok)  # type: ignore[union-attr]
             if answer.ok:

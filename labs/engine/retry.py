@@ -218,10 +218,13 @@ class RetryBudget:
         assert self.clock is not None
         return int(self.clock.now() * 1e6 + 0.5)
 
-    def deposit(self) -> float:
-        """Credit one call (``per_call``, ``finagle``); returns the balance."""
+    def deposit(self, *, reply: bool = True) -> float | None:
+        """Credit one call (``per_call``, ``finagle``); returns the balance. ``reply=False``:
+        the caller will not read the balance, and a ``per_call`` deposit may go out without
+        waiting for it (see the store's ``budget_deposit``), returning None."""
         if self.kind == "per_call":
-            return self.store.budget_deposit(self._ratio, self._max) / 1_000_000
+            balance = self.store.budget_deposit(self._ratio, self._max, wait=reply)
+            return None if balance is None else balance / 1_000_000
         if self.kind == "finagle":
             _, count = self.store.budget_window(
                 "deposit", self._now_us(), self._slice_us, self._reserve, self._deposit

@@ -51,6 +51,7 @@ from typing import Any, TypeVar
 
 import hiredis
 import redis
+from redis.exceptions import NoScriptError
 
 from labs.engine import VirtualClock
 from labs.engine.clock import Task
@@ -159,6 +160,23 @@ class HubRedis(redis.Redis):
             return super().execute_command(*args, **options)
         return hub._command(task, self, args, options)
 
+    def send_nowait(self, args: tuple[Any, ...], script: str | None = None) -> Any:
+        """Send a command whose reply the caller will not read: from one of the hub's
+        callers it goes out with the hub's next pipeline, after every command the caller
+        sent before it and before every one it sends after, and the caller goes on at once
+        (returns None); elsewhere it runs now and returns its reply. ``script`` is the text
+        of an ``EVALSHA``'s script, run with ``EVAL`` if Redis does not know the script."""
+        hub = self._hub
+        if hub.clock.current() is None:
+            try:
+                return super().execute_command(*args)
+            except NoScriptError:
+                if script is None:
+                    raise
+                return super().execute_command("EVAL", script, *args[2:])
+        hub._parked.append((None, self, args, {}, script))
+        return None
+
 
 class _Waiter:
     __slots__ = ("done", "error", "result")
@@ -182,7 +200,8 @@ class Hub:
         self.name = name
         self._inbox: collections.deque[tuple[Callable[[], Any], _Waiter]] = collections.deque()
         self._wake = threading.Event()
-        self._parked: list[tuple[Task[Any], HubRedis, tuple[Any, ...], dict[str, Any]]] = []
+        # (caller or None for a command nobody waits for, client, args, options, its script)
+        self._parked: list[tuple[Any, HubRedis, tuple[Any, ...], dict[str, Any], str | None]] = []
         self._replies: dict[Task[Any], Any] = {}
         self._entries: dict[Any, list[Any]] = {}  # writer -> entries of this round
         self._finished: list[_Waiter] = []
@@ -252,7 +271,7 @@ class Hub:
     def _command(
         self, task: Task[Any], client: HubRedis, args: tuple[Any, ...], options: dict[str, Any]
     ) -> Any:
-        self._parked.append((task, client, args, options))
+        self._parked.append((task, client, args, options, None))
         self.clock.suspend(task)
         reply = self._replies.pop(task)
         if isinstance(reply, BaseException):
@@ -281,7 +300,7 @@ class Hub:
                 self._pipeline()  # its callers are due again at once
             self._end_round()
             due = clock.due()
-            if inbox:
+            if inbox or self._parked:  # a command re-sent by its text goes at once
                 continue
             timeout = None if due is None else due - clock._wall()
             if timeout is None or timeout > 0:
@@ -310,20 +329,26 @@ class Hub:
         if all(item[1] is client for item in parked):
             groups = [parked]
         else:
-            by: dict[int, list[tuple[Task[Any], HubRedis, tuple[Any, ...], dict[str, Any]]]] = {}
+            by: dict[int, list[Any]] = {}
             for item in parked:
                 by.setdefault(id(item[1]), []).append(item)
             groups = list(by.values())
         for items in groups:
-            commands = [(args, options) for _, _, args, options in items]
+            commands = [(item[2], item[3]) for item in items]
             try:
                 replies = _send(items[0][1], commands)
             except Exception as exc:  # never leave a caller parked
                 logger.exception("the engine hub could not send %d commands", len(commands))
                 replies = [exc] * len(commands)
-            for (task, _, _, _), reply in zip(items, replies, strict=True):
-                self._replies[task] = reply
-                clock.resume_now(task)
+            for (task, client, args, _, script), reply in zip(items, replies, strict=True):
+                if task is not None:
+                    self._replies[task] = reply
+                    clock.resume_now(task)
+                elif isinstance(reply, NoScriptError) and script is not None:
+                    # Redis lost the script (a restart): the next round runs it by its text
+                    self._parked.append((None, client, ("EVAL", script, *args[2:]), {}, None))
+                elif isinstance(reply, BaseException):
+                    logger.warning("a command sent without waiting failed: %r", reply)
 
     def _end_round(self) -> None:
         """Hand over the round's journal entries, then wake the threads whose functions
@@ -383,7 +408,7 @@ def _send(client: HubRedis, commands: list[tuple[tuple[Any, ...], dict[str, Any]
         except Exception as exc:
             return [exc] * len(commands)
     try:
-        payload = b"".join([hiredis.pack_command(args) for args, _ in commands])
+        payload = b"".join([hiredis.pack_command(_words(args)) for args, _ in commands])
     except Exception as exc:  # an argument redis cannot send: every command fails alike
         return [exc] * len(commands)
     conn = client._hub_connection
@@ -419,6 +444,15 @@ def _send(client: HubRedis, commands: list[tuple[tuple[Any, ...], dict[str, Any]
         callback = callbacks.get(args[0])
         replies.append(reply if callback is None else callback(reply))
     return replies
+
+
+def _words(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A command's arguments as Redis reads them: a command name of two words (redis-py's
+    ``SCRIPT LOAD``, ``CLIENT SETNAME``) is two arguments."""
+    first = args[0]
+    if (isinstance(first, str) and " " in first) or (isinstance(first, bytes) and b" " in first):
+        return (*first.split(), *args[1:])
+    return args
 
 
 _hub: Hub | None = None

@@ -97,8 +97,8 @@ bursts = st.lists(
 class CheckedStore(MemoryStore):
     """A memory store that checks the budget balance on every move."""
 
-    def budget_deposit(self, ratio_micro, max_micro):
-        balance = super().budget_deposit(ratio_micro, max_micro)
+    def budget_deposit(self, ratio_micro, max_micro, **kw):
+        balance = super().budget_deposit(ratio_micro, max_micro, **kw)
         assert 0 <= balance <= max_micro
         return balance
 

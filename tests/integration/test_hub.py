@@ -174,3 +174,67 @@ def test_lateness_beyond_the_bound_is_not_absorbed():
 
 def test_get_hub_is_one_per_process():
     assert hub_module.get_hub() is hub_module.get_hub()
+
+
+def test_a_command_sent_without_waiting_goes_out_with_the_callers_next_round_in_order(
+    hub, client
+):
+    def caller():
+        assert client.send_nowait(("SET", "k", "first")) is None  # the caller goes on at once
+        return client.getset("k", "second")
+
+    before = hub.rounds
+    assert hub.run(caller) == b"first"  # the SET ran before the GETSET, in one round
+    assert hub.rounds == before + 1
+    assert client.get("k") == b"second"
+    assert client.send_nowait(("INCR", "n")) == 1  # outside the hub's callers: at once
+
+
+def test_a_script_sent_without_waiting_runs_by_its_text_when_redis_does_not_know_it(hub, client):
+    script = "return redis.call('INCRBY', KEYS[1], ARGV[1])"
+    sha = client.script_load(script)
+    client.script_flush()
+
+    def caller():
+        client.send_nowait(("EVALSHA", sha, 1, "counted", 5), script)
+        hub.clock.sleep(0.001)
+
+    hub.run(caller)
+    hub.run(lambda: hub.clock.sleep(0.001))  # the EVAL goes out in the round after
+    assert client.get("counted") == b"5"
+
+
+def test_a_sequential_burst_on_the_hub_is_one_round_trip_per_healthy_call(hub, client):
+    """Admission with the first attempt in one script; the call's success recorded without
+    waiting, so it travels with the next call's admission."""
+    import random
+
+    from labs.engine import (
+        Breaker,
+        FakeDependency,
+        GuardedClient,
+        RedisStore,
+        parse_dependency,
+        parse_policy,
+    )
+
+    store = RedisStore(client, "fl:{hubtest}")
+    policy = parse_policy({"max_attempts": 3})
+    breaker = Breaker(policy.breaker, store=store, clock=hub.clock)
+    dependency = FakeDependency(
+        parse_dependency({"mode": "healthy", "latency_ms": 2}),
+        store=store, clock=hub.clock, rng=random.Random(1),
+    )  # fmt: skip
+    guarded = GuardedClient(
+        policy, breaker=breaker, dependency=dependency, clock=hub.clock, rng=random.Random(1),
+        store=store,
+    )  # fmt: skip
+    client.script_flush()  # Redis knows no script: the first calls load them (SCRIPT LOAD)
+    hub.run(lambda: guarded.run_burst(2))
+    before = hub.rounds
+    result = hub.run(lambda: guarded.run_burst(10, first_call=3))
+    assert result.succeeded == 10
+    # ten admissions (each with the previous call's result) and the last call's result
+    assert hub.rounds - before == 11
+    assert store.export_state()["dependency"]["attempts"] == 12
+    store.clear()

@@ -187,8 +187,14 @@ class Store(Protocol):
         outcome: str,
         now_us: int,
         cooldown_us: int,
-    ) -> RecordReply:
-        """Count a result (outcome ``s``, ``f`` or ``i``) and release its probe lease."""
+        *,
+        wait: bool = True,
+    ) -> RecordReply | None:
+        """Count a result (outcome ``s``, ``f`` or ``i``) and release its probe lease.
+
+        ``wait=False``: the caller will not read the reply; a store whose client can send
+        the operation without waiting for it (the engine hub's) does, and returns None. The
+        operation itself is the same, in the same order among the caller's operations."""
         ...
 
     def breaker_force(self, action: str, now_us: int) -> tuple[str, int, bool]:
@@ -211,8 +217,10 @@ class Store(Protocol):
         with ``fail_left`` and ``now_us`` when there is no state."""
         ...
 
-    def budget_deposit(self, ratio_micro: int, max_micro: int) -> int:
-        """Add ``ratio_micro`` micro-tokens (the bucket starts full); returns the balance."""
+    def budget_deposit(self, ratio_micro: int, max_micro: int, *, wait: bool = True) -> int | None:
+        """Add ``ratio_micro`` micro-tokens (the bucket starts full); returns the balance
+        (None with ``wait=False`` where the store sends it without waiting, as
+        ``breaker_record``)."""
         ...
 
     def budget_withdraw(self, max_micro: int) -> tuple[bool, int]:

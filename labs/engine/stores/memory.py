@@ -194,8 +194,11 @@ class MemoryStore:
         outcome: str,
         now_us: int,
         cooldown_us: int,
+        *,
+        wait: bool = True,
     ) -> RecordReply:
-        """Count one result (see :class:`~labs.engine.stores.base.RecordReply`)."""
+        """Count one result (see :class:`~labs.engine.stores.base.RecordReply`); the reply
+        is always there, whatever ``wait`` says (nothing to wait for in memory)."""
         quiet = self._quiet
         # Consecutive kind (spec[0] is ``rolling``): a success in a closed breaker with no
         # failure streak changes nothing, so it needs no lock.
@@ -515,8 +518,9 @@ class MemoryStore:
 
     # -- retry budget ------------------------------------------------------------------------
 
-    def budget_deposit(self, ratio_micro: int, max_micro: int) -> int:
-        """Deposit micro-tokens up to the ceiling; the bucket starts full."""
+    def budget_deposit(self, ratio_micro: int, max_micro: int, *, wait: bool = True) -> int:
+        """Deposit micro-tokens up to the ceiling; the bucket starts full (the balance is
+        returned whatever ``wait`` says)."""
         with self._lock:
             tokens = max_micro if self._budget is None else self._budget
             self._budget = min(max_micro, tokens + ratio_micro)

@@ -250,15 +250,21 @@ class RedisStore:
         outcome: str,
         now_us: int,
         cooldown_us: int,
-    ) -> RecordReply:
-        """Count one result and release its probe lease (one round trip)."""
+        *,
+        wait: bool = True,
+    ) -> RecordReply | None:
+        """Count one result and release its probe lease (one round trip). With ``wait``
+        False the reply is not read where the client can send without waiting (None)."""
         packed = self._b_specs.get(spec)
         if packed is None:
             packed = self._b_specs[spec] = spec.packed().encode()
         keys = self._b_record_keys
         if slot >= 0:
             keys = [*keys, self._b_probes[slot]]
-        reply = self._record(keys, (generation, token or "-", outcome, now_us, cooldown_us, packed))
+        args = (generation, token or "-", outcome, now_us, cooldown_us, packed)
+        reply = self._record(keys, args) if wait else self._record.send(keys, args)
+        if reply is None:
+            return None
         if type(reply) is int:  # counted, no transition (the script answers with the generation)
             applied = self._applied
             if applied[1] != reply:
@@ -326,10 +332,12 @@ class RedisStore:
 
     # -- retry budget ------------------------------------------------------------------------
 
-    def budget_deposit(self, ratio_micro: int, max_micro: int) -> int:
-        """Deposit micro-tokens up to the ceiling (one round trip)."""
-        _, tokens = self._budget((self.k_budget,), ("deposit", ratio_micro, max_micro))
-        return int(tokens)
+    def budget_deposit(self, ratio_micro: int, max_micro: int, *, wait: bool = True) -> int | None:
+        """Deposit micro-tokens up to the ceiling (one round trip). With ``wait`` False the
+        balance is not read where the client can send without waiting (None)."""
+        keys, args = (self.k_budget,), ("deposit", ratio_micro, max_micro)
+        reply = self._budget(keys, args) if wait else self._budget.send(keys, args)
+        return None if reply is None else int(reply[1])
 
     def budget_withdraw(self, max_micro: int) -> tuple[bool, int]:
         """Take one whole token if available (one round trip)."""
@@ -502,3 +510,12 @@ class _Script:
             return self.client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
         except NoScriptError:
             return self.registered(keys=list(keys), args=list(args))
+
+    def send(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        """Run the script for a caller that will not read its reply. A client that can send
+        without waiting (``send_nowait``: the engine hub's, ``labs.live.hub``) sends it with
+        its next round trip and None is returned; any other client runs it as a call."""
+        nowait = getattr(self.client, "send_nowait", None)
+        if nowait is None:
+            return self(keys, args)
+        return nowait(("EVALSHA", self.sha, len(keys), *keys, *args), self.registered.script)
