@@ -40,6 +40,8 @@ from channels_redis.pubsub import (
 from channels_redis.utils import _consistent_hash, _wrap_close, decode_hosts
 from redis.asyncio.client import PubSub
 
+from labs.live.redis_batch import send_batch
+
 logger = logging.getLogger(__name__)
 
 #: What every channel of a process receives once the layer has subscribed again after losing
@@ -175,17 +177,22 @@ class LabChannelLayer(RedisPubSubChannelLayer):
 
     def group_send_many_sync(self, messages: Iterable[tuple[str, dict[str, Any]]]) -> None:
         """:meth:`group_send_many` for synchronous code (views, services, worker threads):
-        one pipeline on a plain redis-py client per host, no event loop.
+        one batch per host on a pooled connection (``send_batch``), no event loop.
 
         ``async_to_sync(group_send)`` from a request thread waited for daphne's event loop to
         run the send (behind every push it was forwarding), and from a thread with no loop
         at all (a Celery thread) it built an event loop and a Redis connection per call.
         """
         for index, items in self._by_host(messages).items():
-            pipe = self._sync_client(index).pipeline(transaction=False)
-            for name, data in items:
-                pipe.publish(name, data)
-            pipe.execute()
+            pool = self._sync_client(index).connection_pool
+            conn = pool.get_connection()
+            try:
+                replies = send_batch(conn, [("PUBLISH", name, data) for name, data in items])
+            finally:
+                pool.release(conn)
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
 
     def _sync_client(self, index: int) -> redis.Redis:
         client = self._sync_clients.get(index)

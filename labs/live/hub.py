@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import heapq
 import logging
 import threading
@@ -49,12 +50,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-import hiredis
 import redis
 from redis.exceptions import NoScriptError
 
 from labs.engine import VirtualClock
 from labs.engine.clock import Task
+from labs.live.redis_batch import send_batch
 
 logger = logging.getLogger(__name__)
 
@@ -281,6 +282,7 @@ class Hub:
     # -- the thread --------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        _name_native_thread(self.name)
         logger.info("engine hub %s running (thread %s)", self.name, threading.get_native_id())
         clock = self.clock
         inbox = self._inbox
@@ -389,16 +391,8 @@ def bookkeeping() -> Iterator[None]:
 
 def _send(client: HubRedis, commands: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
     """Send ``commands`` in one write and read their replies, on the hub's own connection to
-    ``client``'s server; a reply is the value, or the exception, redis-py would have given
-    for that command alone (its parser, its response callbacks).
-
-    Leaner than ``client.pipeline()``: redis-py's pipeline packs each command through a
-    generator and two wrappers and runs its retry and observability layers per batch, which
-    was four tenths of the hub's CPU with a hundred bursts (benchmarks/burst_bench.py, part
-    b, profiled). A connection that fails while sending is reconnected and the whole batch
-    sent once more (nothing of it reached Redis); one that fails while the replies are read
-    is dropped, and every command not yet answered gets the error (it may have run).
-    """
+    ``client``'s server (:func:`labs.live.redis_batch.send_batch`); a reply is the value,
+    or the exception, redis-py would have given for that command alone."""
     if any(options for _, options in commands):
         pipe = client.pipeline(transaction=False)  # options (rare): redis-py's own way
         for args, options in commands:
@@ -407,10 +401,6 @@ def _send(client: HubRedis, commands: list[tuple[tuple[Any, ...], dict[str, Any]
             return pipe.execute(raise_on_error=False)
         except Exception as exc:
             return [exc] * len(commands)
-    try:
-        payload = b"".join([hiredis.pack_command(_words(args)) for args, _ in commands])
-    except Exception as exc:  # an argument redis cannot send: every command fails alike
-        return [exc] * len(commands)
     conn = client._hub_connection
     if conn is None:
         # The hub's thread keeps one connection per client for good: taking one from the
@@ -420,39 +410,17 @@ def _send(client: HubRedis, commands: list[tuple[tuple[Any, ...], dict[str, Any]
             conn = client._hub_connection = client.connection_pool.get_connection()
         except Exception as exc:  # no connection to be had (Redis down): every command fails
             return [exc] * len(commands)
+    return send_batch(conn, [args for args, _ in commands], client.response_callbacks)
+
+
+def _name_native_thread(name: str) -> None:
+    """Give this thread ``name`` where the OS shows it (Linux: ``top -H``, ``ps -L``,
+    ``/proc/<pid>/task/<tid>/comm``; benchmarks read the hub's CPU there); elsewhere nothing."""
     try:
-        conn.send_packed_command([payload])
-    except (redis.ConnectionError, redis.TimeoutError):
-        conn.disconnect()
-        try:
-            conn.send_packed_command([payload])
-        except Exception as exc:
-            conn.disconnect()
-            return [exc] * len(commands)
-    callbacks = client.response_callbacks
-    replies: list[Any] = []
-    for args, _ in commands:
-        try:
-            reply = conn.read_response()
-        except redis.ResponseError as exc:
-            replies.append(exc)
-            continue
-        except Exception as exc:
-            conn.disconnect()
-            replies.extend([exc] * (len(commands) - len(replies)))
-            break
-        callback = callbacks.get(args[0])
-        replies.append(reply if callback is None else callback(reply))
-    return replies
-
-
-def _words(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A command's arguments as Redis reads them: a command name of two words (redis-py's
-    ``SCRIPT LOAD``, ``CLIENT SETNAME``) is two arguments."""
-    first = args[0]
-    if (isinstance(first, str) and " " in first) or (isinstance(first, bytes) and b" " in first):
-        return (*first.split(), *args[1:])
-    return args
+        libc = ctypes.CDLL(None)
+        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
 
 
 _hub: Hub | None = None

@@ -342,7 +342,7 @@ class DependencyWatch:
 
     #: Look at most this often (seconds): a burst of short calls should not pay a Redis
     #: round trip per call to learn that nothing changed. A change still lands between calls.
-    interval = 0.02
+    interval = 0.25
 
     def check(self) -> bool:
         """Apply a published change, if any; True when the dependency was swapped."""

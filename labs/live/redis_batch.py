@@ -1,0 +1,73 @@
+"""A batch of Redis commands in one write on one connection, then every reply.
+
+redis-py's ``pipeline()`` does the same in more Python: it packs each command through a
+generator and two wrappers, takes a connection from the pool and gives it back through its
+deprecation and observability layers, and runs a retry wrapper per batch. On the paths that
+send a batch every few milliseconds (the engine hub's round trips, the journal writer's
+pushes) that was the larger part of the sending's CPU (benchmarks/burst_bench.py part b,
+profiled). :func:`send_batch` keeps redis-py's connection (its parser, its reconnecting)
+and response callbacks, and only skips the layers around them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import hiredis
+import redis
+
+
+def words(args: Sequence[Any]) -> tuple[Any, ...]:
+    """A command's arguments as Redis reads them: a command name of two words (redis-py's
+    ``SCRIPT LOAD``, ``CLIENT SETNAME``) is two arguments."""
+    first = args[0]
+    if (isinstance(first, str) and " " in first) or (isinstance(first, bytes) and b" " in first):
+        return (*first.split(), *args[1:])
+    return tuple(args)
+
+
+def send_batch(
+    conn: redis.connection.AbstractConnection,
+    commands: Sequence[Sequence[Any]],
+    callbacks: Mapping[Any, Any] | None = None,
+) -> list[Any]:
+    """Send ``commands`` (argument tuples) in one write on ``conn`` and read their replies in
+    order. A reply is the value (through ``callbacks``, a client's ``response_callbacks``,
+    where one applies) or the exception redis-py would have raised for that command alone.
+
+    A connection that fails while sending is reconnected and the whole batch sent once more
+    (nothing of it reached Redis); one that fails while the replies are read is dropped (it
+    connects again on its next use), and every command not yet answered gets the error (it
+    may have run).
+    """
+    try:
+        payload = b"".join([hiredis.pack_command(words(args)) for args in commands])
+    except Exception as exc:  # an argument Redis cannot take: every command fails alike
+        return [exc] * len(commands)
+    try:
+        conn.send_packed_command([payload])
+    except (redis.ConnectionError, redis.TimeoutError):
+        conn.disconnect()
+        try:
+            conn.send_packed_command([payload])
+        except Exception as exc:
+            conn.disconnect()
+            return [exc] * len(commands)
+    except Exception as exc:
+        conn.disconnect()
+        return [exc] * len(commands)
+    replies: list[Any] = []
+    for args in commands:
+        try:
+            reply = conn.read_response()
+        except redis.ResponseError as exc:
+            replies.append(exc)
+            continue
+        except Exception as exc:
+            conn.disconnect()
+            replies.extend([exc] * (len(commands) - len(replies)))
+            break
+        callback = callbacks.get(args[0]) if callbacks else None
+        replies.append(reply if callback is None else callback(reply))
+    return replies
