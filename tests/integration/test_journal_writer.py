@@ -64,3 +64,63 @@ def test_a_writer_behind_another_sqlite_writer_polls_for_the_lock_without_an_err
     assert JournalEvent.objects.filter(session=session, kind="policy_set").count() == 1
     assert seen_timeouts == [writer_module.SQLITE_BUSY_TIMEOUT_MS]
     assert not [r for r in caplog.records if "not written yet" in r.getMessage()]
+
+
+@pytest.mark.postgres
+def test_concurrent_batches_over_the_same_sessions_get_gap_free_numbers_and_no_deadlock(session):
+    """Four writers append batches naming the same sessions in different orders (one
+    statement reserves every session's numbers: on PostgreSQL the rows are locked in id order
+    first, so none waits on another in a cycle): every session's numbers are 1..n."""
+    from django.db import connections
+
+    room = session.classroom
+    others = [
+        lab.session_open(
+            user=make_student(f"writer{i}", room), classroom=room, scenario=session.scenario
+        )
+        for i in range(3)
+    ]
+    sessions = [session, *others]
+    errors: list[BaseException] = []
+
+    def write(k: int) -> None:
+        try:
+            for round_no in range(15):
+                order = sessions[k % 4 :] + sessions[: k % 4]
+                if round_no % 2:
+                    order.reverse()
+                entries = [
+                    journal.entry(s, "note", f"writer {k} round {round_no}") for s in order for _ in (1, 2)
+                ]
+                from django.db import transaction
+
+                with transaction.atomic():
+                    journal.append_entries(entries)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=write, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    for s in sessions:
+        seqs = list(JournalEvent.objects.filter(session=s).order_by("seq").values_list("seq", flat=True))
+        assert seqs == list(range(1, 4 * 15 * 2 + 1))
+
+
+def test_a_batch_naming_a_deleted_session_raises_and_writes_nothing(session):
+    from django.db import transaction
+
+    gone = lab.session_open(
+        user=make_student("ghost", session.classroom), classroom=session.classroom,
+        scenario=session.scenario,
+    )  # fmt: skip
+    entries = [journal.entry(session, "note", "kept?"), journal.entry(gone, "note", "gone")]
+    gone.delete()
+    with pytest.raises(journal.LabSession.DoesNotExist), transaction.atomic():
+        journal.append_entries(entries)
+    assert not JournalEvent.objects.filter(session=session, kind="note").exists()
