@@ -36,6 +36,20 @@ def _short_gil_switch_interval(**kwargs) -> None:
     sys.setswitchinterval(0.0005)
 
 
+@worker_init.connect
+def _no_line_per_task(**kwargs) -> None:
+    """Celery logs two INFO lines for every task (received, succeeded): a tenth of the
+    worker's CPU per burst (benchmarks/burst_bench.py). The journal has every burst; a failed
+    task is still logged (ERROR), and LAB_LOG_LEVEL=DEBUG brings the lines back."""
+    import logging
+
+    from django.conf import settings
+
+    if settings.LAB_LOG_LEVEL != "DEBUG":
+        for name in ("celery.app.trace", "celery.worker.strategy"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
 @worker_ready.connect
 def _freeze_boot_objects(**kwargs) -> None:
     """Move every object the boot created (Django, Celery, the modules: a few hundred

@@ -22,8 +22,9 @@ anywhere (``GuardedClient.call``); only its clock and its Redis client are the h
   caller with its own reply, in the order they asked. Each command is still one atomic
   script or command on the server, in that order, exactly as if the callers' threads had
   raced there; only the syscalls and wake-ups are shared.
-- Journal entries the callers emit are handed to the journal writer once per round
-  (:meth:`Hub.journal`: one pickle and one pipe write for all of them).
+- Journal entries the callers emit are handed to the journal writer together
+  (:meth:`Hub.journal`: one pickle and one pipe write for all of them), when the hub is
+  about to wait and at most every 2 ms while it is busy.
 
 Timing. A sleep ends at its due instant plus the hub's lateness in getting to it (timer
 overshoot, about 0.1 to 0.2 ms here, and the callers due before it in the same round). A
@@ -64,6 +65,8 @@ T = TypeVar("T")
 #: The most of one wake-up's lateness a caller's next sleep absorbs, in seconds: a timer's
 #: overshoot and a busy round, not an overloaded process.
 CATCH_UP_S = 0.001
+#: While busy, the hub hands its callers' journal entries to the writer this often (seconds).
+JOURNAL_HANDOFF_S = 0.002
 
 
 class HubClock(VirtualClock):
@@ -206,6 +209,7 @@ class Hub:
         self._replies: dict[Task[Any], Any] = {}
         self._entries: dict[Any, list[Any]] = {}  # writer -> entries of this round
         self._finished: list[_Waiter] = []
+        self._handed = 0.0  # when the journal entries were last handed over
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._clients: dict[int, HubRedis] = {}
@@ -257,9 +261,10 @@ class Hub:
     # -- for callers -------------------------------------------------------------------------
 
     def journal(self, writer: Any, entry: Any) -> None:
-        """Hand ``entry`` to ``writer`` (a :class:`~labs.live.journal.JournalSink`) at the end of
-        this round, with every other entry of the round: one ``submit_many``. Outside the
-        hub's callers, at once."""
+        """Hand ``entry`` to ``writer`` (a :class:`~labs.live.journal.JournalSink`) with the
+        other entries the callers emit meanwhile, in order: one ``submit_many`` when the hub
+        is about to wait, when a run ends, or 2 ms after the last hand-off while it is busy.
+        Outside the hub's callers, at once."""
         if self.clock.current() is None:
             writer.submit(entry)
             return
@@ -298,11 +303,13 @@ class Hub:
                 except Exception:  # a callback's error must not stop every other call
                     logger.exception("a scheduled callback failed on the engine hub")
                 due = clock.due()
-            if self._parked:
+            busy = bool(self._parked)
+            if busy:
                 self._pipeline()  # its callers are due again at once
-            self._end_round()
             due = clock.due()
-            if inbox or self._parked:  # a command re-sent by its text goes at once
+            idle = not (inbox or self._parked) and (due is None or due > clock._wall())
+            self._end_round(idle)
+            if not idle:
                 continue
             timeout = None if due is None else due - clock._wall()
             if timeout is None or timeout > 0:
@@ -352,10 +359,19 @@ class Hub:
                 elif isinstance(reply, BaseException):
                     logger.warning("a command sent without waiting failed: %r", reply)
 
-    def _end_round(self) -> None:
-        """Hand over the round's journal entries, then wake the threads whose functions
-        returned (their entries are with the writer by then)."""
-        if self._entries:
+    def _end_round(self, idle: bool) -> None:
+        """Hand the journal entries over when the hub is about to wait, when a run ended or
+        every :data:`JOURNAL_HANDOFF_S` while it is busy; then wake the threads whose
+        functions returned (their entries are with the writer by then).
+
+        Not every round: with a hundred bursts the hub makes a round every few hundred
+        microseconds, and each hand-off wakes the writer process's threads (the writer
+        batches for 8 ms anyway)."""
+        now = time.monotonic()
+        if self._entries and (
+            idle or self._finished or now - self._handed >= JOURNAL_HANDOFF_S
+        ):
+            self._handed = now
             entries, self._entries = self._entries, {}
             for writer, batch in entries.items():
                 try:

@@ -181,21 +181,37 @@ def burst_rng_seed(session: LabSession) -> str:
     return f"{session.seed}:{session.burst_count}"
 
 
-def start_state(session: LabSession, burst: Burst, rng_seed: str) -> dict[str, Any]:
+def start_state(
+    session: LabSession, burst: Burst, rng_seed: str
+) -> tuple[dict[str, Any], bool]:
     """The replayable start state of ``burst`` (see :mod:`labs.engine.replay`): the
     session's dependency and policy, its store's state in Redis and the time, read now, just
-    before the burst's first call."""
-    return capture_start(
-        dependency=session.dependency,
-        policy=session.policy,
-        store_state=session_store(session.pk).export_state(),
-        now_us=int(CLOCK.now() * 1e6 + 0.5),
-        rng_seed=rng_seed,
-        size=burst.size,
-        concurrency=burst.concurrency,
-        first_call=burst.first_call_no or 1,
-        burst=burst.number,
-        probe_lease_ms=settings.LAB_PROBE_LEASE_MS,
+    before the burst's first call; and whether Redis had lost the session's state, in which
+    case the database snapshot is put back first (as :func:`restore_if_lost`; the caller
+    journals it). One export of the store (the check for lost state is that export)."""
+    store = session_store(session.pk)
+    exported = store.export_state()
+    restored = False
+    if not any(exported.get(part) for part in ("breaker", "dependency", "budget", "peer_budget")):
+        snapshot = (session.breaker_snapshot or {}).get("store")
+        if snapshot:
+            store.import_state(snapshot)
+            exported = store.export_state()
+            restored = True
+    return (
+        capture_start(
+            dependency=session.dependency,
+            policy=session.policy,
+            store_state=exported,
+            now_us=int(CLOCK.now() * 1e6 + 0.5),
+            rng_seed=rng_seed,
+            size=burst.size,
+            concurrency=burst.concurrency,
+            first_call=burst.first_call_no or 1,
+            burst=burst.number,
+            probe_lease_ms=settings.LAB_PROBE_LEASE_MS,
+        ),
+        restored,
     )
 
 

@@ -238,12 +238,11 @@ def burst_run(*, burst_id: int) -> str:
 
     try:
         with bookkeeping():
-            if runtime.restore_if_lost(session):
-                writer.submit(restored_entry(session, burst_id))
             rng_seed = runtime.burst_rng_seed(session)
-            Burst.objects.filter(pk=burst_id).update(
-                start_state=runtime.start_state(session, burst, rng_seed)
-            )
+            state, restored = runtime.start_state(session, burst, rng_seed)
+            if restored:
+                writer.submit(restored_entry(session, burst_id))
+            Burst.objects.filter(pk=burst_id).update(start_state=state)
             # A burst never touches the database until it ends (the journal writer does
             # the writing): give the connection back (see release_connection).
             release_connection()

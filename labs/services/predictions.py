@@ -237,7 +237,12 @@ def burst_predictions_grade(*, burst_id: int) -> int:
     burst's rows are committed, so a grade reaches the instructor's page even when the
     student's page is closed. Returns how many were graded now."""
     graded = 0
-    for prediction in Prediction.objects.filter(burst_id=burst_id, correct__isnull=True):
+    pending = Prediction.objects.filter(burst_id=burst_id, correct__isnull=True)
+    # Most bursts ran no question: asking whether any is pending costs a third of loading
+    # the (empty) list of them, and the worker asks after every burst.
+    if not pending.exists():
+        return 0
+    for prediction in pending:
         graded += prediction_grade(prediction=prediction).correct is not None
     return graded
 
