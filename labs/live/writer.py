@@ -75,6 +75,10 @@ Done = Callable[[list[Entry]], None]
 
 LOST_KIND = "journal_lost"
 
+#: How long a batch of steady traffic's rows (no burst's among them) waits for more rows
+#: before it is written: see JournalWriter._run.
+TRAFFIC_LINGER_S = 0.05
+
 
 def witness_committed(witness: Witness) -> bool:
     """Whether the batch that ``witness`` identifies is committed.
@@ -134,6 +138,7 @@ class JournalWriter:
         *,
         max_batch: int = 2000,
         linger: float = 0.008,
+        traffic_linger: float = TRAFFIC_LINGER_S,
         after_write: AfterWrite | None = None,
         on_prepared: Prepared | None = None,
         on_done: Done | None = None,
@@ -141,6 +146,7 @@ class JournalWriter:
         self._queue: queue.SimpleQueue[Entry | list[Entry] | _Flush | None] = queue.SimpleQueue()
         self._max_batch = max_batch
         self._linger = linger
+        self._traffic_linger = max(linger, traffic_linger)
         self._after_write = after_write
         self._on_prepared = on_prepared
         self._on_done = on_done
@@ -204,18 +210,27 @@ class JournalWriter:
             flushes: list[_Flush] = []
             item: Entry | list[Entry] | _Flush | None = first
             # Linger a few milliseconds after the first entry: one transaction and one push
-            # for everything a burst emits meanwhile. Every batch costs the interpreter (the
-            # GIL) time that bursts in this process would otherwise wait for when they wake
-            # from a sleep, so fewer, larger batches keep their timings honest. A flush
-            # request ends the linger at once.
-            until = time.monotonic() + self._linger
+            # for everything a burst emits meanwhile (a batch's own cost is most of what a
+            # row costs). A batch of steady traffic's rows alone lingers longer
+            # (traffic_linger): its pages draw traffic second by second, and a run of thirty
+            # students makes hundreds of rows a second. An entry of a burst, which a student
+            # watches attempt by attempt, brings the short linger back; a flush request ends
+            # it at once.
+            started = time.monotonic()
+            until = started + self._traffic_linger
             while True:
                 if isinstance(item, _Flush):
                     flushes.append(item)
                 elif isinstance(item, list):
                     batch.extend(item)
+                    if until > started + self._linger and any(
+                        e.burst_id is not None for e in item
+                    ):
+                        until = started + self._linger
                 elif item is not None:
                     batch.append(item)
+                    if item.burst_id is not None:
+                        until = min(until, started + self._linger)
                 if len(batch) >= self._max_batch:
                     break
                 try:

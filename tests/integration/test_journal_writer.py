@@ -124,3 +124,28 @@ def test_a_batch_naming_a_deleted_session_raises_and_writes_nothing(session):
     with pytest.raises(journal.LabSession.DoesNotExist), transaction.atomic():
         journal.append_entries(entries)
     assert not JournalEvent.objects.filter(session=session, kind="note").exists()
+
+
+def test_steady_traffic_rows_wait_longer_for_company_and_a_bursts_row_does_not(session):
+    """A batch of rows with no burst (steady traffic) lingers ``traffic_linger``; a burst's row
+    ends the linger after ``linger`` (its student watches attempt by attempt)."""
+    import time
+
+    from labs.models import Burst
+
+    batches: list[list[str]] = []
+    writer = writer_module.JournalWriter(
+        linger=0.005,
+        traffic_linger=5.0,
+        after_write=lambda written: batches.append([w.entry.message for w in written]),
+    )
+    writer.submit(journal.entry(session, "attempt", "traffic 1"))
+    time.sleep(0.3)  # far past the short linger: the traffic row still waits
+    writer.submit(journal.entry(session, "attempt", "traffic 2"))
+    burst = Burst.objects.create(session=session, number=1, size=1)
+    writer.submit(journal.entry(session, "attempt", "burst 1", burst_id=burst.pk))
+    started = time.monotonic()
+    while not batches and time.monotonic() - started < 4.0:
+        time.sleep(0.01)
+    assert batches == [["traffic 1", "traffic 2", "burst 1"]]  # written well before 5 s
+    writer.stop()
