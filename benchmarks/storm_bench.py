@@ -19,11 +19,13 @@ costs, not a storm. Prints:
 - the error of each attempt's real duration against the model's reply: the engine time at
   which the client saw the answer minus the answer time the model gave (``answer_us``, Redis
   ``TIME``; both clocks are this machine's), p50/p99/max;
-- Redis round trips per attempt from ``INFO commandstats`` deltas, no MONITOR: commands the
-  engine's Lua scripts call are counted by Redis too and are set apart (they are not round
-  trips); the decisions are counted by the ``TIME`` the shared model's script calls once per
-  decision; the other scripts are the breaker's and the budget's; the rest is the broker's
-  and the channel layer's;
+- Redis round trips per attempt: the server's read events (``INFO stats``
+  ``total_reads_processed``: one per command, or per batch of commands, arriving; the
+  engine hub sends the commands its callers have ready together), and the commands per
+  attempt from ``INFO commandstats`` deltas, no MONITOR: commands the engine's Lua scripts
+  call are counted by Redis too and are set apart; the decisions are counted by the
+  ``TIME`` the shared model's script calls once per decision; the other scripts are the
+  breaker's and the budget's; the rest is the broker's and the channel layer's;
 - CPU per process (``/proc/<pid>/stat`` user+system) over the run, in ms per attempt: each
   worker, each of its child processes (the journal writer), ``redis-server``.
 
@@ -196,6 +198,7 @@ def run(args) -> None:
         rclient = redis.Redis(port=_REDIS_PORT)
         cpu0 = {name: cpu_seconds(pid) for name, pid in procs.items()}
         cmd0 = commandstats(rclient)
+        reads0 = rclient.info("stats")["total_reads_processed"]
         t0 = time.monotonic()
         sim = classroom_simulate(
             classroom=room, students=args.sessions, policy=args.policy, rate=args.rate,
@@ -207,6 +210,7 @@ def run(args) -> None:
         elapsed = time.monotonic() - t0
         cpu1 = {name: cpu_seconds(pid) for name, pid in procs.items()}
         cmd1 = commandstats(rclient)
+        reads1 = rclient.info("stats")["total_reads_processed"]
     finally:
         for w in workers:
             os.killpg(w.pid, 15)
@@ -262,14 +266,19 @@ def run(args) -> None:
     inner = Counter({k: v for k, v in delta.items() if k in scripted})
     decisions = delta["time"]  # the shared model's script calls TIME once per decision
     scripts = delta["evalsha"] + delta["eval"]
-    print(f"Redis round trips per attempt ({sum(trips.values()) / n:.2f} in all):")
+    print(
+        f"Redis round trips per attempt (read events on the server: a command, or a batch of "
+        f"them, arriving): {(reads1 - reads0) / n:.2f}"
+    )
+    print(f"Redis commands per attempt ({sum(trips.values()) / n:.2f} in all):")
     print(f"    {'decision (shared model script)':<34} {decisions / n:>8.3f}")
     print(f"    {'breaker and budget scripts':<34} {(scripts - decisions) / n:>8.3f}")
     for name, count in trips.most_common(6):
         if name not in ("evalsha", "eval"):
             print(f"    {name + ' (broker, channel layer)':<34} {count / n:>8.3f}")
     print(
-        f"    (inside the scripts, not round trips: {sum(inner.values()) / n:.2f} commands/attempt)"
+        f"    (inside the scripts, not sent by a client: {sum(inner.values()) / n:.2f} "
+        "commands/attempt)"
     )
     print()
     print(f"{'CPU':<32} {'s':>8} {'ms/attempt':>11} {'% of one core':>14}")

@@ -5,7 +5,7 @@ students included, is closed with code 4403 right after the handshake (accept, t
 the browser sees the code rather than a bare handshake failure).
 
 Order matters: the consumer joins ``lab-class-<id>`` first, then sends a ``snapshot`` of every
-row (totals up to each session's ``last_seq``). A ``class.session`` update that arrives
+row (totals up to each session's ``last_seq``). A ``class.sessions`` update that arrives
 meanwhile waits in the consumer's queue and is forwarded after the snapshot; the page adds an
 update's deltas only when its ``last_seq`` is past the snapshot's, so nothing is lost and
 nothing is counted twice.
@@ -15,7 +15,8 @@ Messages to the page (JSON):
 - ``{"type": "snapshot", "rows": [row, ...], "at": epoch_s}``: see ``DashboardRow.as_dict``.
 - ``{"type": "session", "session": id, "last_seq", "calls", "attempts", "fast_fails",
   "successes", optional "state", "activity", "mode", "burst_summary", "emitted"}``: one
-  ``class.session`` group message, as labs.live.journal.class_summary built it (deltas of one writer batch).
+  session of a ``class.sessions`` group message, as labs.live.journal.class_summary built it
+  (deltas of one writer batch).
 
 - ``{"type": "progress", "session": id, "progress": {attempt, done, steps, questions,
   answered, right}, "progress_text": "3/5 steps · 1/2 right"}``: one ``class.progress``
@@ -74,7 +75,7 @@ def predictions_html(classroom_id: int) -> str:
 
 
 class ClassDashboardConsumer(DirectDispatch, SocketLimits, AsyncJsonWebsocketConsumer):
-    """Forwards a class's ``class.session`` updates to one instructor's dashboard page."""
+    """Forwards a class's ``class.sessions`` updates to one instructor's dashboard page."""
 
     group: str | None = None
     classroom_id: int = 0
@@ -121,16 +122,24 @@ class ClassDashboardConsumer(DirectDispatch, SocketLimits, AsyncJsonWebsocketCon
         rows = await read(selectors.class_dashboard_snapshot)(self.classroom_id)
         await self.send_json({"type": "snapshot", "rows": rows, "at": time.time()})
 
-    async def class_session(self, event: dict[str, Any]) -> None:
-        """One session's compact update from the journal writer, with the words the page shows
-        for its fields (labs.presenters.dashboard_labels)."""
+    async def class_sessions(self, event: dict[str, Any]) -> None:
+        """A journal batch's compact update of each session of the class it touched (one
+        message per class per batch), sent on as one ``session`` message per session, with
+        the words the page shows for its fields (labs.presenters.dashboard_labels)."""
         if self.group is None or self.view == "predictions":
             return
-        await self.send_json({**event, **presenters.dashboard_labels(event), "type": "session"})
+        for update in event.get("sessions", ()):
+            await self.send_json(
+                {**update, **presenters.dashboard_labels(update), "type": "session"}
+            )
         if time.monotonic() - self._last_refresh >= RESYNC_BUSY_S:
             await self._send_snapshot()
         else:
             self._settle_later()
+
+    async def class_session(self, event: dict[str, Any]) -> None:
+        """One session's update alone (the shape :meth:`class_sessions` carries several of)."""
+        await self.class_sessions({"sessions": [event]})
 
     async def class_progress(self, event: dict[str, Any]) -> None:
         """A session's step progress or predictions changed: its progress (the dashboard) or

@@ -5,7 +5,8 @@ Two kinds of group:
 - ``lab-session-<id>``: everyone watching one lab session (its student, instructors drilling
   down). Receives ``journal.events`` messages: a list of journal rows, in sequence order.
 - ``lab-class-<id>``: instructors watching a class dashboard. Receives compact
-  ``class.session`` messages, one per session per batch, never per attempt, and
+  ``class.sessions`` messages, one per class per batch (never per attempt) with a summary
+  of each of its sessions the batch touched, and
   ``class.progress`` messages (a session's step progress or predictions changed: an answer,
   a step run or graded, a step ticked), which name the session and carry no counts.
 
@@ -42,24 +43,30 @@ Push = tuple[str, dict[str, Any]]
 
 
 def journal_pushes(
-    session_id: int, classroom_id: int, payloads: Sequence[dict[str, Any]], summary: dict[str, Any]
+    classroom_id: int, per_session: Sequence[tuple[int, Sequence[dict[str, Any]], dict[str, Any]]]
 ) -> list[Push]:
-    """Build the messages for one session's newly committed journal rows.
-
-    ``payloads`` are :func:`labs.live.journal.event_payload` dicts in sequence order;
-    ``summary`` is the compact per-session state the class dashboard shows.
-    """
-    pushes: list[Push] = []
-    if payloads:
+    """The messages for newly committed journal rows of one class's sessions: one
+    ``journal.events`` per session (its rows, as :func:`labs.live.journal.event_payload`
+    dicts, in sequence order) and one ``class.sessions`` for the class's dashboards with each
+    session's compact summary (``(session id, payloads, summary)`` items, in order)."""
+    pushes: list[Push] = [
+        (session_group(session_id), {"type": "journal.events", "session": session_id,
+                                     "events": list(payloads)})
+        for session_id, payloads, _ in per_session
+        if payloads
+    ]  # fmt: skip
+    if per_session:
         pushes.append(
             (
-                session_group(session_id),
-                {"type": "journal.events", "session": session_id, "events": list(payloads)},
+                class_group(classroom_id),
+                {
+                    "type": "class.sessions",
+                    "sessions": [
+                        {"session": session_id, **summary} for session_id, _, summary in per_session
+                    ],
+                },
             )
         )
-    pushes.append(
-        (class_group(classroom_id), {"type": "class.session", "session": session_id, **summary})
-    )
     return pushes
 
 

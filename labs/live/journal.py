@@ -235,18 +235,22 @@ def _reserve(cursor, table: str, per_session: dict[int, list[Entry]]) -> dict[in
 
 
 def pushes_for(written: Iterable[Written]) -> list[broadcast.Push]:
-    """The channel-layer messages announcing freshly committed rows (one per session)."""
+    """The channel-layer messages announcing freshly committed rows: one per session, and
+    one per class for its dashboards (:func:`labs.live.broadcast.journal_pushes`)."""
     per_session: dict[int, list[Written]] = defaultdict(list)
     for item in written:
         per_session[item.entry.session_id].append(item)
-    pushes: list[broadcast.Push] = []
+    per_class: dict[int, list[tuple[int, list[dict[str, Any]], dict[str, Any]]]] = defaultdict(
+        list
+    )
     for session_id, items in per_session.items():
         payloads = [entry_payload(item) for item in items]
-        pushes.extend(
-            broadcast.journal_pushes(
-                session_id, items[0].entry.classroom_id, payloads, class_summary(payloads)
-            )
+        per_class[items[0].entry.classroom_id].append(
+            (session_id, payloads, class_summary(payloads))
         )
+    pushes: list[broadcast.Push] = []
+    for classroom_id, sessions in per_class.items():
+        pushes.extend(broadcast.journal_pushes(classroom_id, sessions))
     return pushes
 
 
