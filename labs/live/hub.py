@@ -56,7 +56,7 @@ from redis.exceptions import NoScriptError
 
 from labs.engine import VirtualClock
 from labs.engine.clock import Task
-from labs.live.redis_batch import send_batch
+from labs.live.redis_batch import read_replies, write_batch
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +156,7 @@ class HubRedis(redis.Redis):
         super().__init__(**kwargs)
         self._hub = hub
         self._hub_connection: Any = None  # the hub thread's own (see _send)
+        self._hub_unread: list[Any] = []  # parked commands written, replies not yet read
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         hub = self._hub
@@ -312,6 +313,10 @@ class Hub:
             if not idle:
                 continue
             timeout = None if due is None else due - clock._wall()
+            if self._read_unread():  # replies still on their way: look again soon
+                timeout = UNREAD_LOOK_S if timeout is None else min(timeout, UNREAD_LOOK_S)
+            if self._parked:  # a script Redis lost, to run by its text now
+                continue
             if timeout is None or timeout > 0:
                 self._wake.wait(timeout)
                 self._wake.clear()
@@ -328,7 +333,11 @@ class Hub:
         return job
 
     def _pipeline(self) -> None:
-        """Send every parked command, one pipeline per client, and requeue their callers."""
+        """Send every parked command, one batch per client, and requeue their callers.
+
+        A batch of commands nobody waits for (``send_nowait`` alone: a call's last result)
+        is written and its replies left to be read with the next batch that has a waiting
+        caller: the hub does not stop for them."""
         parked, self._parked = self._parked, []
         self.rounds += 1
         self.commands += len(parked)
@@ -343,21 +352,54 @@ class Hub:
                 by.setdefault(id(item[1]), []).append(item)
             groups = list(by.values())
         for items in groups:
+            client = items[0][1]
             commands = [(item[2], item[3]) for item in items]
+            waiting = any(item[0] is not None for item in items)
             try:
-                replies = _send(items[0][1], commands)
+                replies = _send(client, commands, waiting)
             except Exception as exc:  # never leave a caller parked
                 logger.exception("the engine hub could not send %d commands", len(commands))
                 replies = [exc] * len(commands)
+            if replies is None:  # written; the replies come with a later batch
+                client._hub_unread.extend(items)
+                continue
             for (task, client, args, _, script), reply in zip(items, replies, strict=True):
                 if task is not None:
                     self._replies[task] = reply
                     clock.resume_now(task)
-                elif isinstance(reply, NoScriptError) and script is not None:
-                    # Redis lost the script (a restart): the next round runs it by its text
-                    self._parked.append((None, client, ("EVAL", script, *args[2:]), {}, None))
-                elif isinstance(reply, BaseException):
-                    logger.warning("a command sent without waiting failed: %r", reply)
+                else:
+                    self._unanswered(client, args, script, reply)
+
+    def _read_unread(self) -> bool:
+        """Read the replies of commands nobody waited for that have arrived (without waiting
+        for the others); True when some are still to come."""
+        pending = False
+        for client in list(self._clients.values()):
+            unread = client._hub_unread
+            conn = client._hub_connection
+            while unread and conn is not None:
+                try:
+                    if not conn.can_read(timeout=0):
+                        break
+                except Exception:  # the connection broke: the next batch reconnects
+                    logger.warning("%d commands sent without waiting may not have run",
+                                   len(unread))  # fmt: skip
+                    unread.clear()
+                    break
+                item = unread.pop(0)
+                (reply,) = read_replies(conn, [item[2]], client.response_callbacks)
+                self._unanswered(client, item[2], item[4], reply)
+            pending = pending or bool(unread)
+        return pending
+
+    def _unanswered(self, client: HubRedis, args: tuple[Any, ...], script: str | None,
+                    reply: Any) -> None:  # fmt: skip
+        """The reply of a command nobody waits for: an error is logged; a script Redis lost
+        (a restart) is run by its text in the next round."""
+        if isinstance(reply, NoScriptError) and script is not None:
+            self._parked.append((None, client, ("EVAL", script, *args[2:]), {}, None))
+        elif isinstance(reply, BaseException):
+            logger.warning("a command sent without waiting failed: %r", reply)
 
     def _end_round(self, idle: bool) -> None:
         """Hand the journal entries over when the hub is about to wait, when a run ended or
@@ -405,10 +447,20 @@ def bookkeeping() -> Iterator[None]:
         yield
 
 
-def _send(client: HubRedis, commands: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
-    """Send ``commands`` in one write and read their replies, on the hub's own connection to
-    ``client``'s server (:func:`labs.live.redis_batch.send_batch`); a reply is the value,
-    or the exception, redis-py would have given for that command alone."""
+#: Replies of commands nobody waits for may pile up to this many before the hub reads them.
+UNREAD_MAX = 1000
+#: An idle hub with such replies still on their way looks for them again this soon (seconds).
+UNREAD_LOOK_S = 0.002
+
+
+def _send(
+    client: HubRedis, commands: list[tuple[tuple[Any, ...], dict[str, Any]]], waiting: bool
+) -> list[Any] | None:
+    """Send ``commands`` in one write on the hub's own connection to ``client``'s server and
+    read their replies (:mod:`labs.live.redis_batch`): each is the value, or the exception,
+    redis-py would have given for that command alone. With nobody ``waiting`` the replies
+    are not read now (None is returned; the hub keeps the commands in ``_hub_unread``), and
+    a later batch reads those first."""
     if any(options for _, options in commands):
         pipe = client.pipeline(transaction=False)  # options (rare): redis-py's own way
         for args, options in commands:
@@ -426,7 +478,21 @@ def _send(client: HubRedis, commands: list[tuple[tuple[Any, ...], dict[str, Any]
             conn = client._hub_connection = client.connection_pool.get_connection()
         except Exception as exc:  # no connection to be had (Redis down): every command fails
             return [exc] * len(commands)
-    return send_batch(conn, [args for args, _ in commands], client.response_callbacks)
+    unread = client._hub_unread
+    failed = write_batch(conn, [args for args, _ in commands])
+    if failed is not None:
+        if unread:  # the connection was dropped with their replies: nobody will know
+            logger.warning("%d commands sent without waiting may not have run", len(unread))
+            unread.clear()
+        return [failed] * len(commands)
+    if not waiting and len(unread) + len(commands) <= UNREAD_MAX:
+        return None
+    if unread:
+        earlier, unread[:] = list(unread), []
+        replies = read_replies(conn, [item[2] for item in earlier], client.response_callbacks)
+        for (_, _, args, _, script), reply in zip(earlier, replies, strict=True):
+            client._hub._unanswered(client, args, script, reply)
+    return read_replies(conn, [args for args, _ in commands], client.response_callbacks)
 
 
 def _name_native_thread(name: str) -> None:

@@ -33,18 +33,24 @@ def send_batch(
     callbacks: Mapping[Any, Any] | None = None,
 ) -> list[Any]:
     """Send ``commands`` (argument tuples) in one write on ``conn`` and read their replies in
-    order. A reply is the value (through ``callbacks``, a client's ``response_callbacks``,
-    where one applies) or the exception redis-py would have raised for that command alone.
+    order (:func:`write_batch`, then :func:`read_replies`)."""
+    failed = write_batch(conn, commands)
+    if failed is not None:
+        return [failed] * len(commands)
+    return read_replies(conn, commands, callbacks)
 
-    A connection that fails while sending is reconnected and the whole batch sent once more
-    (nothing of it reached Redis); one that fails while the replies are read is dropped (it
-    connects again on its next use), and every command not yet answered gets the error (it
-    may have run).
-    """
+
+def write_batch(
+    conn: redis.connection.AbstractConnection, commands: Sequence[Sequence[Any]]
+) -> Exception | None:
+    """Send ``commands`` in one write on ``conn``; their replies are for
+    :func:`read_replies`, in order, after those of any batch written before. Returns the
+    error when nothing could be sent: a connection that fails while sending is reconnected
+    and the whole batch sent once more (nothing of it reached Redis)."""
     try:
         payload = b"".join([hiredis.pack_command(words(args)) for args in commands])
     except Exception as exc:  # an argument Redis cannot take: every command fails alike
-        return [exc] * len(commands)
+        return exc
     try:
         conn.send_packed_command([payload])
     except (redis.ConnectionError, redis.TimeoutError):
@@ -53,10 +59,23 @@ def send_batch(
             conn.send_packed_command([payload])
         except Exception as exc:
             conn.disconnect()
-            return [exc] * len(commands)
+            return exc
     except Exception as exc:
         conn.disconnect()
-        return [exc] * len(commands)
+        return exc
+    return None
+
+
+def read_replies(
+    conn: redis.connection.AbstractConnection,
+    commands: Sequence[Sequence[Any]],
+    callbacks: Mapping[Any, Any] | None = None,
+) -> list[Any]:
+    """Read the replies of ``commands``, written on ``conn`` before. A reply is the value
+    (through ``callbacks``, a client's ``response_callbacks``, where one applies) or the
+    exception redis-py would have raised for that command alone. A connection that fails
+    while the replies are read is dropped (it connects again on its next use), and every
+    command not yet answered gets the error (it may have run)."""
     replies: list[Any] = []
     for args in commands:
         try:
