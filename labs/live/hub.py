@@ -370,16 +370,16 @@ class Hub:
                 else:
                     self._unanswered(client, args, script, reply)
 
-    def _read_unread(self) -> bool:
-        """Read the replies of commands nobody waited for that have arrived (without waiting
-        for the others); True when some are still to come."""
+    def _read_unread(self, wait: bool = False) -> bool:
+        """Read the replies of commands nobody waited for that have arrived (``wait``: all of
+        them, waiting for those still on their way); True when some are still to come."""
         pending = False
         for client in list(self._clients.values()):
             unread = client._hub_unread
             conn = client._hub_connection
             while unread and conn is not None:
                 try:
-                    if not conn.can_read(timeout=0):
+                    if not wait and not conn.can_read(timeout=0):
                         break
                 except Exception:  # the connection broke: the next batch reconnects
                     logger.warning("%d commands sent without waiting may not have run",
@@ -421,6 +421,9 @@ class Hub:
                 except Exception:  # a writer's failure is its own to report
                     logger.exception("handing %d journal entries to the writer failed", len(batch))
         if self._finished:
+            # What a finished run sent without waiting must have run before its thread goes
+            # on (it may read the state at once, on another connection).
+            self._read_unread(wait=True)
             finished, self._finished = self._finished, []
             for waiter in finished:
                 waiter.done.set()

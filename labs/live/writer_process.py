@@ -175,6 +175,10 @@ def _child_main() -> None:
         elif item[0] == _STOP:
             break
     writer.flush(close_connection=True)
+    # Leave without the interpreter's shutdown: the pipe reader thread may be blocked in a
+    # read of stdin, and finalizing the interpreter under it aborts the process ("could not
+    # acquire lock for <stdin> at interpreter shutdown"). Everything is written and reported.
+    os._exit(0)
 
 
 def _committed(witness_committed, witness) -> bool:

@@ -42,7 +42,17 @@ def finished(burst: Burst, timeout: float = 60.0) -> Burst:
         burst.refresh_from_db()
         return burst if burst.status not in Burst.ACTIVE_STATUSES else None
 
-    return wait_for(done, timeout, message=f"burst {burst.pk} to finish")
+    try:
+        return wait_for(done, timeout, message=f"burst {burst.pk} to finish")
+    except pytest.fail.Exception:
+        import faulthandler
+        import sys
+
+        burst.refresh_from_db()
+        print(f"burst {burst.pk} still {burst.status} (worker {burst.worker!r}); threads:",
+              file=sys.stderr)  # fmt: skip
+        faulthandler.dump_traceback(file=sys.stderr)
+        raise
 
 
 def interrupted(burst: Burst) -> None:
