@@ -68,6 +68,12 @@ def _ignore_writers_started_elsewhere():
     _ELSEWHERE.clear()
 
 
+def one_writer() -> set[int] | None:
+    """The live writer processes, when there is exactly one."""
+    children = writer_children()
+    return children if len(children) == 1 else None
+
+
 def writer_children() -> set[int]:
     """Live journal writer processes started by this (the test's) process for the pipe under
     test."""
@@ -150,8 +156,7 @@ def test_writer_child_killed_five_times_mid_stream_loses_and_duplicates_nothing(
             wait_for(lambda before=before: journaled(sessions) > before + 20, timeout=120,
                      message="the writer process to write more rows")  # fmt: skip
             # The one live writer (a killed one may take a moment to be gone)
-            children = wait_for(lambda: (c := writer_children()) if len(c) == 1 else None,
-                                timeout=60, message="exactly one live writer process")  # fmt: skip
+            children = wait_for(one_writer, timeout=60, message="exactly one live writer")
             os.kill(children.pop(), signal.SIGKILL)
         before = journaled(sessions)
         wait_for(lambda: journaled(sessions) > before + 20, timeout=120,
