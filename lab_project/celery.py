@@ -74,10 +74,20 @@ def _start_journal_writer(**kwargs) -> None:
 @worker_ready.connect
 def _start_engine_hub(**kwargs) -> None:
     """Start the engine hub's thread (labs.live.hub), where every burst's and traffic run's
-    calls run, before the first burst."""
+    calls run, and load the engine's Lua scripts into Redis, before the first burst: its
+    first calls would otherwise each pay a NOSCRIPT answer and a load
+    (benchmarks/burst_bench.py, the first burst after the worker started)."""
+    import logging
+
+    from labs.engine.stores.redis_store import load_scripts
+    from labs.live import runtime
     from labs.live.hub import get_hub
 
     get_hub()
+    try:
+        load_scripts(runtime.engine_redis())
+    except Exception as exc:  # Redis not there yet: the first calls load what they use
+        logging.getLogger("labs").warning("engine scripts not loaded at start: %r", exc)
 
 
 @worker_ready.connect

@@ -452,3 +452,16 @@ def test_a_script_redis_does_not_know_is_loaded_and_the_call_retried(redis_clien
     assert breaker.allow()
     breaker.record(breaker.allow(), "failure")
     assert breaker.snapshot()["failure_streak"] == 1
+
+
+def test_load_scripts_puts_every_script_in_redis_so_no_first_call_pays_a_load(redis_client):
+    import hashlib
+
+    from labs.engine.stores.redis_store import _LUA, _source, load_scripts
+
+    redis_client.script_flush()
+    names = sorted(p.stem for p in _LUA.glob("*.lua"))
+    shas = [hashlib.sha1(_source(n).encode()).hexdigest() for n in names]  # noqa: S324
+    assert not any(redis_client.script_exists(*shas))
+    assert load_scripts(redis_client) == len(names) >= 11
+    assert all(redis_client.script_exists(*shas))

@@ -64,7 +64,7 @@ from labs.engine.stores.base import (
     to_doc,
 )
 
-__all__ = ["SCOPES", "RedisStore"]
+__all__ = ["SCOPES", "RedisStore", "load_scripts"]
 
 #: The scoped namespaces a store may hold: hosts (``h0`` .. ``h7``) and dependency B.
 SCOPES = (*(f"h{i}" for i in range(8)), "b")
@@ -475,6 +475,16 @@ class RedisStore:
 
     def __repr__(self) -> str:
         return f"RedisStore(namespace={self.namespace!r})"
+
+
+def load_scripts(client: Any) -> int:
+    """Load every script of ``stores/lua`` into ``client``'s Redis (``SCRIPT LOAD``; one
+    round trip each), so that no call pays the ``NOSCRIPT`` answer and the load on its first
+    use of a script. Returns how many. A worker does it when it starts."""
+    names = sorted(path.stem for path in _LUA.glob("*.lua"))
+    for name in names:
+        client.script_load(_source(name))
+    return len(names)
 
 
 #: Scripts built on others: their text is preceded by these scripts', each wrapped as a
