@@ -18,10 +18,13 @@ anywhere (``GuardedClient.call``); only its clock and its Redis client are the h
   nobody is due.
 - A Redis command from a caller (:class:`HubRedis`) does not go out at once: the caller
   parks, and when every caller due now has run to its next sleep or command, the hub sends
-  all parked commands as **one pipeline** (one ``send``, one ``recv``), then resumes each
-  caller with its own reply, in the order they asked. Each command is still one atomic
-  script or command on the server, in that order, exactly as if the callers' threads had
-  raced there; only the syscalls and wake-ups are shared.
+  all parked commands in **one write** on its own connection (:mod:`labs.live.redis_batch`),
+  then resumes each caller with its own reply, in the order they asked. Each command is
+  still one atomic script or command on the server, in that order, exactly as if the
+  callers' threads had raced there; only the syscalls and wake-ups are shared.
+- A command whose reply nobody will read (:meth:`HubRedis.send_nowait`) goes out with the
+  caller's next ones while the caller goes on; its reply is read with a later batch, and
+  before a finished run's thread is woken.
 - Journal entries the callers emit are handed to the journal writer together
   (:meth:`Hub.journal`: one pickle and one pipe write for all of them), when the hub is
   about to wait and at most every 2 ms while it is busy.
@@ -104,7 +107,8 @@ class HubClock(VirtualClock):
         heapq.heappush(self._queue, (due, next(self._seq), task))
         self._backend.suspend(task)
 
-    def run_concurrently(self, fns):
+    def run_concurrently(self, fns):  # type: ignore[no-untyped-def]
+        """As the VirtualClock's, from one of the hub's callers only (RuntimeError else)."""
         if self._backend.current() is None:
             raise RuntimeError("run_concurrently() on a HubClock only from one of its callers")
         return super().run_concurrently(fns)
