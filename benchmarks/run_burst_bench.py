@@ -1,6 +1,6 @@
 """CPU one Run burst request costs in Django, measured in one process with nothing else running.
 
-    .venv/bin/python benchmarks/run_burst_bench.py [--requests 60]
+    .venv/bin/python benchmarks/run_burst_bench.py [--requests 60] [--profile 40]
 
 Sets up like push_bench.py (its own SQLite file or DATABASE_URL, its own redis-server on a
 free port, the deployed settings), creates one student and lab session per request, and
@@ -16,7 +16,9 @@ Django's part only: daphne's ASGI hop and its thread per request are not in it (
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
+import pstats
 import sys
 import time
 from pathlib import Path
@@ -32,6 +34,9 @@ from benchmarks.bench_common import pct  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=60)
+    parser.add_argument("--profile", metavar="N", type=int, default=0,
+                        help="print cProfile's N most expensive functions (cumulative) over "
+                             "the timed requests")  # fmt: skip
     args = parser.parse_args()
     try:
         push_bench.setup_django()
@@ -46,7 +51,10 @@ def main() -> None:
         # One client: each new one builds its middleware again (whitenoise scans every
         # static file when it is built, as daphne does once at its first request).
         client = Client(HTTP_HOST="127.0.0.1")
+        profiler = cProfile.Profile() if args.profile else None
         for n, (session_id, cookie) in enumerate(warm + timed):
+            if profiler is not None and n == len(warm):
+                profiler.enable()
             client.cookies[settings.SESSION_COOKIE_NAME] = cookie
             with CaptureQueriesContext(connection) as captured:
                 cpu, wall = time.thread_time(), time.perf_counter()
@@ -61,6 +69,9 @@ def main() -> None:
                 cpu_ms.append(cpu * 1000)
                 wall_ms.append(wall * 1000)
                 queries.append(len(captured.captured_queries))
+        if profiler is not None:
+            profiler.disable()
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.profile)
         db = "SQLite" if "sqlite" in settings.DATABASES["default"]["ENGINE"] else "PostgreSQL"
         print(f"run_burst_bench: {db}, {len(timed)} Run burst requests through Django's test "
               f"client, one per session (after {len(warm)} untimed)")  # fmt: skip

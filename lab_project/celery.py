@@ -83,9 +83,12 @@ def _start_engine_hub(**kwargs) -> None:
     from labs.live import runtime
     from labs.live.hub import get_hub
 
-    get_hub()
+    hub = get_hub()
     try:
         load_scripts(runtime.engine_redis())
+        # One command through the hub opens its own connection and runs its round once,
+        # so the first burst's first attempt does not pay for either.
+        hub.run(lambda: runtime.hub_redis().ping())
     except Exception as exc:  # Redis not there yet: the first calls load what they use
         logging.getLogger("labs").warning("engine scripts not loaded at start: %r", exc)
 
