@@ -23,6 +23,23 @@ SERVER_ENV = {
 }
 
 
+def ensure_database() -> None:
+    """When ``DATABASE_URL`` names a PostgreSQL database, create it if it does not exist; exit
+    with a message naming the server when it does not answer."""
+    import os
+
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith(("postgres://", "postgresql://")):
+        return
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import services  # scripts/services.py: what make test and make run use
+
+    try:
+        services.ensure_database(url)
+    except Exception as exc:  # psycopg.OperationalError: no server, wrong credentials
+        sys.exit(f"DATABASE_URL {url}: cannot reach its PostgreSQL server ({exc})")
+
+
 def pct(values, q: float) -> float:
     """The ``q`` quantile of ``values`` (nearest rank, no interpolation)."""
     ordered = sorted(values)

@@ -29,13 +29,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.bench_common import pct  # noqa: E402
+from benchmarks.bench_common import ensure_database, pct  # noqa: E402
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
 os.environ["REDIS_DB_BASE"] = os.environ.get("BENCH_REDIS_DB_BASE", "4")
 sys.setswitchinterval(0.0005)  # as on a worker (lab_project/celery.py)
 if "DATABASE_URL" not in os.environ:
     os.environ["LAB_SQLITE_PATH"] = str(Path(tempfile.gettempdir()) / "failurelab-bench.sqlite3")
+ensure_database()
 
 
 def setup_django():

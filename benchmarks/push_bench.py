@@ -56,7 +56,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.bench_common import SERVER_ENV, collect_static, free_port, pct  # noqa: E402
+from benchmarks.bench_common import SERVER_ENV, collect_static, ensure_database, free_port, pct  # noqa: E402
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
 os.environ["REDIS_DB_BASE"] = os.environ.get("BENCH_REDIS_DB_BASE", "4")
@@ -85,6 +85,7 @@ if "DATABASE_URL" not in os.environ:
         "LAB_SQLITE_PATH",
         str(Path(tempfile.gettempdir()) / f"failurelab-push-bench-{os.getpid()}.sqlite3"),
     )
+ensure_database()
 
 BENCH_SCRIPT = {
     "name": "push-bench",

@@ -52,7 +52,9 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
     # A database of its own: the test suite's (db/test_db.sqlite3) may be in use by a run,
     # and creating the benchmark's test database would destroy it under that run.
-    os.environ.setdefault("LAB_TEST_DB_NAME", str(Path(__file__).resolve().parent.parent / "db" / "bench_db.sqlite3"))
+    os.environ.setdefault(
+        "LAB_TEST_DB_NAME", str(Path(__file__).resolve().parent.parent / "db" / "bench_db.sqlite3")
+    )
     import django
 
     django.setup()

@@ -50,7 +50,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.bench_common import SERVER_ENV, free_port, pct  # noqa: E402
+from benchmarks.bench_common import SERVER_ENV, ensure_database, free_port, pct  # noqa: E402
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
 os.environ.update(SERVER_ENV)
@@ -69,6 +69,7 @@ if "DATABASE_URL" not in os.environ:
     os.environ["LAB_SQLITE_PATH"] = str(
         Path(tempfile.gettempdir()) / f"failurelab-storm-bench-{os.getpid()}.sqlite3"
     )
+ensure_database()
 
 TICK = os.sysconf("SC_CLK_TCK")
 

@@ -247,6 +247,24 @@ def postgres_answers(url: str) -> bool:
     return tcp_answers(parts.hostname, parts.port or 5432, timeout=1.0)
 
 
+def ensure_database(url: str, say=print) -> None:
+    """Create the PostgreSQL database that ``url`` names if it does not exist (connecting to
+    the server's ``postgres`` database to do it); ``say`` is told when it does."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    import psycopg
+    from psycopg import sql
+
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    admin_url = urlunsplit((parts.scheme, parts.netloc, "/postgres", parts.query, ""))
+    with psycopg.connect(admin_url, autocommit=True, connect_timeout=10) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        if not exists:
+            say(f"creating PostgreSQL database {name}")
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
 def _version_key(path: Path) -> tuple[int, ...]:
     return tuple(int(n) for n in re.findall(r"\d+", path.parent.name) or [0])
 

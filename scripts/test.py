@@ -31,7 +31,6 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bootstrap
@@ -49,21 +48,6 @@ say = OUT.say
 
 class Stop(Exception):
     """Raised by the signal handler: the user asked to stop."""
-
-
-def ensure_database(url: str) -> None:
-    """Create the database that ``url`` names if it does not exist."""
-    import psycopg
-    from psycopg import sql
-
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    admin_url = urlunsplit((parts.scheme, parts.netloc, "/postgres", parts.query, ""))
-    with psycopg.connect(admin_url, autocommit=True, connect_timeout=10) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
-        if not exists:
-            say(f"creating PostgreSQL database {name}")
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
 def pytest(args: list[str], env: dict[str, str]) -> int:
@@ -205,7 +189,7 @@ def ensure_postgres(procs: services.Processes, cleanup: list) -> str | None:
     else:
         say(f"PostgreSQL: using the one answering at {url}")
     try:
-        ensure_database(url)
+        services.ensure_database(url, say)
     except Exception as exc:
         OUT.error(f"PostgreSQL at {url} refused: {exc}")
         say("fix it, or set LAB_TEST_DATABASE_URL (LAB_SKIP_POSTGRES=1 to skip)")
