@@ -648,6 +648,46 @@ def burst_event_rows(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def replay_rows_html(rows: Iterable[dict[str, Any]]) -> SafeString:
+    """The ``<li>`` of each :func:`burst_event_rows` row, escaped, in one string: a replay
+    lists a hundred or more rows, and a template partial per row was most of a what-if
+    answer's time (benchmarks/replay_bench.py)."""
+    return mark_safe(  # noqa: S308 - every value below is escaped
+        "".join(
+            f'<li class="journal-row tone-{_escape(r["tone"])}" data-kind="{_escape(r["kind"])}">'
+            f'<span class="j-time">+{r["t_ms"]} ms</span> '
+            f'<span class="j-kind">{_escape(str(r["kind_label"]))}</span> '
+            f'<span class="j-msg">{_escape(r["message"])}</span></li>'
+            for r in rows
+        )
+    )
+
+
+def replay_chart_svg(chart: dict[str, Any]) -> SafeString:
+    """The inside of one :func:`replay_timelines` chart's ``<svg>``: a label per call, the
+    burst's end line, a bar per attempt, a cross per fast-failed call (numbers and tones
+    only, from the geometry; the labels escaped)."""
+    parts = [
+        f'<text class="replay-label" x="4" y="{label["y"]}">{_escape(label["text"])}</text>'
+        for label in chart["labels"]
+    ]
+    parts.append(
+        f'<line class="replay-end" x1="{chart["end_x"]}" x2="{chart["end_x"]}" y1="12" '
+        f'y2="{chart["height"]}"></line>'
+    )
+    parts.extend(
+        f'<rect class="replay-bar replay-{bar["tone"]}" x="{bar["x"]}" y="{bar["y"]}" '
+        f'width="{bar["w"]}" height="12"><title>call {bar["call"]}, attempt '
+        f"{bar['attempt']}</title></rect>"
+        for bar in chart["bars"]
+    )
+    parts.extend(
+        f'<text class="replay-fast" x="{cross["x"]}" y="{cross["y"]}">\u2715</text>'
+        for cross in chart["crosses"]
+    )
+    return mark_safe("".join(parts))  # noqa: S308 - numbers, fixed tones, escaped labels
+
+
 def _event_ms(event: dict[str, Any]) -> float | None:
     value = event.get("t_ms", event.get("at_ms"))
     return float(value) if value is not None else None
@@ -718,6 +758,7 @@ def replay_timelines(bursts: Sequence[tuple[str, list[dict[str, Any]]]]) -> list
                 "attempts": sum(1 for e in events if e.get("kind") == "attempt"),
             }
         )
+        charts[-1]["svg"] = replay_chart_svg(charts[-1])
     return charts
 
 

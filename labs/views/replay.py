@@ -84,7 +84,9 @@ def _whatif(request: HtmxHttpRequest, session: LabSession, burst: Burst) -> Http
         "agreement": presenters.replay_agreement(
             original_events, [e.to_dict() for e in same.events]
         ),
-        "original_rows": presenters.burst_event_rows(original_events),
+        "original_rows_html": presenters.replay_rows_html(
+            presenters.burst_event_rows(original_events)
+        ),
     }
     status = 200
     charts_input = [(f"burst {burst.number} (as it ran)", original_events)]
@@ -104,7 +106,9 @@ def _whatif(request: HtmxHttpRequest, session: LabSession, burst: Burst) -> Http
             charts_input.append(("replay with the policy below (virtual time)", replay_events))
             context |= {
                 "replayed": True,
-                "replay_rows": presenters.burst_event_rows(replay_events),
+                "replay_rows_html": presenters.replay_rows_html(
+                    presenters.burst_event_rows(replay_events)
+                ),
                 "diff": presenters.diff_table(_real_metrics(burst, same), result.metrics()),
             }
     else:
