@@ -122,7 +122,15 @@ def main() -> None:
         os.environ.get("REDIS_URL", "redis://127.0.0.1:6379"), db=base + 2
     )
     model = RedisSharedModel(client, f"class:{args.classroom}")
-    model.config  # noqa: B018 (raises LookupError when the class has no shared model)
+    try:
+        model.config  # noqa: B018 (raises LookupError when the class has no shared model)
+    except LookupError:
+        sys.exit(
+            f"class {args.classroom}'s shared dependency is not in Redis at REDIS_URL db "
+            f"{base + 2}: the lab writes it there the first time the class's traffic starts or "
+            "a trigger fires (fire one from the storm panel), and REDIS_URL / REDIS_DB_BASE "
+            "must be the lab's"
+        )
     cookie = login(args.url, args.username, args.password)
     ws_url = args.url.replace("http", "ws", 1) + f"/ws/classes/{args.classroom}/storm/"
     writes: dict[int, list[float]] = defaultdict(list)

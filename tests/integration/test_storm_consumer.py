@@ -14,13 +14,13 @@ from django.test import Client
 
 from lab_project.asgi import application
 from labs import selectors
-from labs.consumers.storm import RESEND_S
+from labs.consumers.storm import RESEND_S, STUDENTS_EVERY
 from labs.live import runtime
 from labs.services import shared as shared_services
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
-#: Generous: a tick is due every second.
+#: Generous: a tick is due every half second.
 TIMEOUT = 10
 
 
@@ -83,7 +83,7 @@ def test_snapshot_then_ticks_equal_the_redis_counters(configured, instructor):
         # More attempts after the snapshot: a tick must bring them.
         await sync_to_async(model.decide)(attempt=1)
         await sync_to_async(model.decide)(attempt=3)
-        ticks = [await ws.receive_json_from(timeout=TIMEOUT) for _ in range(2)]
+        ticks = [await ws.receive_json_from(timeout=TIMEOUT) for _ in range(STUDENTS_EVERY)]
         await ws.disconnect()
         return snapshot, ticks
 
@@ -95,7 +95,8 @@ def test_snapshot_then_ticks_equal_the_redis_counters(configured, instructor):
     assert sum(s["offered"] for s in snapshot["seconds"]) == 3
     assert sum(s["retries"] for s in snapshot["seconds"]) == 1
     assert all(t["type"] == "tick" for t in ticks)
-    assert any("students" in t for t in ticks)  # the table comes every other tick
+    # The table comes every STUDENTS_EVERY-th tick only.
+    assert ["students" in t for t in ticks] == [False] * (STUDENTS_EVERY - 1) + [True]
 
     stored = {s.second: s.to_dict() for s in model.counters()}
     last = ticks[-1]
