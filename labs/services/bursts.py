@@ -115,22 +115,12 @@ def burst_start(*, session: LabSession, user, size: int, concurrency: int = 1) -
 def _start(*, session: LabSession, user, size: int, concurrency: int) -> Burst:
     try:
         with transaction.atomic():
-            # Only the columns this changes or journals (not the policy, dependency and state
-            # JSON, which a Run burst request would otherwise decode for nothing).
-            locked = (
-                LabSession.objects.select_for_update()
-                .only("id", "classroom_id", "burst_count", "next_call_no", "updated_at")
-                .get(pk=session.pk)
-            )
-            if locked.bursts.filter(status__in=Burst.ACTIVE_STATUSES).exists():
-                raise BurstAlreadyRunning(_already_running_message())
-            locked.burst_count += 1
-            first_call = locked.next_call_no
-            locked.next_call_no += size
-            locked.save(update_fields=["burst_count", "next_call_no", "updated_at"])
+            number, first_call = _reserve_calls(session.pk, size)
+            # The partial unique index one_active_burst_per_session refuses a second queued
+            # or running burst (IntegrityError below): no query looks for one first.
             burst = Burst.objects.create(
-                session=locked,
-                number=locked.burst_count,
+                session_id=session.pk,
+                number=number,
                 size=size,
                 concurrency=concurrency,
                 first_call_no=first_call,
@@ -139,15 +129,15 @@ def _start(*, session: LabSession, user, size: int, concurrency: int) -> Burst:
             journal.record(
                 [
                     journal.entry(
-                        locked,
+                        session,
                         "burst_queued",
                         user=user,
                         burst_id=burst.pk,
                         message=(
-                            f"burst {burst.number} queued: {size} call(s) from call "
+                            f"burst {number} queued: {size} call(s) from call "
                             f"{first_call}, {concurrency} caller(s) at once"
                         ),
-                        data={"size": size, "concurrency": concurrency, "burst": burst.number},
+                        data={"size": size, "concurrency": concurrency, "burst": number},
                     )
                 ]
             )
@@ -155,11 +145,33 @@ def _start(*, session: LabSession, user, size: int, concurrency: int) -> Burst:
                 burst.pk, on_unavailable=lambda exc: _not_queued(burst, exc)
             )
     except IntegrityError as exc:
-        # Another request created the active burst between our check and our insert.
+        # The session has a queued or running burst (the index), perhaps one another request
+        # created a moment ago; the transaction (the reservation too) is rolled back.
         if "one_active_burst_per_session" in str(exc) or "UNIQUE" in str(exc).upper():
             raise BurstAlreadyRunning(_already_running_message()) from exc
         raise
     return burst
+
+
+def _reserve_calls(session_id: int, size: int) -> tuple[int, int]:
+    """Count one more burst in the session and reserve ``size`` call numbers, in one
+    ``UPDATE ... RETURNING`` that holds the session row's lock until commit (PostgreSQL; on
+    SQLite the write takes the database's): returns (the burst's number, its first call
+    number). Only the counters: the policy, dependency and state JSON are never read.
+    Raises LabSession.DoesNotExist if the session is gone."""
+    table = connection.ops.quote_name(LabSession._meta.db_table)
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET burst_count = burst_count + 1, "  # noqa: S608
+            f"next_call_no = next_call_no + %s, updated_at = %s WHERE id = %s "
+            f"RETURNING burst_count, next_call_no",
+            [size, now, session_id],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise LabSession.DoesNotExist(f"lab session {session_id} is gone")
+    return row[0], row[1] - size
 
 
 def _not_queued(burst: Burst, exc: Exception) -> None:
