@@ -194,6 +194,13 @@ class LabChannelLayer(RedisPubSubChannelLayer):
                 if isinstance(reply, Exception):
                     raise reply
 
+    def connect_sync(self) -> None:
+        """Open the pooled connection :meth:`group_send_many_sync` uses for each host now
+        (a ``PING`` each), so a process's first send does not pay the connect (the journal
+        writer process does it when it starts)."""
+        for index in range(len(self._hosts)):
+            self._sync_client(index).ping()
+
     def _sync_client(self, index: int) -> redis.Redis:
         client = self._sync_clients.get(index)
         if client is None:

@@ -167,6 +167,10 @@ class HubRedis(redis.Redis):
         task = hub.clock.current()
         if task is None:
             return super().execute_command(*args, **options)
+        # redis-py's read commands name their keys (``keys=``) for its client-side cache
+        # only, and drops them before sending; so does the hub, or every GET and HGET would
+        # take the rare options path (a pipeline on a pooled connection of its own).
+        options.pop("keys", None)
         return hub._command(task, self, args, options)
 
     def send_nowait(self, args: tuple[Any, ...], script: str | None = None) -> Any:

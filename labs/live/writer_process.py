@@ -140,6 +140,7 @@ def _child_main() -> None:
     writer = JournalWriter(
         after_write=store_snapshots_after_write, on_prepared=prepared, on_done=done
     )
+    _connect_early()
     # The boot's objects out of the collector's reach (as the worker does, lab_project/
     # celery.py): a full collection no longer holds a batch for a few hundred milliseconds.
     gc.collect()
@@ -179,6 +180,24 @@ def _child_main() -> None:
     # read of stdin, and finalizing the interpreter under it aborts the process ("could not
     # acquire lock for <stdin> at interpreter shutdown"). Everything is written and reported.
     os._exit(0)
+
+
+def _connect_early() -> None:
+    """Open the database connection and the Redis connections the first batch needs (the
+    channel layer's pushes, the engine store's snapshots) while nothing waits: the first
+    burst after a worker starts should not pay for them. A server that is not there yet is
+    not an error here; the batch that needs it retries."""
+    from channels.layers import get_channel_layer
+    from django.db import connection
+
+    from labs.live import runtime
+
+    for step in (connection.ensure_connection, runtime.engine_redis().ping,
+                 get_channel_layer().connect_sync):  # fmt: skip
+        try:
+            step()
+        except Exception as exc:
+            logger.warning("journal writer: could not connect early (%r)", exc)
 
 
 def _committed(witness_committed, witness) -> bool:

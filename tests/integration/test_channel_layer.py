@@ -117,3 +117,13 @@ def test_a_send_from_synchronous_code_reaches_subscribers_in_order_without_an_ev
         asyncio.new_event_loop = original
     assert got == [1, 2]
     assert loops_made == []  # the sending thread never built a loop of its own
+
+
+def test_connect_sync_opens_the_pooled_connection_the_synchronous_send_then_uses():
+    """The journal writer process connects when it starts, so its first push pays no connect."""
+    layer = LabChannelLayer(hosts=[settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]])
+    layer.connect_sync()
+    pool = layer._sync_client(0).connection_pool
+    assert pool._created_connections == 1
+    layer.group_send_many_sync([("fl-test-connect", {"type": "t.m"})])
+    assert pool._created_connections == 1  # the send took the connection opened before

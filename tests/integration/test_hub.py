@@ -259,3 +259,16 @@ def test_the_worker_ready_hook_opens_the_hubs_connection_and_loads_the_scripts(m
     assert own.redis(engine.connection_pool)._hub_connection is not None
     shas = [hashlib.sha1(_source(p.stem).encode()).hexdigest() for p in _LUA.glob("*.lua")]  # noqa: S324
     assert all(engine.script_exists(*shas))
+
+
+def test_a_read_command_naming_its_keys_goes_out_on_the_hubs_own_connection(hub, client):
+    """redis-py's GET and HGET pass ``keys=`` (for its client-side cache only): they take
+    the hub's write on its own connection like every other command, not a pipeline on a
+    connection of the pool."""
+    client.set("k", "v")
+    client.hset("h", "f", "1")
+    hub.run(lambda: client.ping())  # the hub's own connection is open
+    pool = client.connection_pool
+    created = pool._created_connections
+    assert hub.run(lambda: (client.get("k"), client.hget("h", "f"))) == (b"v", b"1")
+    assert pool._created_connections == created  # no connection but the hub's
