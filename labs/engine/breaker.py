@@ -228,25 +228,14 @@ class Breaker:
                     return permit
                 return Permit(gen, False, -1, "", call, burst)
         now = self._now()
-        stepped = None
-        if dependency_step is None:
-            reply = self._allow(self._spec, int(now * 1e6 + 0.5))
-        else:
-            reply, stepped = self.store.breaker_allow_step(
-                self._spec, int(now * 1e6 + 0.5), dependency_step
-            )
+        reply, stepped = self._ask(now, dependency_step)
         code, gen, slot, token, open_until_us, moved = reply
         while code == HOLD:
             # strict admission: the calls in flight could still reach the threshold; wait for
             # their results (or for their places to expire) and ask again
             self.clock.sleep(HOLD_POLL_S)
             now = self._now()
-            if dependency_step is None:
-                reply = self._allow(self._spec, int(now * 1e6 + 0.5))
-            else:
-                reply, stepped = self.store.breaker_allow_step(
-                    self._spec, int(now * 1e6 + 0.5), dependency_step
-                )
+            reply, stepped = self._ask(now, dependency_step)
             code, gen, slot, token, open_until_us, moved = reply
         permit = self._admission(code, gen, slot, token, open_until_us, moved, now, call, burst)
         if stepped is not None and isinstance(permit, Permit):
@@ -261,6 +250,13 @@ class Breaker:
             self._spec, int(self._now() * 1e6 + 0.5), fail_left
         )
         return stepped
+
+    def _ask(self, now: float, dependency_step: int | None):
+        """The store's admission reply at ``now`` and, with ``dependency_step`` (see
+        :meth:`allow`), the admitted attempt's dependency step (else None)."""
+        if dependency_step is None:
+            return self._allow(self._spec, int(now * 1e6 + 0.5)), None
+        return self.store.breaker_allow_step(self._spec, int(now * 1e6 + 0.5), dependency_step)
 
     def _admission(
         self,
