@@ -53,6 +53,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def start_private_redis(bench: str) -> tuple[subprocess.Popen, int]:
+    """A ``redis-server`` of the benchmark's own on a free port (nothing saved), in a session
+    of its own: other benchmarks and test runs on the machine use the shared one, and their
+    brokers would take its tasks and their flushes its keys. Returns it and its port; exits
+    naming what is missing when ``redis-server`` is not on PATH."""
+    import shutil
+
+    if not shutil.which("redis-server"):
+        raise SystemExit(f"{bench} needs redis-server on PATH (it starts its own)")
+    port = free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    return proc, port
+
+
 def collect_static(env: dict[str, str]) -> None:
     """Production static files (a manifest) for servers started with ``SERVER_ENV``, as
     ``make run`` does for DJANGO_DEBUG=false."""

@@ -56,23 +56,24 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.bench_common import SERVER_ENV, collect_static, ensure_database, free_port, pct  # noqa: E402
+from benchmarks.bench_common import (  # noqa: E402
+    SERVER_ENV,
+    collect_static,
+    ensure_database,
+    free_port,
+    pct,
+    start_private_redis,
+)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
 os.environ["REDIS_DB_BASE"] = os.environ.get("BENCH_REDIS_DB_BASE", "4")
 _PRIVATE_REDIS = None
 if "--shared-redis" not in sys.argv and "BENCH_REDIS_URL" not in os.environ:
-    # A private redis-server on a free port: other benchmarks and test runs on this machine
-    # use the shared one (their brokers would steal our tasks and their flushes our keys).
+    # A private redis-server (bench_common.start_private_redis says why).
     import shutil
 
     if shutil.which("redis-server"):
-        _redis_port = free_port()
-        _PRIVATE_REDIS = subprocess.Popen(
-            ["redis-server", "--port", str(_redis_port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+        _PRIVATE_REDIS, _redis_port = start_private_redis("push_bench")
         os.environ["REDIS_URL"] = f"redis://127.0.0.1:{_redis_port}"
 elif "BENCH_REDIS_URL" in os.environ:
     os.environ["REDIS_URL"] = os.environ["BENCH_REDIS_URL"]

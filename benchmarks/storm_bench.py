@@ -40,7 +40,6 @@ import argparse
 import os
 import re
 import secrets
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,19 +49,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.bench_common import SERVER_ENV, ensure_database, free_port, pct  # noqa: E402
+from benchmarks.bench_common import (  # noqa: E402
+    SERVER_ENV,
+    ensure_database,
+    pct,
+    start_private_redis,
+)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
 os.environ.update(SERVER_ENV)
 os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
-if not shutil.which("redis-server"):
-    raise SystemExit("storm_bench needs redis-server on PATH (it starts its own)")
-_REDIS_PORT = free_port()
-_REDIS = subprocess.Popen(
-    ["redis-server", "--port", str(_REDIS_PORT), "--bind", "127.0.0.1", "--save", "",
-     "--appendonly", "no"],
-    stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
-)  # fmt: skip
+_REDIS, _REDIS_PORT = start_private_redis("storm_bench")
 os.environ["REDIS_URL"] = f"redis://127.0.0.1:{_REDIS_PORT}"
 os.environ["REDIS_DB_BASE"] = "0"
 if "DATABASE_URL" not in os.environ:

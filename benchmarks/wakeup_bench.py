@@ -16,31 +16,22 @@ sleep (docs/bursts.md, "Measured"); no engine code runs here.
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.bench_common import free_port
+from benchmarks.bench_common import start_private_redis
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=300)
     args = parser.parse_args()
-    if not shutil.which("redis-server"):
-        raise SystemExit("wakeup_bench needs redis-server on PATH (it starts its own)")
     import redis
 
-    port = free_port()
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )  # fmt: skip
+    server, port = start_private_redis("wakeup_bench")
     try:
         client = redis.Redis(port=port)
         deadline = time.monotonic() + 10
