@@ -6,9 +6,9 @@ other classes' instructors included, is closed with code 4403 right after the ha
 The consumer pushes a message every ``TICK_S`` (half a second) from its own loop, reading
 the class's shared dependency in Redis once per tick (an ``HMGET`` of the seconds it sends,
 never the whole counters hash) and never because a browser asked: a page that polls nothing
-still gets every second. Counters of a second keep changing after it has passed (a timeout is counted
-when the client gives up, wasted server time when the server finishes), so every tick sends
-the last ``RESEND_S`` seconds again and the page replaces them by second.
+still gets every second. Counters of a second keep changing after it has passed (a timeout
+is counted when the client gives up, wasted server time when the server finishes), so every
+tick sends the last ``RESEND_S`` seconds again and the page replaces them by second.
 
 Messages to the page (JSON):
 
