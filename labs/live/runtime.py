@@ -191,13 +191,11 @@ def start_state(
     journals it). One export of the store (the check for lost state is that export)."""
     store = session_store(session.pk)
     exported = store.export_state()
-    restored = False
-    if not any(exported.get(part) for part in ("breaker", "dependency", "budget", "peer_budget")):
-        snapshot = (session.breaker_snapshot or {}).get("store")
-        if snapshot:
-            store.import_state(snapshot)
-            exported = store.export_state()
-            restored = True
+    parts = ("breaker", "dependency", "budget", "peer_budget")
+    lost = not any(exported.get(part) for part in parts)
+    restored = lost and _put_snapshot_back(session, store)
+    if restored:
+        exported = store.export_state()
     return (
         capture_start(
             dependency=session.dependency,
@@ -298,12 +296,15 @@ def restore_if_lost(session: LabSession) -> bool:
     snapshot yet (nothing ever happened) has nothing to restore.
     """
     store = session_store(session.pk)
-    if store.has_state():
+    return not store.has_state() and _put_snapshot_back(session, store)
+
+
+def _put_snapshot_back(session: LabSession, store: RedisStore) -> bool:
+    """Import the session's database snapshot into ``store``; False when it has none."""
+    snapshot = (session.breaker_snapshot or {}).get("store")
+    if not snapshot:
         return False
-    exported = (session.breaker_snapshot or {}).get("store")
-    if not exported:
-        return False
-    store.import_state(exported)
+    store.import_state(snapshot)
     return True
 
 
