@@ -385,9 +385,11 @@ class Hub:
         for client in list(self._clients.values()):
             unread = client._hub_unread
             conn = client._hub_connection
+            if wait and unread and conn is not None:
+                _read_all_unread(client, conn)
             while unread and conn is not None:
                 try:
-                    if not wait and not conn.can_read(timeout=0):
+                    if not conn.can_read(timeout=0):
                         break
                 except Exception:  # the connection broke: the next batch reconnects
                     logger.warning("%d commands sent without waiting may not have run",
@@ -499,11 +501,18 @@ def _send(
     if not waiting and len(unread) + len(commands) <= UNREAD_MAX:
         return None
     if unread:
-        earlier, unread[:] = list(unread), []
-        replies = read_replies(conn, [item[2] for item in earlier], client.response_callbacks)
-        for (_, _, args, _, script), reply in zip(earlier, replies, strict=True):
-            client._hub._unanswered(client, args, script, reply)
+        _read_all_unread(client, conn)
     return read_replies(conn, [args for args, _ in commands], client.response_callbacks)
+
+
+def _read_all_unread(client: HubRedis, conn: Any) -> None:
+    """Read the replies of every command ``client`` sent without waiting (they come before
+    any later batch's on ``conn``), waiting for those still on their way."""
+    unread = client._hub_unread
+    earlier, unread[:] = list(unread), []
+    replies = read_replies(conn, [item[2] for item in earlier], client.response_callbacks)
+    for (_, _, args, _, script), reply in zip(earlier, replies, strict=True):
+        client._hub._unanswered(client, args, script, reply)
 
 
 def _name_native_thread(name: str) -> None:
