@@ -15,7 +15,8 @@ the writer process dies (SIGKILL, the OOM killer) its ack reader sees the pipe c
 new one and hands it the buffer again, so nothing written to the pipe but not committed is
 lost. A batch that was prepared but not reported done is the one that may or may not have
 committed: the new writer process looks its witness row up first and skips the batch if it is
-there, so nothing is written twice. Sequence numbers are assigned only in the committing
+there, so nothing is written twice. The parent asks every new process until one has answered
+(a successor killed while it boots has not looked). Sequence numbers are assigned only in the committing
 transaction, so a resent entry gets the next number of its session: the journal stays
 gap-free and in order.
 
@@ -270,7 +271,9 @@ class JournalPipe:
         if self._prepared is not None and self._prepared[0] > self._acked:
             payload = pickle.dumps((_RESUME, *self._prepared), protocol=pickle.HIGHEST_PROTOCOL)
             frames.append(_FRAME.pack(len(payload), 0) + payload)
-        self._prepared = None
+        # ``_prepared`` stays until a report settles it (the batch done, or a later batch
+        # prepared): a new process that dies before it has looked the batch up hands the
+        # question on to the one after it.
         frames.extend(frame for _, frame, _ in self._unacked)
         if self._evicted:
             from labs.live.writer import loss_entries

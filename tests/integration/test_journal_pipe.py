@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -189,6 +191,45 @@ def test_a_batch_committed_but_not_acknowledged_is_not_written_again(pipe):
         os.kill(child, signal.SIGKILL)
     finally:
         pause.execute_command("CLIENT", "UNPAUSE")
+    for n in range(10, 20):
+        pipe.submit(entry(session, n))
+    assert pipe.flush(120)
+    assert_exactly_once_in_order([session], {session.pk: 20})
+
+
+def test_a_successor_that_dies_before_it_looks_the_batch_up_hands_the_question_on(
+    pipe, monkeypatch
+):
+    """As above, and the first successor dies before it has read a byte (it is started as a
+    process that exits at once, as a writer killed while Django boots would). The one after it
+    must still be asked about the batch in doubt, and must not write it a second time."""
+    (session,) = new_sessions(1)
+    pipe.start()
+    assert pipe.flush(120)
+    real_popen = subprocess.Popen
+    stillborn: list[int] = []
+
+    def popen(args, **kwargs):
+        if not stillborn and args[-1] == "labs.live.writer_process":
+            process = real_popen([sys.executable, "-c", "pass"], **kwargs)
+            stillborn.append(process.pid)
+            return process
+        return real_popen(args, **kwargs)
+
+    pause = redis.Redis.from_url(settings.CHANNEL_LAYER_REDIS_URL)
+    pause.execute_command("CLIENT", "PAUSE", 30000, "WRITE")
+    try:
+        for n in range(10):
+            pipe.submit(entry(session, n))
+        wait_for(lambda: journaled([session]) == 10, timeout=20,
+                 message="the batch to commit")  # fmt: skip
+        (child,) = writer_children()
+        monkeypatch.setattr(subprocess, "Popen", popen)
+        os.kill(child, signal.SIGKILL)
+    finally:
+        pause.execute_command("CLIENT", "UNPAUSE")
+    wait_for(lambda: stillborn and one_writer() and child not in writer_children(), timeout=60,
+             message="a writer after the stillborn one")  # fmt: skip
     for n in range(10, 20):
         pipe.submit(entry(session, n))
     assert pipe.flush(120)
