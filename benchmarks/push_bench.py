@@ -393,6 +393,9 @@ def start_bursts(browsers: list[Browser], calls: int, times: list[float] | None 
                     "Cookie": f"sessionid={browser.cookie}; csrftoken={token}",
                     "X-CSRFToken": token,
                     "HX-Request": "true",
+                    # As htmx sends a click in the burst form: the form's id.
+                    "HX-Trigger": "burst-form",
+                    "HX-Target": "burst-form",
                     "Origin": f"http://127.0.0.1:{browser.port}",
                 },
             )

@@ -4,11 +4,13 @@
 
 Sets up like push_bench.py (its own SQLite file or DATABASE_URL, its own redis-server on a
 free port, the deployed settings), creates one student and lab session per request, and
-POSTs Run burst once per session through Django's test client, as htmx sends it. No worker
-runs, so each burst stays queued; the Celery message goes to the private broker.
+POSTs Run burst once per session through Django's test client, as htmx sends a click in the
+burst form. No worker runs, so each burst stays queued; the Celery message goes to the
+private broker.
 
 Printed per request: CPU time of the thread that served it (``time.thread_time``, so other
-processes on the machine do not count), wall time, and the number of SQL statements. This is
+processes on the machine do not count), wall time, and the number of SQL statements; then
+what each of the two answers of a queued burst costs to render. This is
 Django's part only: daphne's ASGI hop and its thread per request are not in it (push_bench's
 ``LAB_REQUEST_TIMING=true`` log has those, docs/scaling.md).
 """
@@ -60,7 +62,8 @@ def main() -> None:
                 cpu, wall = time.thread_time(), time.perf_counter()
                 response = client.post(
                     f"/sessions/{session_id}/bursts/", {"size": "20", "concurrency": "1"},
-                    HTTP_HX_REQUEST="true",
+                    HTTP_HX_REQUEST="true", HTTP_HX_TRIGGER="burst-form",
+                    HTTP_HX_TARGET="burst-form",
                 )  # fmt: skip
                 cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
             if response.status_code != 200:
@@ -79,6 +82,7 @@ def main() -> None:
         for name, values in (("CPU ms", cpu_ms), ("wall ms", wall_ms), ("queries", queries)):
             mean = sum(values) / len(values)
             print(f"{name:>10} {pct(values, 0.5):7.2f} {mean:7.2f} {max(values):7.2f}")
+        render_answers(timed[0][0])
     finally:
         if push_bench._PRIVATE_REDIS is not None:
             push_bench._PRIVATE_REDIS.terminate()
@@ -86,6 +90,37 @@ def main() -> None:
         if f"push-bench-{os.getpid()}." in path:
             for suffix in ("", "-wal", "-shm"):
                 Path(path + suffix).unlink(missing_ok=True)
+
+
+def render_answers(session_id: int, repeat: int = 500) -> None:
+    """Thread CPU of the two answers a successful Run burst can render: the whole burst form
+    (a step's Do it, or a form that showed errors) and its message line alone (a click in the
+    form). The request's figures above are too noisy on a shared machine to show the gap."""
+    from django.middleware.csrf import get_token
+    from django.template.loader import render_to_string
+    from django.test import RequestFactory
+
+    from labs.forms.lab import BurstForm
+    from labs.models import LabSession
+
+    session = LabSession.objects.get(pk=session_id)
+    request = RequestFactory().post("/", {"size": "20", "concurrency": "1"})
+    get_token(request)
+    form = BurstForm(request.POST)
+    form.is_valid()
+    saved = "Burst 1 queued: 20 calls."
+    print("answer rendered (thread CPU per render):")
+    for partial, context in (
+        ("burst-form", {"session": session, "burst_form": form, "burst_error": "", "saved": saved}),
+        ("burst-message", {"session": session, "burst_error": "", "saved": saved}),
+    ):
+        name = f"labs/session.html#{partial}"
+        for _ in range(50):
+            render_to_string(name, context, request=request)
+        cpu = time.thread_time()
+        for _ in range(repeat):
+            render_to_string(name, context, request=request)
+        print(f"{partial:>14} {(time.thread_time() - cpu) / repeat * 1000:7.3f} ms")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ never a 403, so ids do not leak); writes additionally need the session's owner: 
 who may see it (an instructor drilling down) gets the same page with every control disabled
 (``read_only`` in the context) and a 403 from the write views. Every write calls a service in
 ``labs.services``; the page learns what happened from the websocket (journal rows, badge,
-summary), so the write views only answer with the form they were posted from.
+summary), so the write views only answer with the form they were posted from (Run burst
+clicked in its form while it shows no error: only the form's message line).
 
 htmx requests get the named partial of ``labs/session.html`` for the element that made them
 (partials are named after their DOM ids). A refused value answers 422 (settings) or 400
@@ -220,6 +221,11 @@ def session_traffic(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return redirect(session)
 
 
+#: Posted by the burst form while it shows field errors (a hidden input): the answer to a
+#: click that succeeds is then the whole form, so the errors go.
+ERRORS_SHOWN = "errors_shown"
+
+
 def render_partial(
     request: HtmxHttpRequest, partial: str, context: dict[str, Any], status: int = 200
 ) -> HttpResponse:
@@ -362,14 +368,21 @@ def session_burst(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         return _burst_message(request, session, 409, str(exc))
     except burst_services.BurstNotQueued as exc:
         return _burst_unavailable(request, session, form, str(exc))
-    prediction_services.prediction_attach(session=session, step=request.POST.get("step"), burst=burst)
+    prediction_services.prediction_attach(
+        session=session, step=request.POST.get("step"), burst=burst
+    )
+    saved = f"Burst {burst.number} queued: {burst.size} call{'s' if burst.size != 1 else ''}."
+    if request.htmx and request.htmx.trigger == "burst-form" and ERRORS_SHOWN not in request.POST:
+        # Clicked in the form while it shows no field error: only its message line changes
+        # (the values typed stay as they are), so only that line is rendered. A form that
+        # shows errors posts ERRORS_SHOWN and gets the whole form back, clean; a step's "Do
+        # it" button gets the form back with the step's values in it.
+        response = render_partial(
+            request, "burst-message", {"session": session, "burst_error": "", "saved": saved}
+        )
+        return reswap(retarget(response, "#burst-message"), "outerHTML")
     # Only what the burst form's partial shows: the other two forms are not built.
-    context = {
-        "session": session,
-        "burst_form": form,
-        "burst_error": "",
-        "saved": f"Burst {burst.number} queued: {burst.size} call{'s' if burst.size != 1 else ''}.",
-    }
+    context = {"session": session, "burst_form": form, "burst_error": "", "saved": saved}
     return _after_write(request, session, "burst-form", context)
 
 

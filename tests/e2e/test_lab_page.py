@@ -269,3 +269,33 @@ def test_scenario_steps_can_be_done_from_the_checklist_and_stay_ticked(
         assert session.dependency["mode"] == "down"
     finally:
         context.close()
+
+
+def test_a_refused_burst_shows_the_range_and_the_corrected_click_clears_it(
+    browser, daphne_server, e2e_worker, tour
+):
+    """A size out of range is refused beside its field; the corrected click queues the burst
+    and the field's error is gone (a click in a form showing no error gets only its message
+    line back; one showing errors gets the whole form)."""
+    session = tour
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    try:
+        login(page, daphne_server, "alice", DEFAULT_PASSWORD)
+        page.goto(f"{daphne_server}/sessions/{session.pk}/")
+        page.fill("#id_size", "500")
+        page.click("#run-burst")
+        error = page.locator('#burst-form [data-field="size"] .field-error')
+        expect(error).to_contain_text("between")
+        page.fill("#id_size", "3")
+        page.click("#run-burst")
+        expect(page.locator("#burst-message")).to_contain_text("Burst 1 queued: 3 calls.")
+        expect(error).to_have_count(0)
+        expect(page.locator("#id_size")).to_have_value("3")
+        page.fill("#id_size", "2")
+        wait_burst_done(page, 1)
+        page.click("#run-burst")  # no error on show: only the message line comes back
+        expect(page.locator("#burst-message")).to_contain_text("Burst 2 queued: 2 calls.")
+        expect(page.locator("#id_size")).to_have_value("2")
+    finally:
+        context.close()

@@ -20,6 +20,7 @@ from labs.forms.lab import LIST_MAX_LENGTH, NUMBER_MAX_LENGTH
 from labs.live import journal, runtime
 from labs.models import Burst, JournalEvent, LabSession
 from labs.services import lab
+from labs.views import lab as views_lab
 from tests.conftest import make_instructor, make_scenario, make_student, tour_script
 from tests.integration.conftest import _flush_test_redis
 
@@ -338,6 +339,54 @@ def test_run_burst_queues_one(owner_client, session):
     assert "Burst 1 queued: 6 calls." in response.content.decode()
     burst = Burst.objects.get(session=session)
     assert (burst.size, burst.concurrency, burst.status) == (6, 1, "queued")
+
+
+def test_run_burst_clicked_in_its_form_answers_only_the_message_line(owner_client, session):
+    """htmx names the form that made the request (HX-Trigger): only its message line comes
+    back, retargeted there, so the form's fields are not rendered again."""
+    response = owner_client.post(
+        url("session_burst", session), {"size": "6"},
+        HTTP_HX_TRIGGER="burst-form", HTTP_HX_TARGET="burst-form", **HTMX,
+    )  # fmt: skip
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert html.startswith('<p id="burst-message"') and "Burst 1 queued: 6 calls." in html
+    assert 'id="burst-form"' not in html and "<input" not in html
+    assert response["HX-Retarget"] == "#burst-message"
+    assert response["HX-Reswap"] == "outerHTML"
+    assert Burst.objects.get(session=session).status == "queued"
+
+
+def test_a_burst_form_showing_errors_gets_the_whole_form_back_clean_when_a_click_succeeds(
+    owner_client, session
+):
+    """A refused click renders the form with its field errors and a hidden errors_shown
+    input; the corrected click posts it, so the answer is the whole form, without the errors
+    (a message line alone would leave them beside the corrected values)."""
+    refused = owner_client.post(
+        url("session_burst", session), {"size": "50"},
+        HTTP_HX_TRIGGER="burst-form", HTTP_HX_TARGET="burst-form", **HTMX,
+    )  # fmt: skip
+    assert refused.status_code == 400
+    html = refused.content.decode()
+    assert f'name="{views_lab.ERRORS_SHOWN}"' in html and "field-error" in html
+    response = owner_client.post(
+        url("session_burst", session), {"size": "6", views_lab.ERRORS_SHOWN: "1"},
+        HTTP_HX_TRIGGER="burst-form", HTTP_HX_TARGET="burst-form", **HTMX,
+    )  # fmt: skip
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert 'id="burst-form"' in html and "Burst 1 queued: 6 calls." in html
+    assert "field-error" not in html and views_lab.ERRORS_SHOWN not in html
+    assert "HX-Retarget" not in response
+
+
+def test_a_steps_do_it_button_gets_the_burst_form_back_with_its_values(owner_client, session):
+    response = owner_client.post(url("session_burst", session), {"size": "9"}, **HTMX)
+    html = response.content.decode()
+    assert response.status_code == 200 and 'id="burst-form"' in html
+    assert 'value="9"' in html and "Burst 1 queued: 9 calls." in html
+    assert "HX-Retarget" not in response
 
 
 def test_bad_burst_numbers_answer_400_with_the_ranges_and_start_nothing(owner_client, session):
