@@ -235,6 +235,13 @@ def fidelity(start: StartState) -> dict[str, Any]:
             "also spent time on Redis round trips and thread scheduling that the replay does "
             "not, so a call within a few milliseconds of that instant may land on the other side"
         )
+    if mode == "shared":
+        reasons.append(
+            "the class's shared dependency answered from a queue that the whole class's load "
+            "filled (waits, shed attempts, triggers); a replay has this session alone, so each "
+            "attempt is answered as by a healthy dependency: only a burst that met no queue "
+            "and no trigger replays the same"
+        )
     if start.concurrency > 1:
         reasons.append(
             f"{start.concurrency} callers ran on threads in the real burst; the replay runs them "
@@ -256,7 +263,12 @@ def fidelity(start: StartState) -> dict[str, Any]:
             "idempotency keys already seen are not in the start state: the replay starts them "
             "fresh"
         )
-    exact = mode not in TIMED_MODES and start.concurrency == 1 and not (parts or remembered)
+    exact = (
+        mode not in TIMED_MODES
+        and mode != "shared"
+        and start.concurrency == 1
+        and not (parts or remembered)
+    )
     return {"exact": exact, "reasons": reasons}
 
 

@@ -129,6 +129,18 @@ def test_timed_modes_and_several_callers_say_why_a_replay_may_differ():
     assert any("3 callers" in r for r in said["reasons"])
 
 
+def test_a_burst_on_the_class_shared_dependency_is_not_called_exact():
+    """The shared model's queue is filled by the whole class: a replay of one session cannot
+    have it, so fidelity must not promise the same attempts (the healthy one is exact)."""
+    from labs.engine.replay import fidelity
+
+    start, _, _ = live_burst(MemoryStore(), VirtualClock(0.0), "1:1", 2, 1, 1)
+    assert fidelity(parse_start(dict(start, dependency={"mode": "healthy"})))["exact"] is True
+    said = fidelity(parse_start(dict(start, dependency={"mode": "shared"})))
+    assert said["exact"] is False
+    assert any("shared dependency" in r and "whole class" in r for r in said["reasons"])
+
+
 def test_compare_on_the_command_line(tmp_path):
     policy_b = tmp_path / "b.json"
     policy_b.write_text(json.dumps({"breaker": {"failure_threshold": 1}}))
