@@ -11,8 +11,15 @@ model in Redis (``REDIS_URL`` + ``REDIS_DB_BASE``, as the lab's settings read th
 ``EVALSHA`` an attempt, as a worker does), noting the wall time of each. For every second the
 ticks report, the n-th attempt of that second is delivered by the first message whose
 ``offered`` for that second reaches n: latency = receipt time minus the attempt's write time.
-It includes the consumer's 1 s tick, its Redis read and the websocket; drawing in the browser
-is not included. Target: p99 <= 1 s (the tick interval plus the read).
+It includes the consumer's tick (every 0.5 s), its Redis read and the websocket. Target: p99
+<= 1 s.
+
+``--browser`` opens the panel itself in headless Chromium (Debian's ``chromium``, or
+``LAB_CHROMIUM``) instead, logged in through the form: latency then runs to the moment the
+page's charts have drawn a point carrying the attempt (``storm.js`` notes, after each draw,
+the wall time and the last seconds' offered counts drawn), and Chromium's long tasks
+(``PerformanceObserver``, main-thread tasks over 50 ms, wall time) are counted from the first
+update on, beside the number of updates drawn.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import http.cookiejar
 import json
 import os
 import re
+import shutil
 import sys
 import threading
 import time
@@ -106,6 +114,64 @@ async def listen(ws_url: str, cookie: str, origin: str, writes, latencies, until
                 delivered[sec] = max(delivered[sec], offered)
 
 
+#: Chromium's long tasks from page load on, as tests/e2e/test_storm_panel.py collects them.
+LONG_TASKS = """
+window.__longTasks = [];
+new PerformanceObserver(function (list) {
+  list.getEntries().forEach(function (e) { window.__longTasks.push([e.startTime, e.duration]); });
+}).observe({ type: "longtask", buffered: true });
+"""
+
+
+def browse(args, writes, latencies, stop) -> tuple[int, list[float]]:
+    """Open the panel in headless Chromium while the callers run; fill ``latencies`` from the
+    page's draws. Returns the updates drawn and the long tasks' durations (ms) after the
+    first draw."""
+    from playwright.sync_api import sync_playwright
+
+    executable = os.environ.get("LAB_CHROMIUM") or shutil.which("chromium")
+    if not executable:
+        raise SystemExit("--browser needs Chromium: apt-get install chromium, or LAB_CHROMIUM")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1920, "height": 1080})
+            page.add_init_script(LONG_TASKS)
+            page.goto(f"{args.url}/accounts/login/")
+            page.fill("#id_username", args.username)
+            page.fill("#id_password", args.password)
+            with page.expect_navigation():
+                page.click("button[type=submit]")
+            page.goto(f"{args.url}/classes/{args.classroom}/storm/")
+            page.wait_for_function("() => window.failureLabStorm.stats.draws > 0", timeout=30_000)
+            first = page.evaluate("() => performance.now()")
+            threads = callers(RedisSharedModel(*args.model), args.sessions, args.rate,
+                              args.seconds, writes, stop)  # fmt: skip
+            try:
+                time.sleep(args.seconds + 3)
+            finally:
+                stop.set()
+                for t in threads:
+                    t.join(5)
+            drawn = page.evaluate("() => window.failureLabStorm.stats.drawn")
+            updates = page.evaluate(
+                "t => window.failureLabStorm.stats.drawAt.filter(x => x > t).length", first
+            )
+            long_tasks = page.evaluate(
+                "t => window.__longTasks.filter(e => e[0] > t).map(e => e[1])", first
+            )
+        finally:
+            browser.close()
+    shown: dict[int, int] = defaultdict(int)
+    for at_ms, seconds in drawn:
+        for sec, offered in seconds:
+            stamps = sorted(writes.get(sec, []))
+            for n in range(shown[sec], min(offered, len(stamps))):
+                latencies.append(at_ms / 1000 - stamps[n])
+            shown[sec] = max(shown[sec], offered)
+    return updates, long_tasks
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default="http://127.0.0.1:8000")
@@ -115,6 +181,9 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=30)
     parser.add_argument("--rate", type=int, default=10)
     parser.add_argument("--seconds", type=int, default=20)
+    parser.add_argument("--browser", action="store_true",
+                        help="measure to the point drawn in headless Chromium, and count "
+                             "its long tasks")  # fmt: skip
     args = parser.parse_args()
 
     base = int(os.environ.get("REDIS_DB_BASE", "0"))
@@ -136,15 +205,20 @@ def main() -> None:
     writes: dict[int, list[float]] = defaultdict(list)
     latencies: list[float] = []
     stop = threading.Event()
-    threads = callers(model, args.sessions, args.rate, args.seconds, writes, stop)
-    try:
-        asyncio.run(
-            listen(ws_url, cookie, args.url, writes, latencies, time.time() + args.seconds + 3)
-        )
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(5)
+    browsed = None
+    if args.browser:
+        args.model = (client, f"class:{args.classroom}")
+        browsed = browse(args, writes, latencies, stop)
+    else:
+        threads = callers(model, args.sessions, args.rate, args.seconds, writes, stop)
+        try:
+            asyncio.run(
+                listen(ws_url, cookie, args.url, writes, latencies, time.time() + args.seconds + 3)
+            )
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(5)
     total = sum(len(v) for v in writes.values())
     print(
         f"{args.sessions} callers x {args.rate} attempts/s for {args.seconds} s: {total} attempts"
@@ -152,7 +226,12 @@ def main() -> None:
     if not latencies:
         raise SystemExit("no attempt was delivered")
     ms = [x * 1000 for x in latencies]
-    print("| attempts delivered | p50 ms | p90 ms | p99 ms | max ms |")
+    if browsed is not None:
+        updates, long_tasks = browsed
+        print(f"drawn in Chromium: {updates} updates; long tasks (over 50 ms) after the first: "
+              f"{len(long_tasks)}{f', longest {max(long_tasks):.0f} ms' if long_tasks else ''}")  # fmt: skip
+    print(f"| attempts {'drawn' if browsed is not None else 'delivered'} | p50 ms | p90 ms "
+          "| p99 ms | max ms |")  # fmt: skip
     print("|---|---|---|---|---|")
     print(
         f"| {len(ms)} | {pct(ms, 0.5):.0f} | {pct(ms, 0.9):.0f} | {pct(ms, 0.99):.0f} "

@@ -50,7 +50,7 @@
   let refreshAsked = 0;
   // For the tests: messages applied, frames drawn and the time drawing took (the browser's own
   // layout and paint come on top; the browser test reads Chromium's long tasks for those).
-  const stats = { snapshots: 0, ticks: 0, draws: 0, drawMs: 0, maxDrawMs: 0, drawAt: [] };
+  const stats = { snapshots: 0, ticks: 0, draws: 0, drawMs: 0, maxDrawMs: 0, drawAt: [], drawn: [] };
 
   // --- the model -----------------------------------------------------------------------------
   function merge(seconds) {
@@ -342,6 +342,14 @@
     if (stats.drawAt.length > 1000) stats.drawAt.shift();
     stats.drawMs += spent;
     if (spent > stats.maxDrawMs) stats.maxDrawMs = spent;
+    // When the charts were drawn (uPlot draws in a microtask queued by setData, so this one
+    // runs after it), in epoch ms, with the last seconds' offered counts drawn:
+    // benchmarks/storm_panel_bench.py --browser measures counter-to-drawn latency from it.
+    const last = rows.slice(-4).map(function (r) { return [r.second, r.offered]; });
+    window.queueMicrotask(function () {
+      stats.drawn.push([performance.timeOrigin + performance.now(), last]);
+      if (stats.drawn.length > 4000) stats.drawn.shift();
+    });
   }
 
   window.addEventListener("resize", function () {
