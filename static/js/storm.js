@@ -48,6 +48,7 @@
   let socket = null;
   let retry = 0;
   let refreshAsked = 0;
+  let ignoreTicksUntil = 0; // the browser test's stand-in for dropped messages
   // For the tests: messages applied, frames drawn and the time drawing took (the browser's own
   // layout and paint come on top; the browser test reads Chromium's long tasks for those).
   const stats = { snapshots: 0, ticks: 0, draws: 0, drawMs: 0, maxDrawMs: 0, drawAt: [], drawn: [] };
@@ -370,7 +371,7 @@
       let msg;
       try { msg = JSON.parse(event.data); } catch (err) { return; }
       if (msg.type === "snapshot") applySnapshot(msg);
-      else if (msg.type === "tick") applyTick(msg);
+      else if (msg.type === "tick" && Date.now() >= ignoreTicksUntil) applyTick(msg);
     });
     socket.addEventListener("close", function (event) {
       socket = null;
@@ -415,6 +416,7 @@
     headline: function () { return headline(sorted()); },
     chartData: function () { return loadPlot ? loadPlot.data.map(function (xs) { return Array.from(xs); }) : null; },
     tableRows: function () { return studentRows.rows.length; },
+    ignoreTicks: function (ms) { ignoreTicksUntil = Date.now() + ms; },
     stats: stats,
   };
 

@@ -174,6 +174,34 @@ def test_storm_panel_follows_a_trigger_fired_from_it(
         assert abs(sum(shares) - 1) < 0.02
         headline = page.evaluate("() => window.failureLabStorm.headline()")
         assert headline["amplification"] is not None
+        # Goodput against the healthy baseline, large, as the headline computes it.
+        page.wait_for_function(
+            """() => { const h = window.failureLabStorm.headline().goodput_share;
+                       const text = document.querySelector('[data-metric="goodput_share"]')
+                         .textContent;
+                       return h !== null && text === Math.round(h * 100) + " %"; }""",
+            timeout=LIVE_TIMEOUT_MS,
+        )
+        # The per-student table sorts by a column, then the other way on a second click.
+        column = """() => Array.from(document.querySelectorAll('#student-rows tr'))
+                        .map(tr => parseFloat(tr.children[1].textContent))"""
+        page.click('button.sort[data-sort="attempts_per_s"]')
+        expect(page.locator('th:has(button[data-sort="attempts_per_s"])')).to_have_attribute(
+            "aria-sort", "descending"
+        )
+        page.wait_for_function(f"() => ({column})().every((v, i, a) => i === 0 || a[i - 1] >= v)")
+        page.click('button.sort[data-sort="attempts_per_s"]')
+        page.wait_for_function(f"() => ({column})().every((v, i, a) => i === 0 || a[i - 1] <= v)")
+        rates = page.evaluate(column)
+        assert len(rates) == BOTS and rates == sorted(rates)
+        # A hole in the ticks longer than the seconds each tick resends: the page asks for a
+        # snapshot and heals.
+        snapshots = page.evaluate("() => window.failureLabStorm.stats.snapshots")
+        page.evaluate("() => window.failureLabStorm.ignoreTicks(7500)")
+        page.wait_for_function(
+            f"() => window.failureLabStorm.stats.snapshots > {snapshots}",
+            timeout=LIVE_TIMEOUT_MS,
+        )
 
         # After the trigger: time to recovery, or "not recovered" counting up.
         page.wait_for_function(
