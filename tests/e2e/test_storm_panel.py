@@ -263,6 +263,15 @@ def test_storm_panel_follows_a_trigger_fired_from_it(
         )
         seen = lab_page.evaluate("() => window.failureLab.shared()")
         assert 0 < seen["share"] < 0.25  # one of 30 naive bots: about 1/30
+        # Its own retry ratio, from its own attempts, shown as the card's percentage.
+        lab_page.wait_for_function(
+            """() => { const s = window.failureLab.shared();
+                       const shown = document.querySelector('[data-role="shared-retry"]')
+                         .textContent;
+                       return s.retry_ratio !== null && s.retry_ratio >= 0 && s.retry_ratio <= 1
+                         && shown === Math.round(s.retry_ratio * 100) + " %"; }""",
+            timeout=LIVE_TIMEOUT_MS,
+        )
         expect(lab_page.locator("#shared-status")).to_be_visible()
         expect(lab_page.locator('[data-role="shared-state"]')).to_have_text("overloaded")
         lab_page.wait_for_function(
