@@ -581,8 +581,8 @@ def main() -> None:
     print("Run burst requests (POST to daphne, all pages at once; barrier release to response):")
     for name, times in POST_TIMES.items():
         if times:
-            print(f"  {name:>12}: p50 {pct(times, 0.5):.0f} ms, max {max(times):.0f} ms "
-                  f"({len(times)} requests)")  # fmt: skip
+            print(f"  {name:>12}: p50 {pct(times, 0.5):.0f} ms, p99 {pct(times, 0.99):.0f} ms, "
+                  f"max {max(times):.0f} ms ({len(times)} requests)")  # fmt: skip
     print()
     print("CPU used during each scenario (worker: with its journal writer process; clients: this")
     print("process, which on a real class would be the students' laptops):")
