@@ -69,8 +69,20 @@ def burst_whatif(request: HtmxHttpRequest, burst_id: int) -> HttpResponse:
 def _whatif(request: HtmxHttpRequest, session: LabSession, burst: Burst) -> HttpResponse:
     refusal = presenters.whatif_refusal(burst.number, burst.status, bool(burst.start_state))
     if refusal:
-        # The burst exists but cannot be replayed (yet): say why (409), run nothing.
+        # The burst exists but cannot be replayed (yet): say why (409), run nothing. One that
+        # has ended (interrupted, failed, recorded before replay existed) still shows its
+        # timeline and its journal rows as it ran.
         context = {"session": session, "burst": burst, "refusal": refusal}
+        if burst.status not in Burst.ACTIVE_STATUSES:
+            events = selectors.burst_events(burst)
+            context |= {
+                "original_rows_html": presenters.replay_rows_html(
+                    presenters.burst_event_rows(events)
+                ),
+                "timelines": presenters.replay_timelines(
+                    [(f"burst {burst.number} (as it ran)", events)]
+                ),
+            }
         if request.htmx:
             return render(request, f"{TEMPLATE}#replay-result", context, status=409)
         return render(request, TEMPLATE, context, status=409)

@@ -320,13 +320,17 @@ def test_a_burst_recorded_before_replay_existed_offers_no_what_if(client, studen
     assert 'data-kind="attempt"' in journal_rows and "j-whatif" not in journal_rows
     history = client.get(reverse("labs:burst_history", args=[session.pk]), **HTMX)
     row = re.search(r'<tr data-burst="1">(.*?)</tr>', history.content.decode(), re.S).group(1)
-    assert "replay-link" not in row and NOT_RECORDED in row
-    # Opened by its URL (either one), the view says why instead of a bare 404.
+    assert ">Timeline, journal</a>" in row and "what if" not in row and NOT_RECORDED in row
+    # Opened by its URL (either one), the view says why instead of a bare 404, and shows the
+    # burst's timeline and journal rows as it ran.
     for address in (replay_url(session, 1), whatif_url(burst)):
         for answer in (client.get(address), client.get(address, **HTMX)):
             assert answer.status_code == 409
             html = answer.content.decode()
             assert f"Burst 1 was {NOT_RECORDED}" in html and 'id="replay-form"' not in html
+            assert 'id="replay-timeline-1"' in html and 'id="replay-timeline-2"' not in html
+            rows = html.split('id="original-rows"')[1].split("</ol>")[0]
+            assert 'data-kind="attempt"' in rows
         posted = client.post(address, {"breaker_failure_threshold": "1"}, **HTMX)
         assert posted.status_code == 409 and 'id="replay-diff"' not in posted.content.decode()
 
@@ -337,9 +341,19 @@ def test_a_running_interrupted_or_failed_burst_says_why_it_has_no_what_if(client
     answer = client.get(whatif_url(running), **HTMX)
     assert answer.status_code == 409
     assert "Burst 1 is still running" in answer.content.decode()
+    assert 'id="original-rows"' not in answer.content.decode()  # nothing to show yet
     assert client.get(replay_url(session, 1)).status_code == 409
+    history = reverse("labs:burst_history", args=[session.pk])
+    row = re.compile(r'<tr data-burst="1">(.*?)</tr>', re.S)
+    assert "replay-link" not in row.search(client.get(history).content.decode()).group(1)
+    journal.record([journal.entry(session, "burst_start", "burst 1 starts", burst_id=running.pk)])
     Burst.objects.filter(pk=running.pk).update(status="interrupted")
-    assert "Burst 1 was interrupted" in client.get(whatif_url(running)).content.decode()
+    html = client.get(whatif_url(running)).content.decode()
+    assert "Burst 1 was interrupted" in html
+    # An ended burst keeps its timeline and journal rows, from the history too.
+    assert 'id="replay-timeline-1"' in html and "burst 1 starts" in html
+    linked = row.search(client.get(history).content.decode()).group(1)
+    assert ">Timeline, journal</a>" in linked and "interrupted before it finished" in linked
     Burst.objects.filter(pk=running.pk).update(status="failed")
     assert "Burst 1 stopped on an error" in client.get(whatif_url(running)).content.decode()
     assert client.get(replay_url(session, 2)).status_code == 404
