@@ -21,6 +21,9 @@ The servers run with the deployed settings (``DJANGO_DEBUG=false``, as docker-co
 figures include load a real server never carries. ``--layer`` adds a channel-layer listener
 here too (the "layer" columns: the latency before daphne), at the cost of more of that load.
 
+``--web N`` starts N daphne processes on one shared listening socket instead of one, as
+``LAB_WEB_PROCESSES=N make run`` does; the CPU table lists each.
+
 One untimed burst first warms the worker's journal writer up (the first burst after a worker
 starts has its pushes held back by about a second while the writer gets going).
 
@@ -149,29 +152,45 @@ def process_env(debug: bool = False) -> dict[str, str]:
 class Processes:
     """daphne and one worker, stopped (their whole process groups) on exit."""
 
-    def __init__(self, port: int, concurrency: int, logdir: Path, debug: bool = False) -> None:
-        from lab_project.processes import daphne_cmd, worker_cmd
+    def __init__(
+        self, port: int, concurrency: int, logdir: Path, debug: bool = False, web: int = 1
+    ) -> None:
+        from lab_project.processes import daphne_cmd, daphne_fd_cmd, shared_listener, worker_cmd
 
         self.logdir = logdir
         self.procs: list[subprocess.Popen] = []
+        self.names: list[str] = []
         env = process_env(debug)
         if not debug:
             collect_static(env)
-        web = daphne_cmd("127.0.0.1", port)
-        if os.environ.get("BENCH_PROFILE_DAPHNE"):  # where the web process spends its CPU
-            web = [sys.executable, "-m", "cProfile", "-o", os.environ["BENCH_PROFILE_DAPHNE"],
-                   "-m", "daphne", *web[1:]]  # fmt: skip
-        for name, cmd in (
-            ("daphne", web),
-            ("worker", [*worker_cmd(concurrency), "-n", f"push-bench-{os.getpid()}@%h"]),
-        ):
+        commands = []
+        listener = None
+        if web == 1:
+            cmd = daphne_cmd("127.0.0.1", port)
+            if os.environ.get("BENCH_PROFILE_DAPHNE"):  # where the web process spends its CPU
+                cmd = [sys.executable, "-m", "cProfile", "-o", os.environ["BENCH_PROFILE_DAPHNE"],
+                       "-m", "daphne", *cmd[1:]]  # fmt: skip
+            commands.append(("daphne", cmd, ()))
+        else:
+            # Several web processes accept on one listening socket, as make run starts them
+            # with LAB_WEB_PROCESSES: a page's websocket and its POSTs may land on different
+            # processes, as behind any load balancer.
+            listener = shared_listener("127.0.0.1", port)
+            fd = listener.fileno()
+            commands += [(f"daphne{i + 1}", daphne_fd_cmd(fd), (fd,)) for i in range(web)]
+        commands.append(("worker", [*worker_cmd(concurrency), "-n",
+                                    f"push-bench-{os.getpid()}@%h"], ()))  # fmt: skip
+        for name, cmd, fds in commands:
             log = open(logdir / f"{name}.log", "wb")  # noqa: SIM115
+            self.names.append(name)
             self.procs.append(
                 subprocess.Popen(
                     cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=True,
+                    start_new_session=True, pass_fds=fds,
                 )
             )  # fmt: skip
+        if listener is not None:
+            listener.close()  # the web processes hold it
         self._wait_ready(port)
 
     def _wait_ready(self, port: int) -> None:
@@ -199,7 +218,7 @@ class Processes:
         writer process included), the private redis-server and this process."""
         tick = os.sysconf("SC_CLK_TCK")
         out = {}
-        for name, proc in zip(("daphne", "worker"), self.procs, strict=True):
+        for name, proc in zip(self.names, self.procs, strict=True):
             total = 0
             for stat in Path("/proc").glob("[0-9]*/stat"):
                 try:
@@ -497,6 +516,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20, help="calls per burst (1..20)")
     parser.add_argument("--rounds", type=int, default=0, help="bursts per session (0: auto)")
     parser.add_argument("--port", type=int, default=0, help="daphne port (0: a free one)")
+    parser.add_argument("--web", type=int, default=1,
+                        help="web (daphne) processes sharing the port (default 1)")  # fmt: skip
     parser.add_argument("--worker-concurrency", type=int, default=128)
     parser.add_argument(
         "--shared-redis", action="store_true", help="use REDIS_URL, not a private redis-server"
@@ -530,7 +551,7 @@ def main() -> None:
         f"{args.calls} calls per burst, servers with DJANGO_DEBUG={str(args.debug).lower()}, "
         f"{os.cpu_count()} CPUs; logs in {logdir}"
     )
-    procs = Processes(port, args.worker_concurrency, logdir, debug=args.debug)
+    procs = Processes(port, args.worker_concurrency, logdir, debug=args.debug, web=args.web)
     rows = []
     usage: list[str] = []
     try:

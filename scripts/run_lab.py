@@ -57,6 +57,15 @@ def env_port(name: str, default: int) -> int:
     return int(raw)
 
 
+def env_int(name: str, default: int, low: int, high: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise SystemExit(f"[lab] error: {name} must be a whole number {low}..{high}, got {raw!r}")
+    return int(raw)
+
+
 def wait_for_http(url: str, procs: Processes, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -105,7 +114,7 @@ def main() -> int:
     python = sys.executable
     bin_dir = Path(python).parent
     sys.path.insert(0, str(ROOT))
-    from lab_project.processes import daphne_cmd, worker_cmd
+    from lab_project import processes
 
     # .env (if any) fills in what the real environment does not set.
     os.environ.update(
@@ -113,6 +122,7 @@ def main() -> int:
     )
     host = os.environ.get("LAB_HOST", "").strip() or "127.0.0.1"
     port = env_port("LAB_PORT", 8000)
+    web_processes = env_int("LAB_WEB_PROCESSES", 1, 1, 8)
     if not port_is_free(host, port):
         fail(f"port {port} on {host} is in use; set LAB_PORT to another port")
         return 1
@@ -139,7 +149,7 @@ def main() -> int:
         signal.signal(sig, on_signal)
 
     try:
-        return supervise(procs, python, bin_dir, env, host, port, daphne_cmd, worker_cmd)
+        return supervise(procs, python, bin_dir, env, host, port, processes, web_processes)
     except Stop as stop:
         services.ignore_stop_signals()
         OUT.blank()
@@ -157,8 +167,10 @@ def main() -> int:
         procs.stop_all()
 
 
-def supervise(procs, python, bin_dir, env, host, port, daphne_cmd, worker_cmd) -> int:
-    """Start everything, then watch the children until one dies (1) or a signal (Stop)."""
+def supervise(procs, python, bin_dir, env, host, port, processes, web_processes=1) -> int:
+    """Start everything, then watch the children until one dies (1) or a signal (Stop).
+    ``processes`` is lab_project.processes (the commands); ``web_processes`` daphne
+    processes serve the port (more than one: on one shared listening socket)."""
     # Redis first: the migrations do not need it, but it takes a moment to answer.
     if not os.environ.get("REDIS_URL", "").strip():
         private = env_flag("LAB_PRIVATE_REDIS")
@@ -183,12 +195,23 @@ def supervise(procs, python, bin_dir, env, host, port, daphne_cmd, worker_cmd) -
         manage(python, "collectstatic", "--noinput", "--verbosity", "0", env=env)
 
     concurrency = env.get("LAB_WORKER_CONCURRENCY", "").strip() or "128"
-    worker = worker_cmd(concurrency)
+    worker = processes.worker_cmd(concurrency)
     worker[0] = str(bin_dir / worker[0])
     procs.start("worker", worker, env)
-    web = daphne_cmd(host, port)
-    web[0] = str(bin_dir / web[0])
-    procs.start("web", web, env)
+    if web_processes == 1:
+        web = processes.daphne_cmd(host, port)
+        web[0] = str(bin_dir / web[0])
+        procs.start("web", web, env)
+    else:
+        listener = processes.shared_listener(host, port)
+        try:
+            for n in range(1, web_processes + 1):
+                web = processes.daphne_fd_cmd(listener.fileno())
+                web[0] = str(bin_dir / web[0])
+                procs.start(f"web {n} of {web_processes}", web, env,
+                            pass_fds=(listener.fileno(),))  # fmt: skip
+        finally:
+            listener.close()  # the web processes hold it
 
     url = f"http://{'localhost' if host in {'127.0.0.1', '0.0.0.0'} else host}:{port}/"  # noqa: S104
     if not wait_for_http(f"http://127.0.0.1:{port}/accounts/login/", procs, READY_TIMEOUT_S):

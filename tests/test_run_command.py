@@ -96,10 +96,11 @@ def test_make_run_starts_the_lab_and_ctrl_c_stops_everything(tmp_path):
 
     with log.open("wb") as out:
         # A new session: make and the run script form the "terminal's" process group.
+        # Two web processes on the one port (LAB_WEB_PROCESSES), as a class on two cores runs.
         proc = subprocess.Popen(
             ["make", "run"],
             cwd=copy,
-            env=clean_environment(copy, port),
+            env={**clean_environment(copy, port), "LAB_WEB_PROCESSES": "2"},
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -117,6 +118,11 @@ def test_make_run_starts_the_lab_and_ctrl_c_stops_everything(tmp_path):
         started = processes_under(marker)
         names = " ".join(cmd for _, cmd in started)
         assert "redis-server" in names and "celery" in names and "daphne" in names, started
+        web = [cmd for _, cmd in started if "daphne" in cmd and "--fd" in cmd]
+        assert len(web) == 2, started  # both on the shared listening socket
+        for _ in range(10):  # whichever process takes each connection answers it
+            with urllib.request.urlopen(base + "accounts/login/", timeout=10) as response:  # noqa: S310
+                assert response.status == 200
 
         output = log.read_text()
         assert f"http://localhost:{port}/" in output
@@ -189,6 +195,14 @@ def test_malformed_lab_port_is_refused(monkeypatch):
     monkeypatch.setenv("LAB_PORT", "eighty")
     with pytest.raises(SystemExit, match="LAB_PORT must be a port number"):
         run_lab.env_port("LAB_PORT", 8000)
+
+
+@pytest.mark.parametrize("raw", ["two", "0", "9"])
+def test_a_web_process_count_out_of_range_is_refused_naming_the_range(monkeypatch, raw):
+    run_lab = _load_run_lab()
+    monkeypatch.setenv("LAB_WEB_PROCESSES", raw)
+    with pytest.raises(SystemExit, match=r"LAB_WEB_PROCESSES must be a whole number 1\.\.8"):
+        run_lab.env_int("LAB_WEB_PROCESSES", 1, 1, 8)
 
 
 def test_env_file_lines_are_parsed_strictly(tmp_path):
