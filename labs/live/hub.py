@@ -455,6 +455,11 @@ def bookkeeping() -> Iterator[None]:
     whichever waiter the OS picks). Waiting for this turn instead is waiting on a plain lock
     outside the interpreter, so at most one bookkeeping thread competes with the hub
     (benchmarks/burst_bench.py, part b).
+
+    A thread gives its database connection back before it waits for the turn (on PostgreSQL
+    it returns to the process's pool): the holder of the turn needs one from that pool, and
+    as many waiting threads as the pool has connections, each holding one, would leave it
+    none (tests/integration/test_worker_pool.py).
     """
     with _bookkeeping:
         yield

@@ -234,6 +234,9 @@ def burst_run(*, burst_id: int) -> str:
         with _running_lock:
             _running.add(burst_id)
         burst = Burst.objects.select_related("session").get(pk=burst_id)
+        # Never wait for the next turn holding a connection: the holder of the turn needs
+        # one from the same pool (see bookkeeping).
+        release_connection()
     session = burst.session
     writer = get_writer()
     watch: runtime.DependencyWatch | None = None
@@ -280,6 +283,7 @@ def burst_run(*, burst_id: int) -> str:
             )
     except Exception as exc:
         logger.exception("burst %s failed", burst_id)
+        release_connection()  # before the waits below (the flush, the turn)
         writer.submit(
             journal.entry(
                 session,

@@ -107,14 +107,16 @@ def subprocess_env() -> dict[str, str]:
 class WorkerProcess:
     """A ``celery worker`` OS process started by a test."""
 
-    def __init__(self, log_path: Path, concurrency: int = 8) -> None:
+    def __init__(
+        self, log_path: Path, concurrency: int = 8, env: dict[str, str] | None = None
+    ) -> None:
         self.log_path = log_path
         self.log = open(log_path, "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [*worker_cmd(concurrency), "--without-heartbeat", "--without-gossip",
              "--without-mingle", "-n", f"test-{os.getpid()}-{time.monotonic_ns()}@%h"],
-            cwd=ROOT, env=subprocess_env(), stdout=self.log, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            cwd=ROOT, env={**subprocess_env(), **(env or {})}, stdout=self.log,
+            stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         self.wait_ready()
 
@@ -156,8 +158,9 @@ def worker_process(transactional_db, tmp_path):
     """Factory: start a separate worker process; every one started is stopped at teardown."""
     started: list[WorkerProcess] = []
 
-    def start(concurrency: int = 8) -> WorkerProcess:
-        worker = WorkerProcess(tmp_path / f"worker-{len(started)}.log", concurrency)
+    def start(concurrency: int = 8, env: dict[str, str] | None = None) -> WorkerProcess:
+        """``env``: variables set for this worker only (DATABASE_POOL_SIZE, say)."""
+        worker = WorkerProcess(tmp_path / f"worker-{len(started)}.log", concurrency, env)
         started.append(worker)
         return worker
 
