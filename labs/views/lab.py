@@ -56,7 +56,7 @@ from labs.services import lab as lab_services
 from labs.services import predictions as prediction_services
 from labs.services import traffic as traffic_services
 from labs.services.lab import session_open as session_open_service
-from labs.views import HtmxHttpRequest
+from labs.views import ERRORS_SHOWN, HtmxHttpRequest
 
 TEMPLATE = "labs/session.html"
 #: Run burst POSTs a student may make in a minute (refused ones count too), whatever session.
@@ -219,11 +219,6 @@ def session_traffic(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             request, TEMPLATE, {**page_context(request, session), **context}, status=status
         )
     return redirect(session)
-
-
-#: Posted by the burst form while it shows field errors (a hidden input): the answer to a
-#: click that succeeds is then the whole form, so the errors go.
-ERRORS_SHOWN = "errors_shown"
 
 
 def render_partial(

@@ -26,6 +26,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
+from django_htmx.http import reswap, retarget
 
 from labs import presenters, selectors
 from labs.engine import LIMITS, ValidationError
@@ -33,7 +34,7 @@ from labs.engine.replay import PRESETS, parse_start, policy_of, scenario_metrics
 from labs.forms.lab import POLICY_GROUPS, PolicyForm
 from labs.models import Burst, LabSession
 from labs.selectors import visible_session
-from labs.views import HtmxHttpRequest
+from labs.views import ERRORS_SHOWN, HtmxHttpRequest
 
 TEMPLATE = "labs/burst_replay.html"
 WHATIF_AUTO_ID = "whatif_%s"
@@ -127,8 +128,18 @@ def _whatif(request: HtmxHttpRequest, session: LabSession, burst: Burst) -> Http
         form = PolicyForm(initial=PolicyForm.initial_from(recorded.policy))
     # Its own ids: on the lab page this form sits beside the session's policy form.
     form.auto_id = WHATIF_AUTO_ID
-    context |= _policy_context(form)
     context["timelines"] = presenters.replay_timelines(charts_input)
+    if request.htmx and request.method == "POST" and ERRORS_SHOWN not in request.POST:
+        # The form posted stays on the page as typed: the answer is the replay's output, or
+        # on 422 the form with its errors (retargeted there). Rendering the form's fields
+        # again was most of a what-if's server time (benchmarks/replay_bench.py). A form
+        # that showed errors posts ERRORS_SHOWN and gets the whole panel back, clean.
+        if status == 422:
+            response = render(request, f"{TEMPLATE}#replay-form", context | _policy_context(form),
+                              status=status)  # fmt: skip
+            return reswap(retarget(response, "#replay-form"), "outerHTML")
+        return render(request, f"{TEMPLATE}#replay-output", context, status=status)
+    context |= _policy_context(form)
     if request.htmx:
         return render(request, f"{TEMPLATE}#replay-result", context, status=status)
     return render(request, TEMPLATE, context, status=status)

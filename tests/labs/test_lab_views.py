@@ -15,12 +15,12 @@ import json
 import pytest
 from django.urls import reverse
 
+from labs import views as views_lab
 from labs.engine import LIMITS
 from labs.forms.lab import LIST_MAX_LENGTH, NUMBER_MAX_LENGTH
 from labs.live import journal, runtime
 from labs.models import Burst, JournalEvent, LabSession
 from labs.services import lab
-from labs.views import lab as views_lab
 from tests.conftest import make_instructor, make_scenario, make_student, tour_script
 from tests.integration.conftest import _flush_test_redis
 

@@ -120,7 +120,8 @@ def test_a_replay_with_threshold_1_makes_fewer_attempts_and_writes_nothing(
     answer = client.post(replay_url(session, 1), {"breaker_failure_threshold": "1"}, **HTMX)
     assert answer.status_code == 200
     html = answer.content.decode()
-    assert html.lstrip().startswith('<div id="replay-result"')
+    # Only the replay's output: the form stays on the page as typed.
+    assert html.lstrip().startswith('<div id="replay-output"') and 'id="replay-form"' not in html
     as_ran, replayed = int(diff_cell(html, "attempts", 0)), int(diff_cell(html, "attempts", 1))
     assert as_ran == burst.summary["attempts_total"]
     assert replayed < as_ran
@@ -143,6 +144,16 @@ def test_a_policy_out_of_range_is_refused_with_its_range_and_runs_nothing(client
     html = answer.content.decode()
     assert "Max attempts per call: must be between 1 and 5 (got 9)" in html
     assert 'id="replay-diff"' not in html and 'id="replay-rows"' not in html
+    # The form alone, with its errors, swapped in place of the form posted.
+    assert html.lstrip().startswith('<form id="replay-form"')
+    assert answer["HX-Retarget"] == "#replay-form" and answer["HX-Reswap"] == "outerHTML"
+    assert 'name="errors_shown"' in html
+    # Corrected, the form that showed errors gets the whole panel back, without them.
+    fixed = client.post(replay_url(session, 1), {"max_attempts": "3", "errors_shown": "1"}, **HTMX)
+    assert fixed.status_code == 200 and "HX-Retarget" not in fixed
+    html = fixed.content.decode()
+    assert html.lstrip().startswith('<div id="replay-result"') and 'id="replay-diff"' in html
+    assert "must be between" not in html and 'name="errors_shown"' not in html
 
 
 def test_another_students_burst_is_404(client, other_student, session):
