@@ -173,11 +173,10 @@ def test_writer_child_killed_five_times_mid_stream_loses_and_duplicates_nothing(
     assert_exactly_once_in_order(sessions, submitted)
 
 
-def test_a_batch_committed_but_not_acknowledged_is_not_written_again(pipe):
-    """Redis pauses writes (CLIENT PAUSE ... WRITE), so the child commits a batch and then waits
-    on its push, before it can acknowledge the batch. Killed there, the batch is committed but the parent
-    does not know: it must not be written a second time."""
-    (session,) = new_sessions(1)
+def kill_after_commit_before_ack(pipe, session, before_kill=lambda: None) -> int:
+    """Ten entries committed by the writer child, which is killed before it acknowledges them:
+    Redis pauses writes (CLIENT PAUSE ... WRITE), so the child commits the batch and then waits
+    on its push. ``before_kill`` runs just before the SIGKILL. Returns the killed pid."""
     pipe.start()
     assert pipe.flush(120)
     pause = redis.Redis.from_url(settings.CHANNEL_LAYER_REDIS_URL)
@@ -188,9 +187,18 @@ def test_a_batch_committed_but_not_acknowledged_is_not_written_again(pipe):
         wait_for(lambda: journaled([session]) == 10, timeout=20,
                  message="the batch to commit")  # fmt: skip
         (child,) = writer_children()
+        before_kill()
         os.kill(child, signal.SIGKILL)
     finally:
         pause.execute_command("CLIENT", "UNPAUSE")
+    return child
+
+
+def test_a_batch_committed_but_not_acknowledged_is_not_written_again(pipe):
+    """The child commits a batch and is killed before it acknowledges it: the batch is
+    committed but the parent does not know; it must not be written a second time."""
+    (session,) = new_sessions(1)
+    kill_after_commit_before_ack(pipe, session)
     for n in range(10, 20):
         pipe.submit(entry(session, n))
     assert pipe.flush(120)
@@ -204,8 +212,6 @@ def test_a_successor_that_dies_before_it_looks_the_batch_up_hands_the_question_o
     process that exits at once, as a writer killed while Django boots would). The one after it
     must still be asked about the batch in doubt, and must not write it a second time."""
     (session,) = new_sessions(1)
-    pipe.start()
-    assert pipe.flush(120)
     real_popen = subprocess.Popen
     stillborn: list[int] = []
 
@@ -216,18 +222,9 @@ def test_a_successor_that_dies_before_it_looks_the_batch_up_hands_the_question_o
             return process
         return real_popen(args, **kwargs)
 
-    pause = redis.Redis.from_url(settings.CHANNEL_LAYER_REDIS_URL)
-    pause.execute_command("CLIENT", "PAUSE", 30000, "WRITE")
-    try:
-        for n in range(10):
-            pipe.submit(entry(session, n))
-        wait_for(lambda: journaled([session]) == 10, timeout=20,
-                 message="the batch to commit")  # fmt: skip
-        (child,) = writer_children()
-        monkeypatch.setattr(subprocess, "Popen", popen)
-        os.kill(child, signal.SIGKILL)
-    finally:
-        pause.execute_command("CLIENT", "UNPAUSE")
+    child = kill_after_commit_before_ack(
+        pipe, session, before_kill=lambda: monkeypatch.setattr(subprocess, "Popen", popen)
+    )
     wait_for(lambda: stillborn and one_writer() and child not in writer_children(), timeout=60,
              message="a writer after the stillborn one")  # fmt: skip
     for n in range(10, 20):
