@@ -129,16 +129,20 @@ def _whatif(request: HtmxHttpRequest, session: LabSession, burst: Burst) -> Http
     # Its own ids: on the lab page this form sits beside the session's policy form.
     form.auto_id = WHATIF_AUTO_ID
     context["timelines"] = presenters.replay_timelines(charts_input)
-    if request.htmx and request.method == "POST" and ERRORS_SHOWN not in request.POST:
+    if request.htmx and request.method == "POST":
         # The form posted stays on the page as typed: the answer is the replay's output, or
         # on 422 the form with its errors (retargeted there). Rendering the form's fields
         # again was most of a what-if's server time (benchmarks/replay_bench.py). A form
-        # that showed errors posts ERRORS_SHOWN and gets the whole panel back, clean.
+        # that showed errors posts ERRORS_SHOWN and, corrected, gets the whole panel back
+        # in place of the panel, clean.
         if status == 422:
             response = render(request, f"{TEMPLATE}#replay-form", context | _policy_context(form),
                               status=status)  # fmt: skip
             return reswap(retarget(response, "#replay-form"), "outerHTML")
-        return render(request, f"{TEMPLATE}#replay-output", context, status=status)
+        if ERRORS_SHOWN not in request.POST:
+            return render(request, f"{TEMPLATE}#replay-output", context, status=status)
+        response = render(request, f"{TEMPLATE}#replay-result", context | _policy_context(form))
+        return reswap(retarget(response, "#replay-result"), "outerHTML")
     context |= _policy_context(form)
     if request.htmx:
         return render(request, f"{TEMPLATE}#replay-result", context, status=status)

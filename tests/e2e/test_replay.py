@@ -15,6 +15,7 @@ from __future__ import annotations
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
+from playwright.sync_api import expect
 
 from labs.models import Burst, JournalEvent
 from labs.services import lab
@@ -101,6 +102,21 @@ def test_a_student_replays_burst_2_with_threshold_1_and_shares_a_comparison(
 
         assert page.locator("#whatif #replay-diff").count() == 1
         assert JournalEvent.objects.filter(session=session).count() == rows_before
+
+        # A policy out of range: the form shows the range beside the field, the last replay
+        # stays; corrected, the panel comes back whole, once, without the error.
+        page.fill("#whatif_max_attempts", "9")
+        page.click("#run-replay")
+        expect(
+            page.locator('#replay-form [data-field="max_attempts"] .field-error')
+        ).to_contain_text("between 1 and 5")
+        assert page.locator("#whatif #replay-diff").count() == 1
+        page.fill("#whatif_max_attempts", "3")
+        page.click("#run-replay")
+        expect(page.locator("#replay-form .field-error")).to_have_count(0)
+        expect(page.locator("#whatif #replay-diff")).to_have_count(1)
+        assert page.locator("#replay-result").count() == 1
+        assert page.locator("#replay-output").count() == 1
         assert "Burst 2" in page.inner_text("#burst-summary")
 
         # Burst 1 from the "what if…" link under it in the timeline, burst 2 from one of its

@@ -148,9 +148,14 @@ def test_a_policy_out_of_range_is_refused_with_its_range_and_runs_nothing(client
     assert html.lstrip().startswith('<form id="replay-form"')
     assert answer["HX-Retarget"] == "#replay-form" and answer["HX-Reswap"] == "outerHTML"
     assert 'name="errors_shown"' in html
-    # Corrected, the form that showed errors gets the whole panel back, without them.
+    # Still wrong: the form again, in place of the form.
+    again = client.post(replay_url(session, 1), {"max_attempts": "0", "errors_shown": "1"}, **HTMX)
+    assert again.status_code == 422 and again["HX-Retarget"] == "#replay-form"
+    # Corrected, the form that showed errors gets the whole panel back in place of the
+    # panel, without them.
     fixed = client.post(replay_url(session, 1), {"max_attempts": "3", "errors_shown": "1"}, **HTMX)
-    assert fixed.status_code == 200 and "HX-Retarget" not in fixed
+    assert fixed.status_code == 200
+    assert fixed["HX-Retarget"] == "#replay-result" and fixed["HX-Reswap"] == "outerHTML"
     html = fixed.content.decode()
     assert html.lstrip().startswith('<div id="replay-result"') and 'id="replay-diff"' in html
     assert "must be between" not in html and 'name="errors_shown"' not in html
