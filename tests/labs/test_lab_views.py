@@ -341,13 +341,18 @@ def test_run_burst_queues_one(owner_client, session):
     assert (burst.size, burst.concurrency, burst.status) == (6, 1, "queued")
 
 
+def click_in_burst_form(client, session, data: dict):
+    """Run burst clicked in the burst form, as htmx sends it (the form's id as HX-Trigger)."""
+    return client.post(
+        url("session_burst", session), data,
+        HTTP_HX_TRIGGER="burst-form", HTTP_HX_TARGET="burst-form", **HTMX,
+    )  # fmt: skip
+
+
 def test_run_burst_clicked_in_its_form_answers_only_the_message_line(owner_client, session):
     """htmx names the form that made the request (HX-Trigger): only its message line comes
     back, retargeted there, so the form's fields are not rendered again."""
-    response = owner_client.post(
-        url("session_burst", session), {"size": "6"},
-        HTTP_HX_TRIGGER="burst-form", HTTP_HX_TARGET="burst-form", **HTMX,
-    )  # fmt: skip
+    response = click_in_burst_form(owner_client, session, {"size": "6"})
     assert response.status_code == 200
     html = response.content.decode()
     assert html.startswith('<p id="burst-message"') and "Burst 1 queued: 6 calls." in html
@@ -363,17 +368,13 @@ def test_a_burst_form_showing_errors_gets_the_whole_form_back_clean_when_a_click
     """A refused click renders the form with its field errors and a hidden errors_shown
     input; the corrected click posts it, so the answer is the whole form, without the errors
     (a message line alone would leave them beside the corrected values)."""
-    refused = owner_client.post(
-        url("session_burst", session), {"size": "50"},
-        HTTP_HX_TRIGGER="burst-form", HTTP_HX_TARGET="burst-form", **HTMX,
-    )  # fmt: skip
+    refused = click_in_burst_form(owner_client, session, {"size": "50"})
     assert refused.status_code == 400
     html = refused.content.decode()
     assert f'name="{views_lab.ERRORS_SHOWN}"' in html and "field-error" in html
-    response = owner_client.post(
-        url("session_burst", session), {"size": "6", views_lab.ERRORS_SHOWN: "1"},
-        HTTP_HX_TRIGGER="burst-form", HTTP_HX_TARGET="burst-form", **HTMX,
-    )  # fmt: skip
+    response = click_in_burst_form(
+        owner_client, session, {"size": "6", views_lab.ERRORS_SHOWN: "1"}
+    )
     assert response.status_code == 200
     html = response.content.decode()
     assert 'id="burst-form"' in html and "Burst 1 queued: 6 calls." in html
