@@ -76,14 +76,8 @@ def _whatif(request: HtmxHttpRequest, session: LabSession, burst: Burst) -> Http
         context = {"session": session, "burst": burst, "refusal": refusal}
         if burst.status not in Burst.ACTIVE_STATUSES:
             events = selectors.burst_events(burst)
-            context |= {
-                "original_rows_html": presenters.replay_rows_html(
-                    presenters.burst_event_rows(events)
-                ),
-                "timelines": presenters.replay_timelines(
-                    [(f"burst {burst.number} (as it ran)", events)]
-                ),
-            }
+            context["original_rows_html"] = _rows_html(events)
+            context["timelines"] = presenters.replay_timelines([_as_ran(burst, events)])
         if request.htmx:
             return render(request, f"{TEMPLATE}#replay-result", context, status=409)
         return render(request, TEMPLATE, context, status=409)
@@ -97,12 +91,10 @@ def _whatif(request: HtmxHttpRequest, session: LabSession, burst: Burst) -> Http
         "agreement": presenters.replay_agreement(
             original_events, [e.to_dict() for e in same.events]
         ),
-        "original_rows_html": presenters.replay_rows_html(
-            presenters.burst_event_rows(original_events)
-        ),
+        "original_rows_html": _rows_html(original_events),
     }
     status = 200
-    charts_input = [(f"burst {burst.number} (as it ran)", original_events)]
+    charts_input = [_as_ran(burst, original_events)]
     if request.method == "POST":
         form = PolicyForm.from_post(request.POST, recorded.policy)
         form.is_valid()  # parsing only; the engine's validator has the ranges
@@ -119,9 +111,7 @@ def _whatif(request: HtmxHttpRequest, session: LabSession, burst: Burst) -> Http
             charts_input.append(("replay with the policy below (virtual time)", replay_events))
             context |= {
                 "replayed": True,
-                "replay_rows_html": presenters.replay_rows_html(
-                    presenters.burst_event_rows(replay_events)
-                ),
+                "replay_rows_html": _rows_html(replay_events),
                 "diff": presenters.diff_table(_real_metrics(burst, same), result.metrics()),
             }
     else:
@@ -147,6 +137,16 @@ def _whatif(request: HtmxHttpRequest, session: LabSession, burst: Burst) -> Http
     if request.htmx:
         return render(request, f"{TEMPLATE}#replay-result", context, status=status)
     return render(request, TEMPLATE, context, status=status)
+
+
+def _rows_html(events: list[dict[str, Any]]) -> str:
+    """A journal's rows (the what-if panel's two journals), rendered once in Python."""
+    return presenters.replay_rows_html(presenters.burst_event_rows(events))
+
+
+def _as_ran(burst: Burst, events: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """The timeline of ``burst`` as it ran: (title, events) for presenters.replay_timelines."""
+    return (f"burst {burst.number} (as it ran)", events)
 
 
 def _real_metrics(burst: Burst, same) -> dict[str, float]:
