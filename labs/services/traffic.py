@@ -6,7 +6,7 @@ A :class:`~labs.models.Traffic` row moves QUEUED -> RUNNING -> DONE | STOPPED | 
 - :func:`traffic_start` validates the rate (1 to 20 calls/s), duration (1 to 300 s) and
   arrivals (poisson, even), refuses a second active run in the session (the check under the
   session's row lock, and the partial unique index ``one_active_traffic_per_session``),
-  fixes the arrival schedule (seeded), reserves one call number per arrival, journals
+  fixes the arrival schedule (seeded per run: ``labs.live.traffic.traffic_seed``), reserves one call number per arrival, journals
   ``traffic_start`` and enqueues ``labs.run_traffic`` on commit.
 - :func:`traffic_run` claims QUEUED -> RUNNING and runs the calls as callers of the
   process's engine hub (``labs.live.hub``), concurrently with each other and with every
@@ -40,6 +40,8 @@ from labs.live.traffic import (
     DURATION_RANGE,
     RATE_RANGE,
     arrival_schedule,
+    calls_rng,
+    traffic_seed,
 )
 from labs.live.writers import get_writer
 from labs.models import LabSession, Traffic
@@ -119,7 +121,7 @@ def _start(session: LabSession, user, rate: int, duration_s: int, arrivals: str)
             if locked.traffic.filter(status__in=Traffic.ACTIVE_STATUSES).exists():
                 raise TrafficAlreadyRunning(_already_running())
             number = locked.traffic.count() + 1
-            seed = (locked.seed * 1_000_003 + number) & 0x7FFFFFFF
+            seed = traffic_seed(locked.seed, locked.pk, number)
             calls = len(arrival_schedule(rate, duration_s, arrivals, seed))
             first_call = locked.next_call_no
             locked.next_call_no += calls
@@ -225,7 +227,11 @@ def traffic_run(*, traffic_id: int) -> str:
         # Every call of the run is a caller on the process's engine hub (labs.live.hub), with
         # every other run's and burst's calls; this thread waits for the run's end.
         engine = runtime.build_engine(
-            session, sink=sink, clock=clock, client=runtime.hub_redis()
+            session,
+            sink=sink,
+            rng=calls_rng(traffic.seed),
+            clock=clock,
+            client=runtime.hub_redis(),
         )
         watch = runtime.DependencyWatch(session, engine, engine.rng, clock=clock)
         connection.close()  # not needed again until the run ends

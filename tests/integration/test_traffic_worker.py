@@ -4,9 +4,11 @@ lets the calls in flight finish (no wall-clock assertion: only counts and states
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
-from labs.live.traffic import arrival_schedule
+from labs.live.traffic import arrival_schedule, traffic_seed
 from labs.models import JournalEvent, LabSession, Traffic
 from labs.services import lab
 from labs.services import shared as shared_services
@@ -60,12 +62,37 @@ def attempts_in(traffic: Traffic) -> list[JournalEvent]:
 
 def test_arrival_schedules_are_seeded_and_bounded():
     even = arrival_schedule(5, 3, "even", 1)
-    assert len(even) == 15 and even[0] == 0 and max(even) < 3
+    assert len(even) == 15 and 0 <= even[0] < 0.2 and max(even) < 3
+    assert [round(b - a, 9) for a, b in itertools.pairwise(even)] == [0.2] * 14
+    assert even == arrival_schedule(5, 3, "even", 1) != arrival_schedule(5, 3, "even", 2)
     poisson = arrival_schedule(10, 20, "poisson", 7)
     assert poisson == arrival_schedule(10, 20, "poisson", 7)
     assert poisson != arrival_schedule(10, 20, "poisson", 8)
     assert all(0 <= t < 20 for t in poisson) and poisson == sorted(poisson)
     assert 100 < len(poisson) < 300  # mean 200
+
+
+def test_each_session_and_run_of_a_class_gets_its_own_seed(db):
+    """The scenario's seed is the same for every student of a class: a run's seed mixes in the
+    session and the run's number, so thirty students do not arrive (or back off) in
+    lock-step, and the same session and number always give the same seed."""
+    scenario = make_scenario("traffic-seeds", script=tour_script())
+    room = make_classroom("Seed class", join_code="SEEDS001")
+    room.scenarios.add(scenario)
+    sessions = [
+        lab.session_open(user=make_student(f"seed_{i}", room), classroom=room, scenario=scenario)
+        for i in range(3)
+    ]
+    assert len({s.seed for s in sessions}) == 1  # the scenario's
+    runs = [svc.traffic_start(session=s, user=s.owner, rate=10, duration_s=5) for s in sessions]
+    assert len({r.seed for r in runs}) == 3
+    schedules = [arrival_schedule(r.rate, r.duration_s, r.arrivals, r.seed) for r in runs]
+    assert all(len(a) == r.calls for a, r in zip(schedules, runs, strict=True))
+    assert schedules[0] != schedules[1] != schedules[2] != schedules[0]
+    assert runs[0].seed == traffic_seed(sessions[0].seed, sessions[0].pk, 1)
+    Traffic.objects.filter(pk=runs[0].pk).update(status=Traffic.Status.DONE)
+    again = svc.traffic_start(session=sessions[0], user=sessions[0].owner, rate=10, duration_s=5)
+    assert again.seed == traffic_seed(sessions[0].seed, sessions[0].pk, 2) != runs[0].seed
 
 
 def test_bad_traffic_is_refused_naming_field_and_range(db):
@@ -106,6 +133,40 @@ def test_traffic_runs_every_scheduled_call_on_a_worker_process(worker_process):
         .values_list("kind", flat=True)
     )
     assert kinds == ["traffic_start", "traffic_end"]
+
+
+def test_two_sessions_of_one_class_draw_their_own_random_numbers(worker_process):
+    """The calls' draws (here a 50 % error rate's) come from the run's seed, not the
+    scenario's: two students with the same settings and schedule see different outcomes."""
+    worker_process()
+    scenario = make_scenario("traffic-draws", script=tour_script())
+    room = make_classroom("Draws class", join_code="DRAWS001")
+    room.scenarios.add(scenario)
+    sessions = []
+    for i in range(2):
+        session = lab.session_open(
+            user=make_student(f"draws_{i}", room), classroom=room, scenario=scenario
+        )
+        lab.session_set_dependency(
+            session=session,
+            user=session.owner,
+            changes={"mode": "error_rate", "rate": 0.5, "latency_ms": 1},
+        )
+        sessions.append(session)
+    runs = [
+        svc.traffic_start(session=s, user=s.owner, rate=20, duration_s=2, arrivals="even")
+        for s in sessions
+    ]
+    outcomes = []
+    for run in runs:
+        assert ended(run).status == Traffic.Status.DONE, run.error
+        attempts = sorted(attempts_in(run), key=lambda a: (a.call_no, a.attempt_no))
+        assert len(attempts) >= run.calls == 40
+        outcomes.append(
+            [(a.call_no - run.first_call_no, a.attempt_no, a.outcome) for a in attempts]
+        )
+    assert {o for *_k, o in outcomes[0]} >= {"ok", "error"}
+    assert outcomes[0] != outcomes[1]
 
 
 def test_stopping_traffic_lets_the_calls_in_flight_finish(worker_process):
