@@ -176,8 +176,13 @@ def build_engine(
 
 
 def burst_rng_seed(session: LabSession) -> str:
-    """The seed of the rng of the session's current burst (its seed and burst count), so a
-    burst's jitter and error-rate draws can be replayed."""
+    """The seed of the rng of the session's current burst, recorded in its start state so the
+    burst's jitter and error-rate draws can be replayed: the session's seed (the scenario's)
+    and burst count, so a private dependency's burst draws what the scenario run in virtual
+    time draws. On the class's shared dependency the session's id is mixed in: students
+    bursting together there back off independently, never with one class-wide jitter."""
+    if is_shared(session.dependency):
+        return f"{session.seed}:s{session.pk}:{session.burst_count}"
     return f"{session.seed}:{session.burst_count}"
 
 

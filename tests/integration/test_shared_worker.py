@@ -83,3 +83,25 @@ def test_shared_mode_burst_on_a_worker_process_reaches_the_class_model(worker_pr
     )
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(served))
     counters_agree_with_journal(room.pk, rows)
+
+
+def test_students_bursting_on_the_shared_dependency_draw_their_own_jitter(worker_process):
+    """Every session of a class has the scenario's seed; on the shared dependency a burst's
+    rng (recorded in its start state) mixes in the session, so two students bursting together
+    do not back off in lock-step. A private dependency's burst keeps the scenario's draws."""
+    worker_process()
+    _room, _teacher, sessions = shared_class(2, servers=4, service_ms=5)
+    started = [bursts.burst_start(session=s, user=s.owner, size=2) for s in sessions]
+
+    def done():
+        return not Burst.objects.filter(
+            pk__in=[b.pk for b in started], status__in=Burst.ACTIVE_STATUSES
+        ).exists()
+
+    wait_for(done, 120, message="both shared-mode bursts to finish")
+    seeds = [Burst.objects.get(pk=b.pk).start_state["rng_seed"] for b in started]
+    assert seeds[0] != seeds[1]
+    assert seeds == [f"{s.seed}:s{s.pk}:1" for s in sessions]
+    private = LabSession.objects.get(pk=sessions[0].pk)
+    private.dependency = {"mode": "healthy"}
+    assert runtime.burst_rng_seed(private) == f"{private.seed}:{private.burst_count}"
