@@ -6,8 +6,9 @@ A :class:`~labs.models.Traffic` row moves QUEUED -> RUNNING -> DONE | STOPPED | 
 - :func:`traffic_start` validates the rate (1 to 20 calls/s), duration (1 to 300 s) and
   arrivals (poisson, even), refuses a second active run in the session (the check under the
   session's row lock, and the partial unique index ``one_active_traffic_per_session``),
-  fixes the arrival schedule (seeded per run: ``labs.live.traffic.traffic_seed``), reserves one call number per arrival, journals
-  ``traffic_start`` and enqueues ``labs.run_traffic`` on commit.
+  fixes the arrival schedule (seeded per run: ``labs.live.traffic.traffic_seed``), reserves
+  one call number per arrival, journals ``traffic_start`` and enqueues ``labs.run_traffic``
+  on commit.
 - :func:`traffic_run` claims QUEUED -> RUNNING and runs the calls as callers of the
   process's engine hub (``labs.live.hub``), concurrently with each other and with every
   other run's and burst's calls. Every ``CHECK_INTERVAL_S`` one thread per worker process (the traffic watch)
