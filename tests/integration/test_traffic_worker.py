@@ -20,12 +20,19 @@ from tests.integration.test_shared_worker import counters_agree_with_journal, sh
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 
-def private_session() -> LabSession:
-    scenario = make_scenario("traffic-tour", script=tour_script())
-    room = make_classroom("Traffic class", join_code="TRAFFIC1")
+def class_sessions(count: int, tag: str) -> list[LabSession]:
+    """``count`` students' sessions on the tour scenario in one new class (``tag`` names it)."""
+    scenario = make_scenario(f"{tag}-tour", script=tour_script())
+    room = make_classroom(f"{tag} class", join_code=f"{tag.upper():0<8}"[:8])
     room.scenarios.add(scenario)
-    student = make_student("t_alice", room)
-    return lab.session_open(user=student, classroom=room, scenario=scenario)
+    return [
+        lab.session_open(user=make_student(f"{tag}_{i}", room), classroom=room, scenario=scenario)
+        for i in range(count)
+    ]
+
+
+def private_session() -> LabSession:
+    return class_sessions(1, "traffic")[0]
 
 
 def ended(traffic: Traffic, timeout: float = 120) -> Traffic:
@@ -76,13 +83,7 @@ def test_each_session_and_run_of_a_class_gets_its_own_seed(db):
     """The scenario's seed is the same for every student of a class: a run's seed mixes in the
     session and the run's number, so thirty students do not arrive (or back off) in
     lock-step, and the same session and number always give the same seed."""
-    scenario = make_scenario("traffic-seeds", script=tour_script())
-    room = make_classroom("Seed class", join_code="SEEDS001")
-    room.scenarios.add(scenario)
-    sessions = [
-        lab.session_open(user=make_student(f"seed_{i}", room), classroom=room, scenario=scenario)
-        for i in range(3)
-    ]
+    sessions = class_sessions(3, "seeds")
     assert len({s.seed for s in sessions}) == 1  # the scenario's
     runs = [svc.traffic_start(session=s, user=s.owner, rate=10, duration_s=5) for s in sessions]
     assert len({r.seed for r in runs}) == 3
@@ -139,20 +140,13 @@ def test_two_sessions_of_one_class_draw_their_own_random_numbers(worker_process)
     """The calls' draws (here a 50 % error rate's) come from the run's seed, not the
     scenario's: two students with the same settings and schedule see different outcomes."""
     worker_process()
-    scenario = make_scenario("traffic-draws", script=tour_script())
-    room = make_classroom("Draws class", join_code="DRAWS001")
-    room.scenarios.add(scenario)
-    sessions = []
-    for i in range(2):
-        session = lab.session_open(
-            user=make_student(f"draws_{i}", room), classroom=room, scenario=scenario
-        )
+    sessions = class_sessions(2, "draws")
+    for session in sessions:
         lab.session_set_dependency(
             session=session,
             user=session.owner,
             changes={"mode": "error_rate", "rate": 0.5, "latency_ms": 1},
         )
-        sessions.append(session)
     runs = [
         svc.traffic_start(session=s, user=s.owner, rate=20, duration_s=2, arrivals="even")
         for s in sessions
