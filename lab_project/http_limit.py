@@ -1,15 +1,24 @@
 """At most ``LAB_HTTP_CONCURRENCY`` HTTP requests in Django at once, per web process.
 
-Django runs a sync view under ASGI in a thread of the request's own. A hundred students
-pressing Run burst in the same instant meant a hundred threads running Python beside the one
-thread that forwards every live push (daphne's event loop), and the interpreter lock is shared
-in turns: the loop got its turn a hundredth of the time and pushes waited (push_bench at 100
-sessions shows it, docs/live-page.md). Requests over the limit wait their turn
-on the event loop, costing nothing while they wait; websockets are not affected.
+Left alone, Django runs a sync view under ASGI in a thread of the request's own. A hundred
+students pressing Run burst in the same instant then meant a hundred threads running Python
+beside the one thread that forwards every live push (daphne's event loop), and the
+interpreter lock is shared in turns: the loop got its turn a hundredth of the time and pushes
+waited (push_bench at 100 sessions shows it, docs/live-page.md). Requests over the limit wait
+their turn on the event loop, costing nothing while they wait; websockets are not affected.
 
 The default, 2, is about the cores a web process can use: more threads in Python than that
 do not get requests done sooner, they only take turns from the event loop. A long request (a
 class's journal export streams for as long as it takes) holds its turn throughout.
+
+Each turn has a thread of its own for the life of the process, and a request runs its
+synchronous part (the middleware chain and the view) there. Django alone starts a thread for
+every request (its ``ThreadSensitiveContext`` per request) and joins it afterwards; the
+request's database connection, which lives in that thread, is then a new one every time
+(on SQLite about 0.8 ms of connecting and PRAGMAs, run_burst_bench's thread CPU for the
+whole request being about 10 ms), and ``CONN_MAX_AGE`` never applies. In a turn's thread the
+connection is kept between requests like a worker's, and Django's ``close_old_connections``
+at each request's start and end still closes one that is too old or broken.
 """
 
 from __future__ import annotations
@@ -19,16 +28,34 @@ import logging
 import time
 import weakref
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from asgiref.sync import ThreadSensitiveContext
 from django.db import connection
 
 logger = logging.getLogger(__name__)
 
 
+class _Turns:
+    """The turns of one event loop: a semaphore for them, one for the hashing lane, and one
+    single-thread executor per turn (the free ones in ``free``)."""
+
+    __slots__ = ("free", "gate", "hashing_gate")
+
+    def __init__(self, limit: int, hashing_limit: int) -> None:
+        self.gate = asyncio.Semaphore(limit)
+        self.hashing_gate = asyncio.Semaphore(hashing_limit)
+        self.free = [
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"http-turn-{n}")
+            for n in range(limit)
+        ]
+
+
 class ConcurrencyLimit:
     """ASGI middleware: at most ``limit`` calls of ``app`` in flight on each event loop, and
-    of them at most ``hashing_limit`` POSTs to ``hashing_paths``."""
+    of them at most ``hashing_limit`` POSTs to ``hashing_paths``; each call's
+    thread-sensitive synchronous work (all of Django's) runs in its turn's own thread."""
 
     def __init__(
         self,
@@ -50,42 +77,43 @@ class ConcurrencyLimit:
         self.hashing_paths = frozenset(hashing_paths)
         self.hashing_limit = hashing_limit
         self.timing = timing
-        # One pair of semaphores per event loop: a semaphore belongs to the loop that first
-        # waits on it, and tests run the application on a new loop each time.
-        self._gates: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, tuple[asyncio.Semaphore, asyncio.Semaphore]
-        ]
-        self._gates = weakref.WeakKeyDictionary()
+        # The turns of each event loop: a semaphore belongs to the loop that first waits on
+        # it, and tests run the application on a new loop each time (a loop's turn threads
+        # end when the loop is gone and its executors with it).
+        self._turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Turns]
+        self._turns = weakref.WeakKeyDictionary()
 
     async def __call__(self, scope, receive, send) -> None:
         loop = asyncio.get_running_loop()
-        gates = self._gates.get(loop)
-        if gates is None:
-            gates = self._gates[loop] = (
-                asyncio.Semaphore(self.limit),
-                asyncio.Semaphore(self.hashing_limit),
-            )
-        gate, hashing_gate = gates
+        turns = self._turns.get(loop)
+        if turns is None:
+            turns = self._turns[loop] = _Turns(self.limit, self.hashing_limit)
         if self.timing:
             scope = {**scope, TIMING_KEY: {"arrived": time.perf_counter()}}
         if scope.get("method") == "POST" and scope.get("path") in self.hashing_paths:
             # The hashing turn first: a POST waiting for it holds no ordinary turn.
-            async with hashing_gate, gate:
-                await self._call(scope, receive, send)
+            async with turns.hashing_gate, turns.gate:
+                await self._call(turns, scope, receive, send)
             return
-        async with gate:
-            await self._call(scope, receive, send)
+        async with turns.gate:
+            await self._call(turns, scope, receive, send)
 
-    async def _call(self, scope, receive, send) -> None:
+    async def _call(self, turns: _Turns, scope, receive, send) -> None:
+        # Holding the gate, a free executor is always there (as many as the gate's turns);
+        # the most recently used one first, so a quiet site keeps using one connection.
+        executor = turns.free.pop()
         marks = scope.get(TIMING_KEY)
-        if marks is None:
-            await self.app(scope, receive, send)
-            return
-        marks["turn"] = time.perf_counter()
+        if marks is not None:
+            marks["turn"] = time.perf_counter()
         try:
-            await self.app(scope, receive, send)
+            # Django's own per-request ThreadSensitiveContext, inside this one, finds a
+            # context set and leaves it: its sync_to_async calls run on this executor.
+            async with ThreadSensitiveContext(executor=executor):
+                await self.app(scope, receive, send)
         finally:
-            log_timing(scope, marks, time.perf_counter())
+            turns.free.append(executor)
+            if marks is not None:
+                log_timing(scope, marks, time.perf_counter())
 
 
 #: Where ``ConcurrencyLimit`` (with ``timing``) and ``SynchronousChain`` put a request's marks.

@@ -6,6 +6,12 @@ and so a new TCP connection to Redis (with redis-py's handshake) just for Run bu
 limit counter. ``CACHES["default"]["OPTIONS"]["pool_class"]`` names :class:`SharedConnectionPool`,
 whose ``from_url`` hands out one pool per URL and options for the whole process: a request
 then borrows an open connection (CHANGELOG.md has what it saved in push_bench).
+
+``CACHES["default"]["BACKEND"]`` names :class:`SharedRedisCache`, which goes one step further:
+Django's client builds a new ``redis.Redis`` for every cache operation (about 0.1 ms each,
+most of it redis-py filling a new instance's table of reply callbacks; Run burst's rate limit
+makes two), where this one hands out the process's one ``redis.Redis`` for the pool. A
+``redis.Redis`` on a connection pool is safe to share between threads.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import threading
 from typing import Any
 
 import redis
+from django.core.cache.backends.redis import RedisCache, RedisCacheClient
 
 _pools: dict[tuple[Any, ...], redis.ConnectionPool] = {}
 _lock = threading.Lock()
@@ -35,3 +42,30 @@ class SharedConnectionPool(redis.ConnectionPool):
                 if pool is None:
                     pool = _pools[key] = super().from_url(url, **kwargs)
         return pool
+
+
+_clients: dict[int, tuple[redis.ConnectionPool, redis.Redis]] = {}
+
+
+class SharedClientCacheClient(RedisCacheClient):
+    """Django's Redis cache client, with one ``redis.Redis`` per connection pool for the whole
+    process instead of a new one per operation."""
+
+    def get_client(self, key: Any = None, *, write: bool = False) -> redis.Redis:
+        pool = self._get_connection_pool(write)
+        held = _clients.get(id(pool))
+        if held is None or held[0] is not pool:
+            with _lock:
+                held = _clients.get(id(pool))
+                if held is None or held[0] is not pool:
+                    # the pool is kept with its client, so its id is never another pool's
+                    held = _clients[id(pool)] = (pool, self._client(connection_pool=pool))
+        return held[1]
+
+
+class SharedRedisCache(RedisCache):
+    """Django's ``RedisCache`` on :class:`SharedClientCacheClient`."""
+
+    def __init__(self, server: Any, params: dict[str, Any]) -> None:
+        super().__init__(server, params)
+        self._class = SharedClientCacheClient

@@ -165,7 +165,8 @@ CACHE_REDIS_URL = redis_db_url(REDIS_URL, REDIS_DB_BASE + 3)
 # the import page and its one download) live in this cache, with a TTL.
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        # Django's RedisCache with one redis client per process (lab_project/redis_pool.py)
+        "BACKEND": "lab_project.redis_pool.SharedRedisCache",
         "LOCATION": CACHE_REDIS_URL,
         "KEY_PREFIX": "fl",
         # Run burst's rate limit reads it on every click: a Redis that stops answering must

@@ -33,3 +33,24 @@ def test_requests_in_fresh_threads_borrow_from_one_pool_and_one_connection():
     assert pool._created_connections == 1  # the threads took turns on one connection
     assert caches["default"].get(key) == 3
     caches["default"].delete(key)
+
+
+def test_every_cache_operation_of_the_process_uses_one_redis_client():
+    """Django's own client builds a ``redis.Redis`` per operation (about 0.1 ms each); the
+    project's hands out one per pool, whichever thread or context asks."""
+    clients: list[object] = []
+
+    def request() -> None:
+        cache = caches["default"]
+        clients.append(cache._cache.get_client(write=True))
+        clients.append(cache._cache.get_client(write=False))
+
+    for _ in range(3):
+        thread = threading.Thread(target=request)
+        thread.start()
+        thread.join()
+    assert len({id(c) for c in clients}) == 1
+    key = f"client-test-{uuid.uuid4().hex}"
+    assert caches["default"].add(key, 1, 60)
+    assert caches["default"].incr(key) == 2
+    caches["default"].delete(key)
