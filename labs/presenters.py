@@ -103,7 +103,10 @@ def clock_text(moment: datetime | None) -> str:
     if moment is None:
         return ""
     local = moment.astimezone(timezone.get_default_timezone())
-    return local.strftime("%H:%M:%S.") + f"{local.microsecond // 1000:03d}"
+    # (one format string: strftime cost as much again as the zone conversion)
+    return (
+        f"{local.hour:02d}:{local.minute:02d}:{local.second:02d}.{local.microsecond // 1000:03d}"
+    )
 
 
 def row_tone(event: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ the end of every burst, so if Redis loses a session's keys the state can be put 
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import threading
@@ -229,14 +230,24 @@ def breaker_view(session: LabSession) -> dict[str, Any]:
 
 def breaker_view_of(session_id: int, policy: dict[str, Any]) -> dict[str, Any]:
     """:func:`breaker_view` from the session's id and policy alone: Redis, no database (a
-    websocket consumer keeps the policy and asks this after every burst)."""
+    websocket consumer keeps the policy and asks this after every state change and burst).
+
+    Two round trips: the breaker's snapshot (its ``state`` is the effective one at the same
+    instant) and one pipelined look for host and B breakers (then one read per such part).
+    The store comes from :func:`_viewing_store`: a badge is read once per push that changes
+    a breaker, for every page, and building a store registers its nine scripts."""
     parsed = parse_policy(policy)
-    store = session_store(session_id)
-    breaker = Breaker(parsed.breaker, store=store, clock=CLOCK)
-    view = breaker.snapshot()
-    view["state"] = breaker.state()
+    store = _viewing_store(session_id, engine_redis())
+    view = Breaker(parsed.breaker, store=store, clock=CLOCK).snapshot()
     view["parts"] = part_breakers(store, parsed)
     return view
+
+
+@functools.lru_cache(maxsize=4096)
+def _viewing_store(session_id: int, client: redis.Redis) -> RedisStore:
+    """A session's store kept for reading its breakers (never for a burst: the breaker read
+    keeps no state between calls, so the store can be shared by every thread)."""
+    return session_store(session_id, client)
 
 
 def part_breakers(store: RedisStore, policy) -> list[dict[str, Any]]:
@@ -254,13 +265,12 @@ def part_breakers(store: RedisStore, policy) -> list[dict[str, Any]]:
     for name in present:
         if name.startswith("h") and len(hosts) < 2:
             continue  # one host: its breaker is the dependency's
-        breaker = Breaker(policy.breaker, store=store.scoped(name), clock=CLOCK)
-        snap = breaker.snapshot()
+        snap = Breaker(policy.breaker, store=store.scoped(name), clock=CLOCK).snapshot()
         parts.append(
             {
                 "name": f"host {name[1:]}" if name.startswith("h") else "B",
                 "key": name,
-                "state": breaker.state(),
+                "state": snap["state"],
                 "open_until_ms": snap.get("open_until_ms"),
             }
         )

@@ -203,3 +203,42 @@ def test_the_badge_shows_each_hosts_breaker(session):
         in html
     )
     assert badge_for(session.pk, session.policy)["parts"] == []  # one breaker: no parts
+
+
+@pytest.mark.django_db
+def test_the_badge_reads_the_breaker_in_two_round_trips_and_always_as_it_is_now(session):
+    """A page's badge is read after every push that moves a breaker: one read of the
+    breaker (its effective state included) and one pipelined look for host and B breakers.
+    The store it reads through is kept between reads, and each read still sees Redis now."""
+    from labs.engine import Breaker, parse_policy
+    from labs.live import runtime
+    from labs.presenters import badge_for
+
+    client = runtime.engine_redis()
+    sent: list[str] = []
+    original = client.execute_command
+    original_pipeline = client.pipeline
+
+    def counted(*args, **kwargs):
+        sent.append(str(args[0]))
+        return original(*args, **kwargs)
+
+    def pipeline(*args, **kwargs):
+        sent.append("PIPELINE")
+        return original_pipeline(*args, **kwargs)
+
+    policy = parse_policy(session.policy)
+    client.execute_command = counted
+    client.pipeline = pipeline
+    try:
+        assert badge_for(session.pk, session.policy)["state"] == "closed"
+        assert sent == ["EVALSHA", "PIPELINE"], sent
+        breaker = Breaker(policy.breaker, store=runtime.session_store(session.pk),
+                          clock=runtime.CLOCK)  # fmt: skip
+        breaker.force_open("instructor")
+        sent.clear()
+        view = badge_for(session.pk, session.policy)
+    finally:
+        del client.execute_command, client.pipeline
+    assert (view["state"], view["forced"]) == ("open", "open")
+    assert sent == ["EVALSHA", "PIPELINE"], sent

@@ -850,3 +850,21 @@ def test_an_impossible_advanced_combination_names_both_fields(
     assert f"{field_label}: " in html and names in html
     session.refresh_from_db()
     assert session.policy == before
+
+
+@pytest.mark.parametrize(
+    "moment,zone,text",
+    [
+        ((2026, 7, 1, 12, 3, 7, 5_000), "Europe/Paris", "14:03:07.005"),  # summer: UTC+2
+        ((2026, 1, 1, 23, 59, 59, 999_999), "Europe/Paris", "00:59:59.999"),  # winter: UTC+1
+        ((2026, 1, 1, 0, 0, 0, 0), "UTC", "00:00:00.000"),
+    ],
+)
+def test_a_rows_clock_is_in_the_sites_zone_to_the_millisecond(settings, moment, zone, text):
+    from datetime import UTC, datetime
+
+    from labs.presenters import clock_text
+
+    settings.TIME_ZONE = zone
+    assert clock_text(datetime(*moment, tzinfo=UTC)) == text
+    assert clock_text(None) == ""
