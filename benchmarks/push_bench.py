@@ -30,8 +30,10 @@ starts has its pushes held back by about a second while the writer gets going).
 Rows printed:
 
 - one session bursting, N rounds of one burst;
-- 30 and 100 sessions starting a burst at the same moment (each page POSTs Run burst to
-  daphne, released together by a barrier), N rounds;
+- 30 and 100 sessions starting a burst at the same moment, N rounds: each page presses Run
+  burst as lab.js does while its socket is live, a ``run_burst`` message over it
+  (``--click post``: an htmx POST of the form to daphne, the way without a live socket, from
+  a thread per page released together by a barrier);
 - catch-up: 30 sessions bursting while half of the clients drop their socket mid-burst and
   reconnect with ``?after=<last seq>``: events lost (journal rows the client never got) and
   duplicates (rows it got twice), which must both be 0.
@@ -56,6 +58,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -300,6 +303,9 @@ class Browser:
     connected: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task | None = None
     stop: bool = False
+    ws: Any = None
+    #: Run burst clicks sent over the socket, by id: (when answered, the reply) once answered
+    asks: dict[int, asyncio.Future] = field(default_factory=dict)
 
     async def run(self) -> None:
         from websockets.asyncio.client import connect
@@ -314,11 +320,16 @@ class Browser:
                     max_size=None,
                     ping_interval=None,
                 ) as ws:
+                    self.ws = ws
                     async for raw in ws:
                         received = time.time()
                         message = json.loads(raw)
                         if message["type"] == "state":
                             self.connected.set()
+                        elif message["type"] == "burst_reply":
+                            ask = self.asks.pop(message.get("id"), None)
+                            if ask is not None and not ask.done():
+                                ask.set_result((time.monotonic(), message))
                         elif message["type"] == "events":
                             for event in message["events"]:
                                 self.seqs.append(event["seq"])
@@ -330,6 +341,7 @@ class Browser:
             except Exception as exc:  # reconnect like the page does
                 if not self.stop:
                     print(f"  session {self.session_id}: socket error {exc!r}; reconnecting")
+            self.ws = None
             self.connected.clear()
             await asyncio.sleep(0.05)
 
@@ -436,6 +448,28 @@ def start_bursts(browsers: list[Browser], calls: int, times: list[float] | None 
         sys.exit("Run burst was refused: " + "; ".join(failures[:5]))
 
 
+async def socket_clicks(browsers: list[Browser], calls: int, times: list[float] | None) -> None:
+    """Press Run burst on every page at the same moment as lab.js does with a live socket:
+    one ``run_burst`` message each, all sent at once; each click's time runs from that
+    moment to its ``burst_reply``."""
+    loop = asyncio.get_running_loop()
+    asks = []
+    started = time.monotonic()
+    for n, browser in enumerate(browsers, 1):
+        ask = loop.create_future()
+        browser.asks[n] = ask
+        await browser.ws.send(
+            json.dumps({"type": "run_burst", "id": n, "size": calls, "concurrency": 1})
+        )
+        asks.append(ask)
+    replies = await asyncio.wait_for(asyncio.gather(*asks), 120)
+    refused = [m for _, m in replies if m.get("status") != 200]
+    if refused:
+        sys.exit(f"Run burst was refused: {refused[:3]}")
+    if times is not None:
+        times.extend((at - started) * 1000 for at, _ in replies)
+
+
 def journal_seqs(session_ids: list[int]) -> dict[int, list[int]]:
     from labs.models import JournalEvent
 
@@ -463,6 +497,7 @@ async def run_scenario(
     drop_half: bool = False,
     probe_layer: bool = False,
     post_times: list[float] | None = None,
+    click: str = "socket",
 ) -> tuple[list[float], list[float], int, int, int]:
     """Bursts in every session at once, ``rounds`` times; returns (latencies to the browser,
     latencies to the channel layer, events, lost, duplicates)."""
@@ -476,7 +511,10 @@ async def run_scenario(
         b.start()
     await asyncio.wait_for(asyncio.gather(*(b.connected.wait() for b in browsers)), 60)
     for _ in range(rounds):
-        await asyncio.to_thread(start_bursts, browsers, calls, post_times)
+        if click == "socket":
+            await socket_clicks(browsers, calls, post_times)
+        else:
+            await asyncio.to_thread(start_bursts, browsers, calls, post_times)
         if drop_half:
             await asyncio.sleep(0.15)  # mid-burst
             await asyncio.gather(*(b.drop() for b in browsers[: len(browsers) // 2]))
@@ -516,6 +554,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20, help="calls per burst (1..20)")
     parser.add_argument("--rounds", type=int, default=0, help="bursts per session (0: auto)")
     parser.add_argument("--port", type=int, default=0, help="daphne port (0: a free one)")
+    parser.add_argument("--click", choices=("socket", "post"), default="socket",
+                        help="how the pages press Run burst (default: over the socket)")  # fmt: skip
     parser.add_argument("--web", type=int, default=1,
                         help="web (daphne) processes sharing the port (default 1)")  # fmt: skip
     parser.add_argument("--worker-concurrency", type=int, default=128)
@@ -570,6 +610,7 @@ def main() -> None:
                     args.calls,
                     probe_layer=args.layer,
                     post_times=POST_TIMES.setdefault(f"{count} sessions", []),
+                    click=args.click,
                 )
             )
             cpu = procs.cpu_seconds()
@@ -584,7 +625,8 @@ def main() -> None:
                          events, latencies, layer, lost, dups, f"p99 <= {target} ms"))  # fmt: skip
         latencies, layer, events, lost, dups = asyncio.run(
             run_scenario(
-                all_sessions[:30], port, 2, args.calls, drop_half=True, probe_layer=args.layer
+                all_sessions[:30], port, 2, args.calls, drop_half=True, probe_layer=args.layer,
+                click=args.click,
             )
         )
         rows.append(("catch-up: 15 of 30 drop mid-burst", 30, 2, events, latencies, layer, lost,
@@ -599,11 +641,16 @@ def main() -> None:
 
     print_table(rows)
     print()
-    print("Run burst requests (POST to daphne, all pages at once; barrier release to response):")
+    how = (
+        "over each page's websocket, as lab.js sends a click while it is live"
+        if args.click == "socket"
+        else "POST to daphne, as without a live socket"
+    )
+    print(f"Run burst, all pages at once ({how}; release to answer):")
     for name, times in POST_TIMES.items():
         if times:
             print(f"  {name:>12}: p50 {pct(times, 0.5):.0f} ms, p99 {pct(times, 0.99):.0f} ms, "
-                  f"max {max(times):.0f} ms ({len(times)} requests)")  # fmt: skip
+                  f"max {max(times):.0f} ms ({len(times)} clicks)")  # fmt: skip
     print()
     print("CPU used during each scenario (worker: with its journal writer process; clients: this")
     print("process, which on a real class would be the students' laptops):")

@@ -103,6 +103,7 @@
     ws.addEventListener("close", function (event) {
       if (ws !== socket) return;
       socket = null;
+      burstsByPost();
       if (event.code === 4403) {
         stopped = true;
         setStatus("denied", "Live updates refused: this session is not yours to watch.");
@@ -128,6 +129,7 @@
   function dropConnection() {
     const ws = socket;
     socket = null;
+    burstsByPost();
     if (ws) {
       try { ws.close(4000, "dropped by the page"); } catch (err) { /* already closed */ }
     }
@@ -175,6 +177,8 @@
       (message.fragments || []).forEach(swapFragment);
     } else if (message.type === "reload") {
       window.location.reload();
+    } else if (message.type === "burst_reply") {
+      burstReplied(message);
     }
   }
 
@@ -639,6 +643,63 @@
     actionMessage("Could not reach the server; check the connection and try again.", true);
   });
 
+  // --- Run burst over the socket --------------------------------------------------------------
+
+  /* A click in the burst form while it shows no field error goes over the open websocket
+     ({type: "run_burst"}): the server checks and queues it as the form's POST would, with no
+     HTTP request around it (less than half the CPU), and answers with the form's message line (burst_reply). With
+     no open socket, a form showing errors, a "Do it" button, or numbers the server wants
+     shown beside their fields (fallback), htmx posts the form as usual. A click whose socket
+     closes before the answer is posted then (a second burst is refused with 409, never run
+     twice). */
+  const BURST_REPLY_WAIT_MS = 10000;
+  const burstAsks = new Map(); // id -> {issue, timer}
+  let burstAskId = 0;
+
+  document.body.addEventListener("htmx:confirm", function (event) {
+    const form = event.detail.elt;
+    if (!form || form.id !== "burst-form") return;
+    if (!socket || socket.readyState !== WebSocket.OPEN) return;
+    if (form.querySelector('input[name="errors_shown"]')) return;
+    event.preventDefault();
+    const id = ++burstAskId;
+    const issue = event.detail.issueRequest;
+    const data = new FormData(form);
+    const timer = window.setTimeout(function () {
+      if (!burstAsks.delete(id)) return;
+      swapMessage('<p id="burst-message" class="form-message is-error" role="status">' +
+        "No answer from the lab yet; the journal shows the burst when it starts.</p>");
+    }, BURST_REPLY_WAIT_MS);
+    burstAsks.set(id, { issue: issue, timer: timer });
+    send({ type: "run_burst", id: id, size: data.get("size"), concurrency: data.get("concurrency") });
+  });
+
+  function burstReplied(message) {
+    const ask = burstAsks.get(message.id);
+    if (!ask) return;
+    burstAsks.delete(message.id);
+    window.clearTimeout(ask.timer);
+    if (message.fallback) ask.issue(true);
+    else if (typeof message.html === "string") swapMessage(message.html);
+  }
+
+  function burstsByPost() {
+    burstAsks.forEach(function (ask) {
+      window.clearTimeout(ask.timer);
+      ask.issue(true);
+    });
+    burstAsks.clear();
+  }
+
+  function swapMessage(html) {
+    const current = document.getElementById("burst-message");
+    if (!current) return;
+    const holder = document.createElement("div");
+    holder.innerHTML = html;
+    const fresh = holder.firstElementChild;
+    if (fresh && fresh.id === "burst-message") current.replaceWith(fresh);
+  }
+
   // --- scenario checklist --------------------------------------------------------------------
 
   const steps = document.getElementById("steps");
@@ -1001,6 +1062,7 @@
   window.failureLab = {
     lastSeq: function () { return lastSeq; },
     isConnected: function () { return !!socket && socket.readyState === WebSocket.OPEN; },
+    burstsAsked: function () { return burstAskId; },
     connections: function () { return connections; },
     dropConnection: dropConnection,
     stripCounts: function () { return strip.counts(); },

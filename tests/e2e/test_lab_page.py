@@ -22,6 +22,7 @@ screenshot is also written to docs/img/lab-page.png (the README's picture).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -279,14 +280,18 @@ def test_a_refused_burst_shows_the_range_and_the_corrected_click_clears_it(
     browser, daphne_server, e2e_worker, tour
 ):
     """A size out of range is refused beside its field; the corrected click queues the burst
-    and the field's error is gone (a click in a form showing no error gets only its message
-    line back; one showing errors gets the whole form)."""
+    and the field's error is gone (a click in a form showing errors is posted and gets the
+    whole form back; one in a form showing none goes over the live socket and gets only the
+    message line back; the refused first click went over the socket too, and the server
+    sent the page to the form for the field's error)."""
     session = tour
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     try:
+        frames = frames_of(page)
         login(page, daphne_server, "alice", DEFAULT_PASSWORD)
         page.goto(f"{daphne_server}/sessions/{session.pk}/")
+        page.wait_for_selector('#live-status[data-state="live"]')
         page.fill("#id_size", "500")
         page.click("#run-burst")
         error = page.locator('#burst-form [data-field="size"] .field-error')
@@ -305,12 +310,67 @@ def test_a_refused_burst_shows_the_range_and_the_corrected_click_clears_it(
         expect(page.locator("#id_size")).to_have_value("3")
         page.fill("#id_size", "2")
         wait_burst_done(page, 1)
-        with page.expect_response(burst_post) as answer:
-            page.click("#run-burst")  # no error on show: only the message line comes back
-        body = answer.value.text()
-        assert (
-            body.lstrip().startswith('<p id="burst-message"') and "Burst 2 queued: 2 calls." in body
-        )
+        posts: list[str] = []
+        page.on("request", lambda r: posts.append(r.url) if burst_post_request(r) else None)
+        before = len(frames)
+        page.click("#run-burst")  # no error on show: the click goes over the live socket
+        reply = wait_frame(page, frames, lambda m: m.get("type") == "burst_reply", start=before)
+        assert reply["status"] == 200
+        assert reply["html"].startswith('<p id="burst-message"')
+        assert "Burst 2 queued: 2 calls." in reply["html"]
+        wait_burst_done(page, 2)
+        assert posts == []  # nothing posted: the form's message line came back on the socket
         expect(page.locator("#id_size")).to_have_value("2")
+    finally:
+        context.close()
+
+
+def burst_post_request(request) -> bool:
+    return request.method == "POST" and request.url.endswith("/bursts/")
+
+
+def frames_of(page) -> list[dict]:
+    """Every JSON message the page's websockets receive, from now on."""
+    frames: list[dict] = []
+
+    def opened(ws):
+        ws.on("framereceived", lambda payload: frames.append(json.loads(payload)))
+
+    page.on("websocket", opened)
+    return frames
+
+
+def wait_frame(page, frames: list[dict], match, *, start: int = 0, timeout_s: float = 20.0) -> dict:
+    """The first of ``frames`` from index ``start`` on that ``match`` accepts, waiting with
+    ``page.wait_for_timeout`` (Playwright delivers its events only while a call of its own
+    runs, never during a plain ``time.sleep``)."""
+    deadline = time.monotonic() + timeout_s
+    seen = start
+    while time.monotonic() < deadline:
+        for message in frames[seen:]:
+            if match(message):
+                return message
+        seen = len(frames)
+        page.wait_for_timeout(50)
+    raise AssertionError(f"no such websocket message in {timeout_s} s")
+
+
+def test_without_a_live_socket_run_burst_is_posted(browser, daphne_server, e2e_worker, tour):
+    """A page whose websocket cannot connect (here: every socket refused by the browser)
+    still runs its bursts: the click is posted as a form."""
+    session = tour
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    try:
+        page.route_web_socket(re.compile(r".*/ws/.*"), lambda ws: ws.close(code=1011))
+        login(page, daphne_server, "alice", DEFAULT_PASSWORD)
+        page.goto(f"{daphne_server}/sessions/{session.pk}/")
+        page.fill("#id_size", "3")
+        with page.expect_response(burst_post) as answer:
+            page.click("#run-burst")
+        assert answer.value.status == 200
+        assert "Burst 1 queued: 3 calls." in answer.value.text()
+        assert page.evaluate("window.failureLab.burstsAsked()") == 0
+        assert session.bursts.count() == 1
     finally:
         context.close()

@@ -1,0 +1,188 @@
+"""Run burst over the lab page's websocket, through the real ASGI application (origin check,
+session-cookie auth) and the real channels-redis layer: the same checks and answers as the
+form's POST (tests/labs/test_burst_view_limits.py has the POST's), for the owner only, with
+the user read again from the socket's Django session at every click."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.contrib.sessions.models import Session
+from django.test import Client
+
+from lab_project.asgi import application
+from labs.models import Burst, JournalEvent
+from labs.services import lab
+from labs.views import lab as lab_views
+from tests.conftest import make_classroom, make_instructor, make_scenario, make_student
+from tests.integration.test_consumer import TIMEOUT, receive, socket
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def world(db):
+    scenario = make_scenario("tour", title="The tour")
+    room = make_classroom("Resilience A", join_code="CLASSA01")
+    room.scenarios.add(scenario)
+    alice = make_student("alice", room)
+    return {
+        "session": lab.session_open(user=alice, classroom=room, scenario=scenario),
+        "alice": alice,
+        "teacher": make_instructor("teacher", room),
+    }
+
+
+async def connected(comm: WebsocketCommunicator) -> None:
+    ok, _ = await comm.connect(TIMEOUT)
+    assert ok
+    assert (await receive(comm))["type"] == "state"
+
+
+async def click(comm: WebsocketCommunicator, ask: int, size="3", concurrency="1") -> dict:
+    """Send a click and return its reply (journal pushes arriving meanwhile are skipped)."""
+    await comm.send_json_to(
+        {"type": "run_burst", "id": ask, "size": size, "concurrency": concurrency}
+    )
+    while True:
+        message = await receive(comm)
+        if message["type"] == "burst_reply":
+            assert message["id"] == ask
+            return message
+
+
+def bursts_of(session) -> list[tuple[int, int]]:
+    return list(Burst.objects.filter(session=session).values_list("number", "size"))
+
+
+def test_the_owners_click_queues_a_burst_and_gets_the_message_line_back(world):
+    session = world["session"]
+    comm = socket(session.pk, world["alice"])
+
+    async def scenario():
+        await connected(comm)
+        first = await click(comm, 1)
+        again = await click(comm, 2)
+        await comm.disconnect()
+        return first, again
+
+    first, again = async_to_sync(scenario)()
+    assert first["status"] == 200
+    assert first["html"] == (
+        '<p id="burst-message" class="form-message" role="status">Burst 1 queued: 3 calls.</p>'
+    )
+    assert bursts_of(session) == [(1, 3)]
+    queued = JournalEvent.objects.get(session=session, kind="burst_queued")
+    assert queued.actor_id == world["alice"].pk and queued.data["size"] == 3
+    # The first is still queued (no worker runs here): the second is refused, as a POST is.
+    assert again["status"] == 409
+    assert "is-error" in again["html"] and "A burst is already running" in again["html"]
+    assert bursts_of(session) == [(1, 3)]
+
+
+def test_a_watcher_is_refused_and_nothing_is_queued(world):
+    session = world["session"]
+    comm = socket(session.pk, world["teacher"])  # the class's instructor may watch it
+
+    async def scenario():
+        await connected(comm)
+        reply = await click(comm, 7)
+        await comm.disconnect()
+        return reply
+
+    reply = async_to_sync(scenario)()
+    assert reply["status"] == 403
+    assert "you can only watch it" in reply["html"]
+    assert bursts_of(session) == []
+
+
+def test_a_click_after_signing_out_is_refused(world):
+    """The socket outlives the sign-out (another tab): its next click finds no user in the
+    Django session any more."""
+    session = world["session"]
+    client = Client()
+    client.force_login(world["alice"])
+    cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
+    comm = WebsocketCommunicator(
+        application,
+        f"/ws/sessions/{session.pk}/",
+        headers=[(b"origin", b"http://localhost"), (b"host", b"localhost"),
+                 (b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie}".encode())],
+    )  # fmt: skip
+
+    async def scenario():
+        await connected(comm)
+        await database_sync_to_async(Session.objects.filter(session_key=cookie).delete)()
+        reply = await click(comm, 1)
+        await comm.disconnect()
+        return reply
+
+    reply = async_to_sync(scenario)()
+    assert reply["status"] == 403 and "signed out" in reply["html"]
+    assert bursts_of(session) == []
+
+
+def test_numbers_out_of_range_send_the_page_to_the_form(world):
+    """The form shows a field's problem beside it: the reply tells the page to post the form
+    (which answers 400 with the ranges), and nothing is queued or counted."""
+    session = world["session"]
+    comm = socket(session.pk, world["alice"])
+
+    async def scenario():
+        await connected(comm)
+        replies = [await click(comm, 1, size="500"), await click(comm, 2, size="x"),
+                   await click(comm, 3, concurrency="0"), await click(comm, 4, size="9" * 500)]  # fmt: skip
+        await comm.disconnect()
+        return replies
+
+    replies = async_to_sync(scenario)()
+    assert [r.get("fallback") for r in replies] == [True] * 4
+    assert all(r["status"] == 400 and "html" not in r for r in replies)
+    assert bursts_of(session) == []
+
+
+def test_the_socket_and_the_form_count_against_one_limit(world, monkeypatch):
+    monkeypatch.setattr(lab_views, "RUN_BURST_LIMIT_PER_MINUTE", 1)
+    session = world["session"]
+    comm = socket(session.pk, world["alice"])
+
+    async def scenario():
+        await connected(comm)
+        first = await click(comm, 1)
+        second = await click(comm, 2)
+        await comm.disconnect()
+        return first, second
+
+    first, second = async_to_sync(scenario)()
+    assert first["status"] == 200
+    assert second["status"] == 429 and second["retry_after"] >= 1
+    assert "at most 1 a minute" in second["html"]
+    client = Client()
+    client.force_login(world["alice"])
+    posted = client.post(f"/sessions/{session.pk}/bursts/", {"size": "2", "concurrency": "1"})
+    assert posted.status_code == 429
+    assert bursts_of(session) == [(1, 3)]
+
+
+def test_a_click_without_an_id_is_ignored_and_the_socket_stays(world):
+    session = world["session"]
+    comm = socket(session.pk, world["alice"])
+
+    async def scenario():
+        await connected(comm)
+        await comm.send_json_to({"type": "run_burst", "size": "3", "concurrency": "1"})
+        await comm.send_json_to({"type": "ping"})
+        pong = await receive(comm)
+        await comm.disconnect()
+        return pong
+
+    assert async_to_sync(scenario)()["type"] == "pong"
+    assert bursts_of(session) == []
