@@ -625,7 +625,12 @@ def main() -> None:
                          events, latencies, layer, lost, dups, f"p99 <= {target} ms"))  # fmt: skip
         latencies, layer, events, lost, dups = asyncio.run(
             run_scenario(
-                all_sessions[:30], port, 2, args.calls, drop_half=True, probe_layer=args.layer,
+                all_sessions[:30],
+                port,
+                2,
+                args.calls,
+                drop_half=True,
+                probe_layer=args.layer,
                 click=args.click,
             )
         )
