@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("labs.services",),
     ("labs.tasks",),
     ("labs.forms", "labs.templatetags"),
+    ("labs.clicks",),
     ("labs.consumers", "labs.views", "labs.admin"),
     ("labs.urls", "labs.experiments.urls", "labs.routing", "labs.management",
      "lab_project.urls", "lab_project.asgi", "lab_project.wsgi"),

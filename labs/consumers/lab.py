@@ -37,7 +37,7 @@
    ``{"type": "resync", "after": N}`` (one replay at a time per socket: resyncs that arrive
    while one runs are coalesced into one more, from the lowest ``after``) and
    ``{"type": "run_burst", "id": N, "size": .., "concurrency": ..}``: a Run burst click,
-   checked and queued as the form's POST would be (:func:`labs.views.lab.socket_run_burst`:
+   checked and queued as the form's POST would be (:func:`labs.clicks.socket_run_burst`:
    the user read again from the socket's Django session, the owner only, the same limit),
    answered with ``{"type": "burst_reply", "id": N, "status": .., "html": ..}``. A click
    costs less than half of the POST's CPU this way (no HTTP request, middleware or response
@@ -70,6 +70,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from labs import presenters, selectors
+from labs.clicks import socket_run_burst
 from labs.consumers.base import (
     CLOSE_FORBIDDEN,
     DirectDispatch,
@@ -81,7 +82,6 @@ from labs.consumers.base import (
 from labs.live import broadcast, metrics
 from labs.live.journal import BURST_END_KINDS
 from labs.presenters import SUMMARY_KINDS, render_badge
-from labs.views.lab import socket_run_burst
 
 logger = logging.getLogger(__name__)
 
@@ -305,7 +305,7 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
 
     async def _run_burst(self, message: dict[str, Any]) -> None:
         """A Run burst click (module docstring, 5): checked and queued as the form's POST
-        would (:func:`labs.views.lab.socket_run_burst`), in the ORM's thread pool; the reply
+        would (:func:`labs.clicks.socket_run_burst`), in the ORM's thread pool; the reply
         carries the click's ``id`` back."""
         ask = message.get("id")
         if isinstance(ask, bool) or not isinstance(ask, int):

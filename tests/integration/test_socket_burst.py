@@ -14,9 +14,9 @@ from django.contrib.sessions.models import Session
 from django.test import Client
 
 from lab_project.asgi import application
+from labs import clicks
 from labs.models import Burst, JournalEvent
 from labs.services import lab
-from labs.views import lab as lab_views
 from tests.conftest import make_classroom, make_instructor, make_scenario, make_student
 from tests.integration.test_consumer import TIMEOUT, receive, socket
 
@@ -150,7 +150,7 @@ def test_numbers_out_of_range_send_the_page_to_the_form(world):
 
 
 def test_the_socket_and_the_form_count_against_one_limit(world, monkeypatch):
-    monkeypatch.setattr(lab_views, "RUN_BURST_LIMIT_PER_MINUTE", 1)
+    monkeypatch.setattr(clicks, "RUN_BURST_LIMIT_PER_MINUTE", 1)
     session = world["session"]
     comm = socket(session.pk, world["alice"])
 

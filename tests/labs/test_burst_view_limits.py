@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from labs.models import Burst, LabSession
 from labs.services import lab
-from labs.views.lab import RUN_BURST_LIMIT_PER_MINUTE
+from labs.clicks import RUN_BURST_LIMIT_PER_MINUTE
 from tests.conftest import make_student
 from tests.integration.conftest import _flush_test_redis
 
