@@ -326,8 +326,8 @@ def session_burst(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """Run a burst: 400 with the ranges for bad numbers, 409 while one is running, 429 past
     the per-user limit and 503 while Redis is unreachable (nothing queued, try again). The
     page sends a click in a form showing no error over its websocket instead when that is
-    open (:func:`labs.clicks.socket_run_burst`); this view is the way without it, and for every other
-    click."""
+    open (:func:`labs.clicks.socket_run_burst`); this view is the way without it, and for
+    every other click."""
     session = writable_session(request, pk, related=False)
     form = BurstForm(request.POST)
     form.is_valid()
@@ -360,7 +360,6 @@ def session_burst(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return _after_write(request, session, "burst-form", context)
 
 
-#: What the page is told when its socket's user is no longer signed in, or not the owner.
 def _burst_message(
     request: HtmxHttpRequest, session: LabSession, status: int, message: str
 ) -> HttpResponse:
