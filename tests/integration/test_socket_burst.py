@@ -59,22 +59,25 @@ async def click(comm: WebsocketCommunicator, ask: int, size="3", concurrency="1"
             return message
 
 
+def clicks_over(comm: WebsocketCommunicator, *clicks: dict[str, str]) -> list[dict]:
+    """Connect, send each click in turn (ids 1, 2, ...), disconnect: the replies in order."""
+
+    async def scenario():
+        await connected(comm)
+        replies = [await click(comm, n, **numbers) for n, numbers in enumerate(clicks, 1)]
+        await comm.disconnect()
+        return replies
+
+    return async_to_sync(scenario)()
+
+
 def bursts_of(session) -> list[tuple[int, int]]:
     return list(Burst.objects.filter(session=session).values_list("number", "size"))
 
 
 def test_the_owners_click_queues_a_burst_and_gets_the_message_line_back(world):
     session = world["session"]
-    comm = socket(session.pk, world["alice"])
-
-    async def scenario():
-        await connected(comm)
-        first = await click(comm, 1)
-        again = await click(comm, 2)
-        await comm.disconnect()
-        return first, again
-
-    first, again = async_to_sync(scenario)()
+    first, again = clicks_over(socket(session.pk, world["alice"]), {}, {})
     assert first["status"] == 200
     assert first["html"] == (
         '<p id="burst-message" class="form-message" role="status">Burst 1 queued: 3 calls.</p>'
@@ -90,15 +93,8 @@ def test_the_owners_click_queues_a_burst_and_gets_the_message_line_back(world):
 
 def test_a_watcher_is_refused_and_nothing_is_queued(world):
     session = world["session"]
-    comm = socket(session.pk, world["teacher"])  # the class's instructor may watch it
-
-    async def scenario():
-        await connected(comm)
-        reply = await click(comm, 7)
-        await comm.disconnect()
-        return reply
-
-    reply = async_to_sync(scenario)()
+    # the class's instructor may watch it
+    (reply,) = clicks_over(socket(session.pk, world["teacher"]), {})
     assert reply["status"] == 403
     assert "you can only watch it" in reply["html"]
     assert bursts_of(session) == []
@@ -134,16 +130,10 @@ def test_numbers_out_of_range_send_the_page_to_the_form(world):
     """The form shows a field's problem beside it: the reply tells the page to post the form
     (which answers 400 with the ranges), and nothing is queued or counted."""
     session = world["session"]
-    comm = socket(session.pk, world["alice"])
-
-    async def scenario():
-        await connected(comm)
-        replies = [await click(comm, 1, size="500"), await click(comm, 2, size="x"),
-                   await click(comm, 3, concurrency="0"), await click(comm, 4, size="9" * 500)]  # fmt: skip
-        await comm.disconnect()
-        return replies
-
-    replies = async_to_sync(scenario)()
+    replies = clicks_over(
+        socket(session.pk, world["alice"]),
+        {"size": "500"}, {"size": "x"}, {"concurrency": "0"}, {"size": "9" * 500},
+    )  # fmt: skip
     assert [r.get("fallback") for r in replies] == [True] * 4
     assert all(r["status"] == 400 and "html" not in r for r in replies)
     assert bursts_of(session) == []
@@ -152,16 +142,7 @@ def test_numbers_out_of_range_send_the_page_to_the_form(world):
 def test_the_socket_and_the_form_count_against_one_limit(world, monkeypatch):
     monkeypatch.setattr(clicks, "RUN_BURST_LIMIT_PER_MINUTE", 1)
     session = world["session"]
-    comm = socket(session.pk, world["alice"])
-
-    async def scenario():
-        await connected(comm)
-        first = await click(comm, 1)
-        second = await click(comm, 2)
-        await comm.disconnect()
-        return first, second
-
-    first, second = async_to_sync(scenario)()
+    first, second = clicks_over(socket(session.pk, world["alice"]), {}, {})
     assert first["status"] == 200
     assert second["status"] == 429 and second["retry_after"] >= 1
     assert "at most 1 a minute" in second["html"]
