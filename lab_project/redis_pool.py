@@ -44,7 +44,8 @@ class SharedConnectionPool(redis.ConnectionPool):
         return pool
 
 
-_clients: dict[int, tuple[redis.ConnectionPool, redis.Redis]] = {}
+#: The client of each pool (pools compare by identity; every one here is the process's own).
+_clients: dict[redis.ConnectionPool, redis.Redis] = {}
 
 
 class SharedClientCacheClient(RedisCacheClient):
@@ -53,14 +54,13 @@ class SharedClientCacheClient(RedisCacheClient):
 
     def get_client(self, key: Any = None, *, write: bool = False) -> redis.Redis:
         pool = self._get_connection_pool(write)
-        held = _clients.get(id(pool))
-        if held is None or held[0] is not pool:
+        client = _clients.get(pool)
+        if client is None:
             with _lock:
-                held = _clients.get(id(pool))
-                if held is None or held[0] is not pool:
-                    # the pool is kept with its client, so its id is never another pool's
-                    held = _clients[id(pool)] = (pool, self._client(connection_pool=pool))
-        return held[1]
+                client = _clients.get(pool)
+                if client is None:
+                    client = _clients[pool] = self._client(connection_pool=pool)
+        return client
 
 
 class SharedRedisCache(RedisCache):
