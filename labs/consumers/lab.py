@@ -62,11 +62,9 @@ import asyncio
 import json
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import parse_qs
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from labs import presenters, selectors
@@ -75,6 +73,7 @@ from labs.consumers.base import (
     CLOSE_FORBIDDEN,
     DirectDispatch,
     SocketLimits,
+    act,
     clip,
     read,
     read_redis,
@@ -209,14 +208,6 @@ async def _read_badge(session_id: int, policy: dict[str, Any]) -> str:
     return render_badge(await read_redis(presenters.badge_for)(session_id, policy))
 
 
-#: Threads for the Run burst clicks of this process's sockets, apart from the reads' pool: a
-#: class-wide click must not queue behind pages catching up, nor they behind it. Several,
-#: not one: a click spends most of its time waiting (Redis, the broker, the database's write
-#: lock and commit), and one thread made thirty clicks' answers more than twice as slow
-#: (push_bench.py, 30 pages: p99 620 ms against 250 to 304 ms with six).
-_CLICKS = ThreadPoolExecutor(max_workers=6, thread_name_prefix="lab-clicks")
-
-
 class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
     """Live journal, badge and summary of one lab session (see the module docstring)."""
 
@@ -305,7 +296,7 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
 
     async def _run_burst(self, message: dict[str, Any]) -> None:
         """A Run burst click (module docstring, 5): checked and queued as the form's POST
-        would (:func:`labs.clicks.socket_run_burst`), in the ORM's thread pool; the reply
+        would (:func:`labs.clicks.socket_run_burst`), in the actions' thread pool; the reply
         carries the click's ``id`` back."""
         ask = message.get("id")
         if isinstance(ask, bool) or not isinstance(ask, int):
@@ -313,9 +304,7 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
         data = {k: message.get(k) for k in ("size", "concurrency", "step")}
         session = self.scope.get("session")
         key = getattr(session, "session_key", None)
-        reply = await database_sync_to_async(
-            socket_run_burst, thread_sensitive=False, executor=_CLICKS
-        )(key, self.session_id, data)
+        reply = await act(socket_run_burst)(key, self.session_id, data)
         await self._send({"type": "burst_reply", "id": ask, **reply})
 
     def _ask_replay(self, after: int) -> None:
