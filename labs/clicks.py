@@ -116,6 +116,8 @@ def socket_run_burst(session_key: str | None, session_id: int, data: dict[str, A
     if form.too_long or form.errors:
         return {"status": 400, "fallback": True}
     size, concurrency = form.values()
+    # Checked before the limit counts the click: the page then posts the form, and that
+    # POST is the one click counted.
     if burst_services.validate_burst(size, concurrency):
         return {"status": 400, "fallback": True}
     answer = start_burst_for(request, session, size, concurrency, data.get("step"))
