@@ -11,9 +11,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from labs.clicks import RUN_BURST_LIMIT_PER_MINUTE
 from labs.models import Burst, LabSession
 from labs.services import lab
-from labs.clicks import RUN_BURST_LIMIT_PER_MINUTE
 from tests.conftest import make_student
 from tests.integration.conftest import _flush_test_redis
 
