@@ -368,6 +368,26 @@ def test_every_attempt_is_one_round_trip_and_keys_share_one_hash_tag(redis_clien
     client.close()
 
 
+def test_state_reads_every_servers_free_at_time_on_a_decoding_client_too(redis_client):
+    """The free-at times live packed in one binary field; a client with decode_responses (the
+    store accepts either kind) still reads the model's state."""
+    import redis
+
+    decoding = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    config = SharedConfig(servers=64, service_ms=5, max_queue_ms=1000)
+    model = RedisSharedModel(decoding, uuid.uuid4().hex[:10], server_time=False)
+    memory = MemorySharedModel(config)
+    model.configure(config)
+    for t in range(70):  # every server busy once, six of them twice
+        assert model.decide(t * 10) == memory.decide(t * 10)
+    model.trigger(Trigger("capacity", 1000, servers=3), now_us=800)
+    memory.trigger(Trigger("capacity", 1000, servers=3), now_us=800)
+    assert model.state() == memory.state()
+    assert len(model.state()["free_us"]) == 64
+    model.clear()
+    decoding.close()
+
+
 def test_an_unconfigured_model_refuses_attempts(redis_client):
     import redis
     model = RedisSharedModel(redis_client, uuid.uuid4().hex[:10])

@@ -7,9 +7,10 @@ one slot and the scripts run on Redis Cluster; every key a script touches is in 
 key                            type    holds
 =============================  ======  ==================================================
 ``{shared:ID}:model``          hash    ``servers``, ``service_us``, ``max_queue_us``;
-                                       ``last`` (latest arrival, us); ``f0`` .. ``f63``
-                                       (each server's free-at time, us); the trigger:
-                                       ``trig``, ``trig_from``, ``trig_until``,
+                                       ``last`` (latest arrival, us); ``free`` (the 64
+                                       servers' free-at times, us, packed as
+                                       little-endian doubles: :data:`FREE_PACK`); the
+                                       trigger: ``trig``, ``trig_from``, ``trig_until``,
                                        ``trig_pct``, ``trig_servers``, ``held``
 ``{shared:ID}:counters``       hash    ``<second>:<name>`` -> count (names: ``offered``,
                                        ``ok``, ``error``, ``shed``, ``skipped``,
@@ -30,6 +31,7 @@ differential test does).
 from __future__ import annotations
 
 import contextlib
+import struct
 from typing import Any
 
 from labs.engine.shared import (
@@ -46,6 +48,15 @@ __all__ = ["RedisSharedModel"]
 
 #: The counters of a model nobody calls any more disappear after an hour.
 DEFAULT_COUNTERS_TTL_MS = 3_600_000
+#: How the model hash's ``free`` field packs the servers' free-at times (the Lua scripts'
+#: ``struct`` format): one field read and written per attempt, where a field per server made
+#: an attempt on 64 servers an ``HMGET`` and an ``HSET`` of strings to convert, three
+#: quarters of the decision's time in Redis. Doubles hold integer microseconds exactly up to
+#: 2^53 (the year 2255).
+FREE_PACK = "<" + "d" * MAX_SERVERS
+#: redis-py's option for a reply read as bytes whatever the client decodes (``redis.client``)
+NEVER_DECODE = "NEVER_DECODE"
+_TEXT_FIELDS = ("servers", "last", "trig", "trig_from", "trig_until", "trig_pct", "trig_servers")
 
 
 class RedisSharedModel:
@@ -166,9 +177,13 @@ class RedisSharedModel:
         return seconds_from_fields(self.client.hgetall(self.k_counters))
 
     def state(self) -> dict[str, Any]:
-        """Configuration, running trigger and the servers' free-at times (one ``HGETALL``);
-        the same shape as :meth:`MemorySharedModel.state`."""
-        raw = {_text(k): _text(v) for k, v in self.client.hgetall(self.k_model).items()}
+        """Configuration, running trigger and the servers' free-at times (two reads); the
+        same shape as :meth:`MemorySharedModel.state`."""
+        values = self.client.hmget(self.k_model, _TEXT_FIELDS)
+        raw = {k: _text(v) for k, v in zip(_TEXT_FIELDS, values, strict=True) if v is not None}
+        # binary: read undecoded whatever the client's decode_responses
+        packed = self.client.execute_command("HGET", self.k_model, "free", **{NEVER_DECODE: []})
+        free = struct.unpack(FREE_PACK, packed) if packed else (0.0,) * MAX_SERVERS
         servers = int(raw.get("servers", 0))
         trigger = None
         if raw.get("trig"):
@@ -182,7 +197,7 @@ class RedisSharedModel:
         return {
             "config": None if not servers else self.config.to_dict(),
             "trigger": trigger,
-            "free_us": [int(raw.get(f"f{i}", 0)) for i in range(min(servers, MAX_SERVERS))],
+            "free_us": [int(f) for f in free[: min(servers, MAX_SERVERS)]],
             "last_us": int(raw.get("last", 0)),
         }
 

@@ -1,6 +1,7 @@
 -- One attempt at the shared dependency: the decision and its counters, one atomic round trip.
 -- Mirrors labs/engine/shared.py MemorySharedModel.decide rule for rule.
--- KEYS[1] model hash {servers, service_us, max_queue_us, last, trig*, f<i> free-at times}
+-- KEYS[1] model hash {servers, service_us, max_queue_us, last, trig*, free}: ``free`` packs
+--   the 64 servers' free-at times as little-endian doubles (exact integers up to 2^53 us)
 -- KEYS[2] counters hash "<second>:<name>" -> count
 -- ARGV[1] arrival us ('' = Redis TIME), ARGV[2] timeout us (-1 none),
 -- ARGV[3] deadline us after arrival (-1 none), ARGV[4] attempt number, ARGV[5] counters TTL ms
@@ -8,7 +9,7 @@
 --   the arrival second's offered count after this attempt}
 local m, k = KEYS[1], KEYS[2]
 local cfg = redis.call('HMGET', m, 'servers', 'service_us', 'max_queue_us', 'last',
-  'trig', 'trig_from', 'trig_until', 'trig_pct')
+  'trig', 'trig_from', 'trig_until', 'trig_pct', 'free')
 local servers = tonumber(cfg[1])
 if not servers then return redis.error_reply('shared dependency not configured') end
 local t
@@ -31,12 +32,19 @@ if cfg[5] and cfg[5] ~= '' and tonumber(cfg[6]) <= t and t < tonumber(cfg[7]) th
     service = math.floor(service * tonumber(cfg[8]) / 100)
   end
 end
-local names = {}
-for i = 0, servers - 1 do names[i + 1] = 'f' .. i end
-local free = redis.call('HMGET', m, unpack(names))
-local best, best_free = 0, tonumber(free[1]) or 0
+-- one field for every server's free-at time: a read, a scan and a write of one packed
+-- string cost a fraction of an HMGET and an HSET of 64 fields (benchmarks/storm_bench.py)
+local PACK = '<' .. string.rep('d', 64)
+local free
+if cfg[9] then
+  free = {struct.unpack(PACK, cfg[9])}
+else
+  free = {}
+  for i = 1, 64 do free[i] = 0 end
+end
+local best, best_free = 0, free[1]
 for i = 1, servers - 1 do
-  local f = tonumber(free[i + 1]) or 0
+  local f = free[i + 1]
   if f < best_free then best, best_free = i, f end
 end
 local start = t
@@ -61,7 +69,8 @@ if deadline >= 0 and start >= t + deadline then
   return {'skipped', t, t, 0, 0, -1, wait, service, offered}
 end
 local finish = start + service
-redis.call('HSET', m, 'f' .. best, fmt(finish))
+free[best + 1] = finish
+redis.call('HSET', m, 'free', struct.pack(PACK, unpack(free, 1, 64)))
 -- queue-wait histogram: bounds in ms, as WAIT_BOUNDS_MS
 local bounds = {0, 1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100, 150, 200, 300, 500, 700,
   1000, 1500, 2000, 3000, 5000, 7000, 10000}

@@ -6,9 +6,20 @@
 -- Reply {replaced kind or '', its from us, its till us}
 local m = KEYS[1]
 local function fmt(x) return string.format('%.0f', x) end
-local cfg = redis.call('HMGET', m, 'servers', 'last', 'trig', 'trig_from', 'trig_until', 'held')
+local cfg = redis.call('HMGET', m, 'servers', 'last', 'trig', 'trig_from', 'trig_until', 'held',
+  'free')
 local servers = tonumber(cfg[1])
 if not servers then return redis.error_reply('shared dependency not configured') end
+-- the servers' free-at times, packed as shared_attempt.lua keeps them
+local PACK = '<' .. string.rep('d', 64)
+local free
+if cfg[7] then
+  free = {struct.unpack(PACK, cfg[7])}
+else
+  free = {}
+  for i = 1, 64 do free[i] = 0 end
+end
+local freed = false
 local t
 if ARGV[2] == '' then
   local now = redis.call('TIME')
@@ -26,11 +37,12 @@ if kind and kind ~= '' then
   if kind == 'capacity' and t < till and cfg[6] and cfg[6] ~= '' then
     for entry in string.gmatch(cfg[6], '[^,]+') do
       local i, before = string.match(entry, '(%d+)=(%d+)')
-      local f = tonumber(redis.call('HGET', m, 'f' .. i) or '0')
-      if f == till then
+      local k = tonumber(i) + 1
+      if free[k] == till then
         local back = tonumber(before)
         if back < t then back = t end
-        redis.call('HSET', m, 'f' .. i, fmt(back))
+        free[k] = back
+        freed = true
       end
     end
   end
@@ -46,11 +58,15 @@ if ARGV[1] == 'trigger' then
   if ARGV[3] == 'capacity' then
     local held = {}
     for i = keep, servers - 1 do
-      local f = tonumber(redis.call('HGET', m, 'f' .. i) or '0')
+      local f = free[i + 1]
       held[#held + 1] = i .. '=' .. fmt(f)
-      if f < till then redis.call('HSET', m, 'f' .. i, fmt(till)) end
+      if f < till then
+        free[i + 1] = till
+        freed = true
+      end
     end
     redis.call('HSET', m, 'held', table.concat(held, ','))
   end
 end
+if freed then redis.call('HSET', m, 'free', struct.pack(PACK, unpack(free, 1, 64))) end
 return replaced
