@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from html import escape as _escape
 from typing import Any
 
@@ -403,7 +404,79 @@ def badge_for(session_id: int, policy: dict[str, Any]) -> dict[str, Any]:
 
 
 def render_badge(view: dict[str, Any]) -> str:
+    """The breaker badge through the page's template partial (``breaker-badge``)."""
     return _partial("breaker-badge").render({"breaker": view}).strip()
+
+
+def badge_html(view: dict[str, Any]) -> str:
+    """The breaker badge (``view`` as :func:`badge_for` gives it) as the page's
+    ``breaker-badge`` partial renders it, built in Python: a push carries it after every
+    state change and at every burst's end (see :func:`summary_html`;
+    tests/labs/test_pushed_fragments.py checks both give the same markup)."""
+    e = _escape
+    state = _text_or_blank(view.get("state"))
+    open_until = view.get("open_until_ms")
+    forced = view.get("forced")
+    if open_until:
+        cooldown = (
+            'half-open in <span data-role="seconds">'
+            f"{e(seconds_text(view.get('open_for_ms')))}</span> s"
+        )
+    elif forced == "open":
+        cooldown = "held open by hand: Force close or Reset releases it"
+    elif forced:
+        cooldown = "held closed by hand: failures are not counted until Reset"
+    else:
+        cooldown = ""
+    parts = [
+        '<section id="breaker-badge" class="card breaker-card" aria-labelledby="breaker-heading"'
+        f' data-state="{e(state)}" data-open-until-ms="{e(_text_or_blank(open_until))}"'
+        f' data-server-now-ms="{e(_text_or_blank(view.get("server_now_ms")))}"'
+        f' data-forced="{e(_text_or_blank(forced))}">'
+        '<h2 id="breaker-heading" class="card-title">Circuit breaker</h2>'
+        f'<p class="breaker-line"><strong class="breaker breaker-big breaker-{e(state)}"'
+        ' data-role="state" aria-live="polite" aria-atomic="true">'
+        f"{e(engine_state_label(view.get('state')))}</strong> "
+        f'<span class="cooldown" data-role="cooldown">{cooldown}</span></p>'
+    ]
+    if view.get("parts"):
+        parts.append(
+            '<ul class="breaker-parts" data-role="parts" aria-label="Each host\'s and B\'s'
+            ' breaker">'
+        )
+        for part in view["parts"]:
+            part_state = _text_or_blank(part.get("state"))
+            parts.append(
+                f'<li data-part="{e(_text_or_blank(part.get("key")))}" '
+                f'data-state="{e(part_state)}">{e(_text_or_blank(part.get("name")))} '
+                f'<strong class="breaker breaker-{e(part_state)}">'
+                f"{e(engine_state_label(part.get('state')))}</strong></li>"
+            )
+        parts.append("</ul>")
+    config = view.get("config") or {}
+    if config.get("kind") == "rolling_ratio":
+        detail = (
+            f"window: {e(_text_or_blank(view.get('window_failures')))} failed, "
+            f"{e(_text_or_blank(view.get('window_successes')))} succeeded"
+        )
+    else:
+        detail = (
+            f"failure streak {e(_text_or_blank(view.get('failure_streak')))} of "
+            f"{e(_text_or_blank(view.get('threshold')))}"
+        )
+    parts.append(
+        f'<p class="breaker-detail">{detail} · cooldown '
+        f"{e(ms_text(config.get('cooldown_ms')))}</p></section>"
+    )
+    return "".join(parts)
+
+
+def seconds_text(ms: Any) -> str:
+    """Milliseconds as seconds with one decimal (the ``seconds`` template filter): ``1940``
+    -> ``1.9``; "" for None."""
+    if ms is None:
+        return ""
+    return f"{max(0.0, float(ms)) / 1000:.1f}"
 
 
 # --- the burst summary panel -----------------------------------------------------------------
@@ -478,7 +551,141 @@ def counts_from_events(payloads: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
 
 def render_summary(summary: dict[str, Any] | None) -> str:
+    """The summary panel through the page's template partial (``burst-summary``)."""
     return _partial("burst-summary").render({"summary": summary}).strip()
+
+
+_STATUS_TEXT = {"done": "done", "running": "running…", "queued": "queued…"}
+
+
+def summary_html(summary: dict[str, Any]) -> str:
+    """The summary panel of a burst (``summary`` as :func:`summary_panel` builds it) as the
+    page's ``burst-summary`` partial renders it, built in Python.
+
+    A push carries the panel three times a burst (queued, started, done) for every page
+    watching; through the template that was about a tenth of the web process's CPU per event
+    delivered (push_bench under py-spy; 140 to 200 us a render warm, against 10 to 20 here).
+    The page's first render keeps the template; tests/labs/test_pushed_fragments.py checks
+    that both give the same markup for every part the panel can show."""
+    status = str(summary.get("status") or "none")
+    number = summary.get("number")
+    e = _escape
+    parts = [
+        '<section id="burst-summary" class="card summary-card" aria-labelledby="summary-heading"'
+        f' data-burst-id="{e(_text_or_blank(summary.get("id")))}" data-status="{e(status)}">'
+        f'<h2 id="summary-heading" class="card-title">Burst {e(str(number))}'
+        f' <span class="summary-status status-{e(status)}" data-role="status">'
+        f"{e(_STATUS_TEXT.get(status, status))}</span></h2>"
+        '<dl class="stats">'
+        '<div><dt>Succeeded</dt><dd class="stat-ok" data-stat="succeeded">'
+        f"{e(str(summary.get('succeeded')))}</dd></div>"
+        '<div><dt>Failed</dt><dd class="stat-bad" data-stat="failed">'
+        f"{e(str(summary.get('failed')))}</dd></div>"
+        '<div><dt>Failed fast</dt><dd class="stat-fast" data-stat="fast_failed">'
+        f"{e(str(summary.get('fast_failed')))}</dd></div>"
+        '<div><dt>Attempts spent</dt><dd data-stat="attempts_total">'
+        f"{e(str(summary.get('attempts_total')))}</dd></div>"
+        '<div><dt>Time waiting</dt><dd><span data-stat="backoff_ms_total">'
+        f"{_float0(summary.get('backoff_ms_total'))}</span> ms</dd></div>"
+        '<div><dt>Calls done</dt><dd><span data-stat="calls">'
+        f"{e(str(summary.get('calls')))}</span> of {e(str(summary.get('size')))}</dd></div>"
+        "</dl>"
+    ]
+    extra = summary.get("extra")
+    if extra:
+        parts.append('<dl class="stats stats-extra" data-role="summary-extra">')
+        if "degraded" in extra:
+            parts.append(
+                '<div><dt>Degraded (fallback)</dt><dd class="stat-degraded" data-stat="degraded">'
+                f"{e(str(extra['degraded']))}</dd></div>"
+            )
+        if "wait_ms_total" in extra:
+            parts.append(
+                '<div><dt>Waiting for a slot</dt><dd><span data-stat="wait_ms_total">'
+                f"{_float0(extra['wait_ms_total'])}</span> ms</dd></div>"
+                '<div><dt>Refused by the bulkhead</dt><dd class="stat-bad" '
+                f'data-stat="rejected_bulkhead">{e(_text_or_blank(extra.get("rejected_bulkhead")))}'
+                "</dd></div>"
+                '<div><dt>Gave up waiting</dt><dd class="stat-bad" data-stat="pool_timeout">'
+                f"{e(_text_or_blank(extra.get('pool_timeout')))}</dd></div>"
+            )
+        effects = extra.get("effects")
+        if effects:
+            parts.append(
+                '<div><dt>Effects applied / calls</dt><dd data-stat="effects">'
+                f'<span data-role="effects-applied">{e(_text_or_blank(effects.get("applied")))}'
+                f"</span> / {e(_text_or_blank(effects.get('calls')))}</dd></div>"
+            )
+        parts.append("</dl>")
+        by_dependency = extra.get("by_dependency")
+        if by_dependency:
+            parts.append(
+                '<table class="by-dependency" data-role="by-dependency">'
+                "<caption>Each dependency</caption><thead><tr>"
+                '<th scope="col">Dependency</th><th scope="col">Calls</th>'
+                '<th scope="col">Succeeded</th><th scope="col">Failed</th>'
+                '<th scope="col">Failed fast</th><th scope="col">Degraded</th>'
+                '<th scope="col">Waited (ms)</th></tr></thead><tbody>'
+            )
+            for name, counts in by_dependency.items():
+                cells = "".join(
+                    f"<td>{e(_text_or_blank(counts.get(k)))}</td>"
+                    for k in ("calls", "succeeded", "failed", "fast_failed", "degraded")
+                )
+                parts.append(
+                    f'<tr data-dependency="{e(str(name))}"><th scope="row">'
+                    f"{e(str(name).upper())}</th>{cells}"
+                    f"<td>{_float0(counts.get('waited_ms'))}</td></tr>"
+                )
+            parts.append("</tbody></table>")
+    wall_ms = summary.get("wall_ms")
+    if wall_ms:
+        concurrency = summary.get("concurrency")
+        parts.append(
+            f'<p class="help">Took {e(ms_text(wall_ms))} from first call to last answer, '
+            f"{e(str(concurrency))} caller{'' if concurrency == 1 else 's'}.</p>"
+        )
+    if summary.get("error"):
+        parts.append(f'<p class="field-error">{e(str(summary["error"]))}</p>')
+    if status == "done" and number:
+        if summary.get("recorded"):
+            parts.append(
+                f'<p class="whatif-link"><a href="bursts/{e(str(number))}/replay/" '
+                f'id="whatif-burst-{e(str(number))}" hx-get="bursts/{e(str(number))}/replay/" '
+                f'hx-target="#whatif" hx-swap="innerHTML">What if burst {e(str(number))} had '
+                "another policy?</a></p>"
+            )
+        else:
+            parts.append(
+                f'<p class="whatif-link hint" id="whatif-burst-{e(str(number))}-none">No '
+                f"what-if for burst {e(str(number))}: it was recorded before replay existed.</p>"
+            )
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _text_or_blank(value: Any) -> str:
+    """A template's ``{{ value }}``: "" for None."""
+    return "" if value is None else str(value)
+
+
+def _float0(value: Any) -> str:
+    """Django's ``floatformat:0``: rounded half up to a whole number ("" for no number)."""
+    try:
+        rounded = Decimal(repr(float(value))).quantize(Decimal(1), rounding=ROUND_HALF_UP)
+    except (TypeError, ValueError, InvalidOperation):
+        return ""
+    text = str(rounded)
+    return "0" if text == "-0" else text
+
+
+def ms_text(value: Any) -> str:
+    """A duration in ms as the pages write it (the ``ms`` template filter): ``175.0`` ->
+    ``175 ms``, ``12.25`` -> ``12.3 ms``, None -> ``-``."""
+    if value is None:
+        return "-"
+    value = float(value)
+    return f"{value:.0f} ms" if value.is_integer() or value >= 100 else f"{value:.1f} ms"
 
 
 #: Journal kinds after which the summary panel changes.
@@ -490,10 +697,10 @@ def summary_fragment(event: dict[str, Any], facts: dict[str, Any]) -> str:
     event leaves the panel as it is (an interrupted or failed burst keeps its counts)."""
     kind = event["kind"]
     if kind == "burst_end":
-        return render_summary(summary_panel(facts, event.get("data") or {}, status="done"))
+        return summary_html(summary_panel(facts, event.get("data") or {}, status="done"))
     if kind in ("burst_queued", "burst_start"):
         status = "queued" if kind == "burst_queued" else "running"
-        return render_summary(summary_panel(facts, status=status, error=""))
+        return summary_html(summary_panel(facts, status=status, error=""))
     return ""
 
 

@@ -80,7 +80,7 @@ from labs.consumers.base import (
 )
 from labs.live import broadcast, metrics
 from labs.live.journal import BURST_END_KINDS
-from labs.presenters import SUMMARY_KINDS, render_badge
+from labs.presenters import SUMMARY_KINDS, badge_html
 
 logger = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ async def rendered_badge(session_id: int, policy: dict[str, Any], event: dict[st
     the others wait for the same result. A replayed row reads Redis afresh: it may be minutes
     old, and the badge shows the breaker as it is now. A failed read is not kept."""
     if not event.get("emitted"):
-        return render_badge(await read_redis(presenters.badge_for)(session_id, policy))
+        return badge_html(await read_redis(presenters.badge_for)(session_id, policy))
     key = _row_key(session_id, event)
     pending = _rendered_badges.get(key)
     if pending is None:
@@ -205,7 +205,7 @@ def _forget_failed_badge(key: tuple[int, int, Any, Any], done: asyncio.Future) -
 
 
 async def _read_badge(session_id: int, policy: dict[str, Any]) -> str:
-    return render_badge(await read_redis(presenters.badge_for)(session_id, policy))
+    return badge_html(await read_redis(presenters.badge_for)(session_id, policy))
 
 
 class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
@@ -217,6 +217,9 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
     #: the session's policy, kept for the badge (re-read after a POLICY_KINDS event)
     _policy: dict[str, Any] | None = None
     _settle_task: asyncio.Task | None = None
+    #: the quiet-time timer (see _arm_settle) and when it is due on the loop's clock
+    _settle_timer: asyncio.TimerHandle | None = None
+    _settle_at: float = 0.0
     #: the resync replay running, and where the next one starts (None: no resync waiting)
     _replay_task: asyncio.Task | None = None
     _replay_after: int | None = None
@@ -259,6 +262,8 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
         self._shared_task = asyncio.ensure_future(self._shared_loop())
 
     async def disconnect(self, code: int) -> None:
+        if self._settle_timer is not None:
+            self._settle_timer.cancel()
         for task in (self._settle_task, self._replay_task, self._shared_task):
             if task is not None:
                 task.cancel()
@@ -366,13 +371,27 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
         self._arm_settle()
 
     def _arm_settle(self) -> None:
-        """Check the journal once the pushes have been quiet for ``SETTLE_SECONDS``."""
-        if self._settle_task is not None:
-            self._settle_task.cancel()
+        """Check the journal once the pushes have been quiet for ``SETTLE_SECONDS``.
+
+        Every push moves the due time; one timer per socket follows it (when it fires early it
+        waits out the rest), so a push costs a float assignment, not a task created and one
+        cancelled."""
+        loop = asyncio.get_running_loop()
+        self._settle_at = loop.time() + SETTLE_SECONDS
+        if self._settle_timer is None:
+            self._settle_timer = loop.call_at(self._settle_at, self._settle_due)
+
+    def _settle_due(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._settle_task is not None and not self._settle_task.done():
+            self._settle_at = max(self._settle_at, loop.time() + SETTLE_SECONDS)  # look again
+        if loop.time() < self._settle_at:
+            self._settle_timer = loop.call_at(self._settle_at, self._settle_due)
+            return
+        self._settle_timer = None
         self._settle_task = asyncio.ensure_future(self._settle_later())
 
     async def _settle_later(self) -> None:
-        await asyncio.sleep(SETTLE_SECONDS)
         try:
             await self._settle()
         except Exception:
@@ -529,7 +548,7 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
             if self._policy
             else None
         )
-        fragments = [{"id": "breaker-badge", "html": render_badge(view)}] if view else []
+        fragments = [{"id": "breaker-badge", "html": badge_html(view)}] if view else []
         await self._send(
             {
                 "type": "state",

@@ -70,16 +70,12 @@ def step_text(step: dict[str, Any]) -> str:
 
 @register.filter
 def seconds(ms: float | None) -> str:
-    """Milliseconds as seconds with one decimal: ``1940`` -> ``1.9``."""
-    if ms is None:
-        return ""
-    return f"{max(0.0, float(ms)) / 1000:.1f}"
+    """Milliseconds as seconds with one decimal: ``1940`` -> ``1.9``
+    (:func:`labs.presenters.seconds_text`)."""
+    return presenters.seconds_text(ms)
 
 
 @register.filter
 def ms(value: float | None) -> str:
-    """``175.0`` -> ``175 ms``; ``12.25`` -> ``12.3 ms``."""
-    if value is None:
-        return "-"
-    value = float(value)
-    return f"{value:.0f} ms" if value.is_integer() or value >= 100 else f"{value:.1f} ms"
+    """``175.0`` -> ``175 ms``; ``12.25`` -> ``12.3 ms`` (:func:`labs.presenters.ms_text`)."""
+    return presenters.ms_text(value)
