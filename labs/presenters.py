@@ -12,14 +12,12 @@ import csv
 import json
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from html import escape as _escape
 from typing import Any
 
 from django.template.loader import get_template
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
@@ -29,6 +27,7 @@ from labs.engine.events import is_fast_fail
 from labs.engine.replay import diff_rows
 from labs.live import runtime
 from labs.live.journal import BURST_END_KINDS
+from labs.live.rows import kind_label, row_tone, summary_delta
 
 SESSION_TEMPLATE = "labs/session.html"
 
@@ -43,145 +42,7 @@ def actor_name(user) -> str:
     return user.get_username()
 
 
-# --- journal rows ----------------------------------------------------------------------------
-
-KIND_LABELS = {
-    "burst_queued": "burst queued",
-    "burst_start": "burst start",
-    "attempt": "attempt",
-    "sleep": "backoff",
-    "call_result": "call",
-    "rejected": "fast-fail",
-    "budget_exhausted": "budget",
-    "deadline_exceeded": "deadline",
-    "transition": "breaker",
-    "burst_end": "burst end",
-    "burst_interrupted": "interrupted",
-    "burst_failed": "burst failed",
-    "state_restored": "restored",
-    "dependency_set": "dependency",
-    "fault_injected": "fault",
-    "fault_restored": "fault ended",
-    "policy_set": "policy",
-    "breaker_forced": "breaker",
-    "session_reset": "reset",
-    "scenario_assigned": "scenario",
-    "shared_set": "shared dependency",
-    "shared_trigger": "trigger",
-    "traffic_start": "traffic",
-    "traffic_end": "traffic end",
-    "prediction_submitted": "prediction",
-}
-
-
-def kind_label(kind: str | None) -> str:
-    return KIND_LABELS.get(kind or "", (kind or "").replace("_", " "))
-
-
-def event_datetime(event: dict[str, Any]) -> datetime | None:
-    """When a journal event happened: its engine time (wall ms for live bursts) if it has
-    one, else the time its row was written."""
-    t_ms = event.get("t_ms") or 0
-    if t_ms > 1e11:  # a wall-clock epoch in ms, not a virtual clock's offset
-        return datetime.fromtimestamp(t_ms / 1000, tz=UTC)
-    at = event.get("at")
-    if isinstance(at, datetime):
-        return at
-    if isinstance(at, str) and at:
-        try:
-            return datetime.fromisoformat(at)
-        except ValueError:
-            return None
-    return None
-
-
-def clock_text(moment: datetime | None) -> str:
-    """``14:03:07.215`` in the site's time zone ("" for no time).
-
-    The site's zone is ``TIME_ZONE`` (nothing activates another), taken directly: Django's
-    ``localtime`` looks the current zone up in a context-local on every call, a tenth of what
-    a pushed row cost to render (push_bench under py-spy)."""
-    if moment is None:
-        return ""
-    local = moment.astimezone(timezone.get_default_timezone())
-    # (one format string: strftime cost as much again as the zone conversion)
-    return (
-        f"{local.hour:02d}:{local.minute:02d}:{local.second:02d}.{local.microsecond // 1000:03d}"
-    )
-
-
-def row_tone(event: dict[str, Any]) -> str:
-    """A CSS modifier for a journal row: ok, bad, fast, degraded (answered by a fallback),
-    wait, state or note."""
-    kind = event.get("kind")
-    outcome = event.get("outcome") or ""
-    if kind == "attempt":
-        return "ok" if outcome == "ok" else "bad"
-    if kind == "call_result":
-        if outcome == "success":
-            return "ok"
-        if outcome == "degraded":
-            return "degraded"
-        return "fast" if is_fast_fail(outcome) else "bad"
-    if kind in ("rejected", "budget_exhausted", "deadline_exceeded"):
-        return "fast"
-    if kind == "sleep":
-        return "wait"
-    if kind in ("transition", "breaker_forced", "session_reset", "state_restored"):
-        return "state"
-    if kind in ("burst_interrupted", "burst_failed"):
-        return "bad"
-    return "note"
-
-
-ROW_HTML = (
-    '<li id="ev-{}" class="journal-row tone-{}" data-seq="{}" data-kind="{}">'
-    '<span class="j-seq">#{}</span> <time class="j-time" datetime="{}">{}</time> '
-    '<span class="j-kind">{}</span> <span class="j-msg">{}</span>{}</li>'
-)
-
-#: Where a burst's what-if opens, by the burst's id (``labs:burst_whatif``): every row of a
-#: burst carries that id, pushed or read back, so its link needs no query.
-WHATIF_HREF = "/bursts/{burst}/whatif/"
-WHATIF_ROW_LINK = (
-    ' <a class="j-whatif" href="' + WHATIF_HREF + '" data-whatif '
-    'title="Replay this row\'s burst with another policy">what if…</a>'
-)
-#: Rows that end a burst without its finishing: such a burst has no what-if.
-NO_WHATIF_KINDS = frozenset(("burst_interrupted", "burst_failed"))
-
-
-def journal_row(event: dict[str, Any]) -> SafeString:
-    """One journal row, as the page renders it and the websocket pushes it.
-
-    A format string rather than a template: the consumer renders one per event pushed, for
-    every page watching, and this is about ten times cheaper than a template render
-    (benchmarks/push_bench.py). Every value is escaped with ``html.escape`` (what Django's
-    ``escape`` does, minus its lazy-string wrapper).
-
-    A row of a burst ends with a "what if…" link to that burst's what-if (by the burst id the
-    row carries, one more string format). A row read back from the database whose burst can
-    never be replayed (recorded before replay existed, interrupted, failed) carries
-    ``"whatif": False`` (:func:`labs.selectors.rows_after`) and has none; a pushed row of a
-    burst still running has it, and the what-if view says the burst is still running.
-    """
-    seq = _escape(str(event.get("seq")))
-    kind = event.get("kind") or ""
-    moment = event_datetime(event)
-    burst = event.get("burst")
-    whatif = (
-        WHATIF_ROW_LINK.format(burst=_escape(str(burst)))
-        if burst and kind not in NO_WHATIF_KINDS and event.get("whatif", True)
-        else ""
-    )
-    return mark_safe(  # noqa: S308 - every part escaped just here
-        ROW_HTML.format(
-            seq, row_tone(event), seq, _escape(kind), seq,
-            moment.isoformat() if moment else "", clock_text(moment),
-            _escape(kind_label(kind)), _escape(str(event.get("message") or "")), whatif,
-        )
-    )  # fmt: skip
-
+# --- journal rows: labs.live.rows (the journal writer renders each pushed row once) ----------
 
 def whatif_refusal(number: Any, status: str, recorded: bool) -> str:
     """Why burst ``number`` (its ``status``, whether its start state was ``recorded``) has no
@@ -520,24 +381,6 @@ def summary_panel(
     panel["extra"] = {name: counts[name] for name in SUMMARY_EXTRAS if name in counts}
     panel.update(changes)
     return panel
-
-
-def summary_delta(event: dict[str, Any]) -> dict[str, float]:
-    """What one journal event adds to its burst's summary counts ({} for nothing). The page
-    adds these as pushes arrive; :func:`counts_from_events` adds them on the server."""
-    kind = event["kind"]
-    if kind == "attempt":
-        return {"attempts_total": 1}
-    if kind == "sleep":
-        return {"backoff_ms_total": event.get("backoff_ms") or 0}
-    if kind == "call_result":
-        outcome = event.get("outcome") or ""
-        if outcome == "success":
-            return {"calls": 1, "succeeded": 1}
-        if outcome == "degraded":  # answered by the fallback: neither a success nor a failure
-            return {"calls": 1, "degraded": 1}
-        return {"calls": 1, "fast_failed" if is_fast_fail(outcome) else "failed": 1}
-    return {}
 
 
 def counts_from_events(payloads: Iterable[dict[str, Any]]) -> dict[str, Any]:

@@ -111,7 +111,7 @@ def mark_unreplayable(payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Set ``"whatif": False`` on the payloads of bursts that can never be replayed: finished
     without a recorded start state (run before replay existed), interrupted or failed. One
     query for the whole list, none when no row belongs to a burst; the journal row and the
-    timeline then offer no what-if for them (:func:`labs.presenters.journal_row`)."""
+    timeline then offer no what-if for them (:func:`labs.live.rows.journal_row`)."""
     ids = {p["burst"] for p in payloads if p.get("burst")}
     if not ids:
         return payloads

@@ -17,8 +17,8 @@
    journal and sends what it lacks. So each connection delivers
    every row exactly once, in order, with no gap that outlives a second.
 3. Messages to the browser are JSON: ``{"type": "events", "events": [...]}`` where each
-   event is the journal payload plus ``html`` (the row, rendered with the page's own
-   ``journal-row``, :func:`labs.presenters.journal_row`) and ``fragments`` (``{"id", "html"}`` to swap by DOM id: the
+   event is the journal payload plus ``html`` (the row, :func:`labs.live.rows.journal_row`:
+   a pushed row arrives rendered, :func:`labs.live.rows.pushed_row`) and ``fragments`` (``{"id", "html"}`` to swap by DOM id: the
    breaker badge after a state change or a burst's end, re-read from Redis so it carries
    ``open_until_ms`` and the current failure streak;
    the burst summary when a burst is queued, starts or ends). ``{"type": "state"}`` on
@@ -78,7 +78,7 @@ from labs.consumers.base import (
     read,
     read_redis,
 )
-from labs.live import broadcast, metrics
+from labs.live import broadcast, metrics, rows
 from labs.live.journal import BURST_END_KINDS
 from labs.presenters import SUMMARY_KINDS, badge_html
 
@@ -141,23 +141,22 @@ def _keep(store: dict, key: Any, value: Any, limit: int = RENDERED_ROWS_MAX) -> 
 
 def rendered_row(session_id: int, event: dict[str, Any]) -> str:
     """The JSON text of ``event`` as a page gets it (the journal payload, ``html`` and
-    ``summary_delta``), built once in this process for every page watching the session.
+    ``summary_delta``: :func:`labs.live.rows.row_text`).
 
-    Every consumer of a session receives its own copy of each push, so without this each page
-    rendered and encoded the row again. A committed row never changes; the key carries its
-    timestamp and ``emitted`` stamp besides its number, so a replayed row (no ``emitted``) is
-    sent as read, and a session renumbered after a database reset is not confused with the
-    old one. The oldest entries go first past :data:`RENDERED_ROWS_MAX`.
+    A pushed row brings its text (``text``, rendered once where the push was built, for every
+    page of every web process). A row read back from the database is rendered here once for
+    every page of this process catching up on it: a committed row never changes; the key
+    carries its timestamp and ``emitted`` stamp besides its number, so a session renumbered
+    after a database reset is not confused with the old one. The oldest entries go first past
+    :data:`RENDERED_ROWS_MAX`.
     """
+    text = event.get("text")
+    if text is not None:
+        return text
     key = _row_key(session_id, event)
     text = _rendered_rows.get(key)
     if text is None:
-        item = dict(event)
-        item["html"] = str(presenters.journal_row(event))
-        delta = presenters.summary_delta(event)
-        if delta:
-            item["summary_delta"] = delta
-        text = json.dumps(item, default=str)
+        text = rows.row_text(event)
         _keep(_rendered_rows, key, text)
     return text
 

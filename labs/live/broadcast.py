@@ -3,15 +3,18 @@
 Two kinds of group:
 
 - ``lab-session-<id>``: everyone watching one lab session (its student, instructors drilling
-  down). Receives ``journal.events`` messages: a list of journal rows, in sequence order.
+  down). Receives ``journal.events`` messages: a list of journal rows, in sequence order,
+  each already rendered as a page gets it (:func:`labs.live.rows.pushed_row`).
 - ``lab-class-<id>``: instructors watching a class dashboard. Receives compact
   ``class.sessions`` messages, one per class per batch (never per attempt) with a summary
   of each of its sessions the batch touched, and
   ``class.progress`` messages (a session's step progress or predictions changed: an answer,
   a step run or graded, a step ticked), which name the session and carry no counts.
 
-Messages carry data, not HTML: each consumer renders the fragments it needs, so the worker
-never pays for rendering and a page can choose how to show a row.
+A row is rendered once, where its batch is written (the journal writer), and its text goes
+to every page in every web process as it is; a class dashboard's message carries counts,
+which its consumer renders. The fragments that depend on the page (the summary panel, the
+breaker badge) are each consumer's to build.
 
 Sends happen only after the journal rows are committed (a page that reconnects asks the
 database for everything after its last sequence number, so a push must never announce a row
@@ -46,8 +49,8 @@ def journal_pushes(
     classroom_id: int, per_session: Sequence[tuple[int, Sequence[dict[str, Any]], dict[str, Any]]]
 ) -> list[Push]:
     """The messages for newly committed journal rows of one class's sessions: one
-    ``journal.events`` per session (its rows, as :func:`labs.live.journal.event_payload`
-    dicts, in sequence order) and one ``class.sessions`` for the class's dashboards with each
+    ``journal.events`` per session (its rows as :func:`labs.live.rows.pushed_row` makes
+    them, in sequence order) and one ``class.sessions`` for the class's dashboards with each
     session's compact summary (``(session id, payloads, summary)`` items, in order)."""
     pushes: list[Push] = [
         (session_group(session_id), {"type": "journal.events", "session": session_id,

@@ -30,7 +30,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from labs.engine import is_fast_fail
-from labs.live import broadcast
+from labs.live import broadcast, rows
 from labs.models import JournalEvent, LabSession
 
 #: Kinds that end a burst, however it ended.
@@ -236,7 +236,10 @@ def _reserve(cursor, table: str, per_session: dict[int, list[Entry]]) -> dict[in
 
 def pushes_for(written: Iterable[Written]) -> list[broadcast.Push]:
     """The channel-layer messages announcing freshly committed rows: one per session, and
-    one per class for its dashboards (:func:`labs.live.broadcast.journal_pushes`)."""
+    one per class for its dashboards (:func:`labs.live.broadcast.journal_pushes`).
+
+    A session's message carries each row rendered (:func:`labs.live.rows.pushed_row`): once
+    here, where the batch is written, instead of in every web process with a page watching."""
     per_session: dict[int, list[Written]] = defaultdict(list)
     for item in written:
         per_session[item.entry.session_id].append(item)
@@ -246,7 +249,7 @@ def pushes_for(written: Iterable[Written]) -> list[broadcast.Push]:
     for session_id, items in per_session.items():
         payloads = [entry_payload(item) for item in items]
         per_class[items[0].entry.classroom_id].append(
-            (session_id, payloads, class_summary(payloads))
+            (session_id, [rows.pushed_row(p) for p in payloads], class_summary(payloads))
         )
     pushes: list[broadcast.Push] = []
     for classroom_id, sessions in per_class.items():

@@ -14,6 +14,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from labs import presenters
 from labs.engine import state_label as engine_state_label
+from labs.live import rows
 
 register = template.Library()
 
@@ -46,20 +47,20 @@ def state_label(state: str | None) -> str:
     return engine_state_label(state)
 
 
-register.filter("kind_label", presenters.kind_label)
-register.filter("row_tone", presenters.row_tone)
-register.simple_tag(presenters.journal_row, name="journal_row")
+register.filter("kind_label", rows.kind_label)
+register.filter("row_tone", rows.row_tone)
+register.simple_tag(rows.journal_row, name="journal_row")
 
 
 @register.filter
 def event_time(event: dict[str, Any]) -> str:
     """``14:03:07.215`` in the site's time zone."""
-    return presenters.clock_text(presenters.event_datetime(event))
+    return rows.clock_text(rows.event_datetime(event))
 
 
 @register.filter
 def event_iso(event: dict[str, Any]) -> str:
-    moment = presenters.event_datetime(event)
+    moment = rows.event_datetime(event)
     return moment.isoformat() if moment else ""
 
 

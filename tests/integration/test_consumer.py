@@ -261,16 +261,16 @@ def test_a_service_call_is_pushed_live_to_every_watcher(world):
 
 def test_pages_watching_one_session_share_one_rendering_of_each_row(world, monkeypatch):
     """Three pages watch one session in this process: each row is rendered once for all of
-    them (by journal_row), and each page gets the same row."""
+    them (by journal_row, where the push is built), and each page gets the same row."""
     session = world["session"]
     rendered: list[int] = []
-    real_row = consumers.presenters.journal_row
+    real_row = consumers.rows.journal_row
 
     def counted(event):
         rendered.append(event["seq"])
         return real_row(event)
 
-    monkeypatch.setattr(consumers.presenters, "journal_row", counted)
+    monkeypatch.setattr(consumers.rows, "journal_row", counted)
     pages = [socket(session.pk, world[who], after=0) for who in ("alice", "teacher", "alice")]
 
     seqs: list[int] = []

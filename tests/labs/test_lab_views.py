@@ -581,7 +581,7 @@ def test_limits_drive_the_form_ranges():
 
 def test_a_pushed_row_is_byte_for_byte_the_row_on_the_page(owner_client, session):
     from labs.live.journal import event_payload
-    from labs.presenters import journal_row as render_row
+    from labs.live.rows import journal_row as render_row
 
     add_rows(session, 3)
     owner_client.post(url("session_dependency", session), {"mode": "down"}, **HTMX)
@@ -863,7 +863,7 @@ def test_an_impossible_advanced_combination_names_both_fields(
 def test_a_rows_clock_is_in_the_sites_zone_to_the_millisecond(settings, moment, zone, text):
     from datetime import UTC, datetime
 
-    from labs.presenters import clock_text
+    from labs.live.rows import clock_text
 
     settings.TIME_ZONE = zone
     assert clock_text(datetime(*moment, tzinfo=UTC)) == text

@@ -13,7 +13,7 @@ import pytest
 from django.urls import reverse
 
 from labs.engine.replay import capture_start, replay
-from labs.live import journal, runtime
+from labs.live import journal, rows, runtime
 from labs.models import Burst, JournalEvent, LabSession
 from labs.services import lab
 from tests.integration.conftest import _flush_test_redis
@@ -401,7 +401,6 @@ def test_each_journal_row_of_a_burst_links_to_its_what_if(client, student, sessi
 def test_a_pushed_row_carries_the_same_link(session):
     """A pushed row is rendered from the writer's entry (no database read): the link comes
     from the row's own burst id."""
-    from labs import presenters
 
     burst = finished_burst(session, 1)
     row = JournalEvent.objects.filter(burst=burst, kind="attempt").first()
@@ -411,19 +410,18 @@ def test_a_pushed_row_carries_the_same_link(session):
         outcome=row.outcome, error=row.error, emitted=1.0,
     )  # fmt: skip
     pushed = journal.entry_payload(journal.Written(entry, row.seq, row.created_at))
-    html = str(presenters.journal_row(pushed))
+    html = str(rows.journal_row(pushed))
     assert f'<a class="j-whatif" href="{whatif_url(burst)}" data-whatif' in html
     # A burst's failure row has no link (that burst cannot be replayed), nor has a row
     # outside a burst.
     for kind, burst_id in (("burst_failed", burst.pk), ("policy_set", None)):
         other = dict(pushed, kind=kind, burst=burst_id)
-        assert "j-whatif" not in str(presenters.journal_row(other))
+        assert "j-whatif" not in str(rows.journal_row(other))
 
 
 def test_the_row_link_is_the_whatif_route():
-    from labs import presenters
 
-    assert presenters.WHATIF_HREF.format(burst=41) == reverse("labs:burst_whatif", args=[41])
+    assert rows.WHATIF_HREF.format(burst=41) == reverse("labs:burst_whatif", args=[41])
 
 
 def test_another_students_burst_by_id_is_404(client, other_student, session):
@@ -460,17 +458,17 @@ def test_rows_read_back_for_a_reconnecting_socket_are_marked_with_one_query(
 ):
     """The consumer's catch-up (``rows_after``) renders rows of a burst that can never be
     replayed without the link, for one query more per chunk, whatever its length."""
-    from labs import presenters, selectors
+    from labs import selectors
 
     new = finished_burst(session, 1)
     old = burst_from_before_replay(session, 2)
     failed = Burst.objects.create(session=session, number=3, size=1, status="failed")
     journal.record([journal.entry(session, "burst_failed", "stopped", burst_id=failed.pk)])
     with django_assert_num_queries(2):
-        rows = selectors.rows_after(session.pk, 0, 500)
-    linked = {r["burst"] for r in rows if "j-whatif" in str(presenters.journal_row(r))}
+        read_back = selectors.rows_after(session.pk, 0, 500)
+    linked = {r["burst"] for r in read_back if "j-whatif" in str(rows.journal_row(r))}
     assert linked == {new.pk}
-    assert {r["burst"] for r in rows if r.get("whatif") is False} == {old.pk, failed.pk}
+    assert {r["burst"] for r in read_back if r.get("whatif") is False} == {old.pk, failed.pk}
 
 
 def test_the_pushed_summary_panel_offers_the_what_if_only_for_a_recorded_burst(session):

@@ -1,0 +1,211 @@
+"""A journal row as every page shows it: its HTML, its JSON, what it adds to a burst's counts.
+
+Built where the row is written: the journal writer renders each row once (:func:`row_text`)
+and pushes the text itself, so a web process forwards it to every page watching the session
+without rendering or encoding it again, however many web processes and pages there are
+(``labs.live.journal.pushes_for``). A row read back from the database (a page catching up)
+is rendered by the same functions in the web process. :mod:`labs.presenters` re-exports them
+for the templates and views.
+
+Plain string formatting, no templates: this runs once for every event of every burst.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from html import escape as _escape
+from typing import Any
+
+from django.utils import timezone
+from django.utils.safestring import SafeString, mark_safe
+
+from labs.engine.events import is_fast_fail
+
+KIND_LABELS = {
+    "burst_queued": "burst queued",
+    "burst_start": "burst start",
+    "attempt": "attempt",
+    "sleep": "backoff",
+    "call_result": "call",
+    "rejected": "fast-fail",
+    "budget_exhausted": "budget",
+    "deadline_exceeded": "deadline",
+    "transition": "breaker",
+    "burst_end": "burst end",
+    "burst_interrupted": "interrupted",
+    "burst_failed": "burst failed",
+    "state_restored": "restored",
+    "dependency_set": "dependency",
+    "fault_injected": "fault",
+    "fault_restored": "fault ended",
+    "policy_set": "policy",
+    "breaker_forced": "breaker",
+    "session_reset": "reset",
+    "scenario_assigned": "scenario",
+    "shared_set": "shared dependency",
+    "shared_trigger": "trigger",
+    "traffic_start": "traffic",
+    "traffic_end": "traffic end",
+    "prediction_submitted": "prediction",
+}
+
+
+def kind_label(kind: str | None) -> str:
+    return KIND_LABELS.get(kind or "", (kind or "").replace("_", " "))
+
+
+def event_datetime(event: dict[str, Any]) -> datetime | None:
+    """When a journal event happened: its engine time (wall ms for live bursts) if it has
+    one, else the time its row was written."""
+    t_ms = event.get("t_ms") or 0
+    if t_ms > 1e11:  # a wall-clock epoch in ms, not a virtual clock's offset
+        return datetime.fromtimestamp(t_ms / 1000, tz=UTC)
+    at = event.get("at")
+    if isinstance(at, datetime):
+        return at
+    if isinstance(at, str) and at:
+        try:
+            return datetime.fromisoformat(at)
+        except ValueError:
+            return None
+    return None
+
+
+def clock_text(moment: datetime | None) -> str:
+    """``14:03:07.215`` in the site's time zone ("" for no time).
+
+    The site's zone is ``TIME_ZONE`` (nothing activates another), taken directly: Django's
+    ``localtime`` looks the current zone up in a context-local on every call, a tenth of what
+    a pushed row cost to render (push_bench under py-spy)."""
+    if moment is None:
+        return ""
+    local = moment.astimezone(timezone.get_default_timezone())
+    # (one format string: strftime cost as much again as the zone conversion)
+    return f"{local.hour:02d}:{local.minute:02d}:{local.second:02d}.{local.microsecond // 1000:03d}"
+
+
+def row_tone(event: dict[str, Any]) -> str:
+    """A CSS modifier for a journal row: ok, bad, fast, degraded (answered by a fallback),
+    wait, state or note."""
+    kind = event.get("kind")
+    outcome = event.get("outcome") or ""
+    if kind == "attempt":
+        return "ok" if outcome == "ok" else "bad"
+    if kind == "call_result":
+        if outcome == "success":
+            return "ok"
+        if outcome == "degraded":
+            return "degraded"
+        return "fast" if is_fast_fail(outcome) else "bad"
+    if kind in ("rejected", "budget_exhausted", "deadline_exceeded"):
+        return "fast"
+    if kind == "sleep":
+        return "wait"
+    if kind in ("transition", "breaker_forced", "session_reset", "state_restored"):
+        return "state"
+    if kind in ("burst_interrupted", "burst_failed"):
+        return "bad"
+    return "note"
+
+
+ROW_HTML = (
+    '<li id="ev-{}" class="journal-row tone-{}" data-seq="{}" data-kind="{}">'
+    '<span class="j-seq">#{}</span> <time class="j-time" datetime="{}">{}</time> '
+    '<span class="j-kind">{}</span> <span class="j-msg">{}</span>{}</li>'
+)
+
+#: Where a burst's what-if opens, by the burst's id (``labs:burst_whatif``): every row of a
+#: burst carries that id, pushed or read back, so its link needs no query.
+WHATIF_HREF = "/bursts/{burst}/whatif/"
+WHATIF_ROW_LINK = (
+    ' <a class="j-whatif" href="' + WHATIF_HREF + '" data-whatif '
+    'title="Replay this row\'s burst with another policy">what if…</a>'
+)
+#: Rows that end a burst without its finishing: such a burst has no what-if.
+NO_WHATIF_KINDS = frozenset(("burst_interrupted", "burst_failed"))
+
+
+def journal_row(event: dict[str, Any]) -> SafeString:
+    """One journal row, as the page renders it and the websocket pushes it.
+
+    A format string rather than a template: the consumer renders one per event pushed, for
+    every page watching, and this is about ten times cheaper than a template render
+    (benchmarks/push_bench.py). Every value is escaped with ``html.escape`` (what Django's
+    ``escape`` does, minus its lazy-string wrapper).
+
+    A row of a burst ends with a "what if…" link to that burst's what-if (by the burst id the
+    row carries, one more string format). A row read back from the database whose burst can
+    never be replayed (recorded before replay existed, interrupted, failed) carries
+    ``"whatif": False`` (:func:`labs.selectors.rows_after`) and has none; a pushed row of a
+    burst still running has it, and the what-if view says the burst is still running.
+    """
+    seq = _escape(str(event.get("seq")))
+    kind = event.get("kind") or ""
+    moment = event_datetime(event)
+    burst = event.get("burst")
+    whatif = (
+        WHATIF_ROW_LINK.format(burst=_escape(str(burst)))
+        if burst and kind not in NO_WHATIF_KINDS and event.get("whatif", True)
+        else ""
+    )
+    return mark_safe(  # noqa: S308 - every part escaped just here
+        ROW_HTML.format(
+            seq, row_tone(event), seq, _escape(kind), seq,
+            moment.isoformat() if moment else "", clock_text(moment),
+            _escape(kind_label(kind)), _escape(str(event.get("message") or "")), whatif,
+        )
+    )  # fmt: skip
+
+
+def summary_delta(event: dict[str, Any]) -> dict[str, float]:
+    """What one journal event adds to its burst's summary counts ({} for nothing). The page
+    adds these as pushes arrive; :func:`counts_from_events` adds them on the server."""
+    kind = event["kind"]
+    if kind == "attempt":
+        return {"attempts_total": 1}
+    if kind == "sleep":
+        return {"backoff_ms_total": event.get("backoff_ms") or 0}
+    if kind == "call_result":
+        outcome = event.get("outcome") or ""
+        if outcome == "success":
+            return {"calls": 1, "succeeded": 1}
+        if outcome == "degraded":  # answered by the fallback: neither a success nor a failure
+            return {"calls": 1, "degraded": 1}
+        return {"calls": 1, "fast_failed" if is_fast_fail(outcome) else "failed": 1}
+    return {}
+
+
+#: Kinds whose ``data`` a web process reads from a pushed row (the burst's facts from
+#: ``burst_queued``, its summary from ``burst_end``); other rows carry theirs in their text.
+PUSHED_DATA_KINDS = frozenset(("burst_queued", "burst_end"))
+_ENCODE = json.JSONEncoder(default=str).encode
+
+
+def row_text(payload: dict[str, Any]) -> str:
+    """The JSON text of a journal row as a page gets it: the row's payload
+    (:func:`labs.live.journal.event_payload`), its ``html`` (:func:`journal_row`) and, when
+    it adds to its burst's counts, ``summary_delta``."""
+    item = dict(payload)
+    item["html"] = str(journal_row(payload))
+    delta = summary_delta(payload)
+    if delta:
+        item["summary_delta"] = delta
+    return _ENCODE(item)
+
+
+def pushed_row(payload: dict[str, Any]) -> dict[str, Any]:
+    """What a push carries of one row: its :func:`row_text` under ``text`` and the few
+    fields the web process decides by (number, kind, burst, state change, timestamps; the
+    ``data`` of :data:`PUSHED_DATA_KINDS`)."""
+    kind = payload["kind"]
+    return {
+        "seq": payload["seq"],
+        "kind": kind,
+        "burst": payload["burst"],
+        "state_to": payload["state_to"],
+        "at": payload["at"],
+        "emitted": payload.get("emitted"),
+        "data": payload["data"] if kind in PUSHED_DATA_KINDS else None,
+        "text": row_text(payload),
+    }
