@@ -27,8 +27,8 @@ app.conf.broker_transport_options = {
     # happens then: a burst or traffic run nobody claimed within
     # LAB_BURST_QUEUE_TIMEOUT_SECONDS is marked FAILED and its session freed, a claimed one is
     # never run twice, and a timed class fault whose restore task was lost is restored by the
-    # sweep a dashboard load runs (labs.services). push_bench --sessions 30 --rounds 4, five
-    # pairs alternating: the worker's CPU per event fell by a seventh without it.
+    # sweep a dashboard load runs (labs.services). The emulation costs about a seventh of the
+    # worker's CPU per event (push_bench --sessions 30).
     "ack_emulation": False,
 }
 app.conf.task_publish_retry_policy = {
