@@ -19,10 +19,11 @@ This module builds rows and pushes; it starts no thread and no process.
 from __future__ import annotations
 
 import json
+import operator
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
@@ -59,6 +60,15 @@ class Entry:
     data: dict[str, Any] = field(default_factory=dict)
     # Wall time when the event was handed over (push latency is measured from here).
     emitted: float = 0.0
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # Pickled as the class and a tuple of the fields: a worker pickles every entry for its
+        # journal writer process, which unpickles it; the dataclass's own way (a state set
+        # field by field) cost three to four times as much at both ends.
+        return (Entry, _entry_fields(self))
+
+
+_entry_fields = operator.attrgetter(*(f.name for f in fields(Entry)))
 
 
 def entry(

@@ -39,3 +39,18 @@ def test_a_batch_announces_each_sessions_rows_and_one_summary_message_per_class(
     ]
     (other,) = by_group[class_group(20)]["sessions"]
     assert (other["session"], other["fast_fails"]) == (3, 1)
+
+
+def test_an_entry_crosses_the_writer_pipe_with_every_field_as_it_was():
+    """Entries travel to the journal writer process pickled (as their fields' tuple)."""
+    import pickle
+
+    entry = journal.Entry(
+        session_id=4, classroom_id=2, kind="attempt", message="call 3, attempt 2: 503",
+        burst_id=9, t_ms=1764750000123.5, call_no=3, attempt_no=2, outcome="error",
+        error="503", latency_ms=5.0, backoff_ms=None, state_from="", state_to="",
+        actor_id=None, data={"host": 1, "nested": {"a": [1, 2]}}, emitted=1764750000.25,
+    )  # fmt: skip
+    copy = pickle.loads(pickle.dumps([entry], protocol=pickle.HIGHEST_PROTOCOL))[0]
+    assert copy == entry and copy is not entry
+    assert pickle.loads(pickle.dumps(entry)) == entry  # the default protocol too
