@@ -238,6 +238,35 @@ class Processes:
         out["clients"] = usage.user + usage.system  # this process: the simulated browsers
         return out
 
+    def worker_detail(self) -> dict[str, float]:
+        """CPU seconds so far of the worker's parts: its engine hub thread, its main thread
+        (Celery's consumer: receiving and acknowledging tasks), its other threads (the burst
+        threads' bookkeeping, the journal pipe, heartbeats) and its journal-writer process."""
+        tick = os.sysconf("SC_CLK_TCK")
+        worker = self.procs[self.names.index("worker")].pid
+        out = {"hub": 0.0, "celery main": 0.0, "other threads": 0.0, "writer": 0.0}
+        for task in Path(f"/proc/{worker}/task").glob("[0-9]*"):
+            try:
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                name = (task / "comm").read_text().strip()
+            except OSError:
+                continue
+            used = (int(fields[11]) + int(fields[12])) / tick
+            if name == "engine-hub":
+                out["hub"] += used
+            elif task.name == str(worker):
+                out["celery main"] += used
+            else:
+                out["other threads"] += used
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == worker:  # the writer process, the worker's child
+                out["writer"] += (int(fields[11]) + int(fields[12])) / tick
+        return out
+
     def stop(self) -> None:
         import signal
 
@@ -594,6 +623,7 @@ def main() -> None:
     procs = Processes(port, args.worker_concurrency, logdir, debug=args.debug, web=args.web)
     rows = []
     usage: list[str] = []
+    details: list[str] = []
     try:
         # Untimed: the first burst after a worker starts waits for its journal writer to
         # warm up (about a second of delayed pushes), which is not what this measures.
@@ -602,6 +632,7 @@ def main() -> None:
             rounds = args.rounds or (10 if count == 1 else 3 if count <= 30 else 2)
             target = 25 if count == 1 else 250
             cpu_before, wall_before = procs.cpu_seconds(), time.monotonic()
+            parts_before = procs.worker_detail()
             latencies, layer, events, lost, dups = asyncio.run(
                 run_scenario(
                     all_sessions[:count],
@@ -616,6 +647,15 @@ def main() -> None:
             cpu = procs.cpu_seconds()
             wall = time.monotonic() - wall_before
             used = {name: cpu[name] - cpu_before[name] for name in cpu}
+            parts = procs.worker_detail()
+            parts = {name: parts[name] - parts_before[name] for name in parts}
+            details.append(
+                f"{count:>3} sessions, {events} events: "
+                + ", ".join(
+                    f"{name} {seconds:.2f} s ({1000 * seconds / max(events, 1):.3f} ms/event)"
+                    for name, seconds in parts.items()
+                )
+            )
             usage.append(
                 f"{count:>3} sessions: {wall:5.1f} s wall; CPU s: "
                 + ", ".join(f"{name} {seconds:.1f}" for name, seconds in used.items())
@@ -660,6 +700,9 @@ def main() -> None:
     print("CPU used during each scenario (worker: with its journal writer process; clients: this")
     print("process, which on a real class would be the students' laptops):")
     for line in usage:
+        print("  " + line)
+    print("The worker's CPU by part (threads of the worker process; its journal writer):")
+    for line in details:
         print("  " + line)
 
 
