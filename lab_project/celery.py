@@ -17,6 +17,8 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 # burst FAILED and the page says the lab is reconnecting (labs.services.bursts). The worker's
 # own reads poll with a 1 s BRPOP, well inside these timeouts.
 app.conf.broker_connection_timeout = 2
+# kombu's Redis transport, keeping one client per channel (lab_project/broker.py)
+app.conf.broker_transport = "lab_project.broker:Transport"
 app.conf.broker_transport_options = {
     "socket_connect_timeout": 1,
     "socket_timeout": 2,

@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
      "lab_project.redis_pool"),
     ("labs.models", "labs.apps", "labs.experiments", "labs.migrations", "lab_project.http_limit",
      "lab_project.processes"),
-    ("labs.live", "lab_project.celery"),
+    ("labs.live", "lab_project.celery", "lab_project.broker"),
     ("labs.presenters",),
     ("labs.selectors",),
     ("labs.services",),
