@@ -10,6 +10,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import autobahn.util
 from asgiref.sync import sync_to_async
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
@@ -17,6 +18,13 @@ from daphne.ws_protocol import WebSocketProtocol
 from django.conf import settings
 
 logger = logging.getLogger(__name__)
+
+# autobahn (under daphne) formats the arguments of a debug log line for every websocket frame
+# it sends, logged or not, and colours them with click when click is installed (Celery brings
+# it): four click.style calls a frame, a few per cent of the web process's CPU while it
+# forwards pushes. Plain text costs a fraction of that; the line is never shown unless
+# autobahn's debug logging is on, and then it is uncoloured.
+autobahn.util._HAS_CLICK = False
 
 #: Close code for a socket whose user may not see what it asked for. The consumers accept,
 #: then close with it: a socket refused before ``accept`` reaches the page as a bare 1006.
