@@ -154,6 +154,9 @@ def entry_payload(written: Written) -> dict[str, Any]:
     return _payload(written.entry, written.seq, written.created_at, written.entry.emitted)
 
 
+#: Above this many rows a batch goes to PostgreSQL with COPY (see append_entries).
+COPY_FROM_ROWS = 20
+
 _COLUMNS = (
     "session_id", "seq", "burst_id", "kind", "created_at", "t_ms", "call_no", "attempt_no",
     "outcome", "error", "latency_ms", "backoff_ms", "state_from", "state_to", "actor_id",
@@ -166,7 +169,8 @@ def append_entries(entries: Sequence[Entry]) -> list[Written]:
 
     Must run inside a transaction. One ``UPDATE ... RETURNING`` reserves a block of sequence
     numbers for every session of the batch and holds their row locks until commit
-    (:func:`_reserve`); then one ``executemany`` (PostgreSQL: ``COPY``) inserts every row. Plain SQL rather than ``bulk_create``: building model instances cost
+    (:func:`_reserve`); then one ``executemany`` (PostgreSQL: ``COPY`` beyond
+    :data:`COPY_FROM_ROWS` rows) inserts every row. Plain SQL rather than ``bulk_create``: building model instances cost
     about ten times more than the INSERT itself, on the path every burst event takes.
     Returns the written entries in input order. Raises LabSession.DoesNotExist if a session
     is gone.
@@ -194,9 +198,11 @@ def append_entries(entries: Sequence[Entry]) -> list[Written]:
             ))  # fmt: skip
         table = connection.ops.quote_name(JournalEvent._meta.db_table)
         columns = ", ".join(_COLUMNS)
-        if connection.vendor == "postgresql":
-            # COPY: executemany costs a round trip per row there, and one huge multi-row
-            # INSERT costs psycopg more to parse than to send (900 rows: ~200 ms either way).
+        if connection.vendor == "postgresql" and len(params) > COPY_FROM_ROWS:
+            # COPY for a big batch: one huge multi-row INSERT costs psycopg more to parse than
+            # to send (900 rows: ~200 ms either way). A small batch (a click's one row, a
+            # quiet writer's few) is inserted in one pipelined round trip, where COPY's
+            # exchange takes two.
             with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
                 for row in params:
                     copy.write_row(row)
@@ -221,10 +227,11 @@ def _reserve(cursor, table: str, per_session: dict[int, list[Entry]]) -> dict[in
     for session_id in ids:
         params += [session_id, len(per_session[session_id])]
     if connection.vendor == "postgresql":
-        cursor.execute(
-            f"SELECT id FROM {table} WHERE id = ANY(%s) ORDER BY id FOR UPDATE",  # noqa: S608
-            [ids],
-        )
+        if len(ids) > 1:  # one row's lock (the UPDATE's own) can close no cycle
+            cursor.execute(
+                f"SELECT id FROM {table} WHERE id = ANY(%s) ORDER BY id FOR UPDATE",  # noqa: S608
+                [ids],
+            )
         values = ", ".join(["(%s::bigint, %s::bigint)"] * len(ids))
         columns = "v(id, n)"
         key, amount = "v.id", "v.n"
