@@ -11,8 +11,9 @@ long tasks ``PerformanceObserver`` reports, wall time, are printed beside it, si
 loaded 2-core machine a task waits for a core longer than it runs;
 ``benchmarks/storm_panel_bench.py --browser`` counts them on a quiet one). One bot's lab page, opened beside it, shows the
 shared dependency overloaded after the trigger and the bot's share of its load. The
-instructor stops the class's traffic from the panel. A screenshot of the panel mid-storm is
-saved to docs/img/storm-panel.png (the README shows it).
+instructor stops the class's traffic from the panel. A screenshot of the panel mid-storm goes
+to artifacts/e2e/storm-panel.png; with ``LAB_UPDATE_README_SCREENSHOT=1`` also to
+docs/img/storm-panel.png (the README shows it), so a test run never changes the repository.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -45,7 +47,7 @@ from tests.integration.conftest import wait_for
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 ROOT = Path(__file__).resolve().parents[2]
-SCREENSHOT = ROOT / "docs" / "img" / "storm-panel.png"
+README_SHOT = ROOT / "docs" / "img" / "storm-panel.png"
 LIVE_TIMEOUT_MS = 60_000
 BOTS = 30
 RATE = 2
@@ -281,8 +283,11 @@ def test_storm_panel_follows_a_trigger_fired_from_it(
         assert lab_page.locator("#traffic-strip rect.ts-share").count() > 0
         lab_page.close()
 
-        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOT))
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "storm-panel.png"))
+        if os.environ.get("LAB_UPDATE_README_SCREENSHOT") == "1":
+            README_SHOT.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ARTIFACTS / "storm-panel.png", README_SHOT)
 
         # The chart as an image for slides.
         with page.expect_download() as download:
