@@ -1,21 +1,30 @@
-"""What waking up costs on this machine: the floor under every attempt's added time.
+"""What waking up costs on this machine: the floor under every attempt's added time and CPU.
 
-    .venv/bin/python benchmarks/wakeup_bench.py [--runs 300]
+    .venv/bin/python benchmarks/wakeup_bench.py [--runs 300] [--hub-seconds 10]
 
 Starts its own ``redis-server`` on a free port and prints, for one client on one connection:
 
 - a ``PING`` round trip when pings follow each other, and after 5 and 25 ms of quiet (the
   client thread and Redis both asleep, as between a burst's attempts): its wall time and the
   client thread's CPU time;
-- how far a ``time.sleep`` of 5 ms overshoots.
+- how far a ``time.sleep`` of 5 ms overshoots;
+- the engine hub's floor (:mod:`labs.live.hub`, no engine code, no journal): attempts arriving
+  at 100, 300, 1,000 and 3,000 a second (seeded Poisson), each a caller that sends one
+  script and waits for its reply, sleeps 40 ms (an answer's wait) and sends one more command
+  without waiting (a result's record). CPU per attempt of this process (the hub's thread) and
+  of ``redis-server``: what steady traffic costs before a line of the engine, the journal or
+  the web runs. Waking a thread and a server that were idle costs more CPU than one that was
+  busy, so the cost per attempt falls as the rate rises (docs/bursts.md, "Steady traffic,
+  measured").
 
 A burst's attempt costs at least one round trip after a quiet sleep and the wake-up from that
-sleep (docs/bursts.md, "Measured"); no engine code runs here.
+sleep (docs/bursts.md, "Measured").
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -28,6 +37,8 @@ from benchmarks.bench_common import start_private_redis
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--hub-seconds", type=float, default=10.0,
+                        help="seconds of arrivals per rate in the hub's floor (0: skip it)")  # fmt: skip
     args = parser.parse_args()
     import redis
 
@@ -66,9 +77,62 @@ def main() -> None:
             over.append((time.perf_counter() - wall - 0.005) * 1e6)
         print(f"{'time.sleep(5 ms) overshoot':32} {statistics.median(over):8.0f} "
               f"{statistics.mean(over):8.0f}")  # fmt: skip
+        if args.hub_seconds > 0:
+            hub_floor(server.pid, port, args.hub_seconds)
     finally:
         server.terminate()
         server.wait(10)
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def hub_floor(redis_pid: int, port: int, seconds: float) -> None:
+    """The engine hub's own CPU per attempt at several arrival rates (see the docstring)."""
+    import random
+
+    import redis
+
+    from labs.live.hub import Hub
+
+    pool = redis.ConnectionPool(port=port)
+    plain = redis.Redis(connection_pool=pool)
+    sha = plain.script_load("return redis.call('INCR', KEYS[1])")
+    print()
+    print(f"the engine hub's floor: one script, a 40 ms sleep and one command sent without "
+          f"waiting per attempt, {seconds:g} s of seeded Poisson arrivals per rate")  # fmt: skip
+    print(f"{'attempts/s':>10} {'attempts':>9} {'hub process CPU ms':>19} {'redis CPU ms':>13} "
+          f"{'summed ms/attempt':>18}")  # fmt: skip
+    for rate in (100, 300, 1000, 3000):
+        hub = Hub(name="floor-hub")
+        hub.start()
+        client = hub.redis(pool)
+        rng = random.Random(rate)
+        done = [0]
+
+        def attempt(client=client, hub=hub, done=done) -> None:
+            client.evalsha(sha, 1, "floor:a")
+            hub.clock.sleep(0.04)
+            client.send_nowait(("EVALSHA", sha, 1, "floor:b"))
+            done[0] += 1
+
+        def arrivals(hub=hub, rng=rng, rate=rate) -> None:
+            clock = hub.clock
+            t = clock.now()
+            end = t + seconds
+            while t < end:
+                t += rng.expovariate(rate)
+                clock.call_at(t, clock.spawn, attempt)
+            clock.sleep(seconds + 0.3)
+
+        mine, theirs = _cpu_seconds(os.getpid()), _cpu_seconds(redis_pid)
+        hub.run(arrivals)
+        mine, theirs = _cpu_seconds(os.getpid()) - mine, _cpu_seconds(redis_pid) - theirs
+        n = max(done[0], 1)
+        print(f"{rate:>10} {done[0]:>9} {1000 * mine / n:>19.3f} {1000 * theirs / n:>13.3f} "
+              f"{1000 * (mine + theirs) / n:>18.3f}")  # fmt: skip
 
 
 if __name__ == "__main__":
