@@ -47,7 +47,8 @@ def main() -> None:
         from django.test import Client
         from django.test.utils import CaptureQueriesContext
 
-        sessions = push_bench.make_sessions(args.requests + 5)
+        sessions = push_bench.make_sessions(2 * (args.requests + 5))
+        sessions, socket_sessions = sessions[: args.requests + 5], sessions[args.requests + 5 :]
         warm, timed = sessions[:5], sessions[5:]
         cpu_ms, wall_ms, queries = [], [], []
         # One client: each new one builds its middleware again (whitenoise scans every
@@ -83,6 +84,7 @@ def main() -> None:
             mean = sum(values) / len(values)
             print(f"{name:>10} {pct(values, 0.5):7.2f} {mean:7.2f} {max(values):7.2f}")
         render_answers(timed[0][0])
+        socket_clicks(socket_sessions, profile=args.profile)
     finally:
         if push_bench._PRIVATE_REDIS is not None:
             push_bench._PRIVATE_REDIS.terminate()
@@ -90,6 +92,42 @@ def main() -> None:
         if f"push-bench-{os.getpid()}." in path:
             for suffix in ("", "-wal", "-shm"):
                 Path(path + suffix).unlink(missing_ok=True)
+
+
+def socket_clicks(sessions: list[tuple[int, str]], profile: int = 0) -> None:
+    """Thread CPU of a click over the page's socket (``labs.clicks.socket_run_burst``, what
+    the lab page's consumer runs in its actions' pool), one per session: the user read from
+    the session's cookie, the ownership and limit checks, the burst queued (its transaction,
+    the Celery message, the push). No daphne, no event loop: the click's own work."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from labs.clicks import socket_run_burst
+
+    warm, timed = sessions[:5], sessions[5:]
+    cpu_ms, queries = [], []
+    profiler = cProfile.Profile() if profile else None
+    for n, (session_id, cookie) in enumerate(warm + timed):
+        if profiler is not None and n == len(warm):
+            profiler.enable()
+        with CaptureQueriesContext(connection) as captured:
+            cpu = time.thread_time()
+            reply = socket_run_burst(cookie, session_id, {"size": 20, "concurrency": 1})
+            cpu = time.thread_time() - cpu
+        if reply.get("status") != 200:
+            sys.exit(f"a socket click answered {reply}")
+        if n >= len(warm):
+            cpu_ms.append(cpu * 1000)
+            queries.append(len(captured.captured_queries))
+    if profiler is not None:
+        profiler.disable()
+        stats = pstats.Stats(profiler)
+        print(f"socket clicks: {stats.total_calls} function calls for {len(timed)} clicks")
+        stats.sort_stats("cumulative").print_stats(profile)
+    print(f"a click over the socket ({len(timed)}, one per session):")
+    for name, values in (("CPU ms", cpu_ms), ("queries", queries)):
+        mean = sum(values) / len(values)
+        print(f"{name:>10} {pct(values, 0.5):7.2f} {mean:7.2f} {max(values):7.2f}")
 
 
 def render_answers(session_id: int, repeat: int = 500) -> None:
