@@ -1,4 +1,4 @@
-"""CPU profiles of the processes a benchmark starts (py-spy is not installed here).
+"""CPU profiles of the processes a benchmark starts, per thread, by cProfile on CPU time.
 
 A benchmark puts this directory first on ``PYTHONPATH`` and sets ``CPU_PROFILE_DIR``: every
 Python process started with that environment (a worker, the journal-writer process it
