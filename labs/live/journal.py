@@ -320,8 +320,9 @@ def record(entries: Sequence[Entry]) -> list[Written]:
         return []
     with transaction.atomic(savepoint=False):
         written = append_entries(entries)
-        pushes = pushes_for(written)
-        transaction.on_commit(lambda: broadcast.send_all(pushes))
+        # The pushes (each row rendered) are built after the commit: the transaction holds
+        # the sessions' row locks, which the journal writers' batches wait for.
+        transaction.on_commit(lambda: broadcast.send_all(pushes_for(written)))
     return written
 
 
