@@ -71,7 +71,8 @@ def act(function):
 
 
 class DirectDispatch:
-    """Consumer mixin: dispatch each message straight to its handler.
+    """Consumer mixin: take each message from one inbox (see ``__call__``) and dispatch it
+    straight to its handler.
 
     Since Channels 4.2, ``AsyncConsumer.dispatch`` runs ``close_old_connections`` through
     ``sync_to_async`` before every handler, that is, a hop to the process's one
@@ -124,7 +125,6 @@ class DirectDispatch:
             for task in pumps:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-
 
 
 def clip(value: Any, limit: int = 120) -> str:

@@ -17,11 +17,11 @@
    journal and sends what it lacks. So each connection delivers
    every row exactly once, in order, with no gap that outlives a second.
 3. Messages to the browser are JSON: ``{"type": "events", "events": [...]}`` where each
-   event is the journal payload plus ``html`` (the row, :func:`labs.live.rows.journal_row`:
-   a pushed row arrives rendered, :func:`labs.live.rows.pushed_row`) and ``fragments`` (``{"id", "html"}`` to swap by DOM id: the
-   breaker badge after a state change or a burst's end, re-read from Redis so it carries
-   ``open_until_ms`` and the current failure streak;
-   the burst summary when a burst is queued, starts or ends). ``{"type": "state"}`` on
+   event is the journal payload plus ``html`` (the row, :func:`labs.live.rows.journal_row`;
+   a pushed row arrives rendered, :func:`labs.live.rows.pushed_row`) and ``fragments``
+   (``{"id", "html"}`` to swap by DOM id: the breaker badge after a state change or a
+   burst's end, re-read from Redis so it carries ``open_until_ms`` and the current failure
+   streak; the burst summary when a burst is queued, starts or ends). ``{"type": "state"}`` on
    connect carries the current badge.
 4. In ``shared`` mode (the class's shared dependency), ``{"type": "shared", ...}`` once a
    second from the consumer's own loop, never asked for by the page
@@ -48,9 +48,10 @@
 
 The ORM is only reached through :func:`labs.consumers.base.read` and Redis through
 :func:`~labs.consumers.base.read_redis` (thread pools of their own, never the one shared sync
-thread; Redis reads never behind a query waiting for a database connection). Rendering a row
-needs neither and happens on the event loop; a burst's summary panel is built from the events themselves when
-the consumer saw the burst queued, and the badge from Redis with the session's policy, which
+thread; Redis reads never behind a query waiting for a database connection). A pushed row
+needs neither (it arrives rendered); a burst's summary panel is built on the event loop from
+the events themselves when the consumer saw the burst queued, and the badge from Redis with
+the session's policy, which
 the consumer reads when it connects and again only after an event that can change it: live
 pushes cost no query at all. (On PostgreSQL, a hundred students pressing Run burst at once
 hold the process's pooled connections for a moment; a push never waits for one.)
@@ -168,9 +169,9 @@ _rendered_badges: dict[tuple[int, int, Any, Any], asyncio.Future] = {}
 
 
 def rendered_summary(session_id: int, event: dict[str, Any], facts: dict[str, Any]) -> str:
-    """The summary panel's HTML as of ``event`` (a template render), once in this process for
-    every page watching the session. The panel as of a row depends on the row and on the
-    burst's number, size and concurrency only, which no later row changes."""
+    """The summary panel's HTML as of ``event`` (:func:`labs.presenters.summary_html`), once in
+    this process for every page watching the session. The panel as of a row depends on the
+    row and on the burst's number, size and concurrency only, which no later row changes."""
     key = _row_key(session_id, event)
     html = _rendered_summaries.get(key)
     if html is None:

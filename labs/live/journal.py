@@ -170,8 +170,9 @@ def append_entries(entries: Sequence[Entry]) -> list[Written]:
     Must run inside a transaction. One ``UPDATE ... RETURNING`` reserves a block of sequence
     numbers for every session of the batch and holds their row locks until commit
     (:func:`_reserve`); then one ``executemany`` (PostgreSQL: ``COPY`` beyond
-    :data:`COPY_FROM_ROWS` rows) inserts every row. Plain SQL rather than ``bulk_create``: building model instances cost
-    about ten times more than the INSERT itself, on the path every burst event takes.
+    :data:`COPY_FROM_ROWS` rows) inserts every row. Plain SQL rather than ``bulk_create``:
+    building model instances cost about ten times more than the INSERT itself, on the path
+    every burst event takes.
     Returns the written entries in input order. Raises LabSession.DoesNotExist if a session
     is gone.
     """
