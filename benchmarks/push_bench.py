@@ -656,10 +656,15 @@ def main() -> None:
                     for name, seconds in parts.items()
                 )
             )
+            per_event = ", ".join(
+                f"{name} {1000 * used[name] / max(events, 1):.3f}"
+                for name in used
+                if name.startswith(("daphne", "worker"))
+            )
             usage.append(
                 f"{count:>3} sessions: {wall:5.1f} s wall; CPU s: "
                 + ", ".join(f"{name} {seconds:.1f}" for name, seconds in used.items())
-                + f" ({os.cpu_count()} CPUs)"
+                + f" ({os.cpu_count()} CPUs); ms per event: {per_event} (targets 0.2)"
             )
             rows.append((f"{count} session{'s' if count > 1 else ''} bursting", count, rounds,
                          events, latencies, layer, lost, dups, f"p99 <= {target} ms"))  # fmt: skip
