@@ -42,7 +42,9 @@ def actor_name(user) -> str:
     return user.get_username()
 
 
-# --- journal rows: labs.live.rows (the journal writer renders each pushed row once) ----------
+# --- what-if ---------------------------------------------------------------------------------
+# (A journal row's HTML and JSON are labs.live.rows': the journal writer renders each once.)
+
 
 def whatif_refusal(number: Any, status: str, recorded: bool) -> str:
     """Why burst ``number`` (its ``status``, whether its start state was ``recorded``) has no

@@ -4,8 +4,8 @@ Built where the row is written: the journal writer renders each row once (:func:
 and pushes the text itself, so a web process forwards it to every page watching the session
 without rendering or encoding it again, however many web processes and pages there are
 (``labs.live.journal.pushes_for``). A row read back from the database (a page catching up)
-is rendered by the same functions in the web process. :mod:`labs.presenters` re-exports them
-for the templates and views.
+is rendered by the same functions in the web process; the templates' filters
+(``labs.templatetags.lab_tags``) and the presenters call them too.
 
 Plain string formatting, no templates: this runs once for every event of every burst.
 """
