@@ -41,6 +41,7 @@ import logging
 import os
 import pickle
 import queue
+import signal
 import struct
 import subprocess
 import sys
@@ -77,6 +78,9 @@ def _read_frame(stream: BinaryIO) -> bytes | None:
 
 def _child_main() -> None:
     """The writer process: read framed entries on stdin, write them, report on stdout."""
+    # Ended by its parent, not by the signals its process group gets (module docstring).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     frames: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
 

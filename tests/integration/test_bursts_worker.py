@@ -207,6 +207,34 @@ def test_journal_writer_outlives_a_killed_worker_and_writes_every_attempt_it_was
         assert engine.pttl(key) > 0
 
 
+def test_sigterm_to_the_workers_process_group_finishes_the_burst_with_the_same_writer(
+    worker_process,
+):
+    """SIGTERM to the worker's whole process group mid-burst (Ctrl-C under ``make run``, a
+    ``kill`` of the group, a service manager stopping it): the worker finishes the burst
+    (Celery's warm shutdown), its journal writer process is not killed by the signal but
+    writes every attempt and exits when the worker is gone, and nothing restarts it."""
+    session = new_session(tour_script(dependency={"mode": "healthy", "latency_ms": 100}))
+    victim = worker_process()
+    writers = _writer_pids(victim.proc.pid)
+    assert len(writers) == 1
+    burst = bursts.burst_start(session=session, user=session.owner, size=12)
+    wait_for(
+        lambda: JournalEvent.objects.filter(burst=burst, kind="attempt").count() >= 2,
+        message="a few attempts journaled",
+    )
+    os.killpg(victim.proc.pid, signal.SIGTERM)
+    victim.proc.wait(60)
+    wait_for(lambda: not any(_alive(pid) for pid in writers), timeout=30,
+             message="the journal writer to finish and exit after the worker")  # fmt: skip
+    burst.refresh_from_db()
+    assert burst.status == Burst.Status.DONE
+    assert attempts_of(burst) == [1] * 12
+    assert JournalEvent.objects.filter(burst=burst, kind="burst_end").count() == 1
+    log = victim.log_path.read_text()
+    assert "journal writer process died" not in log, log
+
+
 def _writer_pids(worker_pid: int) -> list[int]:
     """The journal writer processes the worker started (its children running journal_process)."""
     pids = []
