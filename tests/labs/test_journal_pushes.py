@@ -51,6 +51,6 @@ def test_an_entry_crosses_the_writer_pipe_with_every_field_as_it_was():
         error="503", latency_ms=5.0, backoff_ms=None, state_from="", state_to="",
         actor_id=None, data={"host": 1, "nested": {"a": [1, 2]}}, emitted=1764750000.25,
     )  # fmt: skip
-    copy = pickle.loads(pickle.dumps([entry], protocol=pickle.HIGHEST_PROTOCOL))[0]
+    copy = pickle.loads(pickle.dumps([entry], protocol=pickle.HIGHEST_PROTOCOL))[0]  # noqa: S301
     assert copy == entry and copy is not entry
-    assert pickle.loads(pickle.dumps(entry)) == entry  # the default protocol too
+    assert pickle.loads(pickle.dumps(entry)) == entry  # noqa: S301 (the default protocol too)
