@@ -242,7 +242,7 @@ def chart_payload(payload: dict[str, Any]) -> dict[str, Any]:
     data = payload.get("data") or {}
     small = {k: payload.get(k) for k in keep}
     small["data"] = {k: data[k] for k in _CHART_DATA if k in data}
-    if "whatif" in payload:  # the burst cannot be replayed (see journal_row)
+    if "whatif" in payload:  # the burst cannot be replayed (see labs.live.rows.journal_row)
         small["whatif"] = payload["whatif"]
     return small
 
