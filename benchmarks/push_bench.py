@@ -24,8 +24,8 @@ here too (the "layer" columns: the latency before daphne), at the cost of more o
 ``--web N`` starts N daphne processes on one shared listening socket instead of one, as
 ``LAB_WEB_PROCESSES=N make run`` does; the CPU table lists each.
 
-One untimed burst first warms the worker's journal writer up (the first burst after a worker
-starts has its pushes held back by about a second while the writer gets going).
+One untimed burst first warms the servers up (connections opened and code run for the first
+time; the worker itself only takes tasks once its journal writer has booted).
 
 Rows printed:
 

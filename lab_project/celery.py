@@ -78,12 +78,30 @@ def _freeze_boot_objects(**kwargs) -> None:
     gc.freeze()
 
 
+#: How long a starting worker waits for its journal writer to boot before it takes tasks.
+JOURNAL_WRITER_BOOT_TIMEOUT_S = 60.0
+
+
 @worker_ready.connect
 def _start_journal_writer(**kwargs) -> None:
-    """Boot the journal writer (a process of its own by default) before the first burst."""
+    """Boot the journal writer (a process of its own by default) and wait until it answers,
+    before the worker takes its first task (Celery calls this before its consuming loop
+    starts, and logs "ready." after it). A burst started while the writer process was still
+    booting Django had its rows held back for that long, a second or more, which a page
+    catching up on a quiet second then read from the database instead of getting them
+    pushed. A writer that does not answer in time is logged; the worker starts anyway and
+    the rows follow when it does."""
+    import logging
+
     from labs.live.writers import get_writer
 
-    get_writer().start()
+    writer = get_writer()
+    writer.start()
+    if not writer.flush(JOURNAL_WRITER_BOOT_TIMEOUT_S):
+        logging.getLogger("labs").warning(
+            "journal writer not answering after %.0f s; taking tasks anyway",
+            JOURNAL_WRITER_BOOT_TIMEOUT_S,
+        )
 
 
 @worker_ready.connect
@@ -114,6 +132,18 @@ def _start_health_heartbeat(**kwargs) -> None:
     from labs.live import health
 
     health.start_worker_heartbeat()
+
+
+@worker_shutdown.connect
+def _stop_journal_writer(**kwargs) -> None:
+    """After a warm shutdown has let the running bursts finish: write everything they emitted
+    and end the journal writer, before the worker exits. Whatever stops the worker may kill
+    its whole process group once the worker is gone (``make run`` does, with SIGKILL): the
+    writer must not still hold rows then. Bounded, so a database that is down cannot hold
+    the stop forever (the writer logs what it could not write)."""
+    from labs.live.writers import get_writer
+
+    get_writer().stop(timeout=10)
 
 
 @worker_shutdown.connect

@@ -26,6 +26,13 @@ one journals a ``journal_lost`` row per session and burst counting them. When th
 process itself is killed, its writer process reads to the end of the pipe, writes everything
 and exits.
 
+Stopping: only the parent ends its writer process: :meth:`JournalPipe.stop` (a flush, then
+a stop frame) when the worker shuts down (``lab_project/celery.py``), or the pipe closing
+when the worker dies. The writer process ignores SIGINT and SIGTERM, which reach it with the
+rest of its process group (Ctrl-C under ``make run``, a ``kill`` of the group, a service
+manager stopping the worker): killed by them, it would die mid-batch while the worker is
+still finishing its bursts, and the worker would start another one to hand its buffer to.
+
 Interface: :class:`JournalPipe` implements :class:`labs.live.journal.JournalSink`, as the
 thread writer :class:`labs.live.writer.JournalWriter` does. A write on the pipe never raises
 into a burst: a broken pipe means the writer died, and the entry is in the buffer.

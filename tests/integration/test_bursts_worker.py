@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import threading
@@ -13,7 +14,7 @@ import redis
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.db import connections, transaction
+from django.db import connection, connections, transaction
 
 from labs.live import broadcast, runtime
 from labs.live.writers import get_writer
@@ -207,13 +208,17 @@ def test_journal_writer_outlives_a_killed_worker_and_writes_every_attempt_it_was
         assert engine.pttl(key) > 0
 
 
-def test_sigterm_to_the_workers_process_group_finishes_the_burst_with_the_same_writer(
+def test_stopping_the_workers_process_group_finishes_the_burst_and_journals_all_of_it(
     worker_process,
 ):
-    """SIGTERM to the worker's whole process group mid-burst (Ctrl-C under ``make run``, a
-    ``kill`` of the group, a service manager stopping it): the worker finishes the burst
-    (Celery's warm shutdown), its journal writer process is not killed by the signal but
-    writes every attempt and exits when the worker is gone, and nothing restarts it."""
+    """What ``make run`` does to stop a worker (scripts/services.py): SIGTERM to its process
+    group mid-burst, a wait for the worker, then SIGKILL to whatever is left in the group.
+
+    The journal is held locked from the SIGTERM until the burst's last attempt, so the writer
+    still has most of the burst's rows when the worker begins to stop. The worker finishes the
+    burst (Celery's warm shutdown); its journal writer process is not killed by the SIGTERM,
+    and the worker has it write everything and waits for it before exiting, so the SIGKILL
+    finds nothing holding rows; nothing starts a second writer."""
     session = new_session(tour_script(dependency={"mode": "healthy", "latency_ms": 100}))
     victim = worker_process()
     writers = _writer_pids(victim.proc.pid)
@@ -223,16 +228,34 @@ def test_sigterm_to_the_workers_process_group_finishes_the_burst_with_the_same_w
         lambda: JournalEvent.objects.filter(burst=burst, kind="attempt").count() >= 2,
         message="a few attempts journaled",
     )
-    os.killpg(victim.proc.pid, signal.SIGTERM)
+    store = runtime.session_store(session.pk)
+    with _journal_locked():
+        os.killpg(victim.proc.pid, signal.SIGTERM)
+        wait_for(lambda: store.export_state()["dependency"]["attempts"] == 12,
+                 message="the burst's last attempt")  # fmt: skip
     victim.proc.wait(60)
-    wait_for(lambda: not any(_alive(pid) for pid in writers), timeout=30,
-             message="the journal writer to finish and exit after the worker")  # fmt: skip
+    assert not any(_alive(pid) for pid in writers), "the writer outlived the worker"
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(victim.proc.pid, signal.SIGKILL)
     burst.refresh_from_db()
     assert burst.status == Burst.Status.DONE
     assert attempts_of(burst) == [1] * 12
     assert JournalEvent.objects.filter(burst=burst, kind="burst_end").count() == 1
     log = victim.log_path.read_text()
     assert "journal writer process died" not in log, log
+
+
+@contextlib.contextmanager
+def _journal_locked():
+    """Keep the journal writer from committing: SQLite's database write lock, PostgreSQL's
+    table lock on the journal (reads go on)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        table = JournalEvent._meta.db_table
+        if connection.vendor == "postgresql":
+            cursor.execute(f"LOCK TABLE {table} IN EXCLUSIVE MODE")
+        else:
+            cursor.execute(f"UPDATE {table} SET id = id WHERE 0 = 1")  # noqa: S608
+        yield
 
 
 def _writer_pids(worker_pid: int) -> list[int]:
