@@ -7,8 +7,7 @@ from celery.signals import worker_ready
 
 from labs.live import queue
 from labs.live.hub import bookkeeping
-from labs.services import bursts, predictions, traffic
-from labs.services.classroom import classroom_fault_restore
+from labs.services import bursts, classroom, predictions, traffic
 
 
 @shared_task(name=queue.RUN_BURST, ignore_result=True)
@@ -32,13 +31,15 @@ def run_traffic(traffic_id: int) -> str:
 @shared_task(name=queue.RESTORE_CLASS_FAULT, ignore_result=True)
 def restore_class_fault(fault_id: int) -> int:
     """End a timed class-wide fault (idempotent: the fault row is claimed before restoring)."""
-    return len(classroom_fault_restore(fault_id=fault_id).changed)
+    return len(classroom.classroom_fault_restore(fault_id=fault_id).changed)
 
 
 @worker_ready.connect
 def _start_burst_heartbeat(**kwargs) -> None:
     """Start the thread that vouches for this worker's bursts and reaps dead workers' ones as
-    soon as the worker is ready, so a killed worker's burst ends without anyone loading a page.
+    soon as the worker is ready, so a killed worker's burst ends without anyone loading a page;
+    likewise traffic runs' reaper and the sweeper of class faults whose restore task was lost.
     (Connected here, not in lab_project.celery, which sits below the services.)"""
     bursts.worker_ready()
     traffic.worker_ready()
+    classroom.worker_ready()

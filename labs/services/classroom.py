@@ -11,23 +11,28 @@ the dependency to put back; ``labs.tasks.restore_class_fault`` runs with a count
 delivered twice (or a sweep racing the task) restores once. A second injection in the same
 class supersedes the first: the first's restore then does nothing, and the second restores the
 modes the first had saved (the modes from before any class-wide fault), not the first fault.
+A fault whose task was lost (its worker died holding it) is restored by a sweep
+(:func:`classroom_faults_restore_due`) that every worker runs every few seconds from the moment
+it is ready (:func:`worker_ready`), and that a class dashboard runs when it loads.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from labs.engine import Problem
 from labs.live import queue
 from labs.models import ClassFault, Classroom, LabSession, Scenario
 from labs.presenters import actor_name
-from labs.services.bursts import BurstAlreadyRunning
+from labs.services.bursts import BurstAlreadyRunning, reap_interval
 from labs.services.lab import SettingsInvalid, session_reset, session_set_dependency
 
 logger = logging.getLogger(__name__)
@@ -245,6 +250,37 @@ def classroom_faults_restore_due(*, now=None) -> int:
         if classroom_fault_restore(fault_id=fault_id, now=now).fault is not None:
             restored += 1
     return restored
+
+
+_sweeper: threading.Thread | None = None
+_sweeper_lock = threading.Lock()
+
+
+def worker_ready() -> None:
+    """Start this worker process's fault sweeper: every ``bursts.reap_interval()`` seconds it
+    restores the timed class faults whose time has passed (:func:`classroom_faults_restore_due`).
+    The restore task is the normal path; a worker that died holding it (the broker does not
+    deliver it again) would otherwise leave the class's dependencies broken until an
+    instructor's dashboard loaded. A fault restored by the task is not due any more, and the
+    restore claims its row, so the two never both restore it."""
+    global _sweeper
+    with _sweeper_lock:
+        if _sweeper is None:
+            _sweeper = threading.Thread(target=_sweep_loop, name="fault-sweeper", daemon=True)
+            _sweeper.start()
+
+
+def _sweep_loop() -> None:
+    while True:
+        time.sleep(reap_interval())
+        try:
+            restored = classroom_faults_restore_due()
+            if restored:
+                logger.info("restored %d class fault(s) whose restore task was lost", restored)
+        except Exception:  # the sweeper must outlive a database hiccup
+            logger.exception("class fault sweep failed")
+        finally:
+            connection.close()
 
 
 def classroom_reset(*, classroom: Classroom, user) -> ClassActionResult:
