@@ -28,6 +28,7 @@ import random
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -346,6 +347,33 @@ def reap_interval() -> float:
     """Seconds between two reaps by one worker: a dead worker's burst is marked at most this
     long after its heartbeat goes stale (``LAB_BURST_STALE_SECONDS``)."""
     return max(settings.LAB_BURST_HEARTBEAT_SECONDS, settings.LAB_BURST_STALE_SECONDS / 2)
+
+
+_sweepers: dict[str, threading.Thread] = {}
+
+
+def start_sweeper(name: str, sweep: Callable[[], object]) -> None:
+    """Run ``sweep`` every :func:`reap_interval` seconds on a daemon thread of this process
+    called ``name``, started once per name: a worker's backstops for what a dead worker left
+    behind (traffic runs, class faults). A failing sweep is logged and tried again next time;
+    the thread keeps no database connection between two sweeps."""
+    with _running_lock:
+        if name not in _sweepers:
+            thread = threading.Thread(target=_sweep_forever, args=(name, sweep), name=name,
+                                      daemon=True)  # fmt: skip
+            _sweepers[name] = thread
+            thread.start()
+
+
+def _sweep_forever(name: str, sweep: Callable[[], object]) -> None:
+    while True:
+        time.sleep(reap_interval())
+        try:
+            sweep()
+        except Exception:  # the sweeper must outlive a database hiccup
+            logger.exception("%s failed", name)
+        finally:
+            connection.close()
 
 
 def _ensure_heartbeat() -> None:

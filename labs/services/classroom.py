@@ -19,20 +19,18 @@ it is ready (:func:`worker_ready`), and that a class dashboard runs when it load
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.core.exceptions import PermissionDenied
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from labs.engine import Problem
 from labs.live import queue
 from labs.models import ClassFault, Classroom, LabSession, Scenario
 from labs.presenters import actor_name
-from labs.services.bursts import BurstAlreadyRunning, reap_interval
+from labs.services.bursts import BurstAlreadyRunning, start_sweeper
 from labs.services.lab import SettingsInvalid, session_reset, session_set_dependency
 
 logger = logging.getLogger(__name__)
@@ -252,10 +250,6 @@ def classroom_faults_restore_due(*, now=None) -> int:
     return restored
 
 
-_sweeper: threading.Thread | None = None
-_sweeper_lock = threading.Lock()
-
-
 def worker_ready() -> None:
     """Start this worker process's fault sweeper: every ``bursts.reap_interval()`` seconds it
     restores the timed class faults whose time has passed (:func:`classroom_faults_restore_due`).
@@ -263,24 +257,13 @@ def worker_ready() -> None:
     deliver it again) would otherwise leave the class's dependencies broken until an
     instructor's dashboard loaded. A fault restored by the task is not due any more, and the
     restore claims its row, so the two never both restore it."""
-    global _sweeper
-    with _sweeper_lock:
-        if _sweeper is None:
-            _sweeper = threading.Thread(target=_sweep_loop, name="fault-sweeper", daemon=True)
-            _sweeper.start()
+    start_sweeper("fault-sweeper", _sweep_faults)
 
 
-def _sweep_loop() -> None:
-    while True:
-        time.sleep(reap_interval())
-        try:
-            restored = classroom_faults_restore_due()
-            if restored:
-                logger.info("restored %d class fault(s) whose restore task was lost", restored)
-        except Exception:  # the sweeper must outlive a database hiccup
-            logger.exception("class fault sweep failed")
-        finally:
-            connection.close()
+def _sweep_faults() -> None:
+    restored = classroom_faults_restore_due()
+    if restored:
+        logger.info("restored %d class fault(s) whose restore task was lost", restored)
 
 
 def classroom_reset(*, classroom: Classroom, user) -> ClassActionResult:

@@ -48,7 +48,7 @@ from labs.live.writers import get_writer
 from labs.models import LabSession, Traffic
 from labs.presenters import actor_name
 from labs.selectors import stale_runs
-from labs.services.bursts import WORKER_ID, BurstRefused, reap_interval
+from labs.services.bursts import WORKER_ID, BurstRefused, start_sweeper
 
 logger = logging.getLogger(__name__)
 
@@ -394,30 +394,11 @@ def _summary(traffic: Traffic, started: int, outcomes: Counter[str]) -> dict:
     }
 
 
-_reaper: threading.Thread | None = None
-_reaper_lock = threading.Lock()
-
-
 def worker_ready() -> None:
     """Start this worker process's traffic reaper: every ``bursts.reap_interval()`` seconds
     it marks the runs of dead workers (stale heartbeats) INTERRUPTED, so a killed worker's
     run ends and the session can start traffic again without anyone loading a page."""
-    global _reaper
-    with _reaper_lock:
-        if _reaper is None:
-            _reaper = threading.Thread(target=_reap_loop, name="traffic-reaper", daemon=True)
-            _reaper.start()
-
-
-def _reap_loop() -> None:
-    while True:
-        time.sleep(reap_interval())
-        try:
-            traffic_reap_stale()
-        except Exception:  # the reaper must outlive a database hiccup
-            logger.exception("traffic reaper failed")
-        finally:
-            connection.close()
+    start_sweeper("traffic-reaper", traffic_reap_stale)
 
 
 # --- Anywhere ------------------------------------------------------------------------------
