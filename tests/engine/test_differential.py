@@ -126,7 +126,7 @@ def module_redis():
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(config=configs, ops=operations, cooldown_us=st.sampled_from([100_000, 1_000_000, 2_000_000]))
-@example(  # every decision at least once, whatever the random draws
+@example(  # the plain admissions and results (the last two examples reach the rest)
     config=BreakerConfig(failure_threshold=1),
     ops=[
         ("call", "f"),  # opens
