@@ -349,31 +349,37 @@ def reap_interval() -> float:
     return max(settings.LAB_BURST_HEARTBEAT_SECONDS, settings.LAB_BURST_STALE_SECONDS / 2)
 
 
-_sweepers: dict[str, threading.Thread] = {}
+#: The sweeps this process runs (:func:`start_sweeper`), by name, and the one thread running them.
+_sweeps: dict[str, Callable[[], object]] = {}
+_sweeper_thread: threading.Thread | None = None
 
 
 def start_sweeper(name: str, sweep: Callable[[], object]) -> None:
-    """Run ``sweep`` every :func:`reap_interval` seconds on a daemon thread of this process
-    called ``name``, started once per name: a worker's backstops for what a dead worker left
-    behind (traffic runs, class faults). A failing sweep is logged and tried again next time;
-    the thread keeps no database connection between two sweeps."""
+    """Run ``sweep`` every :func:`reap_interval` seconds from now on, once per ``name``: a
+    worker's backstops for what a dead worker left behind (traffic runs, class faults). Every
+    sweep of the process runs on one thread, in turn, with one database connection a round,
+    closed between rounds; a failing sweep is logged and tried again next round. Not on the
+    bursts' heartbeat thread: a slow sweep must not make this worker's bursts look stale."""
+    global _sweeper_thread
     with _running_lock:
-        if name not in _sweepers:
-            thread = threading.Thread(target=_sweep_forever, args=(name, sweep), name=name,
-                                      daemon=True)  # fmt: skip
-            _sweepers[name] = thread
-            thread.start()
+        _sweeps.setdefault(name, sweep)
+        if _sweeper_thread is None:
+            _sweeper_thread = threading.Thread(target=_sweep_forever, name="worker-sweeper",
+                                               daemon=True)  # fmt: skip
+            _sweeper_thread.start()
 
 
-def _sweep_forever(name: str, sweep: Callable[[], object]) -> None:
+def _sweep_forever() -> None:
     while True:
         time.sleep(reap_interval())
-        try:
-            sweep()
-        except Exception:  # the sweeper must outlive a database hiccup
-            logger.exception("%s failed", name)
-        finally:
-            connection.close()
+        with _running_lock:
+            sweeps = list(_sweeps.items())
+        for name, sweep in sweeps:
+            try:
+                sweep()
+            except Exception:  # the sweeper must outlive a database hiccup
+                logger.exception("%s failed", name)
+        connection.close()
 
 
 def _ensure_heartbeat() -> None:
