@@ -140,7 +140,8 @@ def _stop_journal_writer(**kwargs) -> None:
     and end the journal writer, before the worker exits. Whatever stops the worker may kill
     its whole process group once the worker is gone (``make run`` does, with SIGKILL): the
     writer must not still hold rows then. Bounded, so a database that is down cannot hold
-    the stop forever (the writer logs what it could not write)."""
+    the stop forever: 10 s for the rows, 10 more for the process to exit (the writer logs
+    what it could not write)."""
     from labs.live.writers import get_writer
 
     get_writer().stop(timeout=10)
