@@ -108,7 +108,7 @@ def socket_run_burst(session_key: str | None, session_id: int, data: dict[str, A
     request.user = auth.get_user(request)
     if not request.user.is_authenticated:
         return _socket_reply(403, SOCKET_SIGNED_OUT)
-    session = selectors.owned_session(request.user, session_id, related=False)
+    session = selectors.owned_session_keys(request.user, session_id)
     if session is None:
         return _socket_reply(403, SOCKET_NOT_OWNER)
     form = BurstForm({k: str(data.get(k, "")) for k in ("size", "concurrency")})

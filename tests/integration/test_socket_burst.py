@@ -10,15 +10,18 @@ from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
+from django.contrib.auth.models import AnonymousUser
 from django.contrib.sessions.models import Session
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from lab_project.asgi import application
-from labs import clicks
+from labs import clicks, selectors
 from labs.models import Burst, JournalEvent
 from labs.services import lab
 from tests.conftest import make_classroom, make_instructor, make_scenario, make_student
-from tests.integration.test_consumer import TIMEOUT, receive, socket
+from tests.integration.test_consumer import TIMEOUT, cookie_for, receive, socket
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -167,3 +170,32 @@ def test_a_click_without_an_id_is_ignored_and_the_socket_stays(world):
 
     assert async_to_sync(scenario)()["type"] == "pong"
     assert bursts_of(session) == []
+
+
+def test_the_ownership_read_has_the_keys_only_and_only_for_the_owner(world):
+    session, alice, teacher = world["session"], world["alice"], world["teacher"]
+    owned = selectors.owned_session_keys(alice, session.pk)
+    assert (owned.pk, owned.owner_id, owned.classroom_id) == (
+        session.pk, alice.pk, session.classroom_id,
+    )  # fmt: skip
+    assert {"policy", "dependency", "scenario_id"} <= owned.get_deferred_fields()
+    assert selectors.owned_session_keys(teacher, session.pk) is None  # may watch, not own
+    assert selectors.owned_session_keys(alice, session.pk + 1000) is None
+    assert selectors.owned_session_keys(AnonymousUser(), session.pk) is None
+
+
+def test_a_click_reads_the_session_row_once_and_no_deferred_field(world):
+    """A click on the keys-only session (above) must not read one of its deferred fields:
+    each would be one more query per click, silently."""
+    session = world["session"]
+    with CaptureQueriesContext(connection) as captured:
+        reply = clicks.socket_run_burst(
+            cookie_for(world["alice"]), session.pk, {"size": 3, "concurrency": 1}
+        )
+    assert reply["status"] == 200, reply
+    selects = [
+        q["sql"] for q in captured.captured_queries
+        if q["sql"].startswith("SELECT") and "labs_labsession" in q["sql"]
+    ]  # fmt: skip
+    assert len(selects) == 1 and selects[0].startswith("SELECT id, owner_id, classroom_id ")
+    assert bursts_of(session) == [(1, 3)]
