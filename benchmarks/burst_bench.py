@@ -8,7 +8,9 @@ Uses its own SQLite file (or DATABASE_URL) and Redis databases 4..7, migrates, s
 (a) the tour's wall time per burst against the sum of its configured sleeps, the cost added per
     attempt, the first burst after the worker started on its own, and the same burst with a
     naive synchronous sink (an INSERT plus an
-    ``async_to_sync(group_send)`` per event on the timing path) for comparison;
+    ``async_to_sync(group_send)`` per event on the timing path) for comparison, and this
+    machine's floor under that burst: its sleeps and one ``PING`` per Redis round trip it
+    makes, nothing else;
 (b) N sessions each starting a C-call burst at the same moment on the one worker: completion,
     lost and duplicated events (journal against the events the engine must emit), p50/p99
     slowdown against each burst's theoretical time, and journal rows written per second.
@@ -145,6 +147,7 @@ def tour_part(args) -> None:
         f"{(wall - sleeps) / attempts:.3f} ms added per attempt"
     )
     naive_part(script)
+    floor_part(script)
 
 
 def naive_part(script) -> None:
@@ -219,6 +222,81 @@ def naive_part(script) -> None:
         print(
             f"    {label:<30} {wall:8.1f} {(wall - 220) / 9:17.3f} ms {(wall - base) / 9:22.3f} ms"
         )
+
+
+def floor_part(script) -> None:
+    """This machine's floor under the tour's burst 1: its sleeps and its Redis round trips,
+    with no engine, no journal and no worker.
+
+    Burst 1 runs once more in this process on an engine hub of its own, as on a worker, and
+    what it does is recorded in order: each sleep of its caller (the dependency's latency, a
+    backoff) and each batch the hub writes to Redis (a round trip). The record is then
+    replayed seven times with nothing but those sleeps, taken as the hub takes them (a
+    wake-up's lateness, up to ``CATCH_UP_S``, off the next sleep), and one ``PING`` for each
+    round trip, the cheapest command Redis answers. What the replay takes over its sleeps is
+    what any client needs that talks to Redis as often as the engine must (the breaker's
+    state is shared there), on this machine, at this hour."""
+    import redis
+    from django.conf import settings
+
+    from labs.live import hub as hub_module
+    from labs.live import runtime
+
+    timeline: list[float | None] = []  # a sleep's seconds, or None for a round trip
+    hub = hub_module.Hub(name="floor-hub")
+    clock_sleep = hub.clock.sleep
+    write_batch = hub_module.write_batch
+
+    def recording_sleep(seconds: float) -> None:
+        timeline.append(seconds)
+        clock_sleep(seconds)
+
+    def recording_write(conn, commands):
+        timeline.append(None)
+        return write_batch(conn, commands)
+
+    session = make_sessions(1, script)[0]
+    engine = runtime.build_engine(
+        session, sink=lambda event: None, rng=random.Random(1),
+        client=hub.redis(runtime.engine_redis().connection_pool), clock=hub.clock,
+    )  # fmt: skip
+    hub.run(engine.dependency.arm)
+    timeline.clear()
+    hub.clock.sleep = recording_sleep
+    hub_module.write_batch = recording_write
+    try:
+        result = hub.run(lambda: engine.client.run_burst(6, first_call=1, burst=1))
+    finally:
+        hub_module.write_batch = write_batch
+        del hub.clock.sleep
+    sleeps = [s for s in timeline if s is not None]
+    trips = timeline.count(None)
+    attempts = result.attempts_total
+
+    client = redis.Redis.from_url(settings.LAB_ENGINE_REDIS_URL)
+    client.ping()
+
+    def replay() -> float:
+        start = time.perf_counter()
+        late = 0.0
+        for step in timeline:
+            if step is None:
+                client.ping()
+                continue
+            due = time.perf_counter() - late + step
+            time.sleep(max(0.0, due - time.perf_counter()))
+            late = min(max(0.0, time.perf_counter() - due), hub_module.CATCH_UP_S)
+        return (time.perf_counter() - start) * 1000
+
+    wall = statistics.median(replay() for _ in range(7))
+    slept = sum(sleeps) * 1000
+    print(
+        f"\n    this machine's floor under burst 1: its {len(sleeps)} sleeps ({slept:.1f} ms) and "
+        f"{trips} Redis round trips on a hub,\n    replayed with a PING each and nothing else "
+        f"(median of 7): {wall:.1f} ms, {100 * (wall - slept) / slept:.2f}% over its sleeps, "
+        f"{(wall - slept) / attempts:.3f} ms per attempt\n    (the target: 2 %, "
+        f"{0.02 * slept / attempts:.3f} ms per attempt)"
+    )
 
 
 def crowd_part(args) -> None:
