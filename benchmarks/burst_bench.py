@@ -230,7 +230,8 @@ def floor_part(script) -> None:
 
     Burst 1 runs once more in this process on an engine hub of its own, as on a worker, and
     what it does is recorded in order: each sleep of its caller (the dependency's latency, a
-    backoff) and each batch the hub writes to Redis (a round trip). The record is then
+    backoff) and the hub's rounds between them (``Hub.rounds``: each round is one batch
+    written to Redis, one round trip). The record is then
     replayed seven times with nothing but those sleeps, taken as the hub takes them (a
     wake-up's lateness, up to ``CATCH_UP_S``, off the next sleep), and one ``PING`` for each
     round trip, the cheapest command Redis answers. What the replay takes over its sleeps is
@@ -245,15 +246,17 @@ def floor_part(script) -> None:
     timeline: list[float | None] = []  # a sleep's seconds, or None for a round trip
     hub = hub_module.Hub(name="floor-hub")
     clock_sleep = hub.clock.sleep
-    write_batch = hub_module.write_batch
+    seen = 0  # the hub's rounds already in the timeline
+
+    def trips_so_far() -> None:
+        nonlocal seen
+        timeline.extend([None] * (hub.rounds - seen))
+        seen = hub.rounds
 
     def recording_sleep(seconds: float) -> None:
+        trips_so_far()
         timeline.append(seconds)
         clock_sleep(seconds)
-
-    def recording_write(conn, commands):
-        timeline.append(None)
-        return write_batch(conn, commands)
 
     session = make_sessions(1, script)[0]
     engine = runtime.build_engine(
@@ -261,14 +264,13 @@ def floor_part(script) -> None:
         client=hub.redis(runtime.engine_redis().connection_pool), clock=hub.clock,
     )  # fmt: skip
     hub.run(engine.dependency.arm)
-    timeline.clear()
+    seen = hub.rounds
     hub.clock.sleep = recording_sleep
-    hub_module.write_batch = recording_write
     try:
         result = hub.run(lambda: engine.client.run_burst(6, first_call=1, burst=1))
     finally:
-        hub_module.write_batch = write_batch
         del hub.clock.sleep
+    trips_so_far()
     sleeps = [s for s in timeline if s is not None]
     trips = timeline.count(None)
     attempts = result.attempts_total
