@@ -352,6 +352,7 @@ def reap_interval() -> float:
 #: The sweeps this process runs (:func:`start_sweeper`), by name, and the one thread running them.
 _sweeps: dict[str, Callable[[], object]] = {}
 _sweeper_thread: threading.Thread | None = None
+_sweeps_lock = threading.Lock()
 
 
 def start_sweeper(name: str, sweep: Callable[[], object]) -> None:
@@ -361,7 +362,7 @@ def start_sweeper(name: str, sweep: Callable[[], object]) -> None:
     closed between rounds; a failing sweep is logged and tried again next round. Not on the
     bursts' heartbeat thread: a slow sweep must not make this worker's bursts look stale."""
     global _sweeper_thread
-    with _running_lock:
+    with _sweeps_lock:
         _sweeps.setdefault(name, sweep)
         if _sweeper_thread is None:
             _sweeper_thread = threading.Thread(target=_sweep_forever, name="worker-sweeper",
@@ -372,7 +373,7 @@ def start_sweeper(name: str, sweep: Callable[[], object]) -> None:
 def _sweep_forever() -> None:
     while True:
         time.sleep(reap_interval())
-        with _running_lock:
+        with _sweeps_lock:
             sweeps = list(_sweeps.items())
         for name, sweep in sweeps:
             try:
