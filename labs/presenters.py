@@ -379,16 +379,28 @@ def summary_panel(
     counts = counts or {}
     panel = dict(facts)
     panel.update({name: counts.get(name, 0) for name in SUMMARY_COUNTS})
+    panel["waiting_ms_total"] = waiting_ms(counts)
     panel["wall_ms"] = counts.get("wall_ms")
     panel["extra"] = {name: counts[name] for name in SUMMARY_EXTRAS if name in counts}
     panel.update(changes)
     return panel
 
 
+def waiting_ms(counts: dict[str, Any]) -> float:
+    """The summary's "Time waiting": backoff sleeps and waits for a pool slot together, so it
+    is never less than either part the panel shows beside it. A running burst's counts carry
+    it (each sleep and each pooled call's wait adds to it, :func:`labs.live.rows.summary_delta`);
+    a finished burst's summary has the two parts (``backoff_ms_total``, ``wait_ms_total``)."""
+    if "waiting_ms_total" in counts:
+        return counts["waiting_ms_total"] or 0
+    return (counts.get("backoff_ms_total") or 0) + (counts.get("wait_ms_total") or 0)
+
+
 def counts_from_events(payloads: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """A running burst's counts so far, from its journal rows (oldest first)."""
     counts: dict[str, Any] = dict.fromkeys(SUMMARY_COUNTS, 0)
     counts["backoff_ms_total"] = 0.0
+    counts["waiting_ms_total"] = 0.0
     for payload in payloads:
         for name, value in summary_delta(payload).items():
             counts[name] = counts.get(name, 0) + value
@@ -430,8 +442,8 @@ def summary_html(summary: dict[str, Any]) -> str:
         f"{e(str(summary.get('fast_failed')))}</dd></div>"
         '<div><dt>Attempts spent</dt><dd data-stat="attempts_total">'
         f"{e(str(summary.get('attempts_total')))}</dd></div>"
-        '<div><dt>Time waiting</dt><dd><span data-stat="backoff_ms_total">'
-        f"{_float0(summary.get('backoff_ms_total'))}</span> ms</dd></div>"
+        '<div><dt>Time waiting</dt><dd><span data-stat="waiting_ms_total">'
+        f"{_float0(summary.get('waiting_ms_total'))}</span> ms</dd></div>"
         '<div><dt>Calls done</dt><dd><span data-stat="calls">'
         f"{e(str(summary.get('calls')))}</span> of {e(str(summary.get('size')))}</dd></div>"
         "</dl>"
@@ -446,8 +458,10 @@ def summary_html(summary: dict[str, Any]) -> str:
             )
         if "wait_ms_total" in extra:
             parts.append(
-                '<div><dt>Waiting for a slot</dt><dd><span data-stat="wait_ms_total">'
+                '<div><dt>Of it, for a pool slot</dt><dd><span data-stat="wait_ms_total">'
                 f"{_float0(extra['wait_ms_total'])}</span> ms</dd></div>"
+                '<div><dt>Of it, backing off</dt><dd><span data-stat="backoff_ms_total">'
+                f"{_float0(summary.get('backoff_ms_total'))}</span> ms</dd></div>"
                 '<div><dt>Refused by the bulkhead</dt><dd class="stat-bad" '
                 f'data-stat="rejected_bulkhead">{e(_text_or_blank(extra.get("rejected_bulkhead")))}'
                 "</dd></div>"

@@ -21,8 +21,8 @@ Call outcomes: ``success``; ``failure`` (attempts spent, or a non-retryable erro
 ``rejected_open`` / ``rejected_half_open`` (the breaker refused the call before any attempt);
 ``budget_exhausted``; ``deadline_exceeded``; and with the settings of
 :mod:`labs.engine.routes`: ``rejected_bulkhead`` (the dependency already had the bulkhead's
-number of calls in flight), ``pool_timeout`` (no slot of the pool freed within
-``pool_wait_ms``) and ``degraded`` (the call failed and the policy's fallback answered it:
+number of calls in flight; a fast-fail, as the breaker's refusals), ``pool_timeout`` (no
+slot of the pool freed within ``pool_wait_ms``) and ``degraded`` (the call failed and the policy's fallback answered it:
 never a success).
 
 Hosts, B, the bulkhead, fallbacks and idempotency keys (``routes``): every attempt names its
@@ -72,7 +72,6 @@ CALL_OUTCOMES = (
     *FAST_FAIL_OUTCOMES,
     "budget_exhausted",
     "deadline_exceeded",
-    "rejected_bulkhead",
     "pool_timeout",
     "degraded",
 )

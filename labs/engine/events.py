@@ -37,9 +37,10 @@ EVENT_KINDS = (
     "burst_end",
 )
 
-#: Call outcomes that are fast-fails: the breaker refused the call before any attempt, so
-#: the dependency was not touched (``rejected_<reason>`` of the breaker's Rejection).
-FAST_FAIL_OUTCOMES = ("rejected_open", "rejected_half_open")
+#: Call outcomes that are fast-fails: the call was refused at once, before any attempt, so
+#: the dependency was not touched: by the breaker (``rejected_<reason>`` of its Rejection) or
+#: by the bulkhead (``rejected_bulkhead``: the dependency already had its calls in flight).
+FAST_FAIL_OUTCOMES = ("rejected_open", "rejected_half_open", "rejected_bulkhead")
 
 
 def is_fast_fail(outcome: str | None) -> bool:

@@ -12,7 +12,7 @@ Measures:
 ``calls``               number of calls in the burst
 ``succeeded``           calls that succeeded
 ``failed``              calls that failed after trying (not fast-failed)
-``fast_failed``         calls refused by the breaker without an attempt
+``fast_failed``         calls refused at once, without an attempt (breaker or bulkhead)
 ``attempts_total``      attempts sent, all calls together
 ``dependency_hits``     attempts that reached the dependency (``attempt`` events)
 ``backoff_ms_total``    milliseconds spent in backoff sleeps, all calls together

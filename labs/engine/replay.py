@@ -174,7 +174,7 @@ class Replay:
             "fast_failed": s.get("fast_failed", 0),
             "attempts": s.get("attempts_total", 0),
             "dependency_hits": sum(1 for e in self.events if e.kind == "attempt"),
-            "waiting_ms": s.get("backoff_ms_total", 0.0),
+            "waiting_ms": waiting_ms(s),
             "total_ms": round(s.get("end_ms", 0.0) - s.get("start_ms", 0.0), 3),
         }
 
@@ -283,6 +283,11 @@ def compare(
     return replay(start, policy=policy_a), replay(start, policy=policy_b)
 
 
+def waiting_ms(summary: dict[str, Any]) -> float:
+    """A burst's time waiting: its backoff sleeps and its calls' waits for a pool slot."""
+    return round(summary.get("backoff_ms_total", 0.0) + summary.get("wait_ms_total", 0.0), 3)
+
+
 #: (key, label, unit) of each diff-table row.
 DIFF_ROWS = (
     ("succeeded", "succeeded", ""),
@@ -315,7 +320,7 @@ def scenario_metrics(output: dict[str, Any]) -> dict[str, float]:
         "fast_failed": sum(b["fast_failed"] for b in bursts),
         "attempts": sum(b["attempts_total"] for b in bursts),
         "dependency_hits": sum(1 for e in output.get("events", ()) if e["kind"] == "attempt"),
-        "waiting_ms": round(sum(b["backoff_ms_total"] for b in bursts), 3),
+        "waiting_ms": round(sum(waiting_ms(b) for b in bursts), 3),
         "total_ms": output["total_ms"],
     }
 

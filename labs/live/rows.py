@@ -165,14 +165,22 @@ def summary_delta(event: dict[str, Any]) -> dict[str, float]:
     if kind == "attempt":
         return {"attempts_total": 1}
     if kind == "sleep":
-        return {"backoff_ms_total": event.get("backoff_ms") or 0}
+        backoff = event.get("backoff_ms") or 0
+        return {"backoff_ms_total": backoff, "waiting_ms_total": backoff}
     if kind == "call_result":
         outcome = event.get("outcome") or ""
         if outcome == "success":
-            return {"calls": 1, "succeeded": 1}
-        if outcome == "degraded":  # answered by the fallback: neither a success nor a failure
-            return {"calls": 1, "degraded": 1}
-        return {"calls": 1, "fast_failed" if is_fast_fail(outcome) else "failed": 1}
+            delta: dict[str, float] = {"calls": 1, "succeeded": 1}
+        elif outcome == "degraded":  # answered by the fallback: neither a success nor a failure
+            delta = {"calls": 1, "degraded": 1}
+        else:
+            delta = {"calls": 1, "fast_failed" if is_fast_fail(outcome) else "failed": 1}
+        # A pooled call's wait for a slot is time waiting too (the summary's "Time waiting"
+        # is backoff and slot waits together; labs.presenters.summary_panel).
+        waited = (event.get("data") or {}).get("waited_ms")
+        if waited:
+            delta["waiting_ms_total"] = waited
+        return delta
     return {}
 
 

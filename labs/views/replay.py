@@ -30,7 +30,7 @@ from django_htmx.http import reswap, retarget
 
 from labs import presenters, selectors
 from labs.engine import LIMITS, ValidationError
-from labs.engine.replay import PRESETS, parse_start, policy_of, scenario_metrics
+from labs.engine.replay import PRESETS, parse_start, policy_of, scenario_metrics, waiting_ms
 from labs.forms.lab import POLICY_GROUPS, PolicyForm
 from labs.models import Burst, LabSession
 from labs.selectors import visible_session
@@ -160,7 +160,7 @@ def _real_metrics(burst: Burst, same) -> dict[str, float]:
             "failed": s.get("failed", metrics["failed"]),
             "fast_failed": s.get("fast_failed", metrics["fast_failed"]),
             "attempts": s.get("attempts_total", metrics["attempts"]),
-            "waiting_ms": s.get("backoff_ms_total", metrics["waiting_ms"]),
+            "waiting_ms": waiting_ms(s) if "backoff_ms_total" in s else metrics["waiting_ms"],
             "total_ms": s.get("wall_ms", metrics["total_ms"]),
         }
     )

@@ -795,7 +795,7 @@
     const SHARE_H = 30;
     const ATTEMPT_KINDS = ["ok", "error", "timeout", "shed", "skipped"];
     const CALL_KINDS = ["ok", "failed", "fast"];
-    const FAST = { rejected_open: true, rejected_half_open: true };
+    const FAST = { rejected_open: true, rejected_half_open: true, rejected_bulkhead: true };
     const seconds = new Map(); // second -> { attempts: {kind: n}, calls: {kind: n} }
     const transitions = [];
     const seen = new Set();

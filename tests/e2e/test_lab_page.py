@@ -159,7 +159,7 @@ def test_student_runs_the_tour_live_and_the_page_matches_the_journal(
         assert missed_while_offline > 0, "the offline window should have missed some events"
         assert page.evaluate("failureLab.lastSeq()") > seen_before_offline
         assert (stat(page, "succeeded"), stat(page, "attempts_total")) == (6, 9)
-        assert stat(page, "backoff_ms_total") == 175
+        assert stat(page, "waiting_ms_total") == 175
 
         # 2. down, burst of 6: three calls fail after 4 attempts, the breaker opens, the rest
         #    fail fast; the badge counts the 2 s cooldown down, then reads HALF-OPEN.

@@ -163,9 +163,13 @@ def test_bad_burst_sizes_are_refused():
         Rig().client.run_burst(0)
 
 
-def test_fast_fails_are_the_breakers_refusals_and_nothing_else():
+def test_fast_fails_are_the_breakers_and_the_bulkheads_refusals_and_nothing_else():
+    """A call refused at once, before any attempt, failed fast: the breaker's refusals and
+    the bulkhead's (a pool timeout waited first: it failed, not fast)."""
     from labs.engine import CALL_OUTCOMES, FAST_FAIL_OUTCOMES, is_fast_fail
 
     assert set(FAST_FAIL_OUTCOMES) < set(CALL_OUTCOMES)
-    assert [o for o in CALL_OUTCOMES if is_fast_fail(o)] == ["rejected_open", "rejected_half_open"]
+    assert [o for o in CALL_OUTCOMES if is_fast_fail(o)] == [
+        "rejected_open", "rejected_half_open", "rejected_bulkhead",
+    ]  # fmt: skip
     assert not is_fast_fail(None) and not is_fast_fail("rejected_")
