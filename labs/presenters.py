@@ -231,7 +231,7 @@ def chart_payload(payload: dict[str, Any]) -> dict[str, Any]:
 
     ``data.burst`` is the burst's number on its ``burst_queued`` and ``burst_end`` rows (the
     timeline's what-if link names it); ``host`` and ``dependency`` place an attempt in its
-    lane. Of a shared-dependency attempt's decision it keeps the outcome the client saw (ok,
+    lane; ``breakers: host`` on a ``burst_start`` says the burst ran with a breaker per host. Of a shared-dependency attempt's decision it keeps the outcome the client saw (ok,
     error, shed, skipped, timeout), the arrival and the arrival second's offered count
     (``second_offered``: the session's share of the class's load, see docs/engine.md).
     """
@@ -249,7 +249,7 @@ def chart_payload(payload: dict[str, Any]) -> dict[str, Any]:
 
 _CHART_DATA = (
     "probe", "size", "first_call", "start_ms", "end_ms", "burst", "host", "dependency",
-    "outcome", "arrival_us", "second_offered",
+    "outcome", "arrival_us", "second_offered", "breakers",
 )  # fmt: skip
 
 
@@ -275,22 +275,17 @@ def badge_html(view: dict[str, Any]) -> str:
     """The breaker badge (``view`` as :func:`badge_for` gives it) as the page's
     ``breaker-badge`` partial renders it, built in Python: a push carries it after every
     state change and at every burst's end (see :func:`summary_html`;
-    tests/labs/test_pushed_fragments.py checks both give the same markup)."""
+    tests/labs/test_pushed_fragments.py checks both give the same markup).
+
+    With a breaker per host (``view["per_host"]``) it shows each host's breaker, with its
+    own cooldown, and no breaker for the dependency as a whole: no call asks that one."""
     e = _escape
+    config = view.get("config") or {}
+    if view.get("per_host"):
+        return _per_host_badge_html(view, config)
     state = _text_or_blank(view.get("state"))
     open_until = view.get("open_until_ms")
     forced = view.get("forced")
-    if open_until:
-        cooldown = (
-            'half-open in <span data-role="seconds">'
-            f"{e(seconds_text(view.get('open_for_ms')))}</span> s"
-        )
-    elif forced == "open":
-        cooldown = "held open by hand: Force close or Reset releases it"
-    elif forced:
-        cooldown = "held closed by hand: failures are not counted until Reset"
-    else:
-        cooldown = ""
     parts = [
         '<section id="breaker-badge" class="card breaker-card" aria-labelledby="breaker-heading"'
         f' data-state="{e(state)}" data-open-until-ms="{e(_text_or_blank(open_until))}"'
@@ -300,7 +295,8 @@ def badge_html(view: dict[str, Any]) -> str:
         f'<p class="breaker-line"><strong class="breaker breaker-big breaker-{e(state)}"'
         ' data-role="state" aria-live="polite" aria-atomic="true">'
         f"{e(engine_state_label(view.get('state')))}</strong> "
-        f'<span class="cooldown" data-role="cooldown">{cooldown}</span></p>'
+        f'<span class="cooldown" data-role="cooldown">'
+        f"{_cooldown_html(state, open_until, view.get('open_for_ms'), forced)}</span></p>"
     ]
     if view.get("parts"):
         parts.append(
@@ -316,7 +312,6 @@ def badge_html(view: dict[str, Any]) -> str:
                 f"{e(engine_state_label(part.get('state')))}</strong></li>"
             )
         parts.append("</ul>")
-    config = view.get("config") or {}
     if config.get("kind") == "rolling_ratio":
         detail = (
             f"window: {e(_text_or_blank(view.get('window_failures')))} failed, "
@@ -329,6 +324,53 @@ def badge_html(view: dict[str, Any]) -> str:
         )
     parts.append(
         f'<p class="breaker-detail">{detail} · cooldown '
+        f"{e(ms_text(config.get('cooldown_ms')))}</p></section>"
+    )
+    return "".join(parts)
+
+
+def _cooldown_html(state: str, open_until: Any, open_for: Any, forced: Any) -> str:
+    """The words after a breaker's state: its cooldown counting down while OPEN; once the
+    cooldown is over (HALF-OPEN), that the next call is the probe; a breaker held by hand."""
+    if open_until and state == "open":
+        return f'half-open in <span data-role="seconds">{_escape(seconds_text(open_for))}</span> s'
+    if open_until and state == "half_open":
+        return "cooldown over: the next call is the probe"
+    if forced == "open":
+        return "held open by hand: Force close or Reset releases it"
+    if forced:
+        return "held closed by hand: failures are not counted until Reset"
+    return ""
+
+
+def _per_host_badge_html(view: dict[str, Any], config: dict[str, Any]) -> str:
+    """:func:`badge_html` with a breaker per host: a row per host (and B), each with its
+    state and cooldown; the page counts each cooldown down (``data-open-until-ms``)."""
+    e = _escape
+    parts = [
+        '<section id="breaker-badge" class="card breaker-card" aria-labelledby="breaker-heading"'
+        ' data-state="" data-scope="host" data-open-until-ms=""'
+        f' data-server-now-ms="{e(_text_or_blank(view.get("server_now_ms")))}" data-forced="">'
+        '<h2 id="breaker-heading" class="card-title">Circuit breakers, one per host</h2>'
+        '<ul class="breaker-parts breaker-hosts" data-role="parts" aria-label="Each host\'s'
+        ' breaker" aria-live="polite">'
+    ]
+    for part in view.get("parts") or []:
+        part_state = _text_or_blank(part.get("state"))
+        open_until = part.get("open_until_ms")
+        parts.append(
+            f'<li data-part="{e(_text_or_blank(part.get("key")))}" data-state="{e(part_state)}"'
+            f' data-open-until-ms="{e(_text_or_blank(open_until))}">'
+            f"{e(_text_or_blank(part.get('name')))} "
+            f'<strong class="breaker breaker-{e(part_state)}" data-role="state">'
+            f"{e(engine_state_label(part.get('state')))}</strong> "
+            f'<span class="cooldown" data-role="cooldown">'
+            f"{_cooldown_html(part_state, open_until, part.get('open_for_ms'), None)}</span></li>"
+        )
+    parts.append(
+        "</ul>"
+        '<p class="breaker-detail">Each host\'s breaker opens on that host\'s failures alone; '
+        "an attempt skips a host whose breaker is open · cooldown "
         f"{e(ms_text(config.get('cooldown_ms')))}</p></section>"
     )
     return "".join(parts)

@@ -20,8 +20,8 @@
    event is the journal payload plus ``html`` (the row, :func:`labs.live.rows.journal_row`;
    a pushed row arrives rendered, :func:`labs.live.rows.pushed_row`) and ``fragments``
    (``{"id", "html"}`` to swap by DOM id: the breaker badge after a state change or a
-   burst's end, re-read from Redis so it carries ``open_until_ms`` and the current failure
-   streak; the burst summary when a burst is queued, starts or ends). ``{"type": "state"}`` on
+   burst's end or a change of the policy or the dependency, re-read from Redis so it carries
+   ``open_until_ms``, the current failure streak and, with a breaker per host, each host's; the burst summary when a burst is queued, starts or ends). ``{"type": "state"}`` on
    connect carries the current badge.
 4. In ``shared`` mode (the class's shared dependency), ``{"type": "shared", ...}`` once a
    second from the consumer's own loop, never asked for by the page
@@ -94,6 +94,10 @@ SETTLE_SECONDS = 1.0
 
 #: Events after which the session's policy (the breaker's settings) may have changed.
 POLICY_KINDS = ("policy_set", "session_reset", "scenario_assigned")
+#: Events after which the badge is read again besides state changes and a burst's end: a new
+#: policy may switch to per-host breakers or back (the badge then shows other breakers), a
+#: new dependency may add or drop hosts.
+BADGE_KINDS = (*BURST_END_KINDS, *POLICY_KINDS, "dependency_set")
 #: Events after which the session's dependency mode (shared or not) may have changed.
 MODE_KINDS = (
     "dependency_set", "fault_injected", "fault_restored", "session_reset", "scenario_assigned",
@@ -466,14 +470,11 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
             # The badge below needs the breaker's settings as they are now.
             self._policy = await read(selectors.session_policy)(self.session_id)
         bursts = self._bursts
-        # The badge is re-read (Redis) once per message: after the last state change, or at
-        # a burst's end (its failure streak / window counts are then up to date).
+        # The badge is re-read (Redis) once per message: after the last state change, at a
+        # burst's end (its failure streak / window counts are then up to date), or after a
+        # change of the policy or the dependency (BADGE_KINDS).
         last_state_change = max(
-            (
-                i
-                for i, e in enumerate(events)
-                if e.get("state_to") or e.get("kind") in BURST_END_KINDS
-            ),
+            (i for i, e in enumerate(events) if e.get("state_to") or e.get("kind") in BADGE_KINDS),
             default=None,
         )
         for i, event in enumerate(events):

@@ -559,6 +559,12 @@ class GuardedClient:
         if size < 1 or concurrency < 1:
             raise ValueError("size and concurrency must be >= 1")
         start = self.clock.now()
+        data: dict[str, Any] = {"size": size, "concurrency": concurrency, "first_call": first_call}
+        routes = self.routes
+        if routes and routes[0].many_hosts and len(routes[0].host_breakers) > 1:
+            # A breaker per host: the dependency-wide one is not asked during this burst (the
+            # lab page's timeline then draws the hosts' breakers instead of it).
+            data["breakers"] = "host"
         self._emit(
             "burst_start",
             None,
@@ -566,7 +572,7 @@ class GuardedClient:
             None,
             f"{'burst' if burst is None else f'burst {burst}'} starts: {size} "
             f"call{'s' if size > 1 else ''} by {concurrency} caller{'s' if concurrency > 1 else ''}",
-            data={"size": size, "concurrency": concurrency, "first_call": first_call},
+            data=data,
         )
         results: list[CallResult] = []
         if self._pooled:

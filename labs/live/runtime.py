@@ -241,6 +241,10 @@ def breaker_view_of(session_id: int, policy: dict[str, Any]) -> dict[str, Any]:
     store = _viewing_store(session_id, engine_redis())
     view = Breaker(parsed.breaker, store=store, clock=CLOCK).snapshot()
     view["parts"] = part_breakers(store, parsed)
+    # With a breaker per host (and several hosts) no call asks the dependency-wide breaker:
+    # whatever it last held (open from before the switch) is stale, so the badge shows the
+    # hosts' breakers only (labs.presenters.badge_html).
+    view["per_host"] = any(p["key"].startswith("h") for p in view["parts"])
     return view
 
 
@@ -273,6 +277,7 @@ def part_breakers(store: RedisStore, policy) -> list[dict[str, Any]]:
                 "key": name,
                 "state": snap["state"],
                 "open_until_ms": snap.get("open_until_ms"),
+                "open_for_ms": snap.get("open_for_ms"),
             }
         )
     return parts

@@ -262,20 +262,66 @@
   let clockOffset = 0; // server clock minus this clock, in ms
   let announcedState = null;
 
+  // With a breaker per host (data-scope="host") the badge lists each host's breaker, each
+  // with its own cooldown (data-open-until-ms on its row), and no breaker for the dependency.
+  let announcedParts = null; // part key -> state, last announced
+
   function badgeArrived(badge) {
     const serverNow = parseFloat(badge.dataset.serverNowMs);
     if (serverNow) clockOffset = serverNow - Date.now();
-    const state = badge.dataset.state;
-    if (announcedState !== null && state !== announcedState) {
-      announce("Breaker " + (LABELS[state] || state));
+    if (badge.dataset.scope === "host") {
+      const states = {};
+      const changed = [];
+      badge.querySelectorAll("li[data-part]").forEach(function (item) {
+        states[item.dataset.part] = item.dataset.state;
+        if (announcedParts && announcedParts[item.dataset.part] !== item.dataset.state) {
+          changed.push(item.firstChild.textContent.trim() + "'s breaker " + (LABELS[item.dataset.state] || item.dataset.state));
+        }
+      });
+      if (changed.length) announce(changed.join("; "));
+      announcedParts = states;
+      announcedState = null;
+    } else {
+      const state = badge.dataset.state;
+      if (announcedState !== null && state !== announcedState) {
+        announce("Breaker " + (LABELS[state] || state));
+      }
+      announcedState = state;
+      announcedParts = null;
     }
-    announcedState = state;
     tickBadge();
+    chart.redraw();
+  }
+
+  // A host's breaker: its cooldown counted down on its row, HALF-OPEN at zero.
+  function tickPart(item) {
+    if (item.dataset.state !== "open") return;
+    const until = parseFloat(item.dataset.openUntilMs);
+    if (!until) return;
+    const left = until - (Date.now() + clockOffset);
+    if (left > 0) {
+      const seconds = item.querySelector('[data-role="seconds"]');
+      if (seconds) seconds.textContent = (left / 1000).toFixed(1);
+      return;
+    }
+    item.dataset.state = "half_open";
+    const label = item.querySelector('[data-role="state"]');
+    if (label) {
+      label.textContent = LABELS.half_open;
+      label.className = label.className.replace(/breaker-(closed|open|half_open)\b/, "breaker-half_open");
+    }
+    const cooldown = item.querySelector('[data-role="cooldown"]');
+    if (cooldown) cooldown.textContent = "cooldown over: the next call is the probe";
+    if (announcedParts) announcedParts[item.dataset.part] = "half_open";
     chart.redraw();
   }
 
   function tickBadge() {
     const badge = document.getElementById("breaker-badge");
+    if (badge && badge.dataset.scope === "host") {
+      badge.querySelectorAll("li[data-part]").forEach(tickPart);
+      return;
+    }
     if (!badge || badge.dataset.state !== "open") return;
     const until = parseFloat(badge.dataset.openUntilMs);
     if (!until) return; // forced open: no cooldown
@@ -337,9 +383,10 @@
     const TAIL = 56; // after the last burst: the breaker's state now
     const BAND_Y = 24;
     const BAND_H = 18;
-    const ROWS_Y = 54;
-    const HOST_Y = 46; // host lanes sit between the breaker band and the call rows
-    const HOST_H = 8;
+    // Host lanes (a breaker per host) sit between the breaker band and the call rows, one
+    // label's height apart so their labels never overlap (13 px type).
+    const HOST_H = 14;
+    const HOST_STEP = 18;
     const ROW_H = 20;
     const BAR_H = 14;
     const MAX_BURSTS = 4;
@@ -394,6 +441,7 @@
           b.start = t;
           b.firstCall = e.data && e.data.first_call;
           b.size = e.data && e.data.size;
+          b.perHost = !!(e.data && e.data.breakers === "host");
         }
         if (b.start === null || t < b.start) b.start = t;
         if (b.end === null || t > b.end) b.end = t;
@@ -466,15 +514,35 @@
         const span = b.size || (callNumbers.length ? Math.max.apply(null, callNumbers) - b.first + 1 : 1);
         rows = Math.max(rows, span);
       });
-      // A lane per host (dependency.hosts): its breaker's state when it has one of its own.
-      const hostLanes = data.hosts;
-      const rowsY = ROWS_Y + hostLanes.length * (HOST_H + 2);
+      // The dependency's breaker row for the bursts that asked it; with a breaker per host
+      // (a burst_start with breakers: host, or the badge now) a lane per host instead, and
+      // no dependency-wide row when no burst shown used it.
+      const badgeNow = document.getElementById("breaker-badge");
+      const perHostNow = !!badgeNow && badgeNow.dataset.scope === "host";
+      const partsNow = {};
+      if (perHostNow) {
+        badgeNow.querySelectorAll("li[data-part]").forEach(function (item) {
+          const m = /^h(\d+)$/.exec(item.dataset.part);
+          if (m) partsNow[m[1]] = item.dataset.state;
+        });
+      }
+      const showGlobal = bursts.some(function (b) { return !b.perHost; }) || !perHostNow;
+      const showHosts = bursts.some(function (b) { return b.perHost; }) || perHostNow;
+      const hostLanes = !showHosts ? [] : data.hosts.concat(Object.keys(partsNow).map(Number).filter(function (h) {
+        return data.hosts.indexOf(h) < 0;
+      })).sort(function (a, b) { return a - b; });
+      let y = BAND_Y;
+      const bandY = showGlobal ? y : null;
+      if (showGlobal) y += BAND_H + 4;
+      const hostY = y;
+      y += hostLanes.length * HOST_STEP;
+      const rowsY = y + 8;
       const height = rowsY + rows * ROW_H + 26;
       svg.setAttribute("viewBox", "0 0 " + WIDTH + " " + height);
 
-      svg.appendChild(el("text", { x: 4, y: BAND_Y + 12, class: "tl-axis" }, "breaker"));
+      if (showGlobal) svg.appendChild(el("text", { x: 4, y: bandY + 13, class: "tl-axis" }, "breaker"));
       hostLanes.forEach(function (h, i) {
-        svg.appendChild(el("text", { x: 4, y: HOST_Y + i * (HOST_H + 2) + HOST_H - 1, class: "tl-axis tl-host-axis" }, "host " + h));
+        svg.appendChild(el("text", { x: 4, y: hostY + i * HOST_STEP + HOST_H - 2, class: "tl-axis tl-host-axis", "data-host": h }, "host " + h));
       });
       for (let r = 0; r < rows; r++) {
         if (rows <= 12 || r % 2 === 0) {
@@ -486,19 +554,21 @@
       bursts.forEach(function (b, index) {
         function px(t) { return b.x + (t - b.start) * b.scale; }
         const g = el("g", { class: "tl-burst" });
-        // state band: split the burst's span at each transition inside it
+        // state band: split the burst's span at each transition inside it (not drawn for a
+        // burst with a breaker per host: no call asked the dependency's breaker then)
         const cuts = [b.start];
         data.transitions.forEach(function (tr) { if (tr.t > b.start && tr.t < b.end) cuts.push(tr.t); });
         cuts.push(b.end);
-        for (let i = 0; i < cuts.length - 1; i++) {
+        for (let i = 0; showGlobal && !b.perHost && i < cuts.length - 1; i++) {
           const state = stateAt(data.transitions, cuts[i]);
           const bandX = px(cuts[i]);
           g.appendChild(el("rect", {
-            x: bandX.toFixed(1), y: BAND_Y, width: Math.max(1, px(cuts[i + 1]) - bandX).toFixed(1),
+            x: bandX.toFixed(1), y: bandY, width: Math.max(1, px(cuts[i + 1]) - bandX).toFixed(1),
             height: BAND_H, class: "tl-band tl-band-" + state
           }));
         }
         hostLanes.forEach(function (h, lane) {
+          if (!b.perHost) return; // the hosts had no breaker of their own in this burst
           const own = data.hostTransitions[h] || [];
           const laneCuts = [b.start];
           own.forEach(function (tr) { if (tr.t > b.start && tr.t < b.end) laneCuts.push(tr.t); });
@@ -507,7 +577,7 @@
             const state = own.length ? stateAt(own, laneCuts[i]) : "closed";
             const laneX = px(laneCuts[i]);
             const band = el("rect", {
-              x: laneX.toFixed(1), y: HOST_Y + lane * (HOST_H + 2), width: Math.max(1, px(laneCuts[i + 1]) - laneX).toFixed(1),
+              x: laneX.toFixed(1), y: hostY + lane * HOST_STEP, width: Math.max(1, px(laneCuts[i + 1]) - laneX).toFixed(1),
               height: HOST_H, class: "tl-band tl-host-band tl-band-" + state, "data-host": h
             });
             band.appendChild(el("title", {}, "host " + h + ": " + (LABELS[state] || state)));
@@ -565,14 +635,27 @@
         const calls = Object.keys(b.calls).length;
         summaryText.push("calls " + b.first + " to " + (b.first + Math.max(0, calls - 1)) + ": " + calls + " calls" + (fastFails ? ", " + fastFails + " failed fast" : "") + (b.done ? "" : ", running"));
       });
-      // the tail: the breaker's state as the badge shows it now (open -> half-open live)
-      const badgeNow = document.getElementById("breaker-badge");
-      const stateNow = badgeNow ? badgeNow.dataset.state : stateAt(data.transitions, now);
+      // the tail: the breakers' states as the badge shows them now (open -> half-open live):
+      // each host's with a breaker per host, else the dependency's
       const lastBurst = bursts[bursts.length - 1];
       const tailX = lastBurst.x + lastBurst.width + 6;
-      svg.appendChild(el("rect", { x: tailX, y: BAND_Y, width: TAIL - 10, height: BAND_H, class: "tl-band tl-band-" + stateNow }));
+      let nowText;
+      if (perHostNow) {
+        hostLanes.forEach(function (h, lane) {
+          const state = partsNow[h] || "closed";
+          svg.appendChild(el("rect", { x: tailX, y: hostY + lane * HOST_STEP, width: TAIL - 10, height: HOST_H, class: "tl-band tl-host-band tl-band-" + state, "data-host": h, "data-now": "" }));
+        });
+        nowText = "Host breakers now: " + hostLanes.map(function (h) {
+          const state = partsNow[h] || "closed";
+          return "host " + h + " " + (LABELS[state] || state);
+        }).join(", ");
+      } else {
+        const stateNow = badgeNow ? badgeNow.dataset.state : stateAt(data.transitions, now);
+        svg.appendChild(el("rect", { x: tailX, y: bandY, width: TAIL - 10, height: BAND_H, class: "tl-band tl-band-" + stateNow, "data-now": "" }));
+        nowText = "Breaker now " + (LABELS[stateNow] || stateNow);
+      }
       svg.appendChild(el("text", { x: tailX, y: 15, class: "tl-now" }, "now"));
-      if (desc) desc.textContent = "Breaker now " + (LABELS[stateNow] || stateNow) + ". Last " + bursts.length + " burst(s), " + summaryText.join("; ") + ".";
+      if (desc) desc.textContent = nowText + ". Last " + bursts.length + " burst(s), " + summaryText.join("; ") + ".";
       showWhatifLinks(bursts);
     }
 
@@ -908,7 +991,11 @@
       const withShare = offered.size > 0;
       const shareBottom = withShare ? callsBottom + 8 + SHARE_H : callsBottom;
       svg.setAttribute("viewBox", "0 0 " + WIDTH + " " + (shareBottom + 20));
-      svg.appendChild(el("text", { x: 4, y: bandY + 9, class: "tl-axis" }, "breaker"));
+      // With a breaker per host there is no dependency-wide breaker to draw (the timeline
+      // has a lane per host).
+      const badgeNow = document.getElementById("breaker-badge");
+      const withBand = !(badgeNow && badgeNow.dataset.scope === "host");
+      if (withBand) svg.appendChild(el("text", { x: 4, y: bandY + 9, class: "tl-axis" }, "breaker"));
       svg.appendChild(el("text", { x: 4, y: attemptsBottom - ROW_H / 2, class: "tl-axis" }, "attempts"));
       svg.appendChild(el("text", { x: 4, y: attemptsBottom - 2, class: "tl-axis" }, "max " + maxAttempts));
       svg.appendChild(el("text", { x: 4, y: callsBottom - ROW_H / 2, class: "tl-axis" }, "calls"));
@@ -917,7 +1004,7 @@
       let calls = 0;
       for (let s = first; s <= last; s++) {
         const x = LEFT + (s - first) * w;
-        svg.appendChild(el("rect", { x: x, y: bandY, width: w, height: BAND_H, class: "tl-band-" + stateAt(s) }));
+        if (withBand) svg.appendChild(el("rect", { x: x, y: bandY, width: w, height: BAND_H, class: "tl-band-" + stateAt(s) }));
         const b = seconds.get(s);
         if (!b) continue;
         attempts += total(b.attempts);

@@ -193,15 +193,21 @@ def test_the_badge_shows_each_hosts_breaker(session):
     host1 = Breaker(policy.breaker, store=store.scoped("h1"), clock=runtime.CLOCK)
     for _ in range(3):
         host1.record(host1.allow(), "failure")
+    # The dependency-wide breaker, open from before the switch to per-host breakers: stale,
+    # since no call asks it any more, so the badge does not show it.
+    Breaker(policy.breaker, store=store, clock=runtime.CLOCK).force_open("before the switch")
     view = badge_for(session.pk, policy.to_dict())
+    assert view["per_host"] is True
     assert [(p["name"], p["state"]) for p in view["parts"]] == [
         ("host 0", "closed"), ("host 1", "open"), ("host 2", "closed"),
     ]  # fmt: skip
     html = render_badge(view)
-    assert (
-        '<li data-part="h1" data-state="open">host 1 <strong class="breaker breaker-open">OPEN</strong></li>'
-        in html
-    )
+    assert "Circuit breakers, one per host" in html and 'data-scope="host"' in html
+    assert 'data-state=""' in html and "breaker-big" not in html and "held open" not in html
+    host_1 = html.split('<li data-part="h1"')[1].split("</li>")[0]
+    assert 'data-state="open"' in host_1 and ">OPEN</strong>" in host_1
+    assert "half-open in" in host_1  # its own cooldown, counting down
+    assert html.count("<li data-part=") == 3
     assert badge_for(session.pk, session.policy)["parts"] == []  # one breaker: no parts
 
 

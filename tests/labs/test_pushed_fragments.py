@@ -104,6 +104,19 @@ BADGES = {
         **BASE_BADGE, "window_failures": 3, "window_successes": 7,
         "config": {"kind": "rolling_ratio", "cooldown_ms": 12.25},
     },
+    "half-open, cooldown over": {**BASE_BADGE, "state": "half_open",
+                                 "open_until_ms": 1764750000000, "open_for_ms": 0.0},
+    "a breaker per host": {
+        **BASE_BADGE, "state": "open", "open_until_ms": 1764750000000, "per_host": True,
+        "parts": [
+            {"key": "h0", "name": "host 0", "state": "closed", "open_until_ms": None,
+             "open_for_ms": None},
+            {"key": "h1", "name": "host <1>", "state": "open", "open_until_ms": 1764750001623,
+             "open_for_ms": 1500.0},
+            {"key": "h2", "name": "host 2", "state": "half_open",
+             "open_until_ms": 1764750000000, "open_for_ms": 0.0},
+        ],
+    },
     "hosts and B": {
         **BASE_BADGE,
         "parts": [
