@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
@@ -903,6 +904,113 @@ def diff_table(a: dict[str, float], b: dict[str, float]) -> list[dict[str, Any]]
             }
         )
     return out
+
+
+#: The comparison presets (labs.engine.replay.PRESETS) in words: each is a change over the
+#: scenario's own policy.
+PRESET_LABELS = {
+    "defaults": "The lesson's own policy, unchanged",
+    "no-retries": "No retries: one attempt per call",
+    "retries-no-jitter": "Up to 4 attempts, backoff without jitter",
+    "full-jitter": "Up to 4 attempts, backoff with full jitter",
+    "retry-budget": "Up to 4 attempts within a retry budget (10 % of calls)",
+    "threshold-1": "The breaker opens after 1 failure",
+    "threshold-5": "The breaker opens after 5 failures",
+}
+
+
+def policy_choice_label(token: str, choices: dict[str, Any]) -> str:
+    """The words for a comparison's picked policy (``token``, as the pickers offer it, see
+    :func:`labs.selectors.compare_choices`); "a policy written as JSON" for the rest."""
+    for group in ("presets", "mine", "bursts"):
+        for value, label in choices.get(group, ()):
+            if value == token:
+                return label
+    for title, options in choices.get("steps", ()):
+        for value, label in options:
+            if value == token:
+                return f"{title}: {label}"
+    return "a policy written as JSON"
+
+
+def shared_diff_table(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """The figures of two runs on the shared dependency's model
+    (:func:`labs.experiments.metastable.figures_for`) side by side, each row with a tone
+    saying which way B went (a quicker recovery, fewer retries and less waste read better)."""
+
+    def recovery(m: dict[str, Any]) -> str:
+        return "not within the run" if m["recovery_s"] is None else f"after {m['recovery_s']} s"
+
+    def rank(m: dict[str, Any]) -> float:
+        return math.inf if m["recovery_s"] is None else m["recovery_s"]
+
+    rows = [
+        ("recovery_s", "back to 90 % of the healthy goodput", recovery(a), recovery(b),
+         rank(b) - rank(a) if rank(a) != rank(b) else 0),
+        ("below_20_s", "goodput under 20 % after the trigger", f"{a['below_20_s']} s",
+         f"{b['below_20_s']} s", b["below_20_s"] - a["below_20_s"]),
+        ("retries_per_call", "retries per call", f"{a['retries_per_call']:g}",
+         f"{b['retries_per_call']:g}", b["retries_per_call"] - a["retries_per_call"]),
+        ("peak_over_baseline", "busiest second's load over the healthy load",
+         f"{a['peak_over_baseline']:g} x", f"{b['peak_over_baseline']:g} x",
+         b["peak_over_baseline"] - a["peak_over_baseline"]),
+        ("shed", "attempts shed by the queue", f"{a['shed']:,}", f"{b['shed']:,}",
+         b["shed"] - a["shed"]),
+        ("wasted_ms", "server time spent for callers who had given up",
+         f"{a['wasted_ms'] / 1000:.1f} s", f"{b['wasted_ms'] / 1000:.1f} s",
+         b["wasted_ms"] - a["wasted_ms"]),
+        ("calls_ok", "calls that succeeded", f"{a['calls_ok']:,}", f"{b['calls_ok']:,}",
+         -(b["calls_ok"] - a["calls_ok"])),
+    ]  # fmt: skip
+    out = []
+    for key, label, left, right, worse_by in rows:
+        tone = "same" if not worse_by else ("worse" if worse_by > 0 else "better")
+        out.append({"key": key, "label": label, "a": left, "b": right, "tone": tone})
+    return out
+
+
+#: The shared comparison's goodput chart (SVG user units).
+SHARED_CHART_WIDTH = 960
+SHARED_CHART_HEIGHT = 180
+SHARED_CHART_LEFT = 48
+
+
+def shared_goodput_chart(result: dict[str, Any]) -> SafeString:
+    """The inside of the shared comparison's ``<svg>``: calls succeeded per second for A
+    and B over the run, the trigger as a band, the healthy baseline as a dashed line (numbers
+    and fixed classes only)."""
+    params = result["params"]
+    a, b = result["a"], result["b"]
+    top = max([*a["goodput_per_s"], *b["goodput_per_s"], a["baseline_goodput"], 1])
+    width = SHARED_CHART_WIDTH - SHARED_CHART_LEFT - 8
+    bottom = SHARED_CHART_HEIGHT - 20
+
+    def x(second: float) -> float:
+        return round(SHARED_CHART_LEFT + second * width / params.duration_s, 1)
+
+    def y(value: float) -> float:
+        return round(bottom - value * (bottom - 10) / top, 1)
+
+    def line(values: list[int], tone: str) -> str:
+        points = " ".join(f"{x(s + 0.5)},{y(v)}" for s, v in enumerate(values))
+        return f'<polyline class="shared-line shared-line-{tone}" points="{points}"></polyline>'
+
+    start, end = params.trigger_at_s, params.trigger_at_s + params.trigger_s
+    parts = [
+        f'<rect class="shared-trigger" x="{x(start)}" y="10" width="{x(end) - x(start)}" '
+        f'height="{bottom - 10}"><title>the trigger: {params.trigger} for '
+        f"{params.trigger_s} s</title></rect>",
+        f'<line class="shared-baseline" x1="{SHARED_CHART_LEFT}" x2="{x(params.duration_s)}" '
+        f'y1="{y(a["baseline_goodput"])}" y2="{y(a["baseline_goodput"])}"></line>',
+        f'<text class="replay-label" x="4" y="{y(top) + 4}">{top:g}/s</text>',
+        f'<text class="replay-label" x="4" y="{bottom}">0</text>',
+        line(a["goodput_per_s"], "a"),
+        line(b["goodput_per_s"], "b"),
+        f'<text class="replay-label" x="{SHARED_CHART_LEFT}" y="{SHARED_CHART_HEIGHT - 4}">0 s'
+        f'</text><text class="replay-label" x="{x(params.duration_s) - 30}" '
+        f'y="{SHARED_CHART_HEIGHT - 4}">{params.duration_s} s</text>',
+    ]
+    return mark_safe("".join(parts))  # noqa: S308 - numbers and fixed classes only
 
 
 def replay_agreement(real: Sequence[dict[str, Any]], replayed: Sequence[dict[str, Any]]) -> str:

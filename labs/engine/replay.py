@@ -332,8 +332,9 @@ def compare_scenario(
     policy_a: dict[str, Any] | None = None,
     names: tuple[str, str] = ("policy_a", "policy_b"),
 ) -> dict[str, Any]:
-    """Run ``scenario`` (its seed, dependency and steps) twice in virtual time: with its own
-    policy, or ``policy_a`` merged over it, and with ``policy_b`` merged over it. Returns
+    """Run ``scenario`` (its seed, dependency and steps but its policy changes) twice in
+    virtual time: with its own policy, or ``policy_a`` merged over it, and with ``policy_b``
+    merged over it. Returns
     ``{"a": output, "b": output, "diff": rows}`` (outputs with their events).
 
     Raises ValidationError for an invalid scenario or policy (a policy's field names start
@@ -356,8 +357,13 @@ def compare_scenario(
     if problems:
         raise ValidationError(problems)
     runs = {}
+    # The scenario's own policy changes are left out: each run keeps its policy throughout,
+    # or both would end on the lesson's last policy.
+    steps = [
+        s for s in scenario.get("steps") or [] if not (isinstance(s, dict) and "set_policy" in s)
+    ]
     for name, key in zip(names, ("a", "b"), strict=True):
-        script = dict(scenario, policy=policies[name])
+        script = dict(scenario, policy=policies[name], steps=steps)
         runs[key] = run_scenario(script, include_events=True)
         runs[key]["policy"] = parse_policy(policies[name]).to_dict()
     runs["diff"] = diff_rows(scenario_metrics(runs["a"]), scenario_metrics(runs["b"]))
@@ -374,6 +380,24 @@ PRESETS: dict[str, dict[str, Any]] = {
     "threshold-1": {"breaker": {"failure_threshold": 1}},
     "threshold-5": {"breaker": {"failure_threshold": 5}},
 }
+
+
+def step_policies(scenario: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """The policy in force after each ``set_policy`` step of ``scenario`` (1-based step
+    number, the whole policy: the changes accumulate, as on the lab page), for a comparison
+    to pick a lesson step's policy. Steps whose policy is invalid are left out."""
+    policy = scenario.get("policy") if isinstance(scenario.get("policy"), dict) else {}
+    out = []
+    for number, step in enumerate(scenario.get("steps") or [], start=1):
+        changes = step.get("set_policy") if isinstance(step, dict) else None
+        if not isinstance(changes, dict):
+            continue
+        policy = merge_settings(policy, changes)
+        try:
+            out.append((number, parse_policy(policy).to_dict()))
+        except ValidationError:
+            continue
+    return out
 
 
 def policy_of(token: str, field: str) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from django_htmx.http import reswap, retarget
 
 from labs import presenters, selectors
 from labs.engine import LIMITS, ValidationError
-from labs.engine.replay import PRESETS, parse_start, policy_of, scenario_metrics, waiting_ms
+from labs.engine.replay import parse_start, scenario_metrics, waiting_ms
 from labs.forms.lab import POLICY_GROUPS, PolicyForm
 from labs.models import Burst, LabSession
 from labs.selectors import visible_session
@@ -201,27 +201,45 @@ def history_context(session: LabSession, page: int = 1) -> dict[str, Any]:
 COMPARE_TEMPLATE = "labs/compare.html"
 #: The longest query value a comparison reads (a policy as JSON is far shorter).
 COMPARE_VALUE_MAX = 2000
-COMPARE_KEYS = ("scenario", "dependency", "calls", "seed", "a", "b")
+COMPARE_KEYS = ("scenario", "dependency", "calls", "seed", "a", "b", "a_json", "b_json")
+#: What a link into the page may fill the form with, running nothing: the session whose
+#: lesson and current policy it starts from (the lab page's link), or a burst whose policy
+#: it starts from (the burst history's).
+PREFILL_KEYS = ("from", "burst")
 
 
 @require_http_methods(["GET"])
 @login_required
 def compare(request: HtmxHttpRequest) -> HttpResponse:
-    """Two policies (presets or JSON) against one scenario with a seed, both in virtual time.
+    """Two policies against one scenario with a seed, both in virtual time.
 
-    The query string is the whole comparison (``scenario`` or ``dependency`` with ``calls``,
-    ``seed``, ``a``, ``b``), so the URL can be projected or sent. A malformed or tampered value
-    answers 400 with a sentence per parameter naming what is allowed, and runs nothing.
+    Each policy is picked from the presets, the current policy of the user's sessions, a
+    burst's policy or a lesson step's policy, or written as JSON (``a_json``/``b_json``, the
+    form's advanced part, used instead of the pick when filled in). The query string is the
+    whole comparison (``scenario`` or ``dependency`` with ``calls``, ``seed``, ``a``, ``b``),
+    so the URL can be projected or sent; ``from`` or ``burst`` alone only fill the form in.
+    A scenario on the class's shared dependency is compared on the shared dependency's
+    model (:func:`labs.selectors.shared_comparison`); a dependency script cannot use it. A
+    malformed or tampered value answers 400 with a sentence per parameter naming what is
+    allowed, and runs nothing.
     """
     query = {key: request.GET.get(key, "") for key in COMPARE_KEYS}
+    run = any(query.values())
+    if not run:
+        query |= _prefill(request.user, {key: request.GET.get(key, "") for key in PREFILL_KEYS})
+    choices = selectors.compare_choices(request.user, also=(query["a"], query["b"]))
     context: dict[str, Any] = {
         "query": query,
         "scenarios": selectors.comparable_scenarios(),
-        "presets": list(PRESETS),
+        "choices": choices,
+        "picked": {key: _picked(query, key) for key in ("a", "b")},
+        "advanced_open": any(
+            query[key].strip() for key in ("a_json", "b_json", "dependency", "calls")
+        ) or any(query[key].strip().startswith("{") for key in ("a", "b")),
     }
-    if not any(query.values()):
+    if not run:
         return render(request, COMPARE_TEMPLATE, context)
-    problems, seed, policies = _compare_inputs(query)
+    problems, seed, policies = _compare_inputs(request.user, query)
     result = None
     if not problems:
         try:
@@ -242,6 +260,17 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
         return render(request, COMPARE_TEMPLATE, context, status=400)
     context |= {
         "result": result,
+        "labels": {
+            key: presenters.policy_choice_label(_chosen(query, key), choices) for key in ("a", "b")
+        },
+    }
+    if result.get("shared"):
+        context |= {
+            "shared_diff": presenters.shared_diff_table(result["a"], result["b"]),
+            "shared_chart": presenters.shared_goodput_chart(result),
+        }
+        return render(request, COMPARE_TEMPLATE, context)
+    context |= {
         "diff": presenters.diff_table(scenario_metrics(result["a"]), scenario_metrics(result["b"])),
         "timelines": presenters.replay_timelines(
             [("policy A", result["a"]["events"]), ("policy B", result["b"]["events"])]
@@ -250,7 +279,48 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, COMPARE_TEMPLATE, context)
 
 
-def _compare_inputs(query: dict[str, str]) -> tuple[list[str], int | None, dict[str, Any]]:
+def _prefill(user, prefill: dict[str, str]) -> dict[str, str]:
+    """The form's scenario and policy A from a lab page's (``from``: the session's lesson and
+    its current policy) or a burst's link (``burst``: its lesson and the policy it ran
+    with); policy B starts as the lesson's own. An id the user may not see fills nothing."""
+    session = None
+    token = ""
+    if prefill["burst"].isdigit():
+        burst = (
+            Burst.objects.filter(
+                pk=int(prefill["burst"]), session__in=LabSession.objects.visible_to(user)
+            )
+            .select_related("session__scenario")
+            .first()
+        )
+        if burst is not None:
+            session, token = burst.session, f"burst:{burst.pk}"
+    elif prefill["from"].isdigit():
+        session = LabSession.objects.visible_to(user).filter(pk=int(prefill["from"])).first()
+        token = f"mine:{prefill['from']}" if session is not None else ""
+    if session is None:
+        return {}
+    return {"scenario": session.scenario.slug, "a": token, "b": "defaults"}
+
+
+def _chosen(query: dict[str, str], key: str) -> str:
+    """The policy a comparison uses for ``key``: the JSON written for it, else the pick."""
+    return query[f"{key}_json"].strip() or query[key].strip() or "defaults"
+
+
+def _picked(query: dict[str, str], key: str) -> str:
+    """The picker's selected value (a policy written straight into ``a``/``b`` as JSON, by an
+    older link, shows in the JSON field instead)."""
+    value = query[key].strip()
+    if value.startswith("{"):
+        query[f"{key}_json"] = query[f"{key}_json"] or value
+        return "defaults"
+    return value or "defaults"
+
+
+def _compare_inputs(
+    user, query: dict[str, str]
+) -> tuple[list[str], int | None, dict[str, Any]]:
     problems: list[str] = []
     for key, value in query.items():
         if len(value) > COMPARE_VALUE_MAX:
@@ -276,7 +346,7 @@ def _compare_inputs(query: dict[str, str]) -> tuple[list[str], int | None, dict[
             seed = None
     for key in ("a", "b"):
         try:
-            policies[key] = policy_of(query[key] or "defaults", key)
+            policies[key] = selectors.compare_policy(user, _chosen(query, key), key)
         except ValidationError as exc:
             problems += [str(p) for p in exc.problems]
     return problems, seed, policies
@@ -290,10 +360,16 @@ def _dependency_inputs(query: dict[str, str], parsed: dict[str, Any]) -> list[st
     except json.JSONDecodeError as exc:
         problems.append(f"dependency: is not valid JSON (column {exc.colno}: {exc.msg})")
     else:
-        if isinstance(dependency, dict):
-            parsed["dependency"] = dependency
-        else:
+        if not isinstance(dependency, dict):
             problems.append('dependency: must be a JSON object, e.g. {"mode": "down"}')
+        elif dependency.get("mode") == "shared":
+            problems.append(
+                "dependency: the shared dependency behaves as the whole class's load makes it "
+                "behave, which a dependency script alone cannot simulate; pick the storm "
+                "lesson as the scenario instead, to compare on the shared dependency's model"
+            )
+        else:
+            parsed["dependency"] = dependency
     low, high = int(LIMITS["steps[].burst"].min), int(LIMITS["steps[].burst"].max)
     try:
         calls = int(query["calls"] or "6")
