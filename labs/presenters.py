@@ -939,7 +939,7 @@ def shared_diff_table(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, An
     saying which way B went (a quicker recovery, fewer retries and less waste read better)."""
 
     def recovery(m: dict[str, Any]) -> str:
-        return "not within the run" if m["recovery_s"] is None else f"after {m['recovery_s']} s"
+        return "not within the run" if m["recovery_s"] is None else f"after {m['recovery_s']}\u00a0s"
 
     def rank(m: dict[str, Any]) -> float:
         return math.inf if m["recovery_s"] is None else m["recovery_s"]
@@ -947,17 +947,17 @@ def shared_diff_table(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, An
     rows = [
         ("recovery_s", "back to 90 % of the healthy goodput", recovery(a), recovery(b),
          rank(b) - rank(a) if rank(a) != rank(b) else 0),
-        ("below_20_s", "goodput under 20 % after the trigger", f"{a['below_20_s']} s",
-         f"{b['below_20_s']} s", b["below_20_s"] - a["below_20_s"]),
+        ("below_20_s", "goodput under 20 % after the trigger", f"{a['below_20_s']}\u00a0s",
+         f"{b['below_20_s']}\u00a0s", b["below_20_s"] - a["below_20_s"]),
         ("retries_per_call", "retries per call", f"{a['retries_per_call']:g}",
          f"{b['retries_per_call']:g}", b["retries_per_call"] - a["retries_per_call"]),
         ("peak_over_baseline", "busiest second's load over the healthy load",
-         f"{a['peak_over_baseline']:g} x", f"{b['peak_over_baseline']:g} x",
+         f"{a['peak_over_baseline']:g}\u00a0x", f"{b['peak_over_baseline']:g}\u00a0x",
          b["peak_over_baseline"] - a["peak_over_baseline"]),
         ("shed", "attempts shed by the queue", f"{a['shed']:,}", f"{b['shed']:,}",
          b["shed"] - a["shed"]),
         ("wasted_ms", "server time spent for callers who had given up",
-         f"{a['wasted_ms'] / 1000:.1f} s", f"{b['wasted_ms'] / 1000:.1f} s",
+         f"{a['wasted_ms'] / 1000:.1f}\u00a0s", f"{b['wasted_ms'] / 1000:.1f}\u00a0s",
          b["wasted_ms"] - a["wasted_ms"]),
         ("calls_ok", "calls that succeeded", f"{a['calls_ok']:,}", f"{b['calls_ok']:,}",
          -(b["calls_ok"] - a["calls_ok"])),

@@ -642,7 +642,9 @@ def policy_comparison(
         )
     if seed is not None:
         script["seed"] = seed
-    return compare_scenario(script, policy_b, policy_a=policy_a, names=("a", "b"))
+    result = compare_scenario(script, policy_b, policy_a=policy_a, names=("a", "b"))
+    result["name"] = scenario.title
+    return result
 
 
 #: The class a comparison on the shared dependency simulates: the storm lesson's (30
@@ -788,7 +790,9 @@ def dependency_comparison(
         "dependency": dependency,
         "steps": [{"burst": calls}],
     }
-    return compare_scenario(script, policy_b, policy_a=policy_a, names=("a", "b"))
+    result = compare_scenario(script, policy_b, policy_a=policy_a, names=("a", "b"))
+    result["name"] = "A dependency of your own"
+    return result
 
 
 # --- predictions ---------------------------------------------------------------------------

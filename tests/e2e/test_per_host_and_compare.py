@@ -1,0 +1,234 @@
+"""The per-host lesson's breakers and the compare page, in headless Chromium against daphne, a
+real Celery worker and Redis.
+
+- The per-host lesson (scenarios/per_host_breakers.json): three bursts with one breaker for
+  the whole dependency leave it OPEN; after switching to a breaker per host the badge shows
+  each host's breaker and no dependency-wide one, the timeline a lane per host and no
+  dependency-wide row, and the host labels do not overlap at 1920x1080 or at 390x844.
+- Compare is reached by clicking, from the lab page and from a burst in the burst history;
+  "my current policy" against a preset shows two results; the storm lesson is compared on the
+  shared dependency's model and says so.
+
+No page logs a console error or breaks the Content-Security-Policy. Screenshots:
+artifacts/e2e/per-host-*.png and compare-*.png.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from labs.services import lab
+from tests.conftest import DEFAULT_PASSWORD, make_classroom, make_scenario, make_student
+from tests.e2e.conftest import ARTIFACTS, ROOT, login
+from tests.e2e.test_csp import REPORT_VIOLATIONS
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+BURST_TIMEOUT_MS = 45_000
+DESKTOP = {"width": 1920, "height": 1080}
+PHONE = {"width": 390, "height": 844}
+
+
+def _scenario(name: str):
+    script = json.loads((ROOT / "scenarios" / f"{name}.json").read_text())
+    return make_scenario(name, title=script["title"], script=script)
+
+
+@pytest.fixture
+def watched(browser):
+    """A page that records console errors, page errors and CSP violations."""
+    context = browser.new_context(viewport=DESKTOP)
+    context.set_default_timeout(30_000)
+    problems: list[str] = []
+    context.expose_function("__reportCspViolation", lambda text: problems.append(f"CSP: {text}"))
+    context.add_init_script(REPORT_VIOLATIONS)
+    page = context.new_page()
+    page.on(
+        "console",
+        lambda msg: problems.append(f"console: {msg.text} ({page.url})")
+        if msg.type == "error"
+        else None,
+    )
+    page.on("pageerror", lambda exc: problems.append(f"page error: {exc} ({page.url})"))
+    try:
+        yield page, problems
+    finally:
+        context.close()
+
+
+def shot(page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def run_burst(page, size: int, number: int) -> None:
+    page.fill("#id_size", str(size))
+    page.fill("#id_concurrency", "1")
+    page.click("#run-burst")
+    page.wait_for_function(
+        """n => { const s = document.getElementById('burst-summary');
+                  return s.dataset.status === 'done' && s.textContent.includes('Burst ' + n); }""",
+        arg=number,
+        timeout=BURST_TIMEOUT_MS,
+    )
+
+
+def stat(page, name: str) -> str:
+    return page.inner_text(f'#burst-summary [data-stat="{name}"]').strip()
+
+
+def overlapping_labels(page) -> list[str]:
+    """The timeline's row labels whose boxes (as drawn, in CSS pixels) intersect."""
+    return page.evaluate(
+        """() => {
+          const labels = Array.from(document.querySelectorAll('#timeline-chart text.tl-axis'));
+          const boxes = labels.map(l => [l.textContent, l.getBoundingClientRect()]);
+          const out = [];
+          for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+            const [ta, a] = boxes[i], [tb, b] = boxes[j];
+            const w = Math.min(a.right, b.right) - Math.max(a.left, b.left);
+            const h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+            if (w > 0.5 && h > 0.5) out.push(ta + ' / ' + tb);
+          }
+          return out;
+        }"""
+    )
+
+
+def test_per_host_breakers_show_each_hosts_breaker_and_no_stale_global_one(
+    daphne_server, e2e_worker, watched
+):
+    page, problems = watched
+    scenario = _scenario("per_host_breakers")
+    room = make_classroom("Hosts", join_code="HOSTS002")
+    room.scenarios.add(scenario)
+    student = make_student("hosts2", room)
+    session = lab.session_open(user=student, classroom=room, scenario=scenario)
+    login(page, daphne_server, student.username, DEFAULT_PASSWORD)
+    page.goto(f"{daphne_server}/sessions/{session.pk}/")
+    page.wait_for_selector('#live-status[data-state="live"]')
+
+    # One breaker for the dependency: three bursts leave it OPEN (the lesson's first part).
+    for number in (1, 2, 3):
+        run_burst(page, 6, number)
+        page.wait_for_timeout(700)
+    assert page.locator("#breaker-badge .breaker-big").count() == 1
+    assert page.locator("#timeline-chart text.tl-axis", has_text="breaker").count() == 1
+
+    # A breaker per host: the badge changes at once (pushed after the policy change).
+    page.select_option("#id_breaker_scope", "host")
+    page.click("#save-policy")
+    page.wait_for_selector('#breaker-badge[data-scope="host"]')
+    for number in (4, 5, 6, 7):
+        page.wait_for_timeout(700)
+        run_burst(page, 6, number)
+        assert (stat(page, "succeeded"), stat(page, "failed"), stat(page, "fast_failed")) == (
+            "6", "0", "0",
+        )  # fmt: skip
+
+    badge = page.locator("#breaker-badge")
+    assert badge.locator("h2").inner_text() == "Circuit breakers, one per host"
+    assert badge.locator(".breaker-big").count() == 0  # no dependency-wide breaker
+    assert " in 0.0 s" not in badge.inner_text()
+    rows = page.eval_on_selector_all(
+        "#breaker-badge li[data-part]",
+        "items => items.map(i => [i.dataset.part, i.dataset.state,"
+        " i.querySelector('[data-role=state]').textContent])",
+    )
+    assert [r[0] for r in rows] == ["h0", "h1", "h2"]
+    assert rows[0][1:] == ["closed", "CLOSED"] and rows[2][1:] == ["closed", "CLOSED"]
+    assert (rows[1][1], rows[1][2]) in (("open", "OPEN"), ("half_open", "HALF-OPEN"))
+
+    # The timeline: the last four bursts ran per host, so a lane per host and no
+    # dependency-wide row; the "now" tail is each host's state as the badge shows it.
+    axis = page.eval_on_selector_all(
+        "#timeline-chart text.tl-axis", "labels => labels.map(l => l.textContent)"
+    )
+    assert "breaker" not in axis
+    assert [a for a in axis if a.startswith("host")] == ["host 0", "host 1", "host 2"]
+    now = page.eval_on_selector_all(
+        "#timeline-chart rect[data-now]", "rects => rects.map(r => r.dataset.host)"
+    )
+    assert now == ["0", "1", "2"]
+    assert page.locator("#timeline-chart .tl-host-band.tl-band-open").count() >= 1
+    assert page.text_content("#timeline-desc").startswith("Host breakers now: host 0 CLOSED")
+    strip = page.eval_on_selector_all(
+        "#traffic-strip text", "labels => labels.map(l => l.textContent)"
+    )
+    assert strip and "breaker" not in strip
+    assert overlapping_labels(page) == []
+    shot(page, "per-host-1920")
+
+    page.set_viewport_size(PHONE)
+    page.wait_for_timeout(500)
+    assert overlapping_labels(page) == []
+    shot(page, "per-host-390")
+    page.wait_for_load_state("networkidle")
+    assert problems == []
+
+
+def test_compare_from_the_lab_page_and_the_history_and_the_storm_on_the_shared_model(
+    daphne_server, e2e_worker, watched
+):
+    page, problems = watched
+    tour = make_scenario("tour", title="The tour")
+    _scenario("storm_lesson")
+    room = make_classroom("Compare", join_code="COMPARE1")
+    room.scenarios.add(tour)
+    student = make_student("comparer", room)
+    session = lab.session_open(user=student, classroom=room, scenario=tour)
+    lab.session_set_policy(session=session, user=student, changes={"max_attempts": 1})
+    login(page, daphne_server, student.username, DEFAULT_PASSWORD)
+    page.goto(f"{daphne_server}/sessions/{session.pk}/")
+    page.wait_for_selector('#live-status[data-state="live"]')
+    run_burst(page, 6, 1)
+
+    # From the lab page: the lesson and my current policy are filled in.
+    with page.expect_navigation():
+        page.click("#compare-link")
+    assert page.input_value("#compare-scenario") == "tour"
+    assert page.input_value("#compare-a") == f"mine:{session.pk}"
+    assert not page.locator("#compare-advanced").evaluate("d => d.open")
+    page.select_option("#compare-b", "defaults")
+    page.fill("#compare-seed", "7")
+    with page.expect_navigation():
+        page.click("#run-compare")
+    cells = page.eval_on_selector_all(
+        '#compare-diff tr[data-key="attempts"] td', "cells => cells.map(c => c.textContent)"
+    )
+    mine, lessons = int(cells[0]), int(cells[1])
+    assert mine < lessons  # one attempt per call against the lesson's four
+    assert page.locator("figure.replay-figure").count() == 2
+    assert "A: My current policy (The tour)." in page.inner_text("#compare-result")
+    shot(page, "compare-mine-1920")
+
+    # From a burst in the burst history: its policy is filled in.
+    page.goto(f"{daphne_server}/sessions/{session.pk}/")
+    page.wait_for_selector("#burst-history #compare-burst-1")
+    with page.expect_navigation():
+        page.click("#compare-burst-1")
+    assert page.input_value("#compare-a").startswith("burst:")
+    assert "The policy burst 1 ran with" in page.inner_text("#compare-a")
+
+    # The storm lesson: compared on the shared dependency's model, and the page says so.
+    page.select_option("#compare-scenario", "storm_lesson")
+    page.select_option("#compare-a", "defaults")
+    page.select_option("#compare-b", "retry-budget")
+    with page.expect_navigation():
+        page.click("#run-compare")
+    note = page.inner_text("#compare-shared-note")
+    assert "both policies ran on the shared dependency's model" in note
+    recovery = page.eval_on_selector_all(
+        '#compare-diff tr[data-key="recovery_s"] td', "cells => cells.map(c => c.textContent)"
+    )
+    assert recovery[0] == "not within the run" and recovery[1].startswith("after ")
+    assert page.locator("#compare-result .shared-line").count() == 2
+    shot(page, "compare-storm-1920")
+    page.set_viewport_size(PHONE)
+    page.wait_for_timeout(300)
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    shot(page, "compare-storm-390")
+    page.wait_for_load_state("networkidle")
+    assert problems == []
