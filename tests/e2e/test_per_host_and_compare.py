@@ -160,11 +160,14 @@ def test_per_host_breakers_show_each_hosts_breaker_and_no_stale_global_one(
     assert strip and "breaker" not in strip
     assert overlapping_labels(page) == []
     shot(page, "per-host-1920")
+    page.locator("#breaker-badge").screenshot(path=str(ARTIFACTS / "per-host-badge-1920.png"))
+    page.locator(".timeline-card").screenshot(path=str(ARTIFACTS / "per-host-timeline-1920.png"))
 
     page.set_viewport_size(PHONE)
     page.wait_for_timeout(500)
     assert overlapping_labels(page) == []
     shot(page, "per-host-390")
+    page.locator(".timeline-card").screenshot(path=str(ARTIFACTS / "per-host-timeline-390.png"))
     page.wait_for_load_state("networkidle")
     assert problems == []
 

@@ -140,8 +140,8 @@ def test_a_student_replays_burst_2_with_threshold_1_and_shares_a_comparison(
         page.goto(f"{daphne_server}/compare/")
         page.select_option("#compare-scenario", "tour")
         page.fill("#compare-seed", "7")
-        page.fill("#compare-a", "defaults")
-        page.fill("#compare-b", "threshold-1")
+        page.select_option("#compare-a", "defaults")
+        page.select_option("#compare-b", "threshold-1")
         with page.expect_navigation():
             page.click("#run-compare")
         shared = page.url
