@@ -210,6 +210,7 @@ def test_compare_from_the_lab_page_and_the_history_and_the_storm_on_the_shared_m
     # From a burst in the burst history: its policy is filled in.
     page.goto(f"{daphne_server}/sessions/{session.pk}/")
     page.wait_for_selector("#burst-history #compare-burst-1")
+    page.locator("#burst-history").screenshot(path=str(ARTIFACTS / "compare-history-1920.png"))
     with page.expect_navigation():
         page.click("#compare-burst-1")
     assert page.input_value("#compare-a").startswith("burst:")
@@ -233,5 +234,8 @@ def test_compare_from_the_lab_page_and_the_history_and_the_storm_on_the_shared_m
     page.wait_for_timeout(300)
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     shot(page, "compare-storm-390")
+    page.click("#compare-advanced summary")
+    page.locator("#compare-form").screenshot(path=str(ARTIFACTS / "compare-form-390.png"))
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     page.wait_for_load_state("networkidle")
     assert problems == []
