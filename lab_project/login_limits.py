@@ -11,7 +11,7 @@ Two rules, both in settings (``LAB_LOGIN_*``, docs/operations.md):
 - **A name from everywhere, per hour.** A username whose passwords were wrong
   ``LAB_LOGIN_NAME_HOURLY_LIMIT`` times within the last hour (any address: axes' failure log)
   checks no further password until the oldest of them is an hour old. Guessing stays
-  infeasible however many addresses a guesser has; an instructor can clear it in the admin
+  infeasible however many addresses a guesser has; an administrator can clear it in the admin
   (Axes: access failures and attempts).
 
 Tries that are refused check no password, and are not counted as guesses.

@@ -137,8 +137,8 @@ class Membership(models.Model):
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.STUDENT)
     simulated = models.BooleanField(
         default=False,
-        help_text="A bot of manage.py simulate_class: left out of grades, predictions and "
-        "student counts; removed by simulate_class --cleanup.",
+        help_text="A bot student of a simulated class: left out of grades, predictions and "
+        "student counts; removed when the simulation is cleaned up.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 

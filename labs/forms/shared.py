@@ -83,7 +83,7 @@ def _help(path: str) -> str:
 
 class SharedDependencyAdminForm(forms.ModelForm):
     """The admin's form for a class's shared dependency: each value is checked by the engine's
-    validator and its problem shown beside the field in the field's words ("must be between
+    validator and its problem shown beside the field in the field's words ("Must be between
     1 and 2000 ms (got 0)"), never under a code name such as ``service_ms``."""
 
     servers = forms.IntegerField(label=_label("servers"), help_text=_help("shared.servers"))
@@ -104,7 +104,8 @@ class SharedDependencyAdminForm(forms.ModelForm):
         values = {name: cleaned[name] for name, _path, _label in SHARED_PARAMS if name in cleaned}
         for problem in shared_problems(values):
             if problem.field in self.fields:
-                self.add_error(problem.field, problem.message)
+                message = problem.message
+                self.add_error(problem.field, message[:1].upper() + message[1:])
             else:
                 self.add_error(None, str(problem))
         return cleaned

@@ -20,7 +20,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='membership',
             name='simulated',
-            field=models.BooleanField(default=False, help_text='A bot of manage.py simulate_class: left out of grades, predictions and student counts; removed by simulate_class --cleanup.'),
+            field=models.BooleanField(default=False, help_text='A bot student of a simulated class: left out of grades, predictions and student counts; removed when the simulation is cleaned up.'),
         ),
         migrations.AlterField(
             model_name='shareddependencyconfig',

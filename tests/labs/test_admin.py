@@ -762,7 +762,7 @@ def test_a_bad_value_is_refused_beside_its_field_in_the_fields_words(client, sup
     response = client.post(url, {"servers": "8", "service_ms": "0", "max_queue_ms": "2000"})
     assert response.status_code == 200
     form = response.context["adminform"].form
-    assert form.errors["service_ms"] == ["must be between 1 and 2000 ms (got 0)"]
+    assert form.errors["service_ms"] == ["Must be between 1 and 2000 ms (got 0)"]
     body = response.content.decode()
     assert "service_ms:" not in body
     row.refresh_from_db()
