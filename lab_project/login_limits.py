@@ -49,6 +49,22 @@ class LoginLimitHandler(AxesDatabaseHandler):
             return False
         return name_failures(username).count() >= settings.LAB_LOGIN_NAME_HOURLY_LIMIT
 
+    def reset_attempts(
+        self,
+        *,
+        ip_address: str | None = None,
+        username: str | None = None,
+        ip_or_username: bool = False,
+    ) -> int:
+        """axes' reset (``manage.py axes_reset_username NAME``, ``axes.utils.reset``), which
+        also lifts a name's hourly pause: its failures of the last hour are forgotten."""
+        count = super().reset_attempts(
+            ip_address=ip_address, username=username, ip_or_username=ip_or_username
+        )
+        if username:
+            name_failures(username).delete()
+        return count
+
 
 @dataclass(frozen=True)
 class Refusal:

@@ -14,6 +14,7 @@ from datetime import timedelta
 import pytest
 from axes.models import AccessAttempt, AccessFailureLog
 from django.conf import settings
+from django.core.management import call_command
 from django.db.models import F
 from django.urls import reverse
 
@@ -137,6 +138,16 @@ def test_a_guesser_gets_no_more_than_the_hourly_bound_for_one_username(client, s
     assert f"{limit} wrong passwords within the last hour" in response.content.decode()
     # Once the first failures are an hour old, passwords are checked again.
     travel(3600)
+    assert login(client, "alice", "correct-horse-battery-staple", ELSEWHERE).status_code == 302
+
+
+def test_an_administrator_lifts_an_hourly_pause(client, student):
+    for minute in range(settings.LAB_LOGIN_NAME_HOURLY_LIMIT // settings.AXES_FAILURE_LIMIT):
+        for i in range(settings.AXES_FAILURE_LIMIT):
+            login(client, "alice", f"guess-{minute}-{i}", f"203.0.113.{minute + 1}")
+        travel(61)
+    assert login(client, "alice", "correct-horse-battery-staple", ELSEWHERE).status_code == 429
+    call_command("axes_reset_username", "alice")
     assert login(client, "alice", "correct-horse-battery-staple", ELSEWHERE).status_code == 302
 
 
