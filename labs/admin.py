@@ -253,7 +253,23 @@ class ScenarioAdmin(admin.ModelAdmin):
 # --- Classroom ----------------------------------------------------------------------------
 
 
-class MembershipInline(admin.TabularInline):
+def member_label(user) -> str:
+    """A member as the admin names them: "Ann Lee (ann)", or the username alone."""
+    name = user.get_full_name()
+    return f"{name} ({user.get_username()})" if name else user.get_username()
+
+
+class MemberByNameMixin:
+    """The member's select shows names ("Ann Lee (ann)"), as its search results do."""
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        field = super().formfield_for_foreignkey(db_field, request, **kwargs)
+        if db_field.name == "user" and field is not None:
+            field.label_from_instance = member_label
+        return field
+
+
+class MembershipInline(MemberByNameMixin, admin.TabularInline):
     model = Membership
     extra = 0
     fields = ["user", "role", "simulated", "created_at"]
@@ -413,7 +429,7 @@ class ClassroomAdmin(InstructorScopedAdmin):
 
 
 @admin.register(Membership)
-class MembershipAdmin(InstructorScopedAdmin):
+class MembershipAdmin(MemberByNameMixin, InstructorScopedAdmin):
     list_display = ["user", "full_name", "classroom", "role", "simulated", "created_at"]
     list_filter = ["role", "simulated", ("classroom", admin.RelatedOnlyFieldListFilter)]
     search_fields = ["user__username", "user__first_name", "user__last_name", "user__email"]
@@ -591,8 +607,7 @@ class MemberAutocomplete(AutocompleteJsonView):
     def serialize_result(self, obj, to_field_name):
         result = super().serialize_result(obj, to_field_name)
         if isinstance(obj, get_user_model()):
-            name = obj.get_full_name()
-            result["text"] = f"{name} ({obj.get_username()})" if name else obj.get_username()
+            result["text"] = member_label(obj)
         return result
 
     def _choosing_members(self) -> bool:

@@ -75,7 +75,10 @@ def locked_out(request: HttpRequest, original_response=None, credentials=None) -
 @login_required
 def choose_password(request: HttpRequest) -> HttpResponse:
     """Choose one's own password: asked after a login with a roster's one-time password (which
-    that login used up), before any other page."""
+    that login used up), before any other page. Only then: any other change of password asks
+    for the current one (Django's password change, where this sends everyone else)."""
+    if not request.session.get(MUST_CHOOSE_PASSWORD):
+        return redirect("password_change")
     form = ChoosePasswordForm(request.user, request.POST or None)
     if request.method == "POST" and form.is_valid():
         account_set_password(user=request.user, password=form.cleaned_data["new_password1"])
@@ -83,8 +86,7 @@ def choose_password(request: HttpRequest) -> HttpResponse:
         request.session.pop(MUST_CHOOSE_PASSWORD, None)
         messages.success(request, "Your password is set: use it from now on.")
         return redirect("labs:home")
-    forced = bool(request.session.get(MUST_CHOOSE_PASSWORD))
-    return render(request, "registration/choose_password.html", {"form": form, "forced": forced})
+    return render(request, "registration/choose_password.html", {"form": form})
 
 
 class ChoosePasswordFirst:

@@ -845,6 +845,16 @@ def test_members_are_chosen_by_name_with_search(client, instructor, classroom, f
     assert texts == ["Ann Lee (ann)"]  # the staff account is not offered
 
 
+def test_a_members_select_shows_their_name(client, instructor, classroom, factory):
+    factory.student("ann", classroom)
+    ann = get_user_model().objects.get(username="ann")
+    ann.first_name, ann.last_name = "Ann", "Lee"
+    ann.save()
+    client.force_login(instructor)
+    body = client.get(reverse("admin:labs_classroom_change", args=[classroom.pk])).content
+    assert f'<option value="{ann.pk}" selected>Ann Lee (ann)</option>' in body.decode()
+
+
 def test_the_user_admin_stays_closed_to_instructors(client, instructor):
     client.force_login(instructor)
     assert client.get(reverse("admin:auth_user_changelist")).status_code == 403

@@ -92,6 +92,20 @@ def test_each_roster_password_is_its_own_students_once(client, roster):
     assert response["Location"] == reverse("choose_password")
 
 
+def test_without_a_one_time_login_the_page_asks_for_the_current_password(client, student):
+    client.force_login(student)
+    response = client.get(reverse("choose_password"))
+    assert response.status_code == 302
+    assert response["Location"] == reverse("password_change")
+    posted = client.post(
+        reverse("choose_password"),
+        {"new_password1": NEW_PASSWORD, "new_password2": NEW_PASSWORD},
+    )
+    assert posted.status_code == 302
+    student.refresh_from_db()
+    assert not student.check_password(NEW_PASSWORD)
+
+
 def test_a_signed_up_students_own_password_logs_in_as_often_as_they_like(client, student):
     for _ in range(3):
         response = login(client, "alice", "correct-horse-battery-staple")
