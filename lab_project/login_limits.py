@@ -19,6 +19,7 @@ Tries that are refused check no password, and are not counted as guesses.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -84,7 +85,7 @@ def refusal(username: str | None, address: str | None) -> Refusal:
         excess = failures.count() - settings.LAB_LOGIN_NAME_HOURLY_LIMIT
         oldest = failures.order_by("attempt_time").values_list("attempt_time", flat=True)
         until = oldest[excess] + HOUR
-        return Refusal("hour", max(1, int((until - now).total_seconds()) + 1))
+        return Refusal("hour", max(1, math.ceil((until - now).total_seconds())))
     cool_off = settings.AXES_COOLOFF_TIME
     last = (
         AccessAttempt.objects.filter(username=username, ip_address=address)
@@ -92,8 +93,8 @@ def refusal(username: str | None, address: str | None) -> Refusal:
         .values_list("attempt_time", flat=True)
         .first()
     )
-    wait = cool_off if last is None else last + cool_off - now
-    return Refusal("place", max(1, int(wait.total_seconds()) + 1))
+    wait = cool_off if last is None else min(cool_off, last + cool_off - now)
+    return Refusal("place", max(1, math.ceil(wait.total_seconds())))
 
 
 def duration(seconds: float) -> str:

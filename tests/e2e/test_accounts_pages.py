@@ -106,6 +106,20 @@ def test_the_login_page_and_a_one_time_password(daphne_server, browser, room, wi
             page.click("button:has-text('Save my password')")
         assert page.url == f"{daphne_server}/"
         assert "Your password is set" in page.inner_text("body")
+
+        context.clear_cookies()  # someone else at the keyboard, typing alice's name
+        for i in range(5):
+            page.goto(f"{daphne_server}/accounts/login/")
+            page.fill("#id_username", "alice")
+            page.fill("#id_password", f"wrong-{i}")
+            with page.expect_navigation():
+                page.click("button[type=submit]")
+        assert page.locator("h1").inner_text() == "Login paused for this name"
+        text = " ".join(page.inner_text("main").split())
+        assert "This name had 5 wrong passwords from this place" in text
+        assert "Try again in a minute" in text, text
+        problems[:] = [p for p in problems if "429" not in p]  # the refusal's own status
+        check(page, problems, "locked-out", width)
     finally:
         context.close()
 
