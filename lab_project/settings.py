@@ -79,6 +79,8 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     # Last, as django-axes asks: turns a refused login of a locked-out client into the 429 page.
     "axes.middleware.AxesMiddleware",
+    # A login with a roster's one-time password sees only the page choosing a new one.
+    "labs.views.accounts.ChoosePasswordFirst",
     "lab_project.http_limit.SynchronousChain",  # last: one thread hop per request, not 17
 ]
 
@@ -243,22 +245,40 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "labs:home"
 LOGOUT_REDIRECT_URL = "login"
 
-# Failed logins are throttled by django-axes, per username and per address: after
-# LAB_LOGIN_FAILURE_LIMIT failures within LAB_LOGIN_COOLOFF_MINUTES, the login answers 429 (the
-# right password included) until that long after the last failure. A locked-out login never
-# reaches the password hasher. The failures are rows in the database (the admin lists and
-# clears them), so they outlive a restart. A class behind one address shares its address's
-# count: raise the limit for a large class typing passwords at the same time.
+# Failed logins are limited by django-axes with two rules (lab_project/login_limits.py,
+# docs/operations.md). Per username and address together: after LAB_LOGIN_FAILURE_LIMIT wrong
+# passwords that name waits LAB_LOGIN_COOLOFF_SECONDS from there (tries meanwhile check no
+# password and do not lengthen the wait), so a class behind one address is never locked out
+# together and a classmate's wrong passwords keep a student out for one wait at most. Per
+# username from everywhere: LAB_LOGIN_NAME_HOURLY_LIMIT wrong passwords within an hour, then
+# no more guesses for that name until the oldest is an hour old. A refused login never reaches
+# the password hasher. The failures are rows in the database (the admin lists and clears them).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
-AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
-AXES_FAILURE_LIMIT = env_int("LAB_LOGIN_FAILURE_LIMIT", 10, min_value=3, max_value=100)
+if env_str("LAB_LOGIN_COOLOFF_MINUTES", ""):
+    raise ImproperlyConfigured(
+        "LAB_LOGIN_COOLOFF_MINUTES is replaced by LAB_LOGIN_COOLOFF_SECONDS (default 60)"
+    )
+AXES_HANDLER = "lab_project.login_limits.LoginLimitHandler"
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_FAILURE_LIMIT = env_int("LAB_LOGIN_FAILURE_LIMIT", 5, min_value=3, max_value=100)
 AXES_COOLOFF_TIME = timedelta(
-    minutes=env_int("LAB_LOGIN_COOLOFF_MINUTES", 15, min_value=1, max_value=24 * 60)
+    seconds=env_int("LAB_LOGIN_COOLOFF_SECONDS", 60, min_value=10, max_value=3600)
 )
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+# Every checked wrong password is kept (per username, the newest 1,000): the hourly bound
+# counts them.
+AXES_ENABLE_ACCESS_FAILURE_LOG = True
+LAB_LOGIN_NAME_HOURLY_LIMIT = env_int(
+    "LAB_LOGIN_NAME_HOURLY_LIMIT", 30, min_value=3, max_value=1000
+)
+if LAB_LOGIN_NAME_HOURLY_LIMIT < AXES_FAILURE_LIMIT:
+    raise ImproperlyConfigured(
+        f"LAB_LOGIN_NAME_HOURLY_LIMIT ({LAB_LOGIN_NAME_HOURLY_LIMIT}) must be at least "
+        f"LAB_LOGIN_FAILURE_LIMIT ({AXES_FAILURE_LIMIT})"
+    )
 # 429 with the rule and when to try again (labs.views.accounts.locked_out).
 AXES_LOCKOUT_CALLABLE = "labs.views.accounts.locked_out"
 # Only failures are kept: successful logins are not logged with their address.

@@ -4,17 +4,22 @@ lab's), the lab, and the operations endpoints (``/metrics``, ``/healthz``: labs/
 from django.contrib import admin
 from django.urls import include, path
 
+from labs.admin import member_autocomplete
 from labs.views import ops
-from labs.views.accounts import LoginView
+from labs.views.accounts import LoginView, choose_password
 
 admin.site.site_header = "Failure Lab back office"
 admin.site.site_title = "Failure Lab admin"
 admin.site.index_title = "Scenarios, classes and sessions"
 
 urlpatterns = [
+    # The admin's autocomplete with members chosen by name (before the admin's own URL).
+    path("admin/autocomplete/", member_autocomplete, name="member_autocomplete"),
     path("admin/", admin.site.urls),
     # Django's login with bounded inputs and the failed-login rule; the rest of its auth URLs.
     path("accounts/login/", LoginView.as_view(), name="login"),
+    # After a roster's one-time password: the student's own password, before anything else.
+    path("accounts/choose-password/", choose_password, name="choose_password"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("experiments/", include("labs.experiments.urls")),
     path("metrics", ops.metrics_view, name="metrics"),

@@ -12,6 +12,8 @@ import secrets
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
+from django.contrib.admin.views.autocomplete import AutocompleteJsonView
+from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
@@ -251,12 +253,30 @@ class ScenarioAdmin(admin.ModelAdmin):
 # --- Classroom ----------------------------------------------------------------------------
 
 
-class MembershipInline(admin.TabularInline):
+def member_label(user) -> str:
+    """A member as the admin names them: "Ann Lee (ann)", or the username alone."""
+    name = user.get_full_name()
+    return f"{name} ({user.get_username()})" if name else user.get_username()
+
+
+class MemberByNameMixin:
+    """The member's select shows names ("Ann Lee (ann)"), as its search results do."""
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        field = super().formfield_for_foreignkey(db_field, request, **kwargs)
+        if db_field.name == "user" and field is not None:
+            field.label_from_instance = member_label
+        return field
+
+
+class MembershipInline(MemberByNameMixin, admin.TabularInline):
     model = Membership
     extra = 0
-    fields = ["user", "role", "created_at"]
-    readonly_fields = ["created_at"]
-    raw_id_fields = ["user"]
+    fields = ["user", "role", "simulated", "created_at"]
+    readonly_fields = ["simulated", "created_at"]
+    # Chosen by name: typing part of a username, a name or an email searches the accounts
+    # (MemberAutocomplete below).
+    autocomplete_fields = ["user"]
 
 
 @admin.register(Classroom)
@@ -281,7 +301,12 @@ class ClassroomAdmin(InstructorScopedAdmin):
         return (
             super()
             .get_queryset(request)
-            .annotate(_students=Count("memberships", filter=Q(memberships__role="student")))
+            .annotate(
+                _students=Count(
+                    "memberships",
+                    filter=Q(memberships__role="student", memberships__simulated=False),
+                )
+            )
         )
 
     @admin.display(description="students", ordering="_students")
@@ -404,11 +429,12 @@ class ClassroomAdmin(InstructorScopedAdmin):
 
 
 @admin.register(Membership)
-class MembershipAdmin(InstructorScopedAdmin):
-    list_display = ["user", "full_name", "classroom", "role", "created_at"]
-    list_filter = ["role", ("classroom", admin.RelatedOnlyFieldListFilter)]
+class MembershipAdmin(MemberByNameMixin, InstructorScopedAdmin):
+    list_display = ["user", "full_name", "classroom", "role", "simulated", "created_at"]
+    list_filter = ["role", "simulated", ("classroom", admin.RelatedOnlyFieldListFilter)]
     search_fields = ["user__username", "user__first_name", "user__last_name", "user__email"]
-    raw_id_fields = ["user"]
+    autocomplete_fields = ["user"]
+    readonly_fields = ["simulated"]
     list_select_related = ["user", "classroom"]
 
     @admin.display(description="name")
@@ -537,19 +563,70 @@ class ClassFaultAdmin(ReadOnlyMixin, InstructorScopedAdmin):
         return (obj.changes or {}).get("mode", "")
 
 
+def capacity_words(capacity_per_s: float) -> str:
+    """A capacity as people read it: "200 attempts/s", "12.5 attempts/s"."""
+    return f"{capacity_per_s:,.1f}".rstrip("0").rstrip(".") + " attempts/s"
+
+
 @admin.register(SharedDependencyConfig)
 class SharedDependencyConfigAdmin(InstructorScopedAdmin):
     """A class's shared dependency; saved through the service, so the change is journaled in
-    every session of the class and reaches the Redis model."""
+    every session of the class and reaches the Redis model. Instructors (the Instructors
+    group's permissions) view, add and change their own classes' only, as on the dashboard;
+    the capacity the storm panel draws is shown beside the settings and in the list."""
 
     form = SharedDependencyAdminForm
-    list_display = ["classroom", "servers", "service_ms", "max_queue_ms", "updated_at"]
+    list_display = ["classroom", "servers", "service_ms", "max_queue_ms", "capacity", "updated_at"]
     list_select_related = ["classroom"]
+    fields = ["classroom", "servers", "service_ms", "max_queue_ms", "capacity"]
 
     def get_readonly_fields(self, request, obj=None):
         # A row belongs to its class for good: one row per class, changed in place.
-        return ["classroom"] if obj is not None else []
+        return ["classroom", "capacity"] if obj is not None else ["capacity"]
+
+    @admin.display(description="capacity (servers / service time)")
+    def capacity(self, obj) -> str:
+        if obj is None or obj.pk is None:
+            return "shown once saved: servers / service time"
+        return capacity_words(obj.capacity_per_s)
 
     def save_model(self, request, obj, form, change):
         row = classroom_set_shared(classroom=obj.classroom, user=request.user, values=obj.to_dict())
         obj.pk = row.pk
+
+
+# --- choosing a class's members by name ----------------------------------------------------
+
+
+class MemberAutocomplete(AutocompleteJsonView):
+    """The admin's autocomplete (``/admin/autocomplete/``) with the member's name in the
+    results ("Ann Lee (ann)"), and open to an instructor choosing a class's members: they
+    search the student accounts (not staff) by username, name or email, though the user
+    admin itself stays closed to them. Every other autocomplete is Django's own."""
+
+    def serialize_result(self, obj, to_field_name):
+        result = super().serialize_result(obj, to_field_name)
+        if isinstance(obj, get_user_model()):
+            result["text"] = member_label(obj)
+        return result
+
+    def _choosing_members(self) -> bool:
+        field = getattr(self, "source_field", None)
+        return (
+            field is not None
+            and field.model is Membership
+            and field.name == "user"
+            and self.request.user.has_perm("labs.add_membership")
+        )
+
+    def has_perm(self, request, obj=None):
+        return super().has_perm(request, obj) or self._choosing_members()
+
+    def get_queryset(self):
+        qs = super().get_queryset()
+        if not self.request.user.is_superuser and self._choosing_members():
+            qs = qs.filter(is_staff=False, is_active=True)
+        return qs
+
+
+member_autocomplete = admin.site.admin_view(MemberAutocomplete.as_view(admin_site=admin.site))

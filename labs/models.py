@@ -105,6 +105,26 @@ class Classroom(models.Model):
         return reverse("admin:labs_classroom_change", args=[self.pk])
 
 
+class MembershipQuerySet(models.QuerySet):
+    def people(self) -> MembershipQuerySet:
+        """Memberships of real people: simulated students (bots) left out."""
+        return self.filter(simulated=False)
+
+    def simulated(self) -> MembershipQuerySet:
+        return self.filter(simulated=True)
+
+
+def _simulated_owner(owner_path: str, classroom_path: str) -> models.Exists:
+    """Whether the row's owner is a simulated member of the row's class (a bot)."""
+    return models.Exists(
+        Membership.objects.filter(
+            user=models.OuterRef(owner_path),
+            classroom=models.OuterRef(classroom_path),
+            simulated=True,
+        )
+    )
+
+
 class Membership(models.Model):
     class Role(models.TextChoices):
         INSTRUCTOR = "instructor", "instructor"
@@ -115,7 +135,14 @@ class Membership(models.Model):
     )
     classroom = models.ForeignKey(Classroom, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.STUDENT)
+    simulated = models.BooleanField(
+        default=False,
+        help_text="A bot student of a simulated class: left out of grades, predictions and "
+        "student counts; removed when the simulation is cleaned up.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = MembershipQuerySet.as_manager()
 
     class Meta:
         ordering = ["classroom", "role", "user__username"]
@@ -206,6 +233,14 @@ class LabSessionQuerySet(models.QuerySet):
     def for_instructor(self, user) -> LabSessionQuerySet:
         """Sessions in the classes ``user`` teaches (every session for a superuser)."""
         return self.filter(classroom__in=Classroom.objects.for_instructor(user))
+
+    def people(self) -> LabSessionQuerySet:
+        """Sessions of real students: those of simulated members (bots) left out."""
+        return self.exclude(_simulated_owner("owner", "classroom"))
+
+    def simulated(self) -> LabSessionQuerySet:
+        """Sessions of simulated members of their class (bots)."""
+        return self.filter(_simulated_owner("owner", "classroom"))
 
 
 class LabSession(models.Model):
@@ -469,17 +504,20 @@ class SharedDependencyConfig(models.Model):
     classroom = models.OneToOneField(
         Classroom, on_delete=models.CASCADE, related_name="shared_dependency"
     )
-    servers = models.PositiveSmallIntegerField(default=8, help_text="1 to 64 servers.")
+    servers = models.PositiveSmallIntegerField("servers", default=8, help_text="1 to 64 servers.")
     service_ms = models.PositiveIntegerField(
-        default=40, help_text="Service time of one attempt, 1 to 2000 ms."
+        "service time (ms)", default=40, help_text="Service time of one attempt, 1 to 2000 ms."
     )
     max_queue_ms = models.PositiveIntegerField(
-        default=2000, help_text="A longer queue wait is shed at once, 0 to 10000 ms."
+        "longest queue wait (ms)",
+        default=2000,
+        help_text="A longer queue wait is shed at once, 0 to 10000 ms.",
     )
-    updated_at = models.DateTimeField(auto_now=True)
+    updated_at = models.DateTimeField("last changed", auto_now=True)
 
     class Meta:
         verbose_name = "shared dependency"
+        verbose_name_plural = "shared dependencies"
         constraints = [
             models.CheckConstraint(
                 condition=Q(servers__gte=1, servers__lte=64), name="shared_servers_1_to_64"
@@ -499,6 +537,12 @@ class SharedDependencyConfig(models.Model):
             f"{self.servers} server(s) x {self.service_ms} ms, queue {self.max_queue_ms} ms "
             f"({self.classroom})"
         )
+
+    @property
+    def capacity_per_s(self) -> float:
+        """Attempts per second the servers complete when always busy (servers / service
+        time), as the engine's ``SharedConfig.capacity_per_s`` counts it."""
+        return self.servers * 1000 / self.service_ms if self.service_ms else 0.0
 
     def to_dict(self) -> dict:
         """The engine's form (``labs.engine.parse_shared`` reads it)."""
@@ -593,6 +637,12 @@ class Traffic(models.Model):
 # --- Prediction ---------------------------------------------------------------------------
 
 
+class PredictionQuerySet(models.QuerySet):
+    def people(self) -> PredictionQuerySet:
+        """Predictions of real students: those of simulated members (bots) left out."""
+        return self.exclude(_simulated_owner("owner", "session__classroom"))
+
+
 class Prediction(models.Model):
     """A student's answer to a scenario step's question (``ask``), given before the step ran.
 
@@ -618,6 +668,8 @@ class Prediction(models.Model):
     ran_at = models.DateTimeField(null=True, blank=True, help_text="When the step's burst started.")
     observed = models.JSONField(null=True, blank=True, help_text="Every measure of the burst.")
     correct = models.BooleanField(null=True, blank=True)
+
+    objects = PredictionQuerySet.as_manager()
 
     class Meta:
         ordering = ["session", "attempt", "step"]
@@ -656,3 +708,23 @@ class StepProgress(models.Model):
 
     def __str__(self) -> str:
         return f"step {self.step} done in attempt {self.attempt} of session {self.session_id}"
+
+
+# --- Accounts -----------------------------------------------------------------------------
+
+
+class OneTimePassword(models.Model):
+    """Marks a user whose password is a roster's one-time password: the first login with it
+    uses it up (``labs.services.accounts.account_login``) and asks for a password of the
+    student's own. The password itself is only the user's hash, as any other."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="one_time_password"
+    )
+    issued_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "one-time password"
+
+    def __str__(self) -> str:
+        return f"one-time password of {self.user}"

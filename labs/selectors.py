@@ -328,18 +328,21 @@ def student_classes(*, user) -> list[StudentClass]:
 
 
 def instructor_classes(*, user) -> list[Classroom]:
-    """The classes ``user`` teaches (every class for a superuser), with student counts."""
+    """The classes ``user`` teaches (every class for a superuser), with their counts of real
+    students (``student_count``) and of simulated ones (``simulated_count``, bots)."""
     from django.db.models import Count, Q
 
+    student = Q(memberships__role=Membership.Role.STUDENT)
     # pk__in, not a join: a join on memberships here would also narrow the Count below.
     return list(
         Classroom.objects.filter(pk__in=Classroom.objects.for_instructor(user).values("pk"))
         .annotate(
             student_count=Count(
-                "memberships",
-                filter=Q(memberships__role=Membership.Role.STUDENT),
-                distinct=True,
-            )
+                "memberships", filter=student & Q(memberships__simulated=False), distinct=True
+            ),
+            simulated_count=Count(
+                "memberships", filter=student & Q(memberships__simulated=True), distinct=True
+            ),
         )
         .prefetch_related("scenarios")
         .order_by("name", "pk")
@@ -435,6 +438,7 @@ def _dashboard_queryset(classroom_id: int):
     )
     return (
         LabSession.objects.filter(classroom_id=classroom_id)
+        .people()  # simulated students are counted apart (simulated_count)
         .values(
             "pk",
             "owner__username",
@@ -516,6 +520,21 @@ def class_dashboard_rows(*, classroom_id: int) -> list[DashboardRow]:
             )
         )
     return rows
+
+
+def simulated_count(classroom_id: int) -> int:
+    """How many simulated students (bots of ``simulate_class``) the class has: the dashboard
+    names them apart instead of listing them."""
+    return Membership.objects.filter(classroom_id=classroom_id).simulated().count()
+
+
+def simulated_session_ids(classroom_id: int) -> set[int]:
+    """The class's sessions of simulated students, which the dashboard leaves out."""
+    return set(
+        LabSession.objects.filter(classroom_id=classroom_id)
+        .simulated()
+        .values_list("pk", flat=True)
+    )
 
 
 def state_counts(rows: list[DashboardRow]) -> dict[str, int]:
@@ -840,9 +859,11 @@ def session_prediction(session: LabSession, step: int) -> Prediction | None:
 
 
 def class_predictions(classroom: Classroom):
-    """Every prediction made in ``classroom``: student, scenario, step, answer, observation."""
+    """Every prediction made in ``classroom`` by a real student (simulated ones left out):
+    student, scenario, step, answer, observation."""
     return (
         Prediction.objects.filter(session__classroom=classroom)
+        .people()
         .select_related("owner", "session__scenario")
         .order_by(
             "session__scenario__position",
@@ -880,8 +901,9 @@ def explaining_rows(prediction: Prediction) -> list[dict]:
 
 def class_progress(classroom: Classroom) -> list[dict]:
     """Each student's session in ``classroom``: the current attempt, the steps done in it (of
-    the scenario's), the questions answered and right in it, and the earlier attempts."""
-    return _progress_rows(LabSession.objects.filter(classroom=classroom))
+    the scenario's), the questions answered and right in it, and the earlier attempts.
+    Simulated students (bots) are left out: they answer nothing."""
+    return _progress_rows(LabSession.objects.filter(classroom=classroom).people())
 
 
 def session_progress(session_id: int) -> dict | None:

@@ -83,6 +83,8 @@ class ClassDashboardConsumer(DirectDispatch, SocketLimits, AsyncJsonWebsocketCon
     view = "dashboard"
     _last_refresh = 0.0
     _settle: asyncio.Task | None = None
+    #: Sessions of simulated students, as of the last snapshot: their updates are not sent.
+    _hidden: frozenset[int] | set[int] = frozenset()
 
     async def connect(self) -> None:
         self.classroom_id = int(self.scope["url_route"]["kwargs"]["classroom_id"])
@@ -120,6 +122,9 @@ class ClassDashboardConsumer(DirectDispatch, SocketLimits, AsyncJsonWebsocketCon
             await self.send_json({"type": "predictions", "html": html})
             return
         rows = await read(selectors.class_dashboard_snapshot)(self.classroom_id)
+        # Simulated students' sessions are not rows of the dashboard (it counts them apart):
+        # their updates are dropped here, or the page would ask for a snapshot at every one.
+        self._hidden = await read(selectors.simulated_session_ids)(self.classroom_id)
         await self.send_json({"type": "snapshot", "rows": rows, "at": time.time()})
 
     async def class_sessions(self, event: dict[str, Any]) -> None:
@@ -129,6 +134,8 @@ class ClassDashboardConsumer(DirectDispatch, SocketLimits, AsyncJsonWebsocketCon
         if self.group is None or self.view == "predictions":
             return
         for update in event.get("sessions", ()):
+            if update.get("session") in self._hidden:
+                continue
             await self.send_json(
                 {**update, **presenters.dashboard_labels(update), "type": "session"}
             )
@@ -152,6 +159,8 @@ class ClassDashboardConsumer(DirectDispatch, SocketLimits, AsyncJsonWebsocketCon
         try:
             session_id = int(event["session"])
         except (KeyError, TypeError, ValueError):
+            return
+        if session_id in self._hidden:
             return
         row = await read(selectors.session_progress)(session_id)
         if row is None or row["session"].classroom_id != self.classroom_id:

@@ -9,7 +9,7 @@ import re
 
 from django import forms
 from django.contrib.auth import get_user_model
-from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
+from django.contrib.auth.forms import AuthenticationForm, SetPasswordForm, UserCreationForm
 
 from labs.forms.bounded import BoundedInputsMixin
 from labs.models import Classroom, Scenario
@@ -49,6 +49,15 @@ class LoginForm(BoundedInputsMixin, AuthenticationForm):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         _bound_passwords(self, "password")
+
+
+class ChoosePasswordForm(BoundedInputsMixin, SetPasswordForm):
+    """A password of the student's own, twice, checked by the password validators (the view
+    saves it through ``labs.services.accounts.account_set_password``)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        _bound_passwords(self, "new_password1", "new_password2")
 
 
 class SignupForm(BoundedInputsMixin, UserCreationForm):

@@ -71,13 +71,29 @@ def fields(params, current: dict[str, Any] | None = None) -> list[dict[str, Any]
     return out
 
 
+def _label(name: str) -> str:
+    """The model field's name in words, capitalised: "Service time (ms)"."""
+    verbose = str(SharedDependencyConfig._meta.get_field(name).verbose_name)
+    return verbose[:1].upper() + verbose[1:]
+
+
+def _help(path: str) -> str:
+    return f"Allowed: {LIMITS[path].describe()}."
+
+
 class SharedDependencyAdminForm(forms.ModelForm):
     """The admin's form for a class's shared dependency: each value is checked by the engine's
-    validator and its problem shown beside the field, naming the range."""
+    validator and its problem shown beside the field in the field's words ("Must be between
+    1 and 2000 ms (got 0)"), never under a code name such as ``service_ms``."""
 
-    servers = forms.IntegerField(help_text=LIMITS["shared.servers"].describe())
-    service_ms = forms.IntegerField(help_text=LIMITS["shared.service_ms"].describe())
-    max_queue_ms = forms.IntegerField(help_text=LIMITS["shared.max_queue_ms"].describe())
+    servers = forms.IntegerField(label=_label("servers"), help_text=_help("shared.servers"))
+    service_ms = forms.IntegerField(
+        label=_label("service_ms"), help_text=_help("shared.service_ms")
+    )
+    max_queue_ms = forms.IntegerField(
+        label=_label("max_queue_ms"),
+        help_text=_help("shared.max_queue_ms") + " A longer wait is shed at once.",
+    )
 
     class Meta:
         model = SharedDependencyConfig
@@ -87,6 +103,9 @@ class SharedDependencyAdminForm(forms.ModelForm):
         cleaned = super().clean()
         values = {name: cleaned[name] for name, _path, _label in SHARED_PARAMS if name in cleaned}
         for problem in shared_problems(values):
-            name = problem.field if problem.field in self.fields else None
-            self.add_error(name, str(problem))
+            if problem.field in self.fields:
+                message = problem.message
+                self.add_error(problem.field, message[:1].upper() + message[1:])
+            else:
+                self.add_error(None, str(problem))
         return cleaned

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.formats import date_format
 
-from labs.models import Classroom, Membership, generate_join_code
+from labs.models import Classroom, Membership, OneTimePassword, generate_join_code
 
 INSTRUCTORS_GROUP = "Instructors"
 ROSTER_MAX_ROWS = 500
@@ -125,6 +125,8 @@ INSTRUCTOR_PERMISSIONS = [
         ("labsession", ("view", "change")),
         ("burst", ("view",)),
         ("journalevent", ("view",)),
+        # What the dashboard lets an instructor do with their class's shared dependency.
+        ("shareddependencyconfig", ("view", "add", "change")),
     )
     for action in actions
 ]
@@ -132,10 +134,11 @@ INSTRUCTOR_PERMISSIONS = [
 
 def instructors_group() -> Group:
     """The Instructors group, with its permissions: recreated whole if someone deleted it
-    (or a test database was flushed), so an instructor never lands in an admin that refuses
-    every page."""
+    (or a test database was flushed), and given any permission of the list it lacks, so an
+    instructor never lands in an admin that refuses a page the dashboard lets them use."""
     group, _ = Group.objects.get_or_create(name=INSTRUCTORS_GROUP)
-    if not group.permissions.exists():
+    held = set(group.permissions.values_list("codename", flat=True))
+    if not set(INSTRUCTOR_PERMISSIONS) <= held:
         group.permissions.add(
             *Permission.objects.filter(
                 content_type__app_label="labs", codename__in=INSTRUCTOR_PERMISSIONS
@@ -154,6 +157,47 @@ def instructor_enrol(*, user, classroom: Classroom) -> Membership:
         user=user, classroom=classroom, defaults={"role": Membership.Role.INSTRUCTOR}
     )
     return membership
+
+
+# --- Logging in with a one-time password ------------------------------------------------
+
+
+class LoginRefused(ValueError):
+    """The password that was checked is no longer the account's (a one-time password used up
+    by a login a moment earlier): the login is refused as a wrong password would be."""
+
+
+def account_login(*, user) -> bool:
+    """Prepare ``user``, just authenticated, to be logged in. Returns True when the password
+    was a roster's one-time password: it is used up now (the account has no usable password
+    until the student chooses one, so a second login with it fails) and the caller asks for
+    a new one before anything else.
+
+    Locks the user row, so of two logins racing with the same one-time password only the
+    first gets in; the second finds the password changed since it was checked and raises
+    LoginRefused.
+    """
+    User = get_user_model()
+    with transaction.atomic():
+        current = User.objects.select_for_update().filter(pk=user.pk).first()
+        if current is None or current.password != user.password:
+            raise LoginRefused("The password changed while it was being checked.")
+        used, _ = OneTimePassword.objects.filter(user=current).delete()
+        if not used:
+            return False
+        current.set_unusable_password()
+        current.save(update_fields=["password"])
+    user.password = current.password
+    return True
+
+
+def account_set_password(*, user, password: str) -> None:
+    """Give ``user`` the password they chose (already validated by the form); a one-time
+    password still pending is dropped with it."""
+    with transaction.atomic():
+        user.set_password(password)
+        user.save(update_fields=["password"])
+        OneTimePassword.objects.filter(user=user).delete()
 
 
 # --- Roster import ------------------------------------------------------------------------
@@ -204,12 +248,60 @@ def _looks_like_header(cells: list[str]) -> bool:
     return bool(cells) and cells[0].strip().lower() in {"username", "user", "login"}
 
 
+#: The separators a roster may use, with their names in messages (Excel writes semicolons
+#: where the comma is the decimal mark; "Save as text" writes tabs).
+SEPARATORS = {",": "commas", ";": "semicolons", "\t": "tabs"}
+ROSTER_COLUMNS = 3
+
+
+def _rows(text: str, separator: str) -> list[tuple[int, list[str]]]:
+    """(line number, cells) of every non-blank row of ``text`` split at ``separator``."""
+    reader = csv.reader(io.StringIO(text), delimiter=separator)
+    out = []
+    for cells in reader:
+        if cells and any(c.strip() for c in cells):
+            out.append((reader.line_num, cells))
+    return out
+
+
+def _other_separator(text: str) -> str | None:
+    """The character that most likely separates the columns of ``text``'s first line when it
+    is none of the accepted ones (``|``, ``:``), to name it in the message; None if none."""
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    counts = {
+        ch: first.count(ch)
+        for ch in set(first)
+        if not ch.isalnum() and ch not in " @._-'\"" and ch not in SEPARATORS
+    }
+    candidates = [ch for ch, n in counts.items() if n >= ROSTER_COLUMNS - 1]
+    return max(candidates, key=lambda ch: (counts[ch], ch)) if candidates else None
+
+
+def roster_separator(text: str) -> str | None:
+    """The separator of a roster: the one of comma, semicolon and tab that splits the most
+    rows into exactly three columns; failing that, the one that splits the most rows at all
+    (so a row's wrong column count can be reported in its terms); a comma first when two do
+    equally well. None when none of them splits any row: the separator is something else."""
+    for wanted in (lambda n: n == ROSTER_COLUMNS, lambda n: n > 1):
+        best, best_rows = None, 0
+        for separator in SEPARATORS:
+            fitting = sum(1 for _, cells in _rows(text, separator) if wanted(len(cells)))
+            if fitting > best_rows:
+                best, best_rows = separator, fitting
+        if best is not None:
+            return best
+    return None
+
+
 def roster_parse(text: str) -> list[RosterRow]:
-    """Parse a roster CSV (username, full name, email; a header row is optional).
+    """Parse a roster CSV (username, full name, email; a header row is optional), its columns
+    separated by commas, semicolons or tabs (found by :func:`roster_separator`).
 
     Returns the rows, or raises RosterError listing every bad line by its number (1-based,
-    as a spreadsheet counts): wrong number of columns, malformed or taken username, a
-    username repeated in the file, a malformed email, a missing name. Blank lines are skipped.
+    as a spreadsheet counts): wrong number of columns (naming the separator found), malformed
+    or taken username, a username repeated in the file, a malformed email, a missing name.
+    A roster whose separator is none of the three is refused naming the character it seems
+    to use. Blank lines are skipped.
     """
     User = get_user_model()
     username_validator = UnicodeUsernameValidator()
@@ -218,16 +310,24 @@ def roster_parse(text: str) -> list[RosterRow]:
     rows: list[RosterRow] = []
     first_line_seen: dict[str, int] = {}
 
-    reader = csv.reader(io.StringIO(text))
-    for index, cells in enumerate(reader):
-        line = reader.line_num
-        if not cells or all(not c.strip() for c in cells):
-            continue
+    separator = roster_separator(text)
+    if separator is None and _rows(text, ","):
+        other = _other_separator(text)
+        seen = f"its lines seem to use {other!r} instead" if other else "each line is one column"
+        raise RosterError(
+            [
+                "The roster's columns could not be told apart: separate username, full name "
+                f"and email with commas, semicolons or tabs ({seen})."
+            ]
+        )
+    separator = separator or ","
+    for index, (line, cells) in enumerate(_rows(text, separator)):
         if index == 0 and _looks_like_header(cells):
             continue
-        if len(cells) != 3:
+        if len(cells) != ROSTER_COLUMNS:
             errors.append(
-                f"Line {line}: expected 3 columns (username, full name, email), got {len(cells)}."
+                f"Line {line}: expected 3 columns (username, full name, email) separated by "
+                f"{SEPARATORS[separator]}, got {len(cells)}."
             )
             continue
         username, full_name, email = (c.strip() for c in cells)
@@ -295,7 +395,8 @@ def roster_import(*, classroom: Classroom, text: str) -> list[RosterAccount]:
     All or nothing: a bad line raises RosterError before anything is written, and a clash
     discovered while writing (a username taken meanwhile) rolls the whole import back.
     Returns the accounts with their generated one-time passwords; the caller shows them once
-    and must not persist them (only the password hashes are stored).
+    and must not persist them (only the password hashes are stored). Each password logs in
+    once (:func:`account_login`), then the student chooses their own.
     """
     User = get_user_model()
     rows = roster_parse(text)
@@ -311,6 +412,7 @@ def roster_import(*, classroom: Classroom, text: str) -> list[RosterAccount]:
             )
             user.set_password(password)
             user.save()
+            OneTimePassword.objects.create(user=user)
             Membership.objects.create(user=user, classroom=classroom, role=Membership.Role.STUDENT)
             accounts.append(
                 RosterAccount(

@@ -9,6 +9,10 @@ reads like a student's. The policies are those of the virtual-time storm
 timeout below the queue wait a trigger builds, no budget and its breaker forced closed (no
 breaker); ``jitter`` adds full-jitter backoff; ``budget`` a retry budget; ``breaker`` keeps
 the breaker; ``resilient`` all three; ``mixed`` gives the bots these five in turn.
+
+The bots are marked simulated members of their class (``Membership.simulated``): grades,
+prediction pages and student counts leave them out, the dashboard counts them apart, and
+:func:`classroom_simulation_cleanup` removes them with their sessions and journals.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from labs.experiments.metastable import (
     BUDGET,
     POLICIES,
 )
-from labs.models import Classroom, LabSession, Membership, Traffic
+from labs.models import Burst, Classroom, LabSession, Membership, Traffic
 from labs.services.lab import (
     SettingsInvalid,
     session_force_breaker,
@@ -116,9 +120,13 @@ def _bot(classroom: Classroom, i: int):
         if created:
             user.set_unusable_password()  # a bot never logs in
             user.save(update_fields=["password"])
-        Membership.objects.get_or_create(
-            user=user, classroom=classroom, defaults={"role": Membership.Role.STUDENT}
+        membership, _ = Membership.objects.get_or_create(
+            user=user,
+            classroom=classroom,
+            defaults={"role": Membership.Role.STUDENT, "simulated": True},
         )
+        if not membership.simulated:  # a bot made before bots were marked
+            Membership.objects.filter(pk=membership.pk).update(simulated=True)
     return user
 
 
@@ -177,3 +185,81 @@ def _start_when_free(session: LabSession, **values) -> Traffic:
         except TrafficAlreadyRunning:
             time.sleep(0.1)
     return traffic_start(session=session, user=session.owner, **values)
+
+
+@dataclass
+class Cleanup:
+    """What :func:`classroom_simulation_cleanup` removed (or, ``still_running``, could not)."""
+
+    accounts: int = 0
+    sessions: int = 0
+    journal_rows: int = 0
+    still_running: list[str] = field(default_factory=list)
+
+
+def classroom_simulation_cleanup(*, classroom: Classroom, wait_s: float = 30.0) -> Cleanup:
+    """Remove the class's simulated students (bots), their sessions and their journals.
+
+    Their traffic is stopped first and waited for (up to ``wait_s`` s: a running call is never
+    cut in half, so a run ends when its calls in flight have finished); a bot whose traffic
+    or burst is still running then is left as it is and named in ``still_running``, so no
+    worker writes rows for a session that is gone. A bot account that is a member of no other
+    class is deleted; its sessions, bursts, traffic runs, predictions and journal rows go with
+    it (and its engine state in Redis). Real students are never touched.
+    """
+    from labs.live import runtime
+
+    memberships = list(
+        Membership.objects.filter(classroom=classroom, simulated=True).select_related("user")
+    )
+    users = [m.user for m in memberships]
+    sessions = list(LabSession.objects.filter(classroom=classroom, owner__in=users))
+    for session in sessions:
+        traffic_reap_stale(session_id=session.pk)
+        traffic_stop(session=session, user=session.owner)
+
+    def busy() -> set[int]:
+        ids = [s.pk for s in sessions]
+        running = set(
+            Traffic.objects.filter(session__in=ids, status__in=Traffic.ACTIVE_STATUSES).values_list(
+                "session_id", flat=True
+            )
+        )
+        return running | set(
+            Burst.objects.filter(session__in=ids, status__in=Burst.ACTIVE_STATUSES).values_list(
+                "session_id", flat=True
+            )
+        )
+
+    deadline = time.monotonic() + wait_s
+    running = busy()
+    while running and time.monotonic() < deadline:
+        time.sleep(0.2)
+        for session_id in running:
+            traffic_reap_stale(session_id=session_id)
+        running = busy()
+
+    result = Cleanup()
+    kept = {s.owner_id for s in sessions if s.pk in running}
+    result.still_running = sorted(u.get_username() for u in users if u.pk in kept)
+    gone = [s for s in sessions if s.owner_id not in kept]
+    with transaction.atomic():
+        result.journal_rows = sum(s.journal.count() for s in gone)
+        result.sessions = len(gone)
+        LabSession.objects.filter(pk__in=[s.pk for s in gone]).delete()
+        for membership in memberships:
+            if membership.user_id in kept:
+                continue
+            membership.delete()
+            user = membership.user
+            if not user.memberships.exists() and not user.has_usable_password():
+                user.delete()
+            result.accounts += 1
+
+    def forget_engine_state() -> None:
+        for session in gone:
+            runtime.session_store(session.pk).clear()
+            runtime.engine_redis().delete(runtime.dependency_config_key(session.pk))
+
+    transaction.on_commit(forget_engine_state)
+    return result

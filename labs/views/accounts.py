@@ -1,63 +1,111 @@
-"""Account pages: log in (throttled), the home page, student sign-up with a class join code,
-and joining one more class from the home page.
+"""Account pages: log in (limited), choosing one's own password after a roster's one-time
+password, the home page, student sign-up with a class join code, and joining one more class
+from the home page.
 
 Logout (POST) and password change are Django's auth views with our templates
-(templates/registration/). Failed logins are throttled by django-axes (settings: AXES_*): the
-login page states the rule, and ``locked_out`` is the page a locked-out login gets.
+(templates/registration/). Failed logins are limited by django-axes with the rules of
+``lab_project.login_limits``: the login page states them, and ``locked_out`` is the page a
+refused login gets.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
-
-from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth import login
+from django.contrib.auth import login, update_session_auth_hash
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from labs.forms.back_office import JoinClassForm, LoginForm, SignupForm
+from lab_project.login_limits import duration, login_rules, refusal
+from labs.forms.back_office import ChoosePasswordForm, JoinClassForm, LoginForm, SignupForm
 from labs.selectors import instructor_classes, student_classes
-from labs.services.accounts import JoinCodeError, student_join_class, student_signup
+from labs.services.accounts import (
+    JoinCodeError,
+    LoginRefused,
+    account_login,
+    account_set_password,
+    student_join_class,
+    student_signup,
+)
 from labs.views import HtmxHttpRequest
 
-
-def _duration(delta: timedelta) -> str:
-    seconds = int(delta.total_seconds())
-    if seconds >= 60 and seconds % 60 == 0:
-        minutes = seconds // 60
-        return f"{minutes} minute{'s' if minutes != 1 else ''}"
-    return f"{seconds} second{'s' if seconds != 1 else ''}"
-
-
-def login_throttle() -> dict[str, object]:
-    """The failed-login rule, as the login and lockout pages state it."""
-    return {
-        "failure_limit": settings.AXES_FAILURE_LIMIT,
-        "cooloff": _duration(settings.AXES_COOLOFF_TIME),
-    }
+#: Set in the session of a login that used up a one-time password, until a password is chosen.
+MUST_CHOOSE_PASSWORD = "labs.must_choose_password"  # noqa: S105 (a session key)
 
 
 class LoginView(auth_views.LoginView):
-    """Django's login view with bounded inputs and the failed-login rule on the page."""
+    """Django's login view with bounded inputs and the login limits on the page. A roster's
+    one-time password logs in once (``account_login`` uses it up) and leads to the page that
+    asks for a password of the student's own."""
 
     form_class = LoginForm
 
     def get_context_data(self, **kwargs):
-        return super().get_context_data(**kwargs, throttle=login_throttle())
+        return super().get_context_data(**kwargs, throttle=login_rules())
+
+    def form_valid(self, form):
+        user = form.get_user()
+        try:
+            one_time = account_login(user=user)
+        except LoginRefused:
+            form.add_error(None, form.get_invalid_login_error())
+            return self.form_invalid(form)
+        login(self.request, user)
+        if one_time:
+            self.request.session[MUST_CHOOSE_PASSWORD] = True
+            return redirect("choose_password")
+        return redirect(self.get_success_url())
 
 
 def locked_out(request: HttpRequest, original_response=None, credentials=None) -> HttpResponse:
-    """django-axes' lockout answer (AXES_LOCKOUT_CALLABLE): 429 with the rule and when to try
-    again. The password was not checked."""
-    response = render(
-        request, "registration/locked_out.html", {"throttle": login_throttle()}, status=429
-    )
-    response["Retry-After"] = str(int(settings.AXES_COOLOFF_TIME.total_seconds()))
+    """django-axes' refusal (AXES_LOCKOUT_CALLABLE): 429 with the rule that refused, and when
+    to try again (also as Retry-After). The password was not checked."""
+    username = (credentials or {}).get("username") or request.POST.get("username")
+    why = refusal(username, getattr(request, "axes_ip_address", None))
+    context = {"throttle": login_rules(), "rule": why.rule, "wait": duration(why.retry_after_s)}
+    response = render(request, "registration/locked_out.html", context, status=429)
+    response["Retry-After"] = str(why.retry_after_s)
     return response
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def choose_password(request: HttpRequest) -> HttpResponse:
+    """Choose one's own password: asked after a login with a roster's one-time password (which
+    that login used up), before any other page. Only then: any other change of password asks
+    for the current one (Django's password change, where this sends everyone else)."""
+    if not request.session.get(MUST_CHOOSE_PASSWORD):
+        return redirect("password_change")
+    form = ChoosePasswordForm(request.user, request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        account_set_password(user=request.user, password=form.cleaned_data["new_password1"])
+        update_session_auth_hash(request, request.user)
+        request.session.pop(MUST_CHOOSE_PASSWORD, None)
+        messages.success(request, "Your password is set: use it from now on.")
+        return redirect("labs:home")
+    return render(request, "registration/choose_password.html", {"form": form})
+
+
+class ChoosePasswordFirst:
+    """Middleware: a session that logged in with a one-time password sees only the page that
+    asks for a new one (and may log out) until a password is chosen. htmx requests are sent
+    there with ``HX-Redirect``."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        session = getattr(request, "session", None)
+        if session is not None and session.get(MUST_CHOOSE_PASSWORD):
+            target = reverse("choose_password")
+            if request.path not in (target, reverse("logout")):
+                if request.headers.get("HX-Request"):
+                    return HttpResponse(status=204, headers={"HX-Redirect": target})
+                return redirect(target)
+        return self.get_response(request)
 
 
 def _home_context(user, join_form: JoinClassForm | None = None) -> dict:

@@ -114,6 +114,7 @@ def page_context(request: HtmxHttpRequest, classroom: Classroom, **extra) -> dic
         ),
         "rows_json": [r.as_dict() for r in rows],
         "counts": state_counts(rows),
+        "simulated": selectors.simulated_count(classroom.pk),
         "bursting": sum(1 for r in rows if r.bursting),
         "modes": MODES,
         "fault_fields": _fault_fields(),

@@ -362,3 +362,33 @@ def test_timed_fault_ending_mid_burst_restores_between_calls_never_mid_attempt(
     restore_ms = restored.created_at.timestamp() * 1000
     after = [c for c in calls.values() if c.data["start_ms"] > restore_ms + 250]
     assert after and all(c.outcome == "success" for c in after)
+
+
+# --- simulated students ---------------------------------------------------------------------
+
+
+def test_a_simulated_students_session_is_neither_listed_nor_forwarded(
+    instructor, classroom, scenario, sessions
+):
+    from labs.models import Membership
+
+    bot = make_student("bot-c1-000", None)
+    Membership.objects.create(user=bot, classroom=classroom, simulated=True)
+    bots = lab.session_open(user=bot, classroom=classroom, scenario=scenario)
+
+    async def scenario_(ws):
+        snapshot = await _connect_and_snapshot(ws)
+        layer = get_channel_layer()
+        group = class_group(classroom.pk)
+        await layer.group_send(group, {"type": "class.session", "session": bots.pk, "last_seq": 9})
+        assert await ws.receive_nothing(timeout=0.5)
+        await layer.group_send(
+            group, {"type": "class.session", "session": sessions[0].pk, "last_seq": 9}
+        )
+        update = await ws.receive_json_from(timeout=TIMEOUT)
+        await ws.disconnect()
+        return snapshot, update
+
+    snapshot, update = run(scenario_, communicator(instructor, classroom.pk))
+    assert sorted(r["session"] for r in snapshot["rows"]) == sorted(s.pk for s in sessions)
+    assert update["type"] == "session" and update["session"] == sessions[0].pk

@@ -720,3 +720,150 @@ def test_lab_session_list_shows_breaker_state(client, superuser, sessions):
     client.force_login(superuser)
     body = client.get(reverse("admin:labs_labsession_changelist")).content.decode()
     assert 'class="breaker breaker-open"' in body
+
+
+# --- the shared dependency in people's words; instructors as on the dashboard --------------
+
+
+def shared_row(classroom, **values):
+    from labs.models import SharedDependencyConfig
+
+    return SharedDependencyConfig.objects.create(classroom=classroom, **values)
+
+
+def test_the_shared_dependency_admin_speaks_in_peoples_words(client, superuser, classroom):
+    client.force_login(superuser)
+    index = client.get(reverse("admin:index")).content.decode()
+    assert "Shared dependencies" in index and "Shared dependencys" not in index
+    row = shared_row(classroom, servers=8, service_ms=40)
+    listing = client.get(reverse("admin:labs_shareddependencyconfig_changelist"))
+    text = listing.content.decode()
+    for header in ("Service time (ms)", "Longest queue wait (ms)", "Capacity (servers / service"):
+        assert header in text
+    assert "200 attempts/s" in text
+    page = client.get(reverse("admin:labs_shareddependencyconfig_change", args=[row.pk]))
+    body = page.content.decode()
+    assert "Service time (ms)" in body and "Longest queue wait (ms)" in body
+    assert "Service ms" not in body and "Max queue ms" not in body
+    assert "200 attempts/s" in body
+
+
+def test_a_capacity_that_is_not_whole_reads_as_a_number():
+    from labs.admin import capacity_words
+
+    assert capacity_words(3 * 1000 / 240) == "12.5 attempts/s"
+    assert capacity_words(1000.0) == "1,000 attempts/s"
+
+
+def test_a_bad_value_is_refused_beside_its_field_in_the_fields_words(client, superuser, classroom):
+    client.force_login(superuser)
+    row = shared_row(classroom)
+    url = reverse("admin:labs_shareddependencyconfig_change", args=[row.pk])
+    response = client.post(url, {"servers": "8", "service_ms": "0", "max_queue_ms": "2000"})
+    assert response.status_code == 200
+    form = response.context["adminform"].form
+    assert form.errors["service_ms"] == ["Must be between 1 and 2000 ms (got 0)"]
+    body = response.content.decode()
+    assert "service_ms:" not in body
+    row.refresh_from_db()
+    assert row.service_ms == 40  # nothing changed
+
+
+def test_an_instructor_views_and_changes_their_classs_shared_dependency_in_the_admin(
+    client, instructor, classroom, other_classroom
+):
+    mine, theirs = shared_row(classroom), shared_row(other_classroom)
+    client.force_login(instructor)
+    listing = client.get(reverse("admin:labs_shareddependencyconfig_changelist"))
+    assert listing.status_code == 200
+    assert [r.pk for r in listing.context["cl"].result_list] == [mine.pk]
+    theirs_url = reverse("admin:labs_shareddependencyconfig_change", args=[theirs.pk])
+    assert client.get(theirs_url).status_code == 404
+    values = {"servers": "1", "service_ms": "1", "max_queue_ms": "0"}
+    assert client.post(theirs_url, values).status_code == 404
+
+    url = reverse("admin:labs_shareddependencyconfig_change", args=[mine.pk])
+    assert client.get(url).status_code == 200
+    response = client.post(url, {"servers": "4", "service_ms": "20", "max_queue_ms": "500"})
+    assert response.status_code == 302
+    mine.refresh_from_db()
+    theirs.refresh_from_db()
+    assert (mine.servers, mine.service_ms, mine.max_queue_ms) == (4, 20, 500)
+    assert (theirs.servers, theirs.service_ms) == (8, 40)
+    # Saved through the service, as from the dashboard: journaled in the class's sessions.
+    assert instructor.has_perm("labs.change_shareddependencyconfig")
+    assert not instructor.has_perm("labs.delete_shareddependencyconfig")
+
+
+def test_an_instructor_adds_a_shared_dependency_only_for_their_own_class(
+    client, instructor, classroom, other_classroom
+):
+    from labs.models import SharedDependencyConfig
+
+    client.force_login(instructor)
+    add = reverse("admin:labs_shareddependencyconfig_add")
+    page = client.get(add)
+    assert page.status_code == 200
+    choices = list(page.context["adminform"].form.fields["classroom"].queryset)
+    assert choices == [classroom]
+    refused = client.post(
+        add,
+        {"classroom": other_classroom.pk, "servers": "2", "service_ms": "10", "max_queue_ms": "0"},
+    )
+    assert refused.status_code == 200
+    assert not SharedDependencyConfig.objects.filter(classroom=other_classroom).exists()
+    done = client.post(
+        add, {"classroom": classroom.pk, "servers": "2", "service_ms": "10", "max_queue_ms": "0"}
+    )
+    assert done.status_code == 302
+    assert SharedDependencyConfig.objects.get(classroom=classroom).servers == 2
+
+
+# --- class members chosen by name ------------------------------------------------------------
+
+
+def autocomplete(client, term: str, model: str = "membership", field: str = "user"):
+    return client.get(
+        reverse("admin:autocomplete"),
+        {"app_label": "labs", "model_name": model, "field_name": field, "term": term},
+    )
+
+
+def test_members_are_chosen_by_name_with_search(client, instructor, classroom, factory):
+    factory.user("ann", first_name="Ann", last_name="Lee")
+    factory.user("annex", is_staff=True)  # staff: not a student to enrol
+    client.force_login(instructor)
+    page = client.get(reverse("admin:labs_classroom_change", args=[classroom.pk]))
+    body = page.content.decode()
+    assert "admin-autocomplete" in body  # the member's select searches, no raw id box
+    assert "vForeignKeyRawIdAdminField" not in body
+
+    response = autocomplete(client, "Lee")
+    assert response.status_code == 200
+    assert [r["text"] for r in response.json()["results"]] == ["Ann Lee (ann)"]
+    texts = [r["text"] for r in autocomplete(client, "ann").json()["results"]]
+    assert texts == ["Ann Lee (ann)"]  # the staff account is not offered
+
+
+def test_a_members_select_shows_their_name(client, instructor, classroom, factory):
+    factory.student("ann", classroom)
+    ann = get_user_model().objects.get(username="ann")
+    ann.first_name, ann.last_name = "Ann", "Lee"
+    ann.save()
+    client.force_login(instructor)
+    body = client.get(reverse("admin:labs_classroom_change", args=[classroom.pk])).content
+    assert f'<option value="{ann.pk}" selected>Ann Lee (ann)</option>' in body.decode()
+
+
+def test_the_user_admin_stays_closed_to_instructors(client, instructor):
+    client.force_login(instructor)
+    assert client.get(reverse("admin:auth_user_changelist")).status_code == 403
+    # Another field that points at users is not a member's: Django's own rule (403).
+    assert autocomplete(client, "a", model="classfault", field="created_by").status_code == 403
+
+
+def test_a_superuser_searches_every_account(client, superuser, factory):
+    factory.user("ann", first_name="Ann", last_name="Lee")
+    client.force_login(superuser)
+    texts = [r["text"] for r in autocomplete(client, "r").json()["results"]]
+    assert "root" in texts  # staff included for a superuser

@@ -234,11 +234,21 @@ def test_enrolling_an_instructor_recreates_a_deleted_instructors_group_with_its_
     assert granted == set(INSTRUCTOR_PERMISSIONS)
 
 
-def test_the_service_grants_what_the_groups_migration_grants():
+def test_the_service_grants_what_the_groups_migrations_grant():
     import importlib
 
     from labs.services.accounts import INSTRUCTOR_PERMISSIONS
 
     migration = importlib.import_module("labs.migrations.0002_instructors_group")
     frozen = {f"{a}_{m}" for m, actions in migration.PERMISSIONS for a in actions}
-    assert frozen == set(INSTRUCTOR_PERMISSIONS)
+    shared = importlib.import_module("labs.migrations.0009_instructors_shared_dependency_mark_bots")
+    assert frozen | set(shared.CODENAMES) == set(INSTRUCTOR_PERMISSIONS)
+
+
+def test_the_migrated_group_holds_every_permission_the_service_lists():
+    from django.contrib.auth.models import Group
+
+    from labs.services.accounts import INSTRUCTOR_PERMISSIONS
+
+    granted = Group.objects.get(name="Instructors").permissions.values_list("codename", flat=True)
+    assert set(granted) == set(INSTRUCTOR_PERMISSIONS)

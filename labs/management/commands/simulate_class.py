@@ -1,9 +1,11 @@
 """``manage.py simulate_class CLASS --students 30 --policy naive --rate 5 --for 60``.
 
 Creates (or reuses) bot students in the class (``CLASS``: its id, join code or exact name),
-puts their sessions on the class's shared dependency with the chosen policy and starts their
-steady traffic through the real services: the workers run it. Prints one line per bot and,
-with ``--wait``, waits for every run to end and prints their summaries.
+marked simulated (left out of grades, predictions and student counts), puts their sessions on
+the class's shared dependency with the chosen policy and starts their steady traffic through
+the real services: the workers run it. Prints one line per bot and, with ``--wait``, waits for
+every run to end and prints their summaries. ``--cleanup`` removes the class's bots, their
+sessions and their journals instead. ``--help`` shows every default.
 """
 
 from __future__ import annotations
@@ -14,23 +16,57 @@ from django.core.management.base import BaseCommand, CommandError
 
 from labs.models import Classroom, Traffic
 from labs.services.lab import SettingsInvalid
-from labs.services.simulate import POLICY_CHOICES, classroom_simulate
+from labs.services.simulate import (
+    POLICY_CHOICES,
+    classroom_simulate,
+    classroom_simulation_cleanup,
+)
 
 
 class Command(BaseCommand):
     help = "Run a simulated class: bot students' steady traffic against the shared dependency."
 
     def add_arguments(self, parser) -> None:
+        # Every default is in its option's help ("(default: ...)"), so --help shows them all.
         parser.add_argument("classroom", metavar="CLASS", help="class id, join code or name")
-        parser.add_argument("--students", type=int, default=30, help="bots, 1 to 200")
-        parser.add_argument("--policy", default="naive", help=f"one of {', '.join(POLICY_CHOICES)}")
-        parser.add_argument("--rate", type=int, default=5, help="calls/s per bot, 1 to 20")
-        parser.add_argument("--for", dest="duration_s", type=int, default=60, help="1 to 300 s")
-        parser.add_argument("--arrivals", default="poisson", help="poisson or even")
-        parser.add_argument("--wait", action="store_true", help="wait for every run to end")
+        parser.add_argument(
+            "--students", type=int, default=30, help="bots, 1 to 200 (default: %(default)s)"
+        )
+        parser.add_argument(
+            "--policy",
+            default="naive",
+            help=f"one of {', '.join(POLICY_CHOICES)} (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--rate", type=int, default=5, help="calls/s per bot, 1 to 20 (default: %(default)s)"
+        )
+        parser.add_argument(
+            "--for",
+            dest="duration_s",
+            type=int,
+            default=60,
+            help="seconds of traffic, 1 to 300 (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--arrivals", default="poisson", help="poisson or even (default: %(default)s)"
+        )
+        parser.add_argument(
+            "--wait",
+            action="store_true",
+            help="wait for every run to end and print their summaries (default: do not wait)",
+        )
+        parser.add_argument(
+            "--cleanup",
+            action="store_true",
+            help="remove the class's bots, their sessions and journals instead of starting "
+            "any (default: off)",
+        )
 
     def handle(self, *args, **options) -> None:
         classroom = _find_class(options["classroom"])
+        if options["cleanup"]:
+            self._cleanup(classroom)
+            return
         try:
             simulation = classroom_simulate(
                 classroom=classroom,
@@ -58,6 +94,18 @@ class Command(BaseCommand):
             time.sleep(0.5)
         for traffic in Traffic.objects.filter(pk__in=ids).order_by("pk"):
             self.stdout.write(f"traffic {traffic.pk}: {traffic.status} {traffic.summary}")
+
+    def _cleanup(self, classroom: Classroom) -> None:
+        done = classroom_simulation_cleanup(classroom=classroom)
+        self.stdout.write(
+            f"{classroom}: removed {done.accounts} simulated students, {done.sessions} "
+            f"sessions and {done.journal_rows} journal rows"
+        )
+        if done.still_running:
+            raise CommandError(
+                f"still running, left in place (try again in a moment): "
+                f"{', '.join(done.still_running)}"
+            )
 
 
 def _find_class(key: str) -> Classroom:
