@@ -166,14 +166,14 @@ def lua_commands() -> set[str]:
 
 
 def measure(args, bench: Bench) -> None:
+    prepare(bench)
+    setup_django()
     import redis
     from django.db.models import Max, Min
 
     from labs.models import JournalEvent, Traffic
     from labs.services.simulate import classroom_simulate
 
-    prepare(bench)
-    setup_django()
     workers = [
         start_worker(bench, i + 1, args.concurrency, args.profile) for i in range(args.workers)
     ]

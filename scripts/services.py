@@ -135,12 +135,18 @@ class Processes:
             self.children.append((name, proc, stop_signal))
         return proc
 
-    def stop(self, proc: subprocess.Popen, timeout: float = STOP_TIMEOUT_S) -> None:
-        """Stop one child now (its group, as :meth:`stop_all` does) and forget it."""
+    def stop(
+        self,
+        proc: subprocess.Popen,
+        timeout: float = STOP_TIMEOUT_S,
+        sig: signal.Signals | None = None,
+    ) -> None:
+        """Stop one child now (its group, as :meth:`stop_all` does, with ``sig`` instead of
+        its stop signal if given) and forget it."""
         for i, (name, child, stop_signal) in enumerate(self.children):
             if child is proc:
                 del self.children[i]
-                _stop_group(name, child, stop_signal, None, timeout)
+                _stop_group(name, child, sig or stop_signal, None, timeout)
                 return
 
     def dead(self) -> list[tuple[str, int]]:

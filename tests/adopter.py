@@ -28,7 +28,6 @@ def main() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         sys.exit(f"prctl(PR_SET_CHILD_SUBREAPER) failed: errno {ctypes.get_errno()}")
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the test signals the command, not this
     child = subprocess.Popen(cmd, start_new_session=True, stdin=subprocess.DEVNULL)
     status.write_text(f"pid {child.pid}\n")
     done = False
