@@ -3,8 +3,9 @@
 Each script in benchmarks/ runs with ``--help`` and with an out-of-range argument: both end
 in argparse, before anything starts (no redis-server, worker or daphne is even looked up: the
 ones on PATH here only note that they were called). The scripts that start servers also run
-a short measurement that gets SIGTERM (as ``timeout`` sends it) once their servers are
-running; every process they started must be gone after they exit.
+a measurement that gets SIGTERM (as ``timeout`` sends it) a few seconds after their servers
+started (one of them also Ctrl-C's SIGINT and a closed terminal's SIGHUP); every process they
+started must be gone after they exit. An exception in the body is the in-process test below.
 
 Each run happens under tests/adopter.py (tests/leftovers.py): whatever the script starts stays
 a descendant of the adopter, also after the script exited and also in a process group or
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.leftovers import MARK, Adopted, new_mark
+from tests.leftovers import MARK, Adopted, in_group, new_mark
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
@@ -150,6 +151,18 @@ def test_an_out_of_range_argument_is_refused_before_anything_starts(script, tmp_
 @pytest.mark.timeout(SERVERS_UP_TIMEOUT_S + EXIT_TIMEOUT_S + 120)
 @pytest.mark.parametrize("script", sorted(RUNS))
 def test_sigterm_midway_stops_every_server_it_started(script, tmp_path):
+    stop_midway(script, signal.SIGTERM, tmp_path)
+
+
+@pytest.mark.timeout(SERVERS_UP_TIMEOUT_S + EXIT_TIMEOUT_S + 120)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=["Ctrl-C", "SIGHUP"])
+def test_ctrl_c_and_a_closed_terminal_stop_them_too(sig, tmp_path):
+    stop_midway("storm_bench.py", sig, tmp_path)
+
+
+def stop_midway(script: str, sig: signal.Signals, tmp_path: Path) -> None:
+    """Run ``script`` until its servers run, send ``sig`` to its process group, and check
+    that it exits with 128 + the signal's number, having stopped everything."""
     args, wanted = RUNS[script]
     log = tmp_path / "bench.log"
     run = Adopted([sys.executable, str(BENCH / script), *args], env=bench_env(new_mark(), tmp_path),
@@ -168,17 +181,32 @@ def test_sigterm_midway_stops_every_server_it_started(script, tmp_path):
                             f"{SERVERS_UP_TIMEOUT_S} s: {seen}\n{log.read_text()[-3000:]}")  # fmt: skip
             time.sleep(0.2)
             seen = run.running()
-        time.sleep(2)  # a moment into the run, wherever it is
+        time.sleep(6)  # a few seconds into the run, wherever it is
         assert run.poll() is None, log.read_text()[-3000:]
-        os.killpg(run.pid, signal.SIGTERM)  # as `timeout` does: the command's group
+        os.killpg(run.pid, sig)  # as `timeout` (or a terminal) does: the command's group
         code = run.wait(EXIT_TIMEOUT_S)
         if code is None:
-            pytest.fail(f"{script} did not exit {EXIT_TIMEOUT_S} s after SIGTERM:\n"
+            pytest.fail(f"{script} did not exit {EXIT_TIMEOUT_S} s after {sig.name}:\n"
                         f"{log.read_text()[-3000:]}")  # fmt: skip
         left = run.left_behind()
     finally:
         run.close()
     output = log.read_text()
-    assert not left, f"left running after SIGTERM: {left}\n{output[-3000:]}"
-    assert code == 128 + signal.SIGTERM, output[-3000:]
-    assert "SIGTERM received: everything it started is stopped" in output, output[-3000:]
+    assert not left, f"left running after {sig.name}: {left}\n{output[-3000:]}"
+    assert code == 128 + sig, output[-3000:]
+    assert f"{sig.name} received: everything it started is stopped" in output, output[-3000:]
+
+
+def test_an_exception_in_the_body_stops_every_child_and_what_it_forked():
+    from benchmarks.bench_common import Bench
+
+    with pytest.raises(RuntimeError, match="the measurement failed"), Bench("t") as bench:
+        leader = bench.start("a server", ["sh", "-c", "sleep 300 & sleep 300"])
+        deadline = time.monotonic() + 30
+        while len(in_group(leader.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(in_group(leader.pid)) == 3  # sh and its two sleeps
+        raise RuntimeError("the measurement failed")
+    assert leader.poll() is not None
+    assert in_group(leader.pid) == []
+    assert signal.getsignal(signal.SIGTERM) is not None  # the handlers are given back
