@@ -128,7 +128,10 @@ class Bench:
 
     def __exit__(self, *exc) -> None:
         try:
+            # A signal arriving even here raises after ignoring the next ones, and the
+            # stopping below runs all the same.
             services.ignore_stop_signals()
+        finally:
             try:
                 self.procs.stop_all()
             finally:
@@ -137,8 +140,7 @@ class Bench:
                         self._cleanups.pop()()
                     except Exception as error:  # every clean-up runs
                         self.out.say(f"clean-up failed: {error!r}")
-        finally:
-            self._signals.__exit__(*exc)
+                self._signals.__exit__(*exc)
 
     def on_exit(self, cleanup: Callable[[], object]) -> None:
         """Run ``cleanup`` when the run ends, however it ends (after the children stopped)."""
@@ -200,13 +202,13 @@ class Bench:
         self.redis_proc = proc
         return f"redis://127.0.0.1:{port}", port
 
-    def redis(self, shared: bool = False, db_base: str | None = None) -> str:
+    def redis(self, shared: bool = False) -> str:
         """Point this process (and the servers it starts) at the run's Redis: a private
         ``redis-server`` (:meth:`private_redis`), or with ``shared`` (``--shared-redis``) or
         ``BENCH_REDIS_URL`` the machine's one (REDIS_URL), whose databases
         ``BENCH_REDIS_DB_BASE`` (default 4) to +3 are the run's and flushed: never 0..3, a
         development instance's. Sets REDIS_URL and REDIS_DB_BASE; returns the URL."""
-        base = db_base or os.environ.get("BENCH_REDIS_DB_BASE", "4")
+        base = os.environ.get("BENCH_REDIS_DB_BASE", "4")
         if "BENCH_REDIS_URL" in os.environ:
             os.environ["REDIS_URL"] = os.environ["BENCH_REDIS_URL"]
             shared = True

@@ -37,8 +37,8 @@ def measure(args, bench: Bench) -> None:
     count = args.sessions
     os.environ["DJANGO_SETTINGS_MODULE"] = "lab_project.settings"
     os.environ.pop("DATABASE_URL", None)  # a SQLite file of its own
-    bench.redis(db_base="0")
-    os.environ["BENCH_REDIS_DB_BASE"] = "0"
+    os.environ["REDIS_URL"] = bench.private_redis()[0]
+    os.environ["REDIS_DB_BASE"] = os.environ["BENCH_REDIS_DB_BASE"] = "0"
     bench.database("layer-probe")
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import burst_bench as bb  # shares its session and worker helpers

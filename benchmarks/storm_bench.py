@@ -82,7 +82,8 @@ def prepare(bench: Bench) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
     os.environ.update(SERVER_ENV)
     os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
-    bench.redis(db_base="0")
+    os.environ["REDIS_URL"] = bench.private_redis()[0]  # always its own: its INFO is the run's
+    os.environ["REDIS_DB_BASE"] = "0"
     bench.database("storm-bench")
 
 

@@ -163,8 +163,10 @@ def _run(procs, python, bin_dir, env, host, port, processes, web_processes) -> i
     finally:
         # Whatever happened above (an error, a second signal, a closed stdout), every child
         # and its whole process group is stopped before this process exits.
-        services.ignore_stop_signals()
-        procs.stop_all()
+        try:
+            services.ignore_stop_signals()
+        finally:  # even when a first signal arrives just now
+            procs.stop_all()
 
 
 def supervise(procs, python, bin_dir, env, host, port, processes, web_processes=1) -> int:

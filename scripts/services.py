@@ -29,6 +29,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -205,6 +206,11 @@ _held = {"depth": 0, "pending": None}
 
 @contextlib.contextmanager
 def _signals_held():
+    """Defer a stop signal's exception to the end of this block (main thread only: the one
+    where Python runs signal handlers, and where the exception must be raised)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     _held["depth"] += 1
     try:
         yield

@@ -255,10 +255,12 @@ def _main(extra: list[str], env: dict[str, str], procs, cleanup: list) -> int:
         OUT.error(str(exc))
         return 1
     finally:
-        services.ignore_stop_signals()
-        procs.stop_all()
-        for step in cleanup:
-            step()
+        try:
+            services.ignore_stop_signals()
+        finally:  # even when a first signal arrives just now
+            procs.stop_all()
+            for step in cleanup:
+                step()
 
 
 if __name__ == "__main__":
