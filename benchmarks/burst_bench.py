@@ -373,7 +373,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--calls", type=int_range(1, 20), default=20, help="1 to 20")
     parser.add_argument("--latency-ms", type=int_range(1, 10_000), default=20)
     parser.add_argument("--concurrency", type=int_range(1, 1024), default=128)
-    parser.add_argument("--tour-runs", type=int_range(0, 100), default=3)
+    parser.add_argument("--tour-runs", type=int_range(1, 100), default=3, help="1 to 100")
     parser.add_argument(
         "--shared-redis", action="store_true", help="use REDIS_URL, not a private redis-server"
     )
