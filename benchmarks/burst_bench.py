@@ -2,8 +2,9 @@
 
     .venv/bin/python benchmarks/burst_bench.py [--sessions 100] [--calls 20]
 
-Uses its own SQLite file (or DATABASE_URL) and Redis databases 4..7, migrates, starts one real
-``celery worker`` process (the command ``make run`` uses) and prints:
+Uses its own SQLite file (or DATABASE_URL) and its own ``redis-server`` on a free port
+(``--shared-redis``: the machine's REDIS_URL, databases ``BENCH_REDIS_DB_BASE``, default 4..7),
+migrates, starts one real ``celery worker`` process (the command ``make run`` uses) and prints:
 
 (a) the tour's wall time per burst against the sum of its configured sleeps, the cost added per
     attempt, the first burst after the worker started on its own, and the same burst with a
@@ -22,7 +23,6 @@ import argparse
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -31,14 +31,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.bench_common import ensure_database, pct  # noqa: E402
+from benchmarks.bench_common import Bench, int_range, pct, run  # noqa: E402
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
-os.environ["REDIS_DB_BASE"] = os.environ.get("BENCH_REDIS_DB_BASE", "4")
 sys.setswitchinterval(0.0005)  # as on a worker (lab_project/celery.py)
-if "DATABASE_URL" not in os.environ:
-    os.environ["LAB_SQLITE_PATH"] = str(Path(tempfile.gettempdir()) / "failurelab-bench.sqlite3")
-ensure_database()
+
+
+def prepare(bench: Bench, shared_redis: bool = False) -> None:
+    """The run's environment (after the arguments are parsed): its own redis-server (with
+    ``shared_redis`` or BENCH_REDIS_URL the machine's, databases BENCH_REDIS_DB_BASE, default
+    4..7) and its own SQLite file (or DATABASE_URL)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
+    bench.redis(shared=shared_redis)
+    bench.database("burst-bench")
 
 
 def setup_django():
@@ -47,8 +51,6 @@ def setup_django():
     django.setup()
     from django.core.management import call_command
 
-    if "LAB_SQLITE_PATH" in os.environ:
-        Path(os.environ["LAB_SQLITE_PATH"]).unlink(missing_ok=True)
     call_command("migrate", verbosity=0)
     import redis
     from django.conf import settings
@@ -57,21 +59,19 @@ def setup_django():
         redis.Redis.from_url(settings.REDIS_URL, db=db).flushdb()
 
 
-def start_worker(concurrency: int):
+def start_worker(bench: Bench, concurrency: int):
     from lab_project.processes import worker_cmd
 
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env["PATH"]
-    log = open(Path(tempfile.gettempdir()) / "failurelab-bench-worker.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [*worker_cmd(concurrency), "--without-heartbeat", "--without-gossip", "--without-mingle"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    log = Path(tempfile.gettempdir()) / f"failurelab-bench-worker-{os.getpid()}.log"
+    proc = bench.start(
+        "worker",
+        [*worker_cmd(concurrency), "--without-heartbeat", "--without-gossip", "--without-mingle",
+         "-n", f"bench-{os.getpid()}@%h"],
+        env=env, log=log,
     )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while b"ready." not in Path(log.name).read_bytes():
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise SystemExit("worker did not start; see " + log.name)
-        time.sleep(0.1)
+    bench.wait_ready(proc, "the worker", lambda: b"ready." in log.read_bytes(), str(log))
     return proc
 
 
@@ -110,13 +110,13 @@ def tour_part(args) -> None:
     }  # fmt: skip
     rows = []
     first = None
-    for run in range(args.tour_runs + 1):
+    for run_no in range(args.tour_runs + 1):
         session = make_sessions(1, script)[0]
         out = run_scenario(script, executor=WorkerExecutor(session, user=session.owner))
         for i, burst in enumerate(out["bursts"]):
             sleeps = sum(burst["attempts"]) * 5 + burst["backoff_ms_total"]
             row = (i + 1, burst["wall_ms"], sleeps, sum(burst["attempts"]))
-            if run == 0:  # the first bursts after the worker started: shown apart
+            if run_no == 0:  # the first bursts after the worker started: shown apart
                 first = first or row
             else:
                 rows.append(row)
@@ -367,23 +367,29 @@ def crowd_part(args) -> None:
     print(f"    (wall clock from the first click to the last burst done: {elapsed:.2f} s)")
 
 
-def main():
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", type=int, default=100)
-    parser.add_argument("--calls", type=int, default=20)
-    parser.add_argument("--latency-ms", type=int, default=20)
-    parser.add_argument("--concurrency", type=int, default=128)
-    parser.add_argument("--tour-runs", type=int, default=3)
-    args = parser.parse_args()
+    parser.add_argument("--sessions", type=int_range(1, 500), default=100, help="1 to 500")
+    parser.add_argument("--calls", type=int_range(1, 20), default=20, help="1 to 20")
+    parser.add_argument("--latency-ms", type=int_range(1, 10_000), default=20)
+    parser.add_argument("--concurrency", type=int_range(1, 1024), default=128)
+    parser.add_argument("--tour-runs", type=int_range(1, 100), default=3, help="1 to 100")
+    parser.add_argument(
+        "--shared-redis", action="store_true", help="use REDIS_URL, not a private redis-server"
+    )
+    return parser
+
+
+def measure(args, bench: Bench) -> None:
+    prepare(bench, args.shared_redis)
     setup_django()
-    worker = start_worker(args.concurrency)
+    worker = start_worker(bench, args.concurrency)
     try:
         tour_part(args)
         crowd_part(args)
     finally:
-        os.killpg(worker.pid, 15)
-        worker.wait(30)
+        bench.stop(worker)
 
 
 if __name__ == "__main__":
-    main()
+    run("burst_bench", parser(), measure)

@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/dashboard_bench.py [--students 100] [--rows 100000]
         [--bursting 100] [--calls 10] [--requests 15]
 
-Uses its own SQLite file (or DATABASE_URL) and Redis databases 4..7 (``BENCH_REDIS_DB_BASE``;
-they are flushed), migrates, and prints one table:
+Uses its own SQLite file (or DATABASE_URL) and its own ``redis-server`` on a free port
+(``--shared-redis``: the machine's REDIS_URL, databases ``BENCH_REDIS_DB_BASE``, default 4..7,
+flushed), migrates, and prints one table:
 
 (a) server time of ``GET /classes/<id>/dashboard/`` for a class of ``--students`` students with
     ``--rows`` journal rows between them (the Django test client, so it is the view, the one
@@ -43,19 +44,29 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.bench_common import SERVER_ENV, collect_static, ensure_database, free_port, pct  # noqa: E402
+from benchmarks.bench_common import (  # noqa: E402
+    SERVER_ENV,
+    Bench,
+    collect_static,
+    free_port,
+    int_range,
+    pct,
+    run,
+)
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
-os.environ["REDIS_DB_BASE"] = os.environ.get("BENCH_REDIS_DB_BASE", "4")
-if "DATABASE_URL" not in os.environ:
-    os.environ["LAB_SQLITE_PATH"] = str(
-        Path(tempfile.gettempdir()) / "failurelab-dashboard-bench.sqlite3"
-    )
-ensure_database()
 LOGS = Path(tempfile.gettempdir())
-# The servers run as deployed (bench_common.SERVER_ENV); one secret key here and there, so
-# this process's session cookies are valid in daphne.
-os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
+
+
+def prepare(bench: Bench, shared_redis: bool = False) -> None:
+    """The run's environment (after the arguments are parsed): its own redis-server (with
+    ``shared_redis`` or BENCH_REDIS_URL the machine's, databases BENCH_REDIS_DB_BASE, default
+    4..7, flushed) and its own SQLite file (or DATABASE_URL). The servers run as deployed
+    (bench_common.SERVER_ENV); one secret key here and there, so this process's session
+    cookies are valid in daphne."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
+    bench.redis(shared=shared_redis)
+    bench.database("dashboard-bench")
+    os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
 
 
 def setup_django() -> None:
@@ -64,9 +75,6 @@ def setup_django() -> None:
     django.setup()
     from django.core.management import call_command
 
-    if "LAB_SQLITE_PATH" in os.environ:
-        for suffix in ("", "-wal", "-shm"):
-            Path(os.environ["LAB_SQLITE_PATH"] + suffix).unlink(missing_ok=True)
     call_command("migrate", verbosity=0)
     import redis
     from django.conf import settings
@@ -222,21 +230,15 @@ def server_time_part(args) -> list[tuple[str, str, str, str]]:
 # --- (b) update latency ------------------------------------------------------------------------
 
 
-def start(cmd: list[str], name: str, ready) -> subprocess.Popen:
-    """Start a server process; ``ready()`` says when it is up (90 s at most)."""
+def start(bench: Bench, cmd: list[str], name: str, ready) -> subprocess.Popen:
+    """Start a server process (the run's :class:`Bench` stops it however the run ends);
+    ``ready()`` says when it is up (90 s at most)."""
     env = dict(os.environ) | SERVER_ENV
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env["PATH"]
     env["PYTHONUNBUFFERED"] = "1"
-    log = open(LOGS / f"failurelab-dashboard-bench-{name}.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    deadline = time.monotonic() + 90
-    while not ready(Path(log.name)):
-        if time.monotonic() > deadline or proc.poll() is not None:
-            stop(proc)  # never leave a half-started server behind
-            raise SystemExit(f"{name} did not start; see {log.name}")
-        time.sleep(0.1)
+    log = LOGS / f"failurelab-dashboard-bench-{name}-{os.getpid()}.log"
+    proc = bench.start(name, cmd, env=env, log=log)
+    bench.wait_ready(proc, name, lambda: ready(log), str(log))
     return proc
 
 
@@ -248,16 +250,6 @@ def answers(port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, 15)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait(5)
 
 
 class MiniSocket:
@@ -471,7 +463,7 @@ class BrowserWatch:
             self.finished.set()
 
 
-def latency_part(args) -> list[tuple[str, str, str, str]]:
+def latency_part(args, bench: Bench) -> list[tuple[str, str, str, str]]:
     from django.test import Client
 
     from lab_project.processes import daphne_cmd, worker_cmd
@@ -492,12 +484,14 @@ def latency_part(args) -> list[tuple[str, str, str, str]]:
     port = free_port()
     collect_static(dict(os.environ) | SERVER_ENV)
     worker = start(
-        [*worker_cmd(128), "--without-heartbeat", "--without-gossip", "--without-mingle"],
+        bench,
+        [*worker_cmd(128), "--without-heartbeat", "--without-gossip", "--without-mingle",
+         "-n", f"dashboard-bench-{os.getpid()}@%h"],
         "worker", lambda log: b"ready." in log.read_bytes(),
     )  # fmt: skip
     daphne = None
     try:
-        daphne = start(daphne_cmd("127.0.0.1", port), "daphne", lambda log: answers(port))
+        daphne = start(bench, daphne_cmd("127.0.0.1", port), "daphne", lambda log: answers(port))
         # Warm the worker's journal writer up (it may start a process on first use).
         warm = burst_start(session=sessions[0], user=sessions[0].owner, size=1)
         deadline = time.monotonic() + 60
@@ -522,8 +516,8 @@ def latency_part(args) -> list[tuple[str, str, str, str]]:
             browser.finished.wait(60)
     finally:
         if daphne is not None:
-            stop(daphne)
-        stop(worker)
+            bench.stop(daphne)
+        bench.stop(worker)
     lat = result["latencies"]
     what = f"{args.bursting} sessions x {args.calls} calls at once"
     rows = [
@@ -573,23 +567,31 @@ def browser_row(result: dict, room, what: str) -> tuple[str, str, str, str]:
     )  # fmt: skip
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--students", type=int, default=100)
-    parser.add_argument("--rows", type=int, default=100_000)
-    parser.add_argument("--requests", type=int, default=15)
-    parser.add_argument("--bursting", type=int, default=100)
-    parser.add_argument("--calls", type=int, default=10)
+    parser.add_argument("--students", type=int_range(1, 10_000), default=100, help="1 to 10,000")
+    parser.add_argument("--rows", type=int_range(0, 10_000_000), default=100_000,
+                        help="journal rows, 0 to 10,000,000")  # fmt: skip
+    parser.add_argument("--requests", type=int_range(1, 1000), default=15, help="1 to 1,000")
+    parser.add_argument("--bursting", type=int_range(1, 500), default=100, help="1 to 500")
+    parser.add_argument("--calls", type=int_range(1, 20), default=10, help="1 to 20")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--skip-browser", action="store_true", help="no Chromium in (b)")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--shared-redis", action="store_true", help="use REDIS_URL, not a private redis-server"
+    )
+    return parser
+
+
+def measure(args, bench: Bench) -> None:
+    prepare(bench, args.shared_redis)
     setup_django()
     from django.db import connection
 
     load_before = os.getloadavg()[0]
     rows = server_time_part(args)
     if not args.skip_latency:
-        rows += latency_part(args)
+        rows += latency_part(args, bench)
     # The machine may be shared: the load average says how much else wanted the CPUs.
     print(
         f"\ndashboard bench ({connection.vendor}, {os.cpu_count()} CPUs, load average "
@@ -605,4 +607,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run("dashboard_bench", parser(), measure)

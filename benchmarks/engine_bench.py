@@ -40,7 +40,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.bench_common import pct  # noqa: E402
+from benchmarks.bench_common import Bench, pct, run  # noqa: E402
 from labs.engine import (  # noqa: E402
     Breaker,
     BreakerConfig,
@@ -325,15 +325,27 @@ def bench_real(runs: int) -> tuple[list[float], list]:
     return walls, attempts
 
 
-def main() -> None:
+def redis_url(text: str) -> str:
+    """``--redis-url``: a redis://, rediss:// or unix:// URL."""
+    if not text.startswith(("redis://", "rediss://", "unix://")):
+        raise argparse.ArgumentTypeError(f"must be a redis:// URL, got {text!r}")
+    return text
+
+
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--redis-url",
+        type=redis_url,
         default=os.environ.get("ENGINE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/15"),
+        help="a redis:// URL (default: ENGINE_BENCH_REDIS_URL or redis://127.0.0.1:6379/15)",
     )
     parser.add_argument("--quick", action="store_true", help="fewer samples")
     parser.add_argument("--no-real", action="store_true", help="skip the 2.8 s real-time tour")
-    args = parser.parse_args()
+    return parser
+
+
+def measure(args, bench: Bench) -> None:
     scale = 1 if args.quick else 5
 
     memory = bench_memory(4000 * scale)
@@ -480,4 +492,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run("engine_bench", parser(), measure)

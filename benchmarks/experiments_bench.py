@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.bench_common import Bench, int_range, run
 from labs.experiments import EXPERIMENTS
 
 TARGET_S = 0.5
@@ -41,10 +42,14 @@ HEADLINES = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=7, help="timed runs per experiment (default 7)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--runs", type=int_range(1, 1000), default=7,
+                        help="timed runs per experiment (1 to 1,000, default 7)")  # fmt: skip
+    return parser
+
+
+def measure(args, bench: Bench) -> int:
     print(
         f"experiments at default size, median of {args.runs} runs after a warm-up "
         f"(Python {platform.python_version()}, {platform.machine()})"
@@ -75,4 +80,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run("experiments_bench", parser(), measure)

@@ -14,52 +14,42 @@ backlog adds to what it measures at 30 and 100 sessions.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.bench_common import free_port  # noqa: E402
-
-WORKDIR = Path(tempfile.mkdtemp(prefix="layer-probe-"))
+from benchmarks.bench_common import Bench, int_range, run  # noqa: E402
 
 
-def main() -> None:
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 30
-    port = free_port()
-    redis_server = shutil.which("redis-server")
-    if redis_server is None:
-        raise SystemExit("needs redis-server on PATH")
-    redis = subprocess.Popen(
-        [redis_server, "--port", str(port), "--save", "", "--appendonly", "no",
-         "--dir", str(WORKDIR)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    os.environ.update(
-        DJANGO_SETTINGS_MODULE="lab_project.settings",
-        REDIS_URL=f"redis://127.0.0.1:{port}",
-        REDIS_DB_BASE="0",
-        BENCH_REDIS_DB_BASE="0",
-    )
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("sessions", metavar="SESSIONS", nargs="?", type=int_range(1, 500),
+                        default=30, help="lab sessions bursting at once (1 to 500, default 30)")  # fmt: skip
+    return parser
+
+
+def measure(args, bench: Bench) -> None:
+    count = args.sessions
+    os.environ["DJANGO_SETTINGS_MODULE"] = "lab_project.settings"
+    os.environ.pop("DATABASE_URL", None)  # a SQLite file of its own
+    os.environ["REDIS_URL"] = bench.private_redis()[0]
+    os.environ["REDIS_DB_BASE"] = os.environ["BENCH_REDIS_DB_BASE"] = "0"
+    bench.database("layer-probe")
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import burst_bench as bb  # shares its session and worker helpers
 
-    os.environ["LAB_SQLITE_PATH"] = str(WORKDIR / "db.sqlite3")
-    os.environ.pop("DATABASE_URL", None)
-    time.sleep(0.5)
     bb.setup_django()
     from labs.services.bursts import burst_start
 
     script = {"name": "probe", "seed": 1, "steps": [{"burst": 20}],
               "dependency": {"mode": "healthy", "latency_ms": 20}, "policy": {}}  # fmt: skip
     sessions = bb.make_sessions(count, script)
-    worker = bb.start_worker(128)
+    worker = bb.start_worker(bench, 128)
     latencies: list[float] = []
 
     async def probe() -> None:
@@ -105,9 +95,7 @@ def main() -> None:
         time.sleep(8)  # the worker's journal writer boots when the worker is ready
         asyncio.run(probe())
     finally:
-        os.killpg(worker.pid, 15)
-        worker.wait(30)
-        redis.terminate()
+        bench.stop(worker)
     latencies.sort()
 
     def q(p: float) -> float:
@@ -120,4 +108,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run("layer_probe", parser(), measure)

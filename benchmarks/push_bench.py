@@ -64,35 +64,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks.bench_common import (  # noqa: E402
     SERVER_ENV,
+    Bench,
     collect_static,
-    ensure_database,
     free_port,
+    int_range,
     pct,
-    start_private_redis,
+    run,
 )
-
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
-os.environ["REDIS_DB_BASE"] = os.environ.get("BENCH_REDIS_DB_BASE", "4")
-_PRIVATE_REDIS = None
-if "--shared-redis" not in sys.argv and "BENCH_REDIS_URL" not in os.environ:
-    # A private redis-server (bench_common.start_private_redis says why).
-    import shutil
-
-    if shutil.which("redis-server"):
-        _PRIVATE_REDIS, _redis_port = start_private_redis("push_bench")
-        os.environ["REDIS_URL"] = f"redis://127.0.0.1:{_redis_port}"
-elif "BENCH_REDIS_URL" in os.environ:
-    os.environ["REDIS_URL"] = os.environ["BENCH_REDIS_URL"]
-# One secret key for this process and the servers it starts: the session cookies made here
-# must be valid there.
-os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
-if "DATABASE_URL" not in os.environ:
-    # A file of this run's own: two runs at once on one machine must not empty each other's.
-    os.environ.setdefault(
-        "LAB_SQLITE_PATH",
-        str(Path(tempfile.gettempdir()) / f"failurelab-push-bench-{os.getpid()}.sqlite3"),
-    )
-ensure_database()
 
 BENCH_SCRIPT = {
     "name": "push-bench",
@@ -113,19 +91,25 @@ BENCH_SCRIPT = {
 # --- setup --------------------------------------------------------------------------------
 
 
+def prepare(bench: Bench, shared_redis: bool = False) -> None:
+    """The run's environment (after the arguments are parsed): its own redis-server (with
+    ``shared_redis`` or BENCH_REDIS_URL the machine's, databases BENCH_REDIS_DB_BASE, default
+    4..7) and its own SQLite file (or DATABASE_URL), one secret key for this process and the
+    servers it starts: the session cookies made here must be valid there."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
+    bench.redis(shared=shared_redis)
+    os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
+    bench.database("push-bench")
+
+
 def setup_django() -> None:
     import django
 
-    if "LAB_SQLITE_PATH" in os.environ:
-        for suffix in ("", "-wal", "-shm"):
-            Path(os.environ["LAB_SQLITE_PATH"] + suffix).unlink(missing_ok=True)
     django.setup()
     import redis
     from django.conf import settings
     from django.core.management import call_command
 
-    if settings.REDIS_DB_BASE < 4 and _PRIVATE_REDIS is None:
-        sys.exit("BENCH_REDIS_DB_BASE must be 4 or more: 0..3 are a development instance's")
     deadline = time.monotonic() + 10
     while True:
         try:
@@ -153,13 +137,21 @@ def process_env(debug: bool = False) -> dict[str, str]:
 
 
 class Processes:
-    """daphne and one worker, stopped (their whole process groups) on exit."""
+    """daphne and one worker, started by the run's :class:`Bench` (which stops their whole
+    process groups however the run ends)."""
 
     def __init__(
-        self, port: int, concurrency: int, logdir: Path, debug: bool = False, web: int = 1
+        self,
+        bench: Bench,
+        port: int,
+        concurrency: int,
+        logdir: Path,
+        debug: bool = False,
+        web: int = 1,
     ) -> None:
         from lab_project.processes import daphne_cmd, daphne_fd_cmd, shared_listener, worker_cmd
 
+        self.bench = bench
         self.logdir = logdir
         self.procs: list[subprocess.Popen] = []
         self.names: list[str] = []
@@ -184,14 +176,10 @@ class Processes:
         commands.append(("worker", [*worker_cmd(concurrency), "-n",
                                     f"push-bench-{os.getpid()}@%h"], ()))  # fmt: skip
         for name, cmd, fds in commands:
-            log = open(logdir / f"{name}.log", "wb")  # noqa: SIM115
             self.names.append(name)
             self.procs.append(
-                subprocess.Popen(
-                    cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=True, pass_fds=fds,
-                )
-            )  # fmt: skip
+                bench.start(name, cmd, env=env, log=logdir / f"{name}.log", pass_fds=fds)
+            )
         if listener is not None:
             listener.close()  # the web processes hold it
         self._wait_ready(port)
@@ -231,8 +219,8 @@ class Processes:
                 if int(fields[2]) == proc.pid:  # process group id
                     total += int(fields[11]) + int(fields[12])
             out[name] = total / tick
-        if _PRIVATE_REDIS is not None:
-            fields = Path(f"/proc/{_PRIVATE_REDIS.pid}/stat").read_text().rsplit(")", 1)[1]
+        if self.bench.redis_proc is not None:
+            fields = Path(f"/proc/{self.bench.redis_proc.pid}/stat").read_text().rsplit(")", 1)[1]
             out["redis"] = sum(int(f) for f in fields.split()[11:13]) / tick
         usage = os.times()
         out["clients"] = usage.user + usage.system  # this process: the simulated browsers
@@ -268,17 +256,8 @@ class Processes:
         return out
 
     def stop(self) -> None:
-        import signal
-
         for proc in self.procs:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+            self.bench.stop(proc)
 
 
 def make_sessions(count: int) -> list[tuple[int, str]]:
@@ -577,17 +556,21 @@ async def run_scenario(
     return latencies, layer_latencies, events, lost, duplicates
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sessions", default="1,30,100", help="comma-separated session counts")
-    parser.add_argument("--calls", type=int, default=20, help="calls per burst (1..20)")
-    parser.add_argument("--rounds", type=int, default=0, help="bursts per session (0: auto)")
-    parser.add_argument("--port", type=int, default=0, help="daphne port (0: a free one)")
+    parser.add_argument("--sessions", type=session_counts, default="1,30,100",
+                        help="comma-separated session counts, each 1 to 500")  # fmt: skip
+    parser.add_argument("--calls", type=int_range(1, 20), default=20,
+                        help="calls per burst (1 to 20)")  # fmt: skip
+    parser.add_argument("--rounds", type=int_range(0, 1000), default=0,
+                        help="bursts per session (0: auto)")  # fmt: skip
+    parser.add_argument("--port", type=int_range(0, 65535), default=0,
+                        help="daphne port (0: a free one)")  # fmt: skip
     parser.add_argument("--click", choices=("socket", "post"), default="socket",
                         help="how the pages press Run burst (default: over the socket)")  # fmt: skip
-    parser.add_argument("--web", type=int, default=1,
-                        help="web (daphne) processes sharing the port (default 1)")  # fmt: skip
-    parser.add_argument("--worker-concurrency", type=int, default=128)
+    parser.add_argument("--web", type=int_range(1, 8), default=1,
+                        help="web (daphne) processes sharing the port (1 to 8, default 1)")  # fmt: skip
+    parser.add_argument("--worker-concurrency", type=int_range(1, 1024), default=128)
     parser.add_argument(
         "--shared-redis", action="store_true", help="use REDIS_URL, not a private redis-server"
     )
@@ -600,9 +583,21 @@ def main() -> None:
         help="also time arrival on the channel layer (a listener in this process: it adds its "
         "own load to the clients' event loop)",
     )
-    args = parser.parse_args()
-    counts = [int(c) for c in args.sessions.split(",") if c.strip()]
+    return parser
 
+
+def session_counts(text: str) -> list[int]:
+    """``--sessions``: comma-separated whole numbers, each 1 to 500."""
+    parse = int_range(1, 500)
+    counts = [parse(c.strip()) for c in text.split(",") if c.strip()]
+    if not counts:
+        raise argparse.ArgumentTypeError("must name at least one session count")
+    return counts
+
+
+def measure(args, bench: Bench) -> None:
+    counts = args.sessions
+    prepare(bench, args.shared_redis)
     setup_django()
     from django.conf import settings
     from django.db import connection
@@ -614,13 +609,15 @@ def main() -> None:
     connection.close()
     db = "SQLite" if "sqlite" in settings.DATABASES["default"]["ENGINE"] else "PostgreSQL"
     print(
-        f"push_bench: {db}, Redis {'private ' if _PRIVATE_REDIS else ''}{settings.REDIS_URL} "
+        f"push_bench: {db}, Redis {'private ' if bench.redis_proc else ''}{settings.REDIS_URL} "
         f"dbs {settings.REDIS_DB_BASE}..{settings.REDIS_DB_BASE + 3}, "
         f"journal writer {getattr(settings, 'LAB_JOURNAL_WRITER', 'thread')}, "
         f"{args.calls} calls per burst, servers with DJANGO_DEBUG={str(args.debug).lower()}, "
         f"{os.cpu_count()} CPUs; logs in {logdir}"
     )
-    procs = Processes(port, args.worker_concurrency, logdir, debug=args.debug, web=args.web)
+    procs = Processes(
+        bench, port, args.worker_concurrency, logdir, debug=args.debug, web=args.web
+    )
     rows = []
     usage: list[str] = []
     details: list[str] = []
@@ -683,11 +680,6 @@ def main() -> None:
                      dups, "0 lost"))  # fmt: skip
     finally:
         procs.stop()
-        if _PRIVATE_REDIS is not None:
-            _PRIVATE_REDIS.terminate()
-        if f"push-bench-{os.getpid()}." in os.environ.get("LAB_SQLITE_PATH", ""):
-            for suffix in ("", "-wal", "-shm"):
-                Path(os.environ["LAB_SQLITE_PATH"] + suffix).unlink(missing_ok=True)
 
     print_table(rows)
     print()
@@ -733,4 +725,4 @@ def print_table(rows: list[tuple]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run("push_bench", parser(), measure)

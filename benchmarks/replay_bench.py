@@ -28,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.bench_common import pct  # noqa: E402
+from benchmarks.bench_common import Bench, int_range, pct, run  # noqa: E402
 
 DEPENDENCY = {"mode": "flaky", "fail_count": 100, "latency_ms": 5}
 POLICY = {"max_attempts": 4, "jitter": "full", "breaker": {"failure_threshold": 20}}
@@ -44,10 +44,13 @@ def timed(fn, runs: int) -> list[float]:
     return out
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=50)
-    args = parser.parse_args()
+    parser.add_argument("--runs", type=int_range(1, 100_000), default=50, help="1 to 100,000")
+    return parser
+
+
+def measure(args, bench: Bench) -> None:
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
     # A database of its own: the test suite's (db/test_db.sqlite3) may be in use by a run,
@@ -133,4 +136,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run("replay_bench", parser(), measure)

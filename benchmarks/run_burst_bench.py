@@ -29,69 +29,65 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.update({"DJANGO_DEBUG": "false", "DJANGO_SECURE_SSL_REDIRECT": "false",
                    "DJANGO_SECURE_COOKIES": "false"})  # fmt: skip
-from benchmarks import push_bench  # noqa: E402  (starts the private redis-server, like push_bench)
-from benchmarks.bench_common import pct  # noqa: E402
+from benchmarks import push_bench  # noqa: E402  (its setup: a private redis-server, a database)
+from benchmarks.bench_common import Bench, int_range, pct, run  # noqa: E402
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=60)
-    parser.add_argument("--profile", metavar="N", type=int, default=0,
+    parser.add_argument("--requests", type=int_range(1, 10_000), default=60, help="1 to 10,000")
+    parser.add_argument("--profile", metavar="N", type=int_range(0, 1000), default=0,
                         help="print cProfile's N most expensive functions (cumulative) over "
                              "the timed requests")  # fmt: skip
-    args = parser.parse_args()
-    try:
-        push_bench.setup_django()
-        from django.conf import settings
-        from django.db import connection
-        from django.test import Client
-        from django.test.utils import CaptureQueriesContext
+    return parser
 
-        sessions = push_bench.make_sessions(2 * (args.requests + 5))
-        sessions, socket_sessions = sessions[: args.requests + 5], sessions[args.requests + 5 :]
-        warm, timed = sessions[:5], sessions[5:]
-        cpu_ms, wall_ms, queries = [], [], []
-        # One client: each new one builds its middleware again (whitenoise scans every
-        # static file when it is built, as daphne does once at its first request).
-        client = Client(HTTP_HOST="127.0.0.1")
-        profiler = cProfile.Profile() if args.profile else None
-        for n, (session_id, cookie) in enumerate(warm + timed):
-            if profiler is not None and n == len(warm):
-                profiler.enable()
-            client.cookies[settings.SESSION_COOKIE_NAME] = cookie
-            with CaptureQueriesContext(connection) as captured:
-                cpu, wall = time.thread_time(), time.perf_counter()
-                response = client.post(
-                    f"/sessions/{session_id}/bursts/", {"size": "20", "concurrency": "1"},
-                    HTTP_HX_REQUEST="true", HTTP_HX_TRIGGER="burst-form",
-                    HTTP_HX_TARGET="burst-form",
-                )  # fmt: skip
-                cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
-            if response.status_code != 200:
-                sys.exit(f"Run burst answered {response.status_code}: {response.content[:300]!r}")
-            if n >= len(warm):
-                cpu_ms.append(cpu * 1000)
-                wall_ms.append(wall * 1000)
-                queries.append(len(captured.captured_queries))
-        if profiler is not None:
-            profiler.disable()
-            pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.profile)
-        db = "SQLite" if "sqlite" in settings.DATABASES["default"]["ENGINE"] else "PostgreSQL"
-        print(f"run_burst_bench: {db}, {len(timed)} Run burst requests through Django's test "
-              f"client, one per session (after {len(warm)} untimed)")  # fmt: skip
-        print(f"{'':>10} {'p50':>7} {'mean':>7} {'max':>7}")
-        for name, values in (("CPU ms", cpu_ms), ("wall ms", wall_ms), ("queries", queries)):
-            mean = sum(values) / len(values)
-            print(f"{name:>10} {pct(values, 0.5):7.2f} {mean:7.2f} {max(values):7.2f}")
-        render_answers(timed[0][0])
-        socket_clicks(socket_sessions, profile=args.profile)
-    finally:
-        if push_bench._PRIVATE_REDIS is not None:
-            push_bench._PRIVATE_REDIS.terminate()
-        path = os.environ.get("LAB_SQLITE_PATH", "")
-        if f"push-bench-{os.getpid()}." in path:
-            for suffix in ("", "-wal", "-shm"):
-                Path(path + suffix).unlink(missing_ok=True)
+
+def measure(args, bench: Bench) -> None:
+    push_bench.prepare(bench)
+    push_bench.setup_django()
+    from django.conf import settings
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    sessions = push_bench.make_sessions(2 * (args.requests + 5))
+    sessions, socket_sessions = sessions[: args.requests + 5], sessions[args.requests + 5 :]
+    warm, timed = sessions[:5], sessions[5:]
+    cpu_ms, wall_ms, queries = [], [], []
+    # One client: each new one builds its middleware again (whitenoise scans every
+    # static file when it is built, as daphne does once at its first request).
+    client = Client(HTTP_HOST="127.0.0.1")
+    profiler = cProfile.Profile() if args.profile else None
+    for n, (session_id, cookie) in enumerate(warm + timed):
+        if profiler is not None and n == len(warm):
+            profiler.enable()
+        client.cookies[settings.SESSION_COOKIE_NAME] = cookie
+        with CaptureQueriesContext(connection) as captured:
+            cpu, wall = time.thread_time(), time.perf_counter()
+            response = client.post(
+                f"/sessions/{session_id}/bursts/", {"size": "20", "concurrency": "1"},
+                HTTP_HX_REQUEST="true", HTTP_HX_TRIGGER="burst-form",
+                HTTP_HX_TARGET="burst-form",
+            )  # fmt: skip
+            cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+        if response.status_code != 200:
+            sys.exit(f"Run burst answered {response.status_code}: {response.content[:300]!r}")
+        if n >= len(warm):
+            cpu_ms.append(cpu * 1000)
+            wall_ms.append(wall * 1000)
+            queries.append(len(captured.captured_queries))
+    if profiler is not None:
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.profile)
+    db = "SQLite" if "sqlite" in settings.DATABASES["default"]["ENGINE"] else "PostgreSQL"
+    print(f"run_burst_bench: {db}, {len(timed)} Run burst requests through Django's test "
+          f"client, one per session (after {len(warm)} untimed)")  # fmt: skip
+    print(f"{'':>10} {'p50':>7} {'mean':>7} {'max':>7}")
+    for name, values in (("CPU ms", cpu_ms), ("wall ms", wall_ms), ("queries", queries)):
+        mean = sum(values) / len(values)
+        print(f"{name:>10} {pct(values, 0.5):7.2f} {mean:7.2f} {max(values):7.2f}")
+    render_answers(timed[0][0])
+    socket_clicks(socket_sessions, profile=args.profile)
 
 
 def socket_clicks(sessions: list[tuple[int, str]], profile: int = 0) -> None:
@@ -162,4 +158,4 @@ def render_answers(session_id: int, repeat: int = 500) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run("run_burst_bench", parser(), measure)

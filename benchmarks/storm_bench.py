@@ -49,24 +49,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.bench_common import (  # noqa: E402
-    SERVER_ENV,
-    ensure_database,
-    pct,
-    start_private_redis,
-)
-
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
-os.environ.update(SERVER_ENV)
-os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
-_REDIS, _REDIS_PORT = start_private_redis("storm_bench")
-os.environ["REDIS_URL"] = f"redis://127.0.0.1:{_REDIS_PORT}"
-os.environ["REDIS_DB_BASE"] = "0"
-if "DATABASE_URL" not in os.environ:
-    os.environ["LAB_SQLITE_PATH"] = str(
-        Path(tempfile.gettempdir()) / f"failurelab-storm-bench-{os.getpid()}.sqlite3"
-    )
-ensure_database()
+from benchmarks.bench_common import SERVER_ENV, Bench, int_range, pct, run  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -93,27 +76,29 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def prepare(bench: Bench) -> None:
+    """The run's environment (after the arguments are parsed): the deployed settings, its own
+    redis-server and database."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
+    os.environ.update(SERVER_ENV)
+    os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
+    os.environ["REDIS_URL"] = bench.private_redis()[0]  # always its own: its INFO is the run's
+    os.environ["REDIS_DB_BASE"] = "0"
+    bench.database("storm-bench")
+
+
 def setup_django() -> None:
     import django
 
-    if "LAB_SQLITE_PATH" in os.environ:
-        for suffix in ("", "-wal", "-shm"):
-            Path(os.environ["LAB_SQLITE_PATH"] + suffix).unlink(missing_ok=True)
-    for _ in range(100):  # the redis-server just started
-        try:
-            import redis
-
-            redis.Redis(port=_REDIS_PORT).ping()
-            break
-        except Exception:
-            time.sleep(0.05)
     django.setup()
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
 
 
-def start_worker(i: int, concurrency: int, profile: str | None = None) -> subprocess.Popen:
+def start_worker(
+    bench: Bench, i: int, concurrency: int, profile: str | None = None
+) -> subprocess.Popen:
     from lab_project.processes import worker_cmd
 
     env = dict(os.environ)
@@ -124,17 +109,14 @@ def start_worker(i: int, concurrency: int, profile: str | None = None) -> subpro
         env["PYTHONPATH"] = os.pathsep.join(
             [str(ROOT / "benchmarks" / "cpu_profile"), str(ROOT), env.get("PYTHONPATH", "")]
         )
-    log = open(Path(tempfile.gettempdir()) / f"failurelab-storm-worker{i}.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [*worker_cmd(concurrency), "-n", f"storm{i}@%h", "--without-heartbeat",
+    log = Path(tempfile.gettempdir()) / f"failurelab-storm-worker{i}.log"
+    proc = bench.start(
+        f"worker {i}",
+        [*worker_cmd(concurrency), "-n", f"storm{i}-{os.getpid()}@%h", "--without-heartbeat",
          "--without-gossip", "--without-mingle"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env=env, log=log,
     )  # fmt: skip
-    deadline = time.monotonic() + 90
-    while b"ready." not in Path(log.name).read_bytes():
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise SystemExit("worker did not start; see " + log.name)
-        time.sleep(0.1)
+    bench.wait_ready(proc, "the worker", lambda: b"ready." in log.read_bytes(), str(log))
     return proc
 
 
@@ -156,13 +138,13 @@ def make_class(args):
     return room
 
 
-def processes(workers: list[subprocess.Popen]) -> dict[str, int]:
+def processes(workers: list[subprocess.Popen], bench: Bench) -> dict[str, int]:
     named = {}
     for i, w in enumerate(workers):
         named[f"worker {i + 1}"] = w.pid
         for k, child in enumerate(sorted(children(w.pid))):
             named[f"worker {i + 1} child {k + 1} (writer)"] = child
-    named["redis-server"] = _REDIS.pid
+    named["redis-server"] = bench.redis_proc.pid
     return named
 
 
@@ -184,19 +166,23 @@ def lua_commands() -> set[str]:
     return names
 
 
-def run(args) -> None:
+def measure(args, bench: Bench) -> None:
+    prepare(bench)
+    setup_django()
     import redis
     from django.db.models import Max, Min
 
     from labs.models import JournalEvent, Traffic
     from labs.services.simulate import classroom_simulate
 
-    workers = [start_worker(i + 1, args.concurrency, args.profile) for i in range(args.workers)]
+    workers = [
+        start_worker(bench, i + 1, args.concurrency, args.profile) for i in range(args.workers)
+    ]
     try:
         time.sleep(2)  # the writer processes start beside the workers
         room = make_class(args)
-        procs = processes(workers)
-        rclient = redis.Redis(port=_REDIS_PORT)
+        procs = processes(workers, bench)
+        rclient = redis.Redis.from_url(os.environ["REDIS_URL"])
         cpu0 = {name: cpu_seconds(pid) for name, pid in procs.items()}
         cmd0 = commandstats(rclient)
         reads0 = rclient.info("stats")["total_reads_processed"]
@@ -213,10 +199,8 @@ def run(args) -> None:
         cmd1 = commandstats(rclient)
         reads1 = rclient.info("stats")["total_reads_processed"]
     finally:
-        for w in workers:
-            os.killpg(w.pid, 15)
-        for w in workers:
-            w.wait(60)
+        for w in workers:  # their writers flush the journal as they stop
+            bench.stop(w)
 
     runs = list(Traffic.objects.filter(pk__in=ids))
     statuses = Counter(r.status for r in runs)
@@ -303,32 +287,26 @@ def run(args) -> None:
           f"{100 * summed / elapsed:>13.1f}%")  # fmt: skip
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", type=int, default=30)
-    parser.add_argument("--rate", type=int, default=10, help="calls/s per session (1 to 20)")
-    parser.add_argument("--for", dest="for_s", type=int, default=60, help="seconds (1 to 300)")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--concurrency", type=int, default=64, help="threads per worker")
+    parser.add_argument("--sessions", type=int_range(1, 200), default=30, help="1 to 200")
+    parser.add_argument("--rate", type=int_range(1, 20), default=10,
+                        help="calls/s per session (1 to 20)")  # fmt: skip
+    parser.add_argument("--for", dest="for_s", type=int_range(1, 300), default=60,
+                        help="seconds (1 to 300)")  # fmt: skip
+    parser.add_argument("--workers", type=int_range(1, 16), default=2, help="1 to 16")
+    parser.add_argument("--concurrency", type=int_range(1, 512), default=64,
+                        help="threads per worker (1 to 512)")  # fmt: skip
     parser.add_argument("--policy", default="resilient",
-                        help="naive, jitter, budget, breaker, resilient or mixed")  # fmt: skip
-    parser.add_argument("--servers", type=int, default=64)
-    parser.add_argument("--service-ms", type=int, default=40)
-    parser.add_argument("--max-queue-ms", type=int, default=1000)
+                        choices=("naive", "jitter", "budget", "breaker", "resilient", "mixed"))  # fmt: skip
+    parser.add_argument("--servers", type=int_range(1, 1000), default=64)
+    parser.add_argument("--service-ms", type=int_range(1, 10_000), default=40)
+    parser.add_argument("--max-queue-ms", type=int_range(0, 60_000), default=1000)
     parser.add_argument("--profile", metavar="DIR",
                         help="profile the workers' and writers' threads (CPU time) into DIR "
                         "(benchmarks/cpu_profile; print with its report.py)")  # fmt: skip
-    args = parser.parse_args()
-    try:
-        setup_django()
-        run(args)
-    finally:
-        os.killpg(_REDIS.pid, 15)
-        _REDIS.wait(30)
-        if "LAB_SQLITE_PATH" in os.environ:
-            for suffix in ("", "-wal", "-shm"):
-                Path(os.environ["LAB_SQLITE_PATH"] + suffix).unlink(missing_ok=True)
+    return parser
 
 
 if __name__ == "__main__":
-    main()
+    run("storm_bench", parser(), measure)

@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import redis
 import websockets
 
-from benchmarks.bench_common import pct
+from benchmarks.bench_common import Bench, int_range, pct, run
 from labs.engine.stores.shared_redis import RedisSharedModel
 
 
@@ -172,19 +172,22 @@ def browse(args, writes, latencies, stop) -> tuple[int, list[float]]:
     return updates, long_tasks
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default="http://127.0.0.1:8000")
-    parser.add_argument("--classroom", type=int, required=True)
+    parser.add_argument("--classroom", type=int_range(1, 2**31 - 1), required=True)
     parser.add_argument("--username", required=True)
     parser.add_argument("--password", required=True)
-    parser.add_argument("--sessions", type=int, default=30)
-    parser.add_argument("--rate", type=int, default=10)
-    parser.add_argument("--seconds", type=int, default=20)
+    parser.add_argument("--sessions", type=int_range(1, 500), default=30, help="1 to 500")
+    parser.add_argument("--rate", type=int_range(1, 20), default=10, help="1 to 20")
+    parser.add_argument("--seconds", type=int_range(1, 3600), default=20, help="1 to 3,600")
     parser.add_argument("--browser", action="store_true",
                         help="measure to the point drawn in headless Chromium, and count "
                              "its long tasks")  # fmt: skip
-    args = parser.parse_args()
+    return parser
+
+
+def measure(args, bench: Bench) -> None:
 
     base = int(os.environ.get("REDIS_DB_BASE", "0"))
     client = redis.Redis.from_url(
@@ -240,4 +243,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run("storm_panel_bench", parser(), measure)

@@ -31,57 +31,49 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.bench_common import start_private_redis
+from benchmarks.bench_common import Bench, float_range, int_range, run
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=300)
-    parser.add_argument("--hub-seconds", type=float, default=10.0,
-                        help="seconds of arrivals per rate in the hub's floor (0: skip it)")  # fmt: skip
-    args = parser.parse_args()
+    parser.add_argument("--runs", type=int_range(1, 100_000), default=300, help="1 to 100,000")
+    parser.add_argument("--hub-seconds", type=float_range(0, 600), default=10.0,
+                        help="seconds of arrivals per rate in the hub's floor (0: skip it; "
+                             "at most 600)")  # fmt: skip
+    return parser
+
+
+def measure(args, bench: Bench) -> None:
     import redis
 
-    server, port = start_private_redis("wakeup_bench")
-    try:
-        client = redis.Redis(port=port)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise SystemExit("the private redis-server did not answer") from None
-                time.sleep(0.05)
-        print(f"wakeup_bench: {args.runs} runs each, one client, redis-server on 127.0.0.1:{port}")
-        print(f"{'':32} {'p50 us':>8} {'mean us':>8} {'p50 CPU us':>11}")
-        for quiet in (0.0, 0.005, 0.025):
-            walls, cpus = [], []
-            for _ in range(args.runs):
-                if quiet:
-                    time.sleep(quiet)
-                wall, cpu = time.perf_counter(), time.thread_time()
-                client.ping()
-                cpus.append((time.thread_time() - cpu) * 1e6)
-                walls.append((time.perf_counter() - wall) * 1e6)
-            label = (
-                "PING, back to back" if not quiet else f"PING after {quiet * 1000:.0f} ms of quiet"
-            )
-            print(f"{label:32} {statistics.median(walls):8.0f} {statistics.mean(walls):8.0f} "
-                  f"{statistics.median(cpus):11.0f}")  # fmt: skip
-        over = []
+    _url, port = bench.private_redis()
+    server = bench.redis_proc
+    client = redis.Redis(port=port)
+    print(f"wakeup_bench: {args.runs} runs each, one client, redis-server on 127.0.0.1:{port}")
+    print(f"{'':32} {'p50 us':>8} {'mean us':>8} {'p50 CPU us':>11}")
+    for quiet in (0.0, 0.005, 0.025):
+        walls, cpus = [], []
         for _ in range(args.runs):
-            wall = time.perf_counter()
-            time.sleep(0.005)
-            over.append((time.perf_counter() - wall - 0.005) * 1e6)
-        print(f"{'time.sleep(5 ms) overshoot':32} {statistics.median(over):8.0f} "
-              f"{statistics.mean(over):8.0f}")  # fmt: skip
-        if args.hub_seconds > 0:
-            hub_floor(server.pid, port, args.hub_seconds)
-    finally:
-        server.terminate()
-        server.wait(10)
+            if quiet:
+                time.sleep(quiet)
+            wall, cpu = time.perf_counter(), time.thread_time()
+            client.ping()
+            cpus.append((time.thread_time() - cpu) * 1e6)
+            walls.append((time.perf_counter() - wall) * 1e6)
+        label = (
+            "PING, back to back" if not quiet else f"PING after {quiet * 1000:.0f} ms of quiet"
+        )
+        print(f"{label:32} {statistics.median(walls):8.0f} {statistics.mean(walls):8.0f} "
+              f"{statistics.median(cpus):11.0f}")  # fmt: skip
+    over = []
+    for _ in range(args.runs):
+        wall = time.perf_counter()
+        time.sleep(0.005)
+        over.append((time.perf_counter() - wall - 0.005) * 1e6)
+    print(f"{'time.sleep(5 ms) overshoot':32} {statistics.median(over):8.0f} "
+          f"{statistics.mean(over):8.0f}")  # fmt: skip
+    if args.hub_seconds > 0:
+        hub_floor(server.pid, port, args.hub_seconds)
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -136,4 +128,4 @@ def hub_floor(redis_pid: int, port: int, seconds: float) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run("wakeup_bench", parser(), measure)

@@ -141,13 +141,13 @@ def main() -> int:
 
     procs = Processes(OUT)
 
-    def on_signal(signum, frame):
-        raise Stop(signal.Signals(signum).name)
+    # SIGHUP too: a closed terminal must not leave the children behind. The first signal
+    # raises Stop; later ones are ignored while everything stops.
+    with services.raise_on_stop_signals(lambda signum: Stop(signal.Signals(signum).name)):
+        return _run(procs, python, bin_dir, env, host, port, processes, web_processes)
 
-    # SIGHUP too: a closed terminal must not leave the children behind.
-    for sig in services.STOP_SIGNALS:
-        signal.signal(sig, on_signal)
 
+def _run(procs, python, bin_dir, env, host, port, processes, web_processes) -> int:
     try:
         return supervise(procs, python, bin_dir, env, host, port, processes, web_processes)
     except Stop as stop:
@@ -163,8 +163,10 @@ def main() -> int:
     finally:
         # Whatever happened above (an error, a second signal, a closed stdout), every child
         # and its whole process group is stopped before this process exits.
-        services.ignore_stop_signals()
-        procs.stop_all()
+        try:
+            services.ignore_stop_signals()
+        finally:  # even when a first signal arrives just now
+            procs.stop_all()
 
 
 def supervise(procs, python, bin_dir, env, host, port, processes, web_processes=1) -> int:

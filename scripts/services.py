@@ -7,6 +7,10 @@ the venv). Shared pieces:
   then Ctrl-C kills ``tee`` first: a write must never stop the shutdown).
 - :class:`Processes`: children started each in its own process group, stopped newest first
   (a group signal, a wait, SIGKILL for whatever is left), idempotent.
+- :func:`raise_on_stop_signals`: Ctrl-C, SIGTERM (``timeout``, ``kill``) and SIGHUP (a closed
+  terminal) become one exception in the main thread, so ``finally`` blocks stop the children;
+  a second signal while stopping is ignored. make run, make test and the benchmarks
+  (benchmarks/bench_common.py) use it.
 - Redis: :func:`redis_answers`, :func:`find_redis_server`, :func:`start_private_redis`.
 - PostgreSQL: :func:`postgres_answers`, :func:`find_postgres_bin`, :func:`start_private_postgres`
   (``initdb`` into a temporary directory, a free port, trust auth; as a non-root user when
@@ -25,6 +29,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -103,7 +108,9 @@ def tcp_answers(host: str, port: int, timeout: float = 0.5) -> bool:
 
 
 class Processes:
-    """The children a command started, each the leader of its own process group."""
+    """The children a command started, each the leader of its own process group (so a
+    terminal's Ctrl-C reaches only the command, which stops them in order, and a group signal
+    reaches what each child forked)."""
 
     def __init__(self, out: Output) -> None:
         self.out = out
@@ -122,9 +129,26 @@ class Processes:
         if not quiet:
             self.out.say(f"starting {name}: {' '.join(cmd)}")
         popen.setdefault("cwd", ROOT)
-        proc = subprocess.Popen(cmd, env=env, start_new_session=True, **popen)
-        self.children.append((name, proc, stop_signal))
+        # A stop signal between the fork and the append would leave a child nobody stops:
+        # raise_on_stop_signals holds it back until the child is on the list.
+        with _signals_held():
+            proc = subprocess.Popen(cmd, env=env, start_new_session=True, **popen)
+            self.children.append((name, proc, stop_signal))
         return proc
+
+    def stop(
+        self,
+        proc: subprocess.Popen,
+        timeout: float = STOP_TIMEOUT_S,
+        sig: signal.Signals | None = None,
+    ) -> None:
+        """Stop one child now (its group, as :meth:`stop_all` does, with ``sig`` instead of
+        its stop signal if given) and forget it."""
+        for i, (name, child, stop_signal) in enumerate(self.children):
+            if child is proc:
+                del self.children[i]
+                _stop_group(name, child, sig or stop_signal, None, timeout)
+                return
 
     def dead(self) -> list[tuple[str, int]]:
         return [(name, p.returncode) for name, p, _ in self.children if p.poll() is not None]
@@ -134,19 +158,24 @@ class Processes:
         raises for a child that is already gone or for a closed stdout."""
         while self.children:
             name, proc, stop_signal = self.children.pop()
-            try:
-                if proc.poll() is None:
-                    self.out.say(f"stopping {name} (pid {proc.pid})")
-                signal_group(proc, stop_signal)
-                try:
-                    proc.wait(timeout=STOP_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    self.out.say(f"{name} did not stop in {STOP_TIMEOUT_S:.0f} s: killing it")
-                    signal_group(proc, signal.SIGKILL)
-                    proc.wait()
-            finally:
-                # The leader is gone; make sure nothing it forked lingers in its group.
-                signal_group(proc, signal.SIGKILL)
+            _stop_group(name, proc, stop_signal, self.out, STOP_TIMEOUT_S)
+
+
+def _stop_group(name, proc, stop_signal, out: Output | None, timeout: float) -> None:
+    try:
+        if proc.poll() is None and out is not None:
+            out.say(f"stopping {name} (pid {proc.pid})")
+        signal_group(proc, stop_signal)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            if out is not None:
+                out.say(f"{name} did not stop in {timeout:.0f} s: killing it")
+            signal_group(proc, signal.SIGKILL)
+            proc.wait()
+    finally:
+        # The leader is gone; make sure nothing it forked lingers in its group.
+        signal_group(proc, signal.SIGKILL)
 
 
 #: What stops make run and make test: Ctrl-C, kill, a closed terminal.
@@ -157,6 +186,66 @@ def ignore_stop_signals() -> None:
     """While stopping: a second Ctrl-C must not cut the stopping short."""
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
+
+
+class StopRequested(BaseException):
+    """A stop signal, raised in the main thread by :func:`raise_on_stop_signals`. A
+    BaseException, like KeyboardInterrupt, so that no ``except Exception`` swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"{signal.Signals(signum).name} received")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+_held = {"depth": 0, "pending": None}
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Defer a stop signal's exception to the end of this block (main thread only: the one
+    where Python runs signal handlers, and where the exception must be raised)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _held["depth"] += 1
+    try:
+        yield
+    finally:
+        _held["depth"] -= 1
+        pending = _held["pending"]
+        if pending is not None and not _held["depth"]:
+            _held["pending"] = None
+            raise pending
+
+
+@contextlib.contextmanager
+def raise_on_stop_signals(make=StopRequested, signals=STOP_SIGNALS):
+    """While inside: each of ``signals`` raises ``make(signum)`` in the main thread, once.
+    The first one sets every stop signal to ignored (a second Ctrl-C, or the SIGTERM that
+    both ``timeout`` and ``make`` forward, must not cut the stopping short); inside
+    :meth:`Processes.start` it waits until the new child is on the list. The previous
+    handlers come back on the way out."""
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+
+    def on_signal(signum, frame):
+        ignore_stop_signals()
+        stop = make(signum)
+        if _held["depth"]:
+            _held["pending"] = stop
+            return
+        raise stop
+
+    for sig in signals:
+        signal.signal(sig, on_signal)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 def signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:

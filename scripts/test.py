@@ -236,11 +236,13 @@ def main() -> int:
     procs = services.Processes(OUT)
     cleanup: list = []
 
-    def on_signal(signum, frame):
-        raise Stop(signal.Signals(signum).name)
+    # The first stop signal raises Stop; later ones (make forwards the SIGTERM that
+    # ``timeout`` also sends to the whole group) are ignored while pytest stops.
+    with services.raise_on_stop_signals(lambda signum: Stop(signal.Signals(signum).name)):
+        return _main(extra, env, procs, cleanup)
 
-    for sig in services.STOP_SIGNALS:
-        signal.signal(sig, on_signal)
+
+def _main(extra: list[str], env: dict[str, str], procs, cleanup: list) -> int:
     try:
         code = run(extra, env, procs, cleanup)
         if services.env_flag("LAB_SKIP_BROWSER_TESTS"):
@@ -253,10 +255,12 @@ def main() -> int:
         OUT.error(str(exc))
         return 1
     finally:
-        services.ignore_stop_signals()
-        procs.stop_all()
-        for step in cleanup:
-            step()
+        try:
+            services.ignore_stop_signals()
+        finally:  # even when a first signal arrives just now
+            procs.stop_all()
+            for step in cleanup:
+                step()
 
 
 if __name__ == "__main__":

@@ -11,9 +11,13 @@ from __future__ import annotations
 import copy
 import importlib
 import os
+import signal
+import threading
 
 import pytest
 from django.conf import settings
+
+from tests import servers
 
 # LAB_TEST_REDIS_DB_BASE (8..12) lets two test runs on one machine keep apart; never below 8.
 _test_base = os.environ.get("LAB_TEST_REDIS_DB_BASE", "8")
@@ -44,6 +48,29 @@ def _apply_test_redis_settings() -> None:
 
 
 _apply_test_redis_settings()
+
+
+def pytest_configure(config):
+    """SIGTERM (``timeout``, ``kill``) and SIGHUP (a closed terminal) stop the run the way
+    Ctrl-C does: a KeyboardInterrupt, after which pytest tears every fixture down, so the
+    servers they started stop (tests/servers.py). Once: a second signal while stopping is
+    ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def interrupt(signum, frame):
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            signal.signal(sig, interrupt)
+
+
+def pytest_unconfigure(config):
+    """Whatever server a fixture did not stop (an error in its teardown) stops here."""
+    servers.stop_all()
 
 DEFAULT_PASSWORD = "correct-horse-battery-staple"
 

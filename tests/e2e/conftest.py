@@ -6,8 +6,8 @@ Fixtures, meant for every e2e test (experiments, the live lab page, ...):
   :func:`lab_project.processes.daphne_cmd` on a free port, pointed at pytest-django's test
   database (SQLite: ``LAB_SQLITE_PATH``; PostgreSQL: ``DATABASE_URL`` with the test database
   name) and at the test run's Redis databases (``REDIS_DB_BASE``); waits until
-  ``/accounts/login/`` answers; yields the base URL (``http://127.0.0.1:PORT``); terminates
-  daphne at the end of the session. Its output goes to ``artifacts/e2e/daphne.log``.
+  ``/accounts/login/`` answers; yields the base URL (``http://127.0.0.1:PORT``); stops
+  daphne (its process group: tests/servers.py) at the end of the session. Its output goes to ``artifacts/e2e/daphne.log``.
 - ``browser`` (session): headless Chromium: ``LAB_CHROMIUM`` (``make test`` sets it), else
   Debian's ``/usr/bin/chromium``, else Playwright's own (``python -m playwright install
   chromium``; ``make test`` installs it when neither is there). No browser is a test
@@ -49,6 +49,7 @@ from pathlib import Path
 import pytest
 
 from lab_project.processes import daphne_cmd
+from tests import servers
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "e2e"
@@ -127,25 +128,16 @@ def daphne_server(django_db_setup) -> Iterator[str]:
     host, port = "127.0.0.1", _free_port()
     log_path = ARTIFACTS / "daphne.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            daphne_cmd(host, port),
-            cwd=ROOT,
-            env=server_env(),
-            stdout=log,
+        proc = servers.start(
+            "daphne", daphne_cmd(host, port), env=server_env(), stdout=log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        )  # fmt: skip
         try:
             base_url = f"http://{host}:{port}"
             _wait_until_answering(f"{base_url}/accounts/login/", proc, log_path)
             yield base_url
         finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+            servers.stop(proc, timeout=15)
 
 
 def chromium_executable() -> str | None:

@@ -8,6 +8,8 @@
   free port, for tests that spread pages over several web processes.
 - Redis databases of the test run (REDIS_DB_BASE=8: broker, channel layer, engine, cache) are
   flushed before each test, so no test sees another's breaker.
+- Every process started here is a server of tests/servers.py: a process group of its own,
+  stopped by its fixture and, at the latest, when the test run ends however it ends.
 
 Tests using these need ``@pytest.mark.django_db(transaction=True)``: workers use their own
 database connections, so nothing may hide inside a test transaction.
@@ -16,7 +18,6 @@ database connections, so nothing may hide inside a test transaction.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from django.conf import settings
 from django.db import connection
 
 from lab_project.processes import daphne_cmd, worker_cmd
+from tests import servers
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -112,13 +114,17 @@ class WorkerProcess:
     ) -> None:
         self.log_path = log_path
         self.log = open(log_path, "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
+        self.proc = servers.start(
+            "a worker",
             [*worker_cmd(concurrency), "--without-heartbeat", "--without-gossip",
              "--without-mingle", "-n", f"test-{os.getpid()}-{time.monotonic_ns()}@%h"],
-            cwd=ROOT, env={**subprocess_env(), **(env or {})}, stdout=self.log,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            env={**subprocess_env(), **(env or {})}, stdout=self.log, stderr=subprocess.STDOUT,
         )  # fmt: skip
-        self.wait_ready()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -132,9 +138,7 @@ class WorkerProcess:
 
     def kill(self) -> None:
         """SIGKILL the whole process group: no shutdown handler runs."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+        servers.kill(self.proc)
 
     def rss_bytes(self) -> int:
         """The process's resident memory now."""
@@ -144,12 +148,8 @@ class WorkerProcess:
         raise AssertionError("no VmRSS")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        """SIGTERM to its group (a warm shutdown), SIGKILL after 20 s."""
+        servers.stop(self.proc)
         self.log.close()
 
 
@@ -179,9 +179,9 @@ class DaphneProcess:
         self.base_url = self.url = self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.log = open(log_path, "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            daphne_cmd("127.0.0.1", self.port), cwd=ROOT, env=env or subprocess_env(),
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+        self.proc = servers.start(
+            "daphne", daphne_cmd("127.0.0.1", self.port), env=env or subprocess_env(),
+            stdout=self.log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         try:
             self.wait_ready(timeout)
@@ -215,13 +215,8 @@ class DaphneProcess:
         raise AssertionError("no VmRSS")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        """SIGTERM to its group, SIGKILL after 20 s."""
+        servers.stop(self.proc)
         self.log.close()
 
 
@@ -269,7 +264,8 @@ class OwnRedis:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(
+        self.proc = servers.start(
+            "a test's redis-server",
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
              "--save", "", "--appendonly", "no", "--dir", str(self.directory)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -286,9 +282,8 @@ class OwnRedis:
                 time.sleep(0.02)
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        if self.proc is not None:
+            servers.kill(self.proc)
 
     def restart(self) -> None:
         self.kill()

@@ -39,6 +39,7 @@ from labs.engine import (
 from labs.engine.scenario import EngineExecutor
 from labs.engine.stores.redis_store import SCOPES
 from labs.live import runtime
+from tests import servers
 from tests.integration.conftest import ROOT
 
 pytestmark = [pytest.mark.integration]
@@ -94,15 +95,16 @@ def cluster_nodes(tmp_path_factory) -> Iterator[list[int]]:
         for port in ports:
             node_dir = work / str(port)
             node_dir.mkdir()
-            procs.append(
-                subprocess.Popen(
-                    [server, "--port", str(port), "--bind", "127.0.0.1",
-                     "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                     "--save", "", "--appendonly", "no", "--dir", str(node_dir)],
-                    stdout=open(node_dir / "redis.log", "wb"),  # noqa: SIM115
-                    stderr=subprocess.STDOUT,
-                )
-            )  # fmt: skip
+            with open(node_dir / "redis.log", "wb") as log:
+                procs.append(
+                    servers.start(
+                        f"cluster node {port}",
+                        [server, "--port", str(port), "--bind", "127.0.0.1",
+                         "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                         "--save", "", "--appendonly", "no", "--dir", str(node_dir)],
+                        stdout=log, stderr=subprocess.STDOUT,
+                    )
+                )  # fmt: skip
         for port in ports:
             _wait(lambda p=port: redis.Redis(port=p).ping(), f"node {port} answering PING")
         created = subprocess.run(
@@ -124,13 +126,7 @@ def cluster_nodes(tmp_path_factory) -> Iterator[list[int]]:
         yield ports
     finally:
         for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+            servers.stop(proc, timeout=10)
 
 
 def _client(ports: list[int]) -> RedisCluster:

@@ -4,12 +4,16 @@ Creates (or reuses) bot students in the class (``CLASS``: its id, join code or e
 marked simulated (left out of grades, predictions and student counts), puts their sessions on
 the class's shared dependency with the chosen policy and starts their steady traffic through
 the real services: the workers run it. Prints one line per bot and, with ``--wait``, waits for
-every run to end and prints their summaries. ``--cleanup`` removes the class's bots, their
+every run to end and prints their summaries; a waiting command stopped by Ctrl-C, SIGTERM or
+SIGHUP stops its bots' traffic before it exits. ``--cleanup`` removes the class's bots, their
 sessions and their journals instead. ``--help`` shows every default.
 """
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
 
 from django.core.management.base import BaseCommand, CommandError
@@ -21,6 +25,7 @@ from labs.services.simulate import (
     classroom_simulate,
     classroom_simulation_cleanup,
 )
+from labs.services.traffic import traffic_stop
 
 
 class Command(BaseCommand):
@@ -88,10 +93,25 @@ class Command(BaseCommand):
             return
         ids = [t.pk for t in simulation.traffic]
         deadline = time.monotonic() + options["duration_s"] + 120
-        while time.monotonic() < deadline:
-            if not Traffic.objects.filter(pk__in=ids, status__in=Traffic.ACTIVE_STATUSES).exists():
-                break
-            time.sleep(0.5)
+        try:
+            with _stop_signals_interrupt():
+                while time.monotonic() < deadline:
+                    active = Traffic.objects.filter(
+                        pk__in=ids, status__in=Traffic.ACTIVE_STATUSES
+                    )
+                    if not active.exists():
+                        break
+                    time.sleep(0.5)
+        except KeyboardInterrupt as exc:
+            stopped = [
+                traffic_stop(session=session, user=session.owner)
+                for session in simulation.sessions
+            ]
+            count = sum(t is not None for t in stopped)
+            raise CommandError(
+                f"interrupted ({exc or 'Ctrl-C'}): stopped the bots' traffic "
+                f"({count} run{'s' if count != 1 else ''} still going)"
+            ) from None
         for traffic in Traffic.objects.filter(pk__in=ids).order_by("pk"):
             self.stdout.write(f"traffic {traffic.pk}: {traffic.status} {traffic.summary}")
 
@@ -117,3 +137,28 @@ def _find_class(key: str) -> Classroom:
     if found is None:
         raise CommandError(f"CLASS: no class with id, join code or name {key!r}")
     return found
+
+
+@contextlib.contextmanager
+def _stop_signals_interrupt():
+    """While inside: SIGTERM and SIGHUP raise KeyboardInterrupt, as Ctrl-C does (once; a
+    second one while the command stops its traffic is ignored). Only in the main thread,
+    where Python runs signal handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = (signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.getsignal(sig) for sig in signals}
+
+    def interrupt(signum, frame):
+        for sig in signals:
+            signal.signal(sig, signal.SIG_IGN)
+        raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
+
+    for sig in signals:
+        signal.signal(sig, interrupt)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
