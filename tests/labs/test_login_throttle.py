@@ -477,7 +477,7 @@ def test_the_pages_say_a_known_computer_logs_in_during_a_pause(client, student):
     )
     page = client.get(reverse("login")).content.decode()
     assert sentence in page
-    assert "On a computer you have not logged in on yet, the pause applies to you too." in page
+    assert "On any other computer, the pause applies to you too." in page
     lock_alice_from_the_nat(client)
     refusal = login(client, "alice", RIGHT).content.decode()
     assert sentence in refusal
