@@ -5,8 +5,8 @@ from the home page.
 Logout (POST) and password change are Django's auth views with our templates
 (templates/registration/). Failed logins are limited by django-axes with the rules of
 ``lab_project.login_limits``: the login page states them, and ``locked_out`` is the page a
-refused login gets. A login, and a password chosen or changed while logged in, leave the
-browser a device cookie that lets the name log in there even while its name is paused.
+refused login gets. A login, a sign-up, and a password chosen or changed while logged in
+leave the browser a device cookie that lets the name log in there even while it is paused.
 """
 
 from __future__ import annotations
@@ -179,7 +179,8 @@ def join_class(request: HtmxHttpRequest) -> HttpResponse:
 
 @require_http_methods(["GET", "POST"])
 def signup(request: HtmxHttpRequest) -> HttpResponse:
-    """Create a student account enrolled in the class whose join code is given, and log in."""
+    """Create a student account enrolled in the class whose join code is given, and log in
+    (the browser is then trusted for the new name, as after any login)."""
     if request.user.is_authenticated:
         return redirect("labs:home")
     form = SignupForm(request.POST or None, initial={"join_code": request.GET.get("code", "")})
@@ -199,5 +200,5 @@ def signup(request: HtmxHttpRequest) -> HttpResponse:
         else:
             login(request, user, backend="django.contrib.auth.backends.ModelBackend")
             messages.success(request, f"Welcome! You joined {form.classroom.name}.")
-            return redirect("labs:home")
+            return remember_browser(request, redirect("labs:home"), user)
     return render(request, "accounts/signup.html", {"form": form})

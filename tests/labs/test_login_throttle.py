@@ -470,6 +470,30 @@ def test_a_roster_password_trusts_the_browser_once_the_students_own_is_chosen(cl
     assert login(browser, "dana", own).status_code == 302
 
 
+def test_a_sign_up_trusts_the_browser_for_the_new_name(classroom):
+    own = "a-long-unusual-passphrase-42"
+    browser = Client()
+    response = browser.post(
+        reverse("labs:signup"),
+        {
+            "join_code": classroom.join_code,
+            "username": "erin",
+            "password1": own,
+            "password2": own,
+        },
+        REMOTE_ADDR=NAT,
+    )
+    assert response.status_code == 302
+    assert DEVICE in response.cookies
+    browser.post(reverse("logout"))
+    for minute in range(settings.LAB_LOGIN_NAME_HOURLY_LIMIT // settings.AXES_FAILURE_LIMIT):
+        for i in range(settings.AXES_FAILURE_LIMIT):
+            login(Client(), "erin", f"guess-{minute}-{i}")
+        travel(61)
+    assert login(Client(), "erin", own).status_code == 429
+    assert login(browser, "erin", own).status_code == 302
+
+
 def test_the_pages_say_a_known_computer_logs_in_during_a_pause(client, student):
     sentence = (
         "On a computer where you have logged in before, you can log in even while your name "
