@@ -15,10 +15,21 @@ Two rules, both in settings (``LAB_LOGIN_*``, docs/operations.md):
   (Axes: access failures and attempts).
 
 Tries that are refused check no password, and are not counted as guesses.
+
+Both rules are for browsers the name has not logged in on (OWASP's device cookies against
+lockout abuse). A login leaves the browser a signed, HttpOnly device cookie with a random token
+for that name (a ``LoginDevice`` row, ``LAB_LOGIN_DEVICE_*``). A login for that name that
+presents it is limited by that browser's own failures only: each try claims one of
+``LAB_LOGIN_DEVICE_FAILURE_LIMIT`` (a conditional UPDATE, so parallel tries cannot exceed it),
+a right password gives them back, and at the limit the browser is no longer trusted and both
+rules apply to it again. So a student logs in on their own computer at once even while a
+classmate's guesses pause their name, and a guesser without the cookie stays bounded per hour.
+A change of password leaves every browser untrusted for the name.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,9 +38,18 @@ from axes.handlers.database import AxesDatabaseHandler
 from axes.helpers import get_client_username
 from axes.models import AccessAttempt, AccessFailureLog
 from django.conf import settings
+from django.core import signing
+from django.db.models import F
 from django.utils import timezone
+from django.utils.crypto import constant_time_compare, salted_hmac
+
+from labs.models import LoginDevice
 
 HOUR = timedelta(hours=1)
+#: The signing salt of device cookies (the key is SECRET_KEY).
+DEVICE_SALT = "lab_project.login_limits.device"
+#: Where a request keeps the browser it was trusted as: (username, LoginDevice or None).
+_TRUSTED = "lab_login_device"
 
 
 def name_failures(username: str | None, now: datetime | None = None):
@@ -38,17 +58,114 @@ def name_failures(username: str | None, now: datetime | None = None):
     return AccessFailureLog.objects.filter(username=username, attempt_time__gte=since)
 
 
+# --- Device cookies --------------------------------------------------------------------------
+
+
+def device_lifetime() -> timedelta:
+    return timedelta(days=settings.LAB_LOGIN_DEVICE_COOKIE_DAYS)
+
+
+def token_hash(token: str) -> str:
+    """What the database keeps of a device token (the cookie alone holds the token)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def password_check(user) -> str:
+    """A keyed hash of ``user``'s password hash: it changes whenever the password does."""
+    return salted_hmac(DEVICE_SALT, user.password, algorithm="sha256").hexdigest()
+
+
+def device_tokens(cookie: str | None) -> list[str]:
+    """The tokens a device cookie carries; none when it is missing, not signed by this site
+    with the device salt, malformed, or older than the cookie's lifetime."""
+    if not cookie:
+        return []
+    try:
+        tokens = signing.loads(cookie, salt=DEVICE_SALT, max_age=device_lifetime())
+    except (signing.BadSignature, ValueError):
+        return []
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        return []
+    return tokens[: settings.LAB_LOGIN_DEVICE_NAMES]
+
+
+def device_cookie_value(tokens: list[str]) -> str:
+    """The signed (not encrypted) cookie value carrying ``tokens``."""
+    return signing.dumps(tokens, salt=DEVICE_SALT, compress=False)
+
+
+def trusted_device(request, username: str | None) -> LoginDevice | None:
+    """The browser of ``request`` when it is trusted for ``username``, with one of its tries
+    claimed for this login; None when it is not (no valid cookie for that name, the name's
+    password changed since, or its tries are used up).
+
+    Decided once per request: the claim is a conditional UPDATE (``failures`` below the
+    limit), so however many tries run at once, at most the limit of them are trusted.
+    """
+    cached = getattr(request, _TRUSTED, None)
+    if cached is not None and cached[0] == username:
+        return cached[1]
+    device = None
+    hashes = [token_hash(t) for t in device_tokens(_device_cookie(request))]
+    if username and hashes:
+        candidate = (
+            LoginDevice.objects.select_related("user")
+            .filter(
+                token_hash__in=hashes,
+                user__username=username,
+                created_at__gte=timezone.now() - device_lifetime(),
+            )
+            .first()
+        )
+        if candidate is not None and constant_time_compare(
+            candidate.password_check, password_check(candidate.user)
+        ):
+            claimed = LoginDevice.objects.filter(
+                pk=candidate.pk, failures__lt=settings.LAB_LOGIN_DEVICE_FAILURE_LIMIT
+            ).update(failures=F("failures") + 1)
+            device = candidate if claimed else None
+    setattr(request, _TRUSTED, (username, device))
+    return device
+
+
+def _device_cookie(request) -> str | None:
+    cookies = getattr(request, "COOKIES", None) or {}
+    return cookies.get(settings.LAB_LOGIN_DEVICE_COOKIE_NAME)
+
+
 class LoginLimitHandler(AxesDatabaseHandler):
     """axes' database handler with the hourly bound per username on top of its per name and
-    place lockout (AXES_HANDLER)."""
+    place lockout (AXES_HANDLER), both skipped for a browser trusted for the name."""
 
     def is_locked(self, request, credentials: dict | None = None) -> bool:
+        username = get_client_username(request, credentials)
+        if trusted_device(request, username) is not None:
+            return False
         if super().is_locked(request, credentials):
             return True
-        username = get_client_username(request, credentials)
         if not username:
             return False
         return name_failures(username).count() >= settings.LAB_LOGIN_NAME_HOURLY_LIMIT
+
+    def user_login_failed(self, sender, credentials: dict, request=None, **kwargs):
+        """A wrong password from a trusted browser counts on that browser only (its claimed
+        try stays used; at the limit the browser is forgotten); any other is axes'."""
+        if request is not None:
+            username = get_client_username(request, credentials)
+            device = trusted_device(request, username) if username else None
+            if device is not None:
+                LoginDevice.objects.filter(
+                    pk=device.pk, failures__gte=settings.LAB_LOGIN_DEVICE_FAILURE_LIMIT
+                ).delete()
+                return
+        super().user_login_failed(sender, credentials, request, **kwargs)
+
+    def user_logged_in(self, sender, request, user, **kwargs):
+        """A right password from a trusted browser gives its tries back."""
+        cached = getattr(request, _TRUSTED, None)
+        if cached is not None and cached[1] is not None and cached[0] == user.get_username():
+            LoginDevice.objects.filter(pk=cached[1].pk).update(failures=0)
+        super().user_logged_in(sender, request, user, **kwargs)
 
     def reset_attempts(
         self,

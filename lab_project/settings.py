@@ -253,6 +253,10 @@ LOGOUT_REDIRECT_URL = "login"
 # username from everywhere: LAB_LOGIN_NAME_HOURLY_LIMIT wrong passwords within an hour, then
 # no more guesses for that name until the oldest is an hour old. A refused login never reaches
 # the password hasher. The failures are rows in the database (the admin lists and clears them).
+# Both rules are for browsers the name has not logged in on: a login on this site leaves a
+# signed device cookie for that name (LAB_LOGIN_DEVICE_*), and a login for that name from that
+# browser is limited only by the cookie's own failure limit, so a student can log in on their
+# own computer even while others' wrong passwords pause their name everywhere else.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
@@ -279,6 +283,18 @@ if LAB_LOGIN_NAME_HOURLY_LIMIT < AXES_FAILURE_LIMIT:
         f"LAB_LOGIN_NAME_HOURLY_LIMIT ({LAB_LOGIN_NAME_HOURLY_LIMIT}) must be at least "
         f"LAB_LOGIN_FAILURE_LIMIT ({AXES_FAILURE_LIMIT})"
     )
+# A browser where a name logged in is trusted for that name for LAB_LOGIN_DEVICE_COOKIE_DAYS
+# (renewed at every login there), until LAB_LOGIN_DEVICE_FAILURE_LIMIT wrong passwords for
+# that name from it, or until the name's password changes. One browser remembers the latest
+# LAB_LOGIN_DEVICE_NAMES names (a shared classroom computer).
+LAB_LOGIN_DEVICE_COOKIE_NAME = "fl_device"
+LAB_LOGIN_DEVICE_COOKIE_DAYS = env_int(
+    "LAB_LOGIN_DEVICE_COOKIE_DAYS", 30, min_value=1, max_value=365
+)
+LAB_LOGIN_DEVICE_FAILURE_LIMIT = env_int(
+    "LAB_LOGIN_DEVICE_FAILURE_LIMIT", 5, min_value=1, max_value=20
+)
+LAB_LOGIN_DEVICE_NAMES = env_int("LAB_LOGIN_DEVICE_NAMES", 10, min_value=1, max_value=30)
 # 429 with the rule and when to try again (labs.views.accounts.locked_out).
 AXES_LOCKOUT_CALLABLE = "labs.views.accounts.locked_out"
 # Only failures are kept: successful logins are not logged with their address.

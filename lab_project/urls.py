@@ -6,7 +6,7 @@ from django.urls import include, path
 
 from labs.admin import member_autocomplete
 from labs.views import ops
-from labs.views.accounts import LoginView, choose_password
+from labs.views.accounts import LoginView, PasswordChangeView, choose_password
 
 admin.site.site_header = "Failure Lab back office"
 admin.site.site_title = "Failure Lab admin"
@@ -20,6 +20,8 @@ urlpatterns = [
     path("accounts/login/", LoginView.as_view(), name="login"),
     # After a roster's one-time password: the student's own password, before anything else.
     path("accounts/choose-password/", choose_password, name="choose_password"),
+    # Django's, plus a fresh device cookie for the browser that changed the password.
+    path("accounts/password_change/", PasswordChangeView.as_view(), name="password_change"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("experiments/", include("labs.experiments.urls")),
     path("metrics", ops.metrics_view, name="metrics"),

@@ -728,3 +728,30 @@ class OneTimePassword(models.Model):
 
     def __str__(self) -> str:
         return f"one-time password of {self.user}"
+
+
+class LoginDevice(models.Model):
+    """A browser where ``user`` logged in: its device cookie carries a random token whose
+    SHA-256 is ``token_hash``. A login for that user from that browser is limited by
+    ``failures`` alone, not by the lockouts others' wrong passwords cause
+    (``lab_project.login_limits``). The row goes when the failures reach the limit, at the
+    next login from the browser (a fresh token replaces it), or when it is older than the
+    cookie's lifetime; a change of the user's password makes it untrusted (``password_check``
+    no longer matches)."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="login_devices"
+    )
+    token_hash = models.CharField(max_length=64, unique=True)
+    #: A keyed hash of the user's password hash when the cookie was given.
+    password_check = models.CharField(max_length=64)
+    created_at = models.DateTimeField(db_index=True)
+    #: Logins for ``user`` from this browser that were not (yet) right; a login in progress
+    #: counts as one until its password proves right.
+    failures = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        verbose_name = "trusted browser"
+
+    def __str__(self) -> str:
+        return f"trusted browser of {self.user}"

@@ -1,4 +1,5 @@
-"""Account services: join codes, student sign-up and roster import.
+"""Account services: join codes, student sign-up, logins (one-time passwords, trusted
+browsers) and roster import.
 
 Every function validates before it writes and writes inside one transaction, so a refused
 sign-up or a roster with one bad line leaves nothing behind.
@@ -11,6 +12,7 @@ import io
 import secrets
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.contrib.auth.validators import UnicodeUsernameValidator
@@ -20,7 +22,14 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.formats import date_format
 
-from labs.models import Classroom, Membership, OneTimePassword, generate_join_code
+from lab_project.login_limits import (
+    device_cookie_value,
+    device_lifetime,
+    device_tokens,
+    password_check,
+    token_hash,
+)
+from labs.models import Classroom, LoginDevice, Membership, OneTimePassword, generate_join_code
 
 INSTRUCTORS_GROUP = "Instructors"
 ROSTER_MAX_ROWS = 500
@@ -189,6 +198,35 @@ def account_login(*, user) -> bool:
         current.save(update_fields=["password"])
     user.password = current.password
     return True
+
+
+def account_trust_browser(*, user, cookie: str | None) -> str:
+    """Trust the browser ``user`` just proved their password on, for ``user``: a fresh token
+    replaces the one the browser held for them (its failures start again at none), beside the
+    tokens it holds for up to ``LAB_LOGIN_DEVICE_NAMES - 1`` other names (the latest ones; the
+    rest are forgotten). ``cookie`` is the browser's device cookie, if any. Returns the
+    cookie's new value. Forgets every trusted browser older than the cookie's lifetime too.
+    """
+    now = timezone.now()
+    token = secrets.token_urlsafe(16)
+    held = {token_hash(t): t for t in device_tokens(cookie)}
+    with transaction.atomic():
+        LoginDevice.objects.filter(created_at__lt=now - device_lifetime()).delete()
+        LoginDevice.objects.filter(user=user, token_hash__in=held).delete()
+        alive = set(
+            LoginDevice.objects.filter(token_hash__in=held).values_list("token_hash", flat=True)
+        )
+        others = [held[h] for h in held if h in alive]
+        keep = settings.LAB_LOGIN_DEVICE_NAMES - 1
+        dropped, others = (others[:-keep], others[-keep:]) if keep else (others, [])
+        LoginDevice.objects.filter(token_hash__in=[token_hash(t) for t in dropped]).delete()
+        LoginDevice.objects.create(
+            user=user,
+            token_hash=token_hash(token),
+            password_check=password_check(user),
+            created_at=now,
+        )
+    return device_cookie_value([*others, token])
 
 
 def account_set_password(*, user, password: str) -> None:

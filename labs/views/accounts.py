@@ -5,11 +5,13 @@ from the home page.
 Logout (POST) and password change are Django's auth views with our templates
 (templates/registration/). Failed logins are limited by django-axes with the rules of
 ``lab_project.login_limits``: the login page states them, and ``locked_out`` is the page a
-refused login gets.
+refused login gets. A login, a sign-up, and a password chosen or changed while logged in
+leave the browser a device cookie that lets the name log in there even while it is paused.
 """
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login, update_session_auth_hash
 from django.contrib.auth import views as auth_views
@@ -27,6 +29,7 @@ from labs.services.accounts import (
     LoginRefused,
     account_login,
     account_set_password,
+    account_trust_browser,
     student_join_class,
     student_signup,
 )
@@ -36,10 +39,29 @@ from labs.views import HtmxHttpRequest
 MUST_CHOOSE_PASSWORD = "labs.must_choose_password"  # noqa: S105 (a session key)
 
 
+def remember_browser(request: HttpRequest, response: HttpResponse, user) -> HttpResponse:
+    """Give the browser of ``request`` its device cookie for ``user`` (who just proved their
+    password on it): signed, HttpOnly, SameSite=Lax, Secure over HTTPS, sent to the login page
+    only, for ``LAB_LOGIN_DEVICE_COOKIE_DAYS``."""
+    name = settings.LAB_LOGIN_DEVICE_COOKIE_NAME
+    value = account_trust_browser(user=user, cookie=request.COOKIES.get(name))
+    response.set_cookie(
+        name,
+        value,
+        max_age=settings.LAB_LOGIN_DEVICE_COOKIE_DAYS * 24 * 3600,
+        path=reverse("login"),
+        secure=request.is_secure() or settings.SESSION_COOKIE_SECURE,
+        httponly=True,
+        samesite="Lax",
+    )
+    return response
+
+
 class LoginView(auth_views.LoginView):
     """Django's login view with bounded inputs and the login limits on the page. A roster's
     one-time password logs in once (``account_login`` uses it up) and leads to the page that
-    asks for a password of the student's own."""
+    asks for a password of the student's own; any other login leaves the browser trusted for
+    the name (``remember_browser``)."""
 
     form_class = LoginForm
 
@@ -55,9 +77,19 @@ class LoginView(auth_views.LoginView):
             return self.form_invalid(form)
         login(self.request, user)
         if one_time:
+            # The browser is trusted once the student's own password is chosen on it.
             self.request.session[MUST_CHOOSE_PASSWORD] = True
             return redirect("choose_password")
-        return redirect(self.get_success_url())
+        return remember_browser(self.request, redirect(self.get_success_url()), user)
+
+
+class PasswordChangeView(auth_views.PasswordChangeView):
+    """Django's password change. The new password leaves every browser untrusted for the
+    name (``lab_project.login_limits``) but this one, which gets a fresh device cookie."""
+
+    def form_valid(self, form):
+        response = super().form_valid(form)
+        return remember_browser(self.request, response, self.request.user)
 
 
 def locked_out(request: HttpRequest, original_response=None, credentials=None) -> HttpResponse:
@@ -85,7 +117,7 @@ def choose_password(request: HttpRequest) -> HttpResponse:
         update_session_auth_hash(request, request.user)
         request.session.pop(MUST_CHOOSE_PASSWORD, None)
         messages.success(request, "Your password is set: use it from now on.")
-        return redirect("labs:home")
+        return remember_browser(request, redirect("labs:home"), request.user)
     return render(request, "registration/choose_password.html", {"form": form})
 
 
@@ -147,7 +179,8 @@ def join_class(request: HtmxHttpRequest) -> HttpResponse:
 
 @require_http_methods(["GET", "POST"])
 def signup(request: HtmxHttpRequest) -> HttpResponse:
-    """Create a student account enrolled in the class whose join code is given, and log in."""
+    """Create a student account enrolled in the class whose join code is given, and log in
+    (the browser is then trusted for the new name, as after any login)."""
     if request.user.is_authenticated:
         return redirect("labs:home")
     form = SignupForm(request.POST or None, initial={"join_code": request.GET.get("code", "")})
@@ -167,5 +200,5 @@ def signup(request: HtmxHttpRequest) -> HttpResponse:
         else:
             login(request, user, backend="django.contrib.auth.backends.ModelBackend")
             messages.success(request, f"Welcome! You joined {form.classroom.name}.")
-            return redirect("labs:home")
+            return remember_browser(request, redirect("labs:home"), user)
     return render(request, "accounts/signup.html", {"form": form})

@@ -1,5 +1,7 @@
 """The account and back-office pages in real Chromium, at 1920x1080 and 390x844: the login page
-states its limits; a roster's one-time password leads to the page choosing one's own; the
+states its limits; a roster's one-time password leads to the page choosing one's own; a
+browser where a student logged in before logs them in while a classmate's wrong passwords
+pause their name, and both pages say so; the
 instructor's home counts real students and names the simulated apart; the admin's shared
 dependency (list and change form) speaks in people's words with its capacity; a class's member
 is chosen by name. Each page is checked for what it shows, for CSP violations and console
@@ -122,6 +124,61 @@ def test_the_login_page_and_a_one_time_password(daphne_server, browser, room, wi
         check(page, problems, "locked-out", width)
     finally:
         context.close()
+
+
+KNOWN_COMPUTER = (
+    "On a computer where you have logged in before, you can log in even while your name is paused."
+)
+
+
+def submit_login(page, base_url: str, username: str, password: str) -> None:
+    page.goto(f"{base_url}/accounts/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    with page.expect_navigation():
+        page.click("button[type=submit]")
+
+
+@pytest.mark.parametrize(("width", "height"), SIZES)
+def test_a_known_computer_logs_in_while_a_classmate_pauses_the_name(
+    daphne_server, browser, room, width, height
+):
+    alices, page, problems = open_context(browser, width, height)
+    classmates, other, other_problems = open_context(browser, width, height)
+    try:
+        page.goto(f"{daphne_server}/accounts/login/")
+        hints = " ".join(page.locator("p.hint").all_inner_texts())
+        assert KNOWN_COMPUTER in hints
+        assert "On any other computer, the pause applies to you too." in hints
+        check(page, problems, "login-known-computer", width)
+
+        login(page, daphne_server, "alice", DEFAULT_PASSWORD)  # alice, on her computer
+        (device,) = [c for c in alices.cookies() if c["name"] == "fl_device"]
+        assert device["httpOnly"] is True
+        assert device["sameSite"] == "Lax"
+        assert device["path"] == "/accounts/login/"
+        with page.expect_navigation():
+            page.click("form.inline-form button[type=submit]")  # log out
+        assert "/accounts/login/" in page.url
+
+        # A classmate, on another computer behind the same address, types alice's name.
+        for i in range(5):
+            submit_login(other, daphne_server, "alice", f"wrong-{i}")
+        assert other.locator("h1").inner_text() == "Login paused for this name"
+        text = " ".join(other.inner_text("main").split())
+        assert f"{KNOWN_COMPUTER} On this one, the pause applies." in text
+        other_problems[:] = [p for p in other_problems if "429" not in p]
+        check(other, other_problems, "locked-out-known-computer", width)
+        submit_login(other, daphne_server, "alice", DEFAULT_PASSWORD)  # paused there ...
+        assert other.locator("h1").inner_text() == "Login paused for this name"
+
+        login(page, daphne_server, "alice", DEFAULT_PASSWORD)  # ... not on alice's computer
+        assert page.url == f"{daphne_server}/"
+        assert "alice" in page.inner_text("header")
+        check(page, problems, "home-known-computer", width)
+    finally:
+        alices.close()
+        classmates.close()
 
 
 @pytest.mark.parametrize(("width", "height"), SIZES)
