@@ -1103,7 +1103,9 @@ def storm_headline(
       goodput at RECOVERED_GOODPUT of the baseline (``recovery_s`` from the end to it).
 
     The baseline is the mean goodput of the BASELINE_SECONDS of the run before the trigger;
-    with none (no trigger, or one fired as the run began) the calls asked for per second."""
+    with none (no trigger, or one fired as the run began) the calls asked for per second.
+    Goodput is None while no call is asked for (the end of a run, before it counts as
+    stopped), rather than a 0 % that reads as an outage."""
     rows = sorted((r for r in seconds if r["second"] < now), key=lambda r: r["second"])
     active = [r["second"] for r in rows if r["offered"] > 0]
     out: dict[str, Any] = {
@@ -1144,7 +1146,7 @@ def storm_headline(
         baseline=base,
         amplification=offered / calls if calls else None,
         retry_ratio=retries / offered if offered else None,
-        goodput_share=goodput / base if base else None,
+        goodput_share=goodput / base if base and calls else None,
         state="healthy",
     )
     if current is None:

@@ -185,18 +185,30 @@
   function size(box, plot) {
     const legend = plot ? plot.root.querySelector(".u-legend") : null;
     const below = legend ? legend.getBoundingClientRect().height + 4 : 48;
-    return { width: box.clientWidth, height: Math.max(120, Math.floor(box.clientHeight - below)) };
+    return { width: box.clientWidth, height: Math.max(90, Math.floor(box.clientHeight - below)) };
   }
 
   function resizePlots() {
     if (!loadPlot) return;
-    loadPlot.setSize(size(loadBox, loadPlot));
-    waitPlot.setSize(size(waitBox, waitPlot));
+    if (isCompact() !== compact) {
+      compact = isCompact();
+      loadPlot.destroy();
+      waitPlot.destroy();
+      loadPlot = waitPlot = null;
+      schedule();
+      return;
+    }
+    [[loadPlot, loadBox], [waitPlot, waitBox]].forEach(function (pair) {
+      const want = size(pair[1], pair[0]);
+      if (want.width !== pair[0].width || want.height !== pair[0].height) pair[0].setSize(want);
+    });
   }
 
   function line(label, stroke, width, dash, scale) {
-    return { label: label, stroke: stroke, width: width, dash: dash, scale: scale,
+    const out = { label: label, stroke: stroke, width: width, dash: dash, scale: scale || "y",
       points: { show: false }, value: function (_u, v) { return v === null || v === undefined ? "–" : fmt(v); } };
+    if (!dash) delete out.dash;
+    return out;
   }
 
   function fmt(v) { return v >= 100 ? Math.round(v).toString() : (Math.round(v * 10) / 10).toString(); }
@@ -215,40 +227,46 @@
     const steps = [5, 10, 15, 30, 60, 120, 300];
     const want = Math.max(2, Math.floor(u.bbox.width / devicePixelRatio / 130));
     const step = steps.find(function (st) { return (max - min) / st <= want; }) || 300;
+    // no label closer than half a label to either edge (it would be cut off)
+    const margin = (max - min) * 45 / Math.max(1, u.bbox.width / devicePixelRatio);
     const out = [];
-    for (let t = Math.ceil(min / step) * step; t <= max; t += step) out.push(t);
+    for (let t = Math.ceil((min + margin) / step) * step; t <= max - margin; t += step) out.push(t);
     return out;
   }
 
-  const FONT = "18px system-ui";
+  // Smaller type on the axes of a smaller screen (a 1280x720 projector), so the plots keep
+  // their height; the plots are made again when a resize crosses the line.
+  function isCompact() { return window.innerHeight < 860 || window.innerWidth < 1500; }
+  let compact = isCompact();
+  function font() { return (compact ? 15 : 18) + "px system-ui"; }
 
   function xAxis() {
-    return { stroke: "#fff", grid: { stroke: "#333" }, ticks: { stroke: "#555" }, font: FONT,
-      size: 44, splits: timeSplits, values: function (_u, ticks) { return ticks.map(clock); } };
+    return { stroke: "#fff", grid: { stroke: "#333" }, ticks: { stroke: "#555" }, font: font(),
+      size: compact ? 34 : 44, splits: timeSplits, values: function (_u, ticks) { return ticks.map(clock); } };
   }
 
   // A y axis wide enough for a 5-digit tick and its title beside it (uPlot's default size
   // let a 4-digit tick run into the title), on the left or (side 1) the right.
   function yAxis(label, scale, side, stroke) {
     return { scale: scale, side: side || 3, label: label, stroke: stroke || "#fff",
-      grid: { show: !side, stroke: "#333" }, ticks: { stroke: "#555" }, font: FONT,
-      labelFont: "bold 18px system-ui", size: 78, labelSize: 28, gap: 6,
+      grid: { show: !side, stroke: "#333" }, ticks: { stroke: "#555" }, font: font(),
+      labelFont: "bold " + font(), size: compact ? 64 : 78, labelSize: compact ? 22 : 28, gap: 6,
       values: function (_u, ticks) { return ticks.map(function (v) { return v >= 1000 ? (v / 1000) + "k" : String(v); }); } };
   }
 
   function timeSeries() {
-    return { label: "second", value: function (_u, v) { return v === null || v === undefined ? "–" : clock(v); } };
+    return { label: "at", value: function (_u, v) { return v === null || v === undefined ? "–" : clock(v); } };
   }
 
   function makePlots() {
     loadPlot = new window.uPlot(Object.assign(size(loadBox), {
       scales: { x: { time: false } },
-      axes: [xAxis(), yAxis("attempts per second", "y")],
+      axes: [xAxis(), yAxis("attempts / s", "y")],
       series: [
         timeSeries(),
         line("offered", COLORS.offered, 3),
         line("capacity", COLORS.capacity, 2, [8, 6]),
-        line("goodput (calls ok)", COLORS.goodput, 3),
+        line("goodput", COLORS.goodput, 3),
         line("shed", COLORS.shed, 2),
         line("timed out", COLORS.timeout, 2),
       ],
@@ -257,17 +275,27 @@
     }), [[], [], [], [], [], []], loadBox);
     waitPlot = new window.uPlot(Object.assign(size(waitBox), {
       scales: { x: { time: false }, ms: { auto: true }, wasted: { auto: true } },
-      axes: [xAxis(), yAxis("queue wait (ms)", "ms"), yAxis("wasted (ms per s)", "wasted", 1, COLORS.wasted)],
+      axes: [xAxis(), yAxis("ms", "ms"), yAxis("ms/s", "wasted", 1, COLORS.wasted)],
       series: [
         timeSeries(),
         line("queue wait p50 (ms)", COLORS.p50, 2, undefined, "ms"),
-        line("queue wait p99 (ms)", COLORS.p99, 2, undefined, "ms"),
-        line("wasted server time (ms per s)", COLORS.wasted, 2, undefined, "wasted"),
+        line("p99 (ms)", COLORS.p99, 2, undefined, "ms"),
+        line("wasted server time (ms per s, right axis)", COLORS.wasted, 2, undefined, "wasted"),
       ],
       legend: { live: true },
       hooks: { drawClear: [bandHook], setCursor: [latestLegend] },
     }), [[], [], [], []], waitBox);
-    resizePlots();
+  }
+
+  // The boxes take their size from the page's grid, which may settle after the first draw
+  // (fonts, the table filling in) or change (a projector, a resized window): follow it.
+  if (window.ResizeObserver) {
+    let pending = 0;
+    const observer = new ResizeObserver(function () {
+      if (!pending) pending = window.requestAnimationFrame(function () { pending = 0; resizePlots(); fitRows(); });
+    });
+    observer.observe(loadBox);
+    observer.observe(waitBox);
   }
 
   // With no pointer over a chart, its legend shows the latest complete second's values.
@@ -299,6 +327,9 @@
     ]);
     showLatest(loadPlot);
     showLatest(waitPlot);
+    // The legends have their values now (a fresh legend is taller than it will stay): fit
+    // each plot under its legend (nothing happens when the size is already right).
+    resizePlots();
   }
 
   // --- the per-student table -----------------------------------------------------------------
@@ -421,6 +452,22 @@
     resizePlots();
     fitRows();
   });
+
+  // --- the trigger form shows the parameter its kind uses -------------------------------------
+  const triggerKind = document.getElementById("trigger-kind");
+  function showTriggerFields() {
+    if (!triggerKind) return;
+    const uses = { factor: "slow", servers: "capacity" };
+    root.querySelectorAll("#trigger-form [data-field]").forEach(function (label) {
+      const kind = uses[label.dataset.field];
+      const hide = Boolean(kind) && triggerKind.value !== kind;
+      if (label.hidden !== hide) label.hidden = hide;
+    });
+  }
+  if (triggerKind) {
+    triggerKind.addEventListener("change", showTriggerFields);
+    showTriggerFields();
+  }
 
   // --- the traffic form says what it will offer before it starts --------------------------------
   const trafficForm = document.getElementById("traffic-form");

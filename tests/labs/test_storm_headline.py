@@ -124,6 +124,12 @@ def test_a_trigger_fired_before_traffic_started_belongs_to_the_run_it_overlaps()
     assert h["baseline"] == 100
 
 
+def test_a_run_winding_down_shows_no_goodput_rather_than_an_outage():
+    rows = healthy(100, 120) + [second(s) for s in range(121, 124)]
+    h = storm_headline(rows, None, 124)
+    assert h["state"] == "healthy" and h["goodput_share"] is None
+
+
 def test_a_short_pause_does_not_end_the_run():
     rows = healthy(100, 120) + [second(s) for s in range(121, 121 + RUN_GAP_S - 1)]
     rows += healthy(121 + RUN_GAP_S - 1, 140)
