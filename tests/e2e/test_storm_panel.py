@@ -210,6 +210,7 @@ def test_the_storm_lesson_as_a_class_card_panel_and_redis_agree_every_second(
     lab_page = student_context.new_page()
     lab_page.on("pageerror", lambda e: errors.append(str(e)))
     lab_page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     try:
         login(page, daphne_server, "teacher_a", DEFAULT_PASSWORD)
         page.goto(f"{daphne_server}/classes/{room.pk}/storm/")
@@ -330,8 +331,8 @@ def test_the_storm_lesson_as_a_class_card_panel_and_redis_agree_every_second(
             "() => ['overloaded', 'triggered', 'healthy'].includes(window.failureLab.shared().state)"
         )
         assert lab_page.locator("#traffic-strip rect.ts-share").count() > 0
+        lab_page.locator("#shared-status").screenshot(path=str(ARTIFACTS / "storm-student-card.png"))
         check_layout(page, "1920x1080 mid-storm")
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "storm-panel.png"))
 
         # The per-student table sorts by a column, then the other way on a second click.

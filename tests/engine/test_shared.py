@@ -292,13 +292,15 @@ def test_a_session_s_seconds_older_than_the_keep_are_dropped_as_it_calls(redis_c
 # -- the guarded client on the shared dependency ------------------------------------------------
 
 
-def _client(model, clock, policy, *, propagate=False, seed=1):
+def _client(model, clock, policy, *, propagate=False, seed=1, session=None):
     store = MemoryStore()
     rng = random.Random(seed)
     events = EventList()
     policy = parse_policy(policy)
     breaker = Breaker(policy.breaker, store=store, clock=clock, rng=rng)
-    dependency = SharedDependency(model, clock=clock, propagate_deadline=propagate)
+    dependency = SharedDependency(
+        model, clock=clock, propagate_deadline=propagate, session=session
+    )
     client = GuardedClient(
         policy,
         breaker=breaker,
@@ -309,6 +311,31 @@ def _client(model, clock, policy, *, propagate=False, seed=1):
         store=store,
     )
     return client, events
+
+
+def test_the_client_counts_its_session_s_attempts_refusals_and_breaker_state():
+    """A session's attempts, its retries, the calls its open breaker refused and the
+    breaker's state, per second, in the model's session counters (no attempt for a refusal)."""
+    clock = VirtualClock()
+    model = MemorySharedModel(SharedConfig(servers=1, service_ms=10), clock=clock)
+    policy = {
+        "max_attempts": 2, "backoff_base_ms": 0, "backoff_cap_ms": 0,
+        "breaker": {"kind": "consecutive", "failure_threshold": 1, "cooldown_ms": 1500},
+    }  # fmt: skip
+    client, _ = _client(model, clock, policy, session=42)
+    model.trigger(Trigger("down", 500))
+    client.call(1)  # 2 attempts, both 503: the breaker opens
+    client.call(2)  # refused: no attempt
+    offered_before = sum(s.offered for s in model.counters())
+    assert offered_before == 2
+    clock.sleep(1.6)  # past the cooldown and the trigger: the probe succeeds
+    client.call(3)
+    rows = {r["second"]: r for r in model.session_seconds(["42"], 0, 2)["42"]}
+    assert rows[0]["offered"] == 2 and rows[0]["retries"] == 1 and rows[0]["fast"] == 1
+    assert rows[0]["state"] == "open" and rows[0]["error"] == 2
+    assert rows[1]["offered"] == 1 and rows[1]["state"] == "half_open" and rows[1]["ok"] == 1
+    # The refusal reached no server: the class counters hold the three attempts only.
+    assert sum(s.offered for s in model.counters()) == 3
 
 
 def test_a_guarded_call_sleeps_until_the_answer_and_a_client_timeout_is_a_timeout_outcome():
