@@ -356,3 +356,17 @@ def test_the_students_csv_reads_the_sessions_own_counters(
     assert second["attempts_in_window"] == "1" and second["refused_in_window"] == "1"
     assert second["breaker_state"] == "open" and second["share"] == "0.2"
     assert first["scenario"] and first["student"] == "alice"
+
+
+def test_the_dashboard_names_each_session_by_student_and_scenario(
+    client, configured, instructor, storm_lesson, scenario, student
+):
+    """A student with two sessions has two rows, told apart by the scenario (also when the
+    class has one scenario per session only)."""
+    lab.session_open(user=student, classroom=configured, scenario=scenario)
+    lab.session_open(user=student, classroom=configured, scenario=storm_lesson)
+    client.force_login(instructor)
+    text = client.get(reverse("labs:class_dashboard", args=[configured.pk])).content.decode()
+    assert text.count(">alice</a>") == 2
+    assert f'scenario-name">{scenario.title}</span>' in text
+    assert 'scenario-name">The storm</span>' in text
