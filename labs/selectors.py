@@ -32,6 +32,7 @@ from labs.engine.replay import (
     step_policies,
 )
 from labs.engine.shared import SECOND_FIELDS, WAIT_BOUNDS_MS, Second, seconds_from_fields
+from labs.engine.validate import traffic_defaults
 from labs.experiments import metastable
 from labs.live.journal import event_payload
 from labs.live.runtime import shared_config, shared_model
@@ -550,17 +551,11 @@ def teaches(user, classroom_id: int) -> bool:
     return Classroom.objects.for_instructor(user).filter(pk=classroom_id).exists()
 
 
-def class_has_several_scenarios(classroom_id: int) -> bool:
-    """Whether the dashboard names each row's scenario (it does when there is a choice)."""
-    return Scenario.objects.filter(classrooms__pk=classroom_id).count() > 1
-
-
 def class_dashboard_snapshot(classroom_id: int) -> list[dict[str, Any]]:
     """The dashboard's rows in their JSON form, each with its HTML (the websocket's snapshot:
     the page inserts a row it lacks as the server renders it)."""
-    multi = class_has_several_scenarios(classroom_id)
     return [
-        row.as_dict() | {"html": presenters.dashboard_row_html(row, multi_scenario=multi)}
+        row.as_dict() | {"html": presenters.dashboard_row_html(row)}
         for row in class_dashboard_rows(classroom_id=classroom_id)
     ]
 
@@ -984,8 +979,43 @@ def class_predictions_page(classroom: Classroom) -> dict[str, Any]:
 
 #: Seconds of history the storm panel shows (and sends in a snapshot).
 STORM_WINDOW_S = 300
-#: Seconds over which the per-student table's rates are measured (from the journal).
-STORM_STUDENT_WINDOW_S = 5
+#: Complete seconds over which the per-student table's rates are measured (the sessions'
+#: own counters in Redis; the lab page's card uses the same window).
+STORM_STUDENT_WINDOW_S = presenters.SESSION_WINDOW_S
+
+
+def session_traffic_defaults(session: LabSession) -> dict[str, Any]:
+    """The steady traffic a session's form starts with: its scenario's ``traffic`` (the
+    lesson's rate, duration and arrivals), else the lab's defaults."""
+    script = session.scenario.script if session.scenario_id else {}
+    return traffic_defaults(script)
+
+
+def storm_traffic_defaults(classroom_id: int) -> dict[str, Any]:
+    """What the storm panel's Start traffic offers: the class's lesson's traffic (the first
+    of its scenarios, by position, whose script names one; a shared-dependency lesson before
+    any other), else the lab's defaults; with the number of sessions on the shared dependency
+    and its capacity, so the form can say the load it will offer before it starts."""
+    scenarios = sorted(
+        Scenario.objects.filter(classrooms__pk=classroom_id).values("position", "slug", "script"),
+        key=lambda r: (
+            not isinstance(r["script"], dict) or "traffic" not in r["script"],
+            ((r["script"] or {}).get("dependency") or {}).get("mode") != "shared",
+            r["position"],
+            r["slug"],
+        ),
+    )
+    values = traffic_defaults(scenarios[0]["script"] if scenarios else {})
+    sessions = LabSession.objects.filter(
+        classroom_id=classroom_id, dependency__mode="shared"
+    ).count()
+    capacity = shared_config(classroom_id).capacity_per_s
+    return {
+        **values,
+        "sessions": sessions,
+        "capacity_per_s": capacity,
+        "load": presenters.offered_load_text(sessions, values["rate"], capacity),
+    }
 
 
 def storm_configured(classroom_id: int) -> bool:
@@ -1060,50 +1090,101 @@ def session_shared_classroom(session_id: int) -> int | None:
     return row[0]
 
 
-def storm_students(classroom_id: int, now_s: float) -> list[dict[str, Any]]:
-    """Per session of the class: attempts per second and retry ratio over the last
-    ``STORM_STUDENT_WINDOW_S`` seconds (counted from the journal's ``attempt`` rows), breaker
-    state, and share of the class's attempts in that window."""
-    from datetime import UTC, datetime
-
-    from django.db.models import Count, Q
+def storm_sessions(classroom_id: int) -> list[dict[str, Any]]:
+    """The class's sessions as the panel's table names them (one query): id, the student's
+    username, the scenario's title and the dependency mode, by student then id."""
     from django.db.models.fields.json import KT
 
-    since = datetime.fromtimestamp(now_s - STORM_STUDENT_WINDOW_S, tz=UTC)
-    counts = {
-        row["session"]: row
-        for row in JournalEvent.objects.filter(
-            session__classroom_id=classroom_id, kind="attempt", created_at__gte=since
-        )
-        .order_by()
-        .values("session")
-        .annotate(attempts=Count("*"), retries=Count("pk", filter=Q(attempt_no__gt=1)))
-    }
-    total = sum(row["attempts"] for row in counts.values())
-    sessions = (
+    rows = (
         LabSession.objects.filter(classroom_id=classroom_id)
-        .annotate(mode=KT("dependency__mode"), state=KT("breaker_snapshot__state"))
-        .values("pk", "owner__username", "mode", "state")
+        .annotate(mode=KT("dependency__mode"))
+        .values("pk", "owner__username", "scenario__title", "mode")
         .order_by("owner__username", "pk")
     )
+    return [
+        {
+            "session": r["pk"],
+            "student": r["owner__username"],
+            "scenario": r["scenario__title"] or "",
+            "mode": r["mode"] or "",
+        }
+        for r in rows
+    ]
+
+
+def _class_offered(model, first: int, last: int) -> int:
+    """The class's offered attempts over seconds ``first`` to ``last`` (one ``HMGET``)."""
+    fields = [f"{sec}:offered" for sec in range(first, last + 1)]
+    return sum(int(v) for v in model.client.hmget(model.k_counters, fields) if v)
+
+
+def storm_window(classroom_id: int, session_ids: list[int], now: int) -> dict[str, Any]:
+    """The per-session figures of the ``STORM_STUDENT_WINDOW_S`` complete seconds before
+    ``now`` (``presenters.session_window``), read from the per-session counters the shared
+    model keeps beside its own (one pipelined round trip), with the class's offered
+    attempts over the same seconds (one ``HMGET``): ``{"now", "first", "last",
+    "class_offered", "sessions": {id: figures}}``."""
+    first, last = now - STORM_STUDENT_WINDOW_S, now - 1
+    model = shared_model(classroom_id)
+    class_offered = _class_offered(model, first, last)
+    own = model.session_seconds(session_ids, first, last)
+    return {
+        "now": now,
+        "first": first,
+        "last": last,
+        "class_offered": class_offered,
+        "sessions": {
+            int(sid): presenters.session_window(rows, class_offered, STORM_STUDENT_WINDOW_S)
+            for sid, rows in own.items()
+        },
+    }
+
+
+def storm_students(
+    classroom_id: int, now: int, sessions: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The panel's per-student table at ``now``: every session of the class
+    (:func:`storm_sessions`, or ``sessions`` already read) with its figures over the last
+    ``STORM_STUDENT_WINDOW_S`` complete seconds (:func:`storm_window`, Redis only). Rows
+    carry ``now`` so a page can tell which second they describe."""
+    if sessions is None:
+        sessions = storm_sessions(classroom_id)
+    window = storm_window(classroom_id, [s["session"] for s in sessions], now)
     out = []
     for s in sessions:
-        row = counts.get(s["pk"], {})
-        attempts = row.get("attempts", 0)
-        retries = row.get("retries", 0)
+        figures = window["sessions"][s["session"]]
         out.append(
             {
-                "session": s["pk"],
-                "student": s["owner__username"],
-                "mode": s["mode"] or "",
-                "state": s["state"] or "closed",
-                "attempts": attempts,
-                "attempts_per_s": round(attempts / STORM_STUDENT_WINDOW_S, 2),
-                "retry_ratio": round(retries / attempts, 4) if attempts else 0.0,
-                "share": round(attempts / total, 4) if total else 0.0,
+                **s,
+                "now": now,
+                "attempts": figures["attempts"],
+                "retries": figures["retries"],
+                "attempts_per_s": figures["attempts_per_s"],
+                "retry_ratio": figures["retry_ratio"] or 0.0,
+                "state": figures["state"] or "idle",
+                "fast": figures["fast"],
+                "share": figures["share"] or 0.0,
             }
         )
     return out
+
+
+def storm_session_recent(classroom_id: int, session_id: int, now: int, back_s: int) -> dict:
+    """One session's own per-second counters from ``now - back_s`` to ``now - 1`` (its
+    strip chart's share row) and its window figures at ``now`` (its card), Redis only."""
+    model = shared_model(classroom_id)
+    back_s = max(back_s, STORM_STUDENT_WINDOW_S)
+    rows = model.session_seconds([session_id], now - back_s, now - 1)[str(session_id)]
+    class_offered = _class_offered(model, now - STORM_STUDENT_WINDOW_S, now - 1)
+    return {
+        "now": now,
+        "seconds": [
+            {k: r[k] for k in ("second", "offered", "retries", "fast", "state")} for r in rows
+        ],
+        "window": presenters.session_window(
+            rows[-STORM_STUDENT_WINDOW_S:], class_offered, STORM_STUDENT_WINDOW_S
+        ),
+    }
 
 
 def stale_runs(model, *, session_id: int | None = None):

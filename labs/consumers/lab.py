@@ -29,10 +29,13 @@
    triggered, overloaded), its capacity and latest trigger, and the class's per-second
    totals, the first message ``SHARED_FIRST_S`` seconds of them, then the last
    ``SHARED_RESEND_S`` (a second's counters change until its attempts are answered). It
-   names nobody: the page divides its own attempts (its journal rows, by the model's arrival
-   second) by the class's. The counters are read once per class and process per tick
-   (``SHARED_CACHE_S``), however many pages watch. When the session leaves shared mode the
-   page gets ``{"type": "shared", "active": false}``.
+   names nobody else: the class's part is read once per class and process per tick
+   (``SHARED_CACHE_S``), however many pages watch, and each page's message adds ``mine``,
+   its own session's counters per second and its figures over the last complete seconds
+   (``selectors.storm_session_recent``: retry ratio, share, attempts), read from the
+   per-session counters the shared model keeps, the same the storm panel's table shows for
+   that second. When the session leaves shared mode the page gets
+   ``{"type": "shared", "active": false}``.
 5. Messages from the browser: ``{"type": "ping"}`` (answered with a pong),
    ``{"type": "resync", "after": N}`` (one replay at a time per socket: resyncs that arrive
    while one runs are coalesced into one more, from the lowest ``after``) and
@@ -109,22 +112,31 @@ SHARED_TICK_S = 1.0
 SHARED_RESEND_S = 8
 SHARED_FIRST_S = 60
 SHARED_CACHE_S = 0.5
-_shared_cache: dict[int, tuple[float, str]] = {}
+_shared_cache: dict[int, tuple[float, str, int]] = {}
 
 
-def shared_message_text(classroom_id: int, back_s: int) -> str:
-    """The JSON text of :func:`labs.presenters.shared_page_message` for the class, built
-    from Redis at most once per ``SHARED_CACHE_S`` for the usual ``SHARED_RESEND_S`` seconds
-    (thirty pages of one class cost one read a tick, not thirty)."""
+def shared_class_text(classroom_id: int, back_s: int) -> tuple[str, int]:
+    """The JSON text of :func:`labs.presenters.shared_page_message` for the class and the
+    second it was read at, built from Redis at most once per ``SHARED_CACHE_S`` for the
+    usual ``SHARED_RESEND_S`` seconds (thirty pages of one class cost one read a tick)."""
     now = time.monotonic()
     if back_s == SHARED_RESEND_S:
         cached = _shared_cache.get(classroom_id)
         if cached is not None and now - cached[0] < SHARED_CACHE_S:
-            return cached[1]
-    text = json.dumps(presenters.shared_page_message(selectors.storm_recent(classroom_id, back_s)))
+            return cached[1], cached[2]
+    recent = selectors.storm_recent(classroom_id, back_s)
+    text = json.dumps(presenters.shared_page_message(recent))
     if back_s == SHARED_RESEND_S:
-        _shared_cache[classroom_id] = (now, text)
-    return text
+        _shared_cache[classroom_id] = (now, text, recent["now"])
+    return text, recent["now"]
+
+
+def shared_message_text(classroom_id: int, session_id: int, back_s: int) -> str:
+    """The class's part (:func:`shared_class_text`) with this session's own counters and
+    window figures at the same second spliced in as ``mine`` (one more read, Redis only)."""
+    text, now = shared_class_text(classroom_id, back_s)
+    mine = selectors.storm_session_recent(classroom_id, session_id, now, back_s)
+    return f'{text[:-1]}, "mine": {json.dumps(mine)}}}'
 
 
 #: Rows kept rendered (:func:`rendered_row`) for the pages of this process.
@@ -508,7 +520,9 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
                 if classroom is not None:
                     back = SHARED_FIRST_S if first else SHARED_RESEND_S
                     await self.send(
-                        text_data=await read_redis(shared_message_text)(classroom, back)
+                        text_data=await read_redis(shared_message_text)(
+                            classroom, self.session_id, back
+                        )
                     )
                     first, sent = False, True
                 elif sent:

@@ -13,14 +13,18 @@ tick sends the last ``RESEND_S`` seconds again and the page replaces them by sec
 Messages to the page (JSON):
 
 - ``{"type": "snapshot", "now": s, "window_s", "seconds": [second, ...], "model": {...},
-  "students": [...]}``: the last ``STORM_WINDOW_S`` seconds (``Second.to_dict`` each, zero
-  rows for quiet seconds), the model's settings, capacity and latest trigger
-  (``selectors.storm_model_state``) and the per-student table (``selectors.storm_students``).
-  Sent on connect, when a tick finds it has fallen more than ``RESEND_S`` seconds behind
-  (a gap: the seconds in between would be missing), and when the page asks.
-- ``{"type": "tick", "now": s, "seconds": [...], "model": {...}, "students": [...]}``: the
-  last ``RESEND_S`` seconds up to ``now`` (the current one so far); ``students`` every
-  ``STUDENTS_EVERY`` ticks only (every 2 s).
+  "students": [...], "headline": {...}}``: the last ``STORM_WINDOW_S`` seconds
+  (``Second.to_dict`` each, zero rows for quiet seconds), the model's settings, capacity and
+  latest trigger (``selectors.storm_model_state``), the per-student table
+  (``selectors.storm_students``: the sessions' own counters in Redis over the last complete
+  seconds) and the tiles with the recovery clock (``presenters.storm_headline``, computed
+  here from the seconds this consumer holds, complete seconds only). Sent on connect, when a
+  tick finds it has fallen more than ``RESEND_S`` seconds behind (a gap: the seconds in
+  between would be missing), and when the page asks.
+- ``{"type": "tick", "now": s, "seconds": [...], "model": {...}, "headline": {...}}``: the
+  last ``RESEND_S`` seconds up to ``now`` (the current one so far), and ``students`` whenever
+  ``now`` has moved on since the table last went out (once a second); the list of sessions
+  (names, scenarios) is read from the database every ``SESSIONS_EVERY_S`` seconds.
 
 After the channel layer has lost Redis and subscribed again (``layer.reconnected``), a
 snapshot too. The page may send ``{"type": "refresh"}`` (it saw a hole in its series) and gets a snapshot,
@@ -36,7 +40,7 @@ from typing import Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from labs import selectors
+from labs import presenters, selectors
 from labs.consumers.base import CLOSE_FORBIDDEN, DirectDispatch, SocketLimits, read, read_redis
 from labs.live import metrics
 
@@ -46,7 +50,7 @@ logger = logging.getLogger(__name__)
 #: (benchmarks/storm_panel_bench.py; with a 1 s tick its p99 was 1.0 s, the target's edge).
 TICK_S = 0.5
 RESEND_S = 6
-STUDENTS_EVERY = 4
+SESSIONS_EVERY_S = 5.0
 REFRESH_INTERVAL_S = 1.0
 
 
@@ -70,7 +74,23 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, AsyncJsonWebsocketConsume
     _loop: asyncio.Task | None = None
     _last_now: int | None = None
     _last_refresh = 0.0
-    _ticks = 0
+    _trigger: dict[str, Any] | None = None
+    _held: dict[int, dict[str, Any]] | None = None
+    _students_now: int | None = None
+    _sessions: list[dict[str, Any]] | None = None
+    _sessions_at = 0.0
+
+    def _keep(self, now: int, seconds: list[dict[str, Any]], fresh: bool) -> dict[str, Any]:
+        """Hold the window's seconds (a snapshot replaces them, a tick updates its own) and
+        return the tiles computed from them (``presenters.storm_headline``)."""
+        if fresh or self._held is None:
+            self._held = {}
+        for row in seconds:
+            self._held[row["second"]] = row
+        oldest = now - selectors.STORM_WINDOW_S + 1
+        for sec in [sec for sec in self._held if sec < oldest]:
+            del self._held[sec]
+        return presenters.storm_headline(list(self._held.values()), self._trigger, now)
 
     async def connect(self) -> None:
         self.classroom_id = int(self.scope["url_route"]["kwargs"]["classroom_id"])
@@ -106,13 +126,18 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, AsyncJsonWebsocketConsume
             await self._send_snapshot()
 
     async def _students(self, now: int) -> list[dict[str, Any]]:
-        return await read(selectors.storm_students)(self.classroom_id, float(now))
+        if self._sessions is None or time.monotonic() - self._sessions_at >= SESSIONS_EVERY_S:
+            self._sessions = await read(selectors.storm_sessions)(self.classroom_id)
+            self._sessions_at = time.monotonic()
+        self._students_now = now
+        return await read_redis(selectors.storm_students)(self.classroom_id, now, self._sessions)
 
     async def _send_snapshot(self) -> None:
         self._last_refresh = time.monotonic()
         now, seconds, model = await read_redis(_series)(self.classroom_id, None)
         students = await self._students(now)
         self._last_now = now
+        self._trigger = model.get("trigger")
         await self.send_json(
             {
                 "type": "snapshot",
@@ -121,6 +146,7 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, AsyncJsonWebsocketConsume
                 "seconds": seconds,
                 "model": model,
                 "students": students,
+                "headline": self._keep(now, seconds, fresh=True),
             }
         )
 
@@ -141,8 +167,14 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, AsyncJsonWebsocketConsume
             await self._send_snapshot()  # a gap the resent seconds do not cover
             return
         self._last_now = now
-        self._ticks += 1
-        message: dict[str, Any] = {"type": "tick", "now": now, "seconds": seconds, "model": model}
-        if self._ticks % STUDENTS_EVERY == 0:
+        self._trigger = model.get("trigger")
+        message: dict[str, Any] = {
+            "type": "tick",
+            "now": now,
+            "seconds": seconds,
+            "model": model,
+            "headline": self._keep(now, seconds, fresh=False),
+        }
+        if now != self._students_now:
             message["students"] = await self._students(now)
         await self.send_json(message)

@@ -401,7 +401,7 @@ class GuardedClient:
                 self._emit_routed_attempt(call_no, burst, n, answer, route, host, effect, key)
             elif self._context:
                 answer = self.dependency.attempt(
-                    policy.attempt_timeout_ms, attempt=n, deadline=deadline
+                    policy.attempt_timeout_ms, attempt=n, deadline=deadline, probe=probe
                 )
             elif stepped is not None:
                 answer = self.dependency.attempt(policy.attempt_timeout_ms, step=stepped)
@@ -948,6 +948,9 @@ class GuardedClient:
                 f"the breaker refused attempt {attempts + 1}",
             )
         outcome = f"rejected_{rejection.reason}"
+        if self._context and self.routes is None:
+            # the shared model counts the session's refused calls beside its attempts
+            self.dependency.refused(rejection.reason)  # type: ignore[attr-defined]
         self._emit(
             "rejected",
             call,

@@ -228,6 +228,10 @@ LIMITS: dict[str, Limit] = {
     "steps[].burst": Limit(6, 1, 20, "calls"),
     "steps[].concurrency": Limit(1, 1, 10, "callers"),
     "steps[].wait_ms": Limit(0, 0, 3_600_000, "ms", note="virtual time: up to an hour"),
+    # -- a scenario's steady traffic (what the lab offers to start, per session) --------------
+    "traffic.rate": Limit(5, 1, 20, "calls/s", note="per session"),
+    "traffic.duration_s": Limit(60, 1, 300, "s"),
+    "traffic.arrivals": Limit("poisson", type="choice", choices=("poisson", "even")),
     # -- the shared dependency (labs/engine/shared.py): a class's server model, its triggers --
     "shared.servers": Limit(8, 1, 64, "servers", note="each serves one attempt at a time"),
     "shared.service_ms": Limit(40, 1, 2000, "ms", note="service time of one attempt"),

@@ -48,8 +48,10 @@ class Dependency(Protocol):
     """What the guarded client calls: one attempt, given the client's attempt timeout.
 
     An implementation that sets ``wants_call_context = True`` is called as
-    ``attempt(timeout_ms, attempt=n, deadline=at)`` instead (the attempt number within the
-    call, and the call's deadline as an absolute time on the client's clock, or None).
+    ``attempt(timeout_ms, attempt=n, deadline=at, probe=p)`` instead (the attempt number
+    within the call, the call's deadline as an absolute time on the client's clock, or None,
+    and whether it is the breaker's half-open probe), and ``refused(reason)`` for a call the
+    breaker refused before any attempt.
     """
 
     def attempt(self, timeout_ms: float | None = None) -> AttemptResult: ...

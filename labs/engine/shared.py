@@ -41,6 +41,16 @@ the same atomic step as the decision:
 * at the second the client sees the answer: ``ok`` (and ``calls_ok``), ``error``, ``timeout``;
 * at the second the wasted work ends: ``wasted_us`` (the service time of a timed-out attempt).
 
+Counters per session and second, in the same atomic step, when the caller names its session
+(``session``; :data:`SESSION_FIELDS`): the class's ``offered``, ``calls``, ``retries``,
+``ok``, ``error``, ``shed``, ``skipped`` and ``timeout`` at the same seconds, ``fast`` (a
+call the session's breaker refused before any attempt: :meth:`MemorySharedModel.refuse`,
+no attempt reaches the model) and ``state`` (the session's breaker state as the attempt or
+the refusal saw it: ``closed``, ``half_open``, ``open``; the latest in the second). The panel's
+per-student table, the student's card and the exports all read these, so one attempt is
+counted once for all of them. A session's seconds older than ``keep_s`` (default
+:data:`SESSION_KEEP_S`) before its newest arrival are dropped as it calls.
+
 Two implementations with the same semantics, reply for reply: :class:`MemorySharedModel`
 (one process; a lock) and :class:`~labs.engine.stores.shared_redis.RedisSharedModel` (one Lua
 script per attempt). :class:`SharedDependency` puts either behind the guarded client's
@@ -62,6 +72,8 @@ from labs.engine.dependency import AttemptResult
 __all__ = [
     "OUTCOMES",
     "SECOND_FIELDS",
+    "SESSION_FIELDS",
+    "SESSION_KEEP_S",
     "TRIGGER_KINDS",
     "WAIT_BOUNDS_MS",
     "Decision",
@@ -72,6 +84,7 @@ __all__ = [
     "SharedModel",
     "Trigger",
     "seconds_from_fields",
+    "session_seconds_from_fields",
     "wait_bucket",
     "wait_quantile_ms",
 ]
@@ -102,6 +115,16 @@ SECOND_FIELDS = (
     "calls_ok",
     "retries",
 )
+
+#: The per-session counters of a second (beside ``state``, the breaker state seen in it).
+SESSION_FIELDS = (
+    "offered", "calls", "retries", "ok", "error", "shed", "skipped", "timeout", "fast",
+)  # fmt: skip
+#: Seconds of a session's counters kept behind its newest arrival (the lab page's strip
+#: chart shows the last minute; the panel's table the last few seconds).
+SESSION_KEEP_S = 120
+#: The breaker states a session's second records.
+BREAKER_STATES = ("closed", "half_open", "open")
 
 
 def wait_bucket(wait_us: int) -> int:
@@ -297,6 +320,38 @@ def seconds_from_fields(fields: Mapping[Any, Any]) -> list[Second]:
     return out
 
 
+def session_seconds_from_fields(
+    fields: Mapping[Any, Any], first: int, last: int
+) -> list[dict[str, Any]]:
+    """One session's rows for every second from ``first`` to ``last`` (inclusive; zero rows
+    for quiet seconds, ``state`` None) from its ``"<second>:<name>"`` fields (bytes or str)."""
+    rows = {
+        sec: {"second": sec, **dict.fromkeys(SESSION_FIELDS, 0), "state": None}
+        for sec in range(first, last + 1)
+    }
+    for key, value in fields.items():
+        if value is None:
+            continue
+        text = key.decode() if isinstance(key, bytes) else str(key)
+        sec, _, name = text.partition(":")
+        if not sec.isdigit() or int(sec) not in rows:
+            continue
+        row = rows[int(sec)]
+        raw = value.decode() if isinstance(value, bytes) else value
+        if name == "state":
+            row["state"] = str(raw)
+        elif name in row:
+            row[name] = int(raw)
+    return [rows[sec] for sec in range(first, last + 1)]
+
+
+def session_field_names(first: int, last: int) -> list[str]:
+    """The hash fields of a session's seconds ``first`` to ``last`` (what a reader asks for)."""
+    return [
+        f"{sec}:{name}" for sec in range(first, last + 1) for name in (*SESSION_FIELDS, "state")
+    ]
+
+
 class SharedModel(Protocol):
     """What :class:`SharedDependency` needs from a model (both implementations provide it).
 
@@ -312,7 +367,11 @@ class SharedModel(Protocol):
         timeout_us: int | None = None,
         deadline_us: int | None = None,
         attempt: int = 1,
+        session: str | None = None,
+        state: str = "closed",
     ) -> Decision: ...
+
+    def refuse(self, now_us: int | None = None, *, session: str, state: str = "open") -> None: ...
 
 
 def _sec(t_us: int) -> int:
@@ -327,8 +386,18 @@ class MemorySharedModel:
     in Lua; a differential test compares every reply.
     """
 
-    def __init__(self, config: SharedConfig | None = None, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        config: SharedConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        keep_s: int = SESSION_KEEP_S,
+    ) -> None:
         self.clock = clock
+        self.keep_s = keep_s
+        self._sessions: dict[str, Counter[str]] = {}
+        self._session_state: dict[str, dict[int, str]] = {}
+        self._session_last: dict[str, int] = {}
         self._lock = threading.Lock()
         self._config = config or SharedConfig()
         self._free = [0] * MAX_SERVERS
@@ -403,12 +472,16 @@ class MemorySharedModel:
         timeout_us: int | None = None,
         deadline_us: int | None = None,
         attempt: int = 1,
+        session: str | None = None,
+        state: str = "closed",
     ) -> Decision:
-        """Decide one attempt and count it (atomic). See the module docstring for the rules."""
+        """Decide one attempt and count it, for the class and for ``session`` when given
+        (atomic). See the module docstring for the rules."""
         with self._lock:
             cfg = self._config
             t = max(self._now(now_us), self._last)
             self._last = t
+            mine = self._session_second(session, _sec(t), state)
             service = cfg.service_ms * 1000
             down = False
             trig = self._trigger
@@ -430,11 +503,15 @@ class MemorySharedModel:
             counts[offered_key] += 1
             offered = counts[offered_key]
             counts[f"{sec}:calls" if attempt <= 1 else f"{sec}:retries"] += 1
+            mine[f"{sec}:offered"] += 1
+            mine[f"{sec}:calls" if attempt <= 1 else f"{sec}:retries"] += 1
             if wait > cfg.max_queue_ms * 1000:
                 counts[f"{sec}:shed"] += 1
+                mine[f"{sec}:shed"] += 1
                 return Decision("shed", t, t, 0, 0, -1, wait, service, offered)
             if deadline_us is not None and start >= t + deadline_us:
                 counts[f"{sec}:skipped"] += 1
+                mine[f"{sec}:skipped"] += 1
                 return Decision("skipped", t, t, 0, 0, -1, wait, service, offered)
             finish = start + service
             free[best] = finish
@@ -442,14 +519,64 @@ class MemorySharedModel:
             if timeout_us is not None and finish - t > timeout_us:
                 answer = t + timeout_us
                 counts[f"{_sec(answer)}:timeout"] += 1
+                mine[f"{_sec(answer)}:timeout"] += 1
                 counts[f"{_sec(finish)}:wasted_us"] += service
                 return Decision("timeout", t, answer, start, finish, best, wait, service, offered)
             if down:
                 counts[f"{_sec(finish)}:error"] += 1
+                mine[f"{_sec(finish)}:error"] += 1
                 return Decision("error", t, finish, start, finish, best, wait, service, offered)
             counts[f"{_sec(finish)}:ok"] += 1
             counts[f"{_sec(finish)}:calls_ok"] += 1
+            mine[f"{_sec(finish)}:ok"] += 1
             return Decision("ok", t, finish, start, finish, best, wait, service, offered)
+
+    def refuse(self, now_us: int | None = None, *, session: str, state: str = "open") -> None:
+        """Count a call ``session``'s breaker refused before any attempt (``fast``, and the
+        breaker's ``state``): the session's counters only, nothing reaches the model."""
+        with self._lock:
+            t = max(self._now(now_us), self._last)
+            self._session_second(session, _sec(t), state)[f"{_sec(t)}:fast"] += 1
+
+    def _session_second(self, session: str | None, sec: int, state: str) -> Counter[str]:
+        """The counters of ``session`` (a throwaway for None) after a call in ``sec``: older
+        seconds than ``keep_s`` dropped as the Lua script drops them, the state recorded."""
+        if session is None:
+            return Counter()
+        session = str(session)
+        counts = self._sessions.setdefault(session, Counter())
+        states = self._session_state.setdefault(session, {})
+        prev = self._session_last.get(session, 0)
+        if sec > prev:
+            if prev > 0 and sec - prev < self.keep_s:
+                gone = range(prev - self.keep_s + 1, sec - self.keep_s + 1)
+                for x in gone:
+                    states.pop(x, None)
+                    for name in SESSION_FIELDS:
+                        counts.pop(f"{x}:{name}", None)
+            elif prev > 0:
+                counts.clear()
+                states.clear()
+            self._session_last[session] = sec
+        states[sec] = state
+        return counts
+
+    def session_seconds(
+        self, sessions: Iterable[str], first: int, last: int
+    ) -> dict[str, list[dict[str, Any]]]:
+        """Each session's rows for the seconds ``first`` to ``last``
+        (:func:`session_seconds_from_fields`)."""
+        out = {}
+        with self._lock:
+            for session in sessions:
+                session = str(session)
+                fields: dict[str, Any] = {
+                    k: v for k, v in self._sessions.get(session, {}).items() if v
+                }
+                for sec, st in self._session_state.get(session, {}).items():
+                    fields[f"{sec}:state"] = st
+                out[session] = session_seconds_from_fields(fields, first, last)
+        return out
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -486,6 +613,9 @@ class MemorySharedModel:
             self._trigger = None
             self._last = 0
             self._fields.clear()
+            self._sessions.clear()
+            self._session_state.clear()
+            self._session_last.clear()
 
 
 class SharedDependency:
@@ -501,18 +631,35 @@ class SharedDependency:
     attempt: the call's deadline, or the end of the attempt timeout if that is earlier. The
     server then skips an attempt that could not start before it (no wasted work).
     ``GuardedClient`` passes the attempt number and the call's deadline because this class
-    sets ``wants_call_context``.
+    sets ``wants_call_context``; it also passes ``probe`` (the half-open probe) and tells
+    :meth:`refused` of a call its breaker refused, so that with ``session`` the model counts
+    the session's attempts, outcomes and breaker state (module docstring) in the same step.
     """
 
     wants_call_context = True
 
     def __init__(
-        self, model: SharedModel, *, clock: Clock, propagate_deadline: bool = False
+        self,
+        model: SharedModel,
+        *,
+        clock: Clock,
+        propagate_deadline: bool = False,
+        session: str | int | None = None,
     ) -> None:
         self.model = model
         self.clock = clock
         self.propagate_deadline = propagate_deadline
+        self.session = None if session is None else str(session)
         self.last: Decision | None = None
+
+    def refused(self, reason: str) -> None:
+        """The session's breaker refused a call before any attempt (``reason``: ``open`` or
+        ``half_open``): counted for the session, when it has one (nothing reaches the model)."""
+        if self.session is None:
+            return
+        now = None if _owns_time(self.model) else int(self.clock.now() * 1e6 + 0.5)
+        state = reason if reason in BREAKER_STATES else "open"
+        self.model.refuse(now, session=self.session, state=state)
 
     def attempt(
         self,
@@ -520,8 +667,10 @@ class SharedDependency:
         *,
         attempt: int = 1,
         deadline: float | None = None,
+        probe: bool = False,
     ) -> AttemptResult:
-        """One attempt (``deadline``: absolute, on ``clock``, or None)."""
+        """One attempt (``deadline``: absolute, on ``clock``, or None; ``probe``: the
+        breaker's half-open probe, counted as the session's breaker state)."""
         now = self.clock.now()
         timeout_us = None if timeout_ms is None else round(timeout_ms * 1000)
         deadline_us = None
@@ -535,6 +684,8 @@ class SharedDependency:
             timeout_us=timeout_us,
             deadline_us=deadline_us,
             attempt=attempt,
+            session=self.session,
+            state="half_open" if probe else "closed",
         )
         self.last = decision
         took_us = decision.answer_us - decision.arrival_us

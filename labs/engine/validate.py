@@ -71,7 +71,9 @@ _SCENARIO_KEYS = (
     "dependency",
     "policy",
     "steps",
+    "traffic",
 )
+_TRAFFIC_KEYS = ("rate", "duration_s", "arrivals")
 _STEP_ACTIONS = ("burst", "wait_ms", "set_dependency", "set_policy")
 _BURST_EXTRAS = ("concurrency", "expect", "ask")
 _MAX_STEPS = 100
@@ -513,6 +515,8 @@ def validate_scenario(d: Any) -> list[Problem]:
     problems += dep_problems + pol_problems
     if not dep_problems and not pol_problems:
         problems += validate_settings(dependency, policy)
+    if "traffic" in d:
+        problems += validate_traffic_defaults(d["traffic"])
     steps = d.get("steps")
     if not isinstance(steps, list) or not 1 <= len(steps) <= _MAX_STEPS:
         problems.append(
@@ -634,6 +638,30 @@ def parse_step(d: Mapping[str, Any]) -> Step:
     if "set_dependency" in d:
         return Step("set_dependency", changes=dict(d["set_dependency"]))
     return Step("set_policy", changes=dict(d["set_policy"]))
+
+
+def validate_traffic_defaults(d: Any, prefix: str = "traffic") -> list[Problem]:
+    """Problems with a scenario's ``traffic`` object: the steady traffic its lesson asks for
+    (``rate`` calls/s per session, ``duration_s``, ``arrivals``), which the lab page's and the
+    storm panel's traffic forms offer as their defaults. Every key optional."""
+    if not isinstance(d, Mapping):
+        return _not_object(prefix, d)
+    problems = _unknown(prefix, d, _TRAFFIC_KEYS)
+    for key in _TRAFFIC_KEYS:
+        if key in d:
+            _check(f"{prefix}.{key}", d[key], LIMITS[f"traffic.{key}"], problems)
+    return problems
+
+
+def traffic_defaults(script: Any) -> dict[str, Any]:
+    """The steady traffic a scenario script asks for (its ``traffic`` object over the
+    ``traffic.*`` defaults of :data:`LIMITS`); the defaults alone for a script without one or
+    with one that does not validate."""
+    out = {key: LIMITS[f"traffic.{key}"].default for key in _TRAFFIC_KEYS}
+    given = script.get("traffic") if isinstance(script, Mapping) else None
+    if given is not None and not validate_traffic_defaults(given):
+        out.update({k: given[k] for k in _TRAFFIC_KEYS if k in given})
+    return out
 
 
 def parse_scenario(d: Mapping[str, Any]) -> Scenario:

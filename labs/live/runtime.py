@@ -154,7 +154,7 @@ def build_engine(
         # so a Redis that lost the model's keys gets them back before the first attempt.
         model = shared_model(session.classroom_id, client)
         model.configure(shared_config(session.classroom_id))
-        dependency = SharedDependency(model, clock=clock)
+        dependency = SharedDependency(model, clock=clock, session=session.pk)
     else:
         config = parse_dependency(session.dependency)
         dependency = FakeDependency(config, store=store, clock=clock, rng=rng)
@@ -382,6 +382,7 @@ class DependencyWatch:
     ) -> None:
         self._key = dependency_config_key(session.pk)
         self._classroom_id = session.classroom_id
+        self._session_id = session.pk
         self._clock = clock
         self._engine = engine
         self._rng = rng
@@ -410,8 +411,9 @@ class DependencyWatch:
             config = None
             if is_shared(settings_):
                 dependency = SharedDependency(
-                    configure_shared(self._classroom_id), clock=self._clock
-                )
+                    configure_shared(self._classroom_id), clock=self._clock,
+                    session=self._session_id,
+                )  # fmt: skip
             else:
                 config = parse_dependency(settings_)
                 dependency = FakeDependency(

@@ -19,10 +19,12 @@ from __future__ import annotations
 import hashlib
 import random
 
+from labs.engine.config import LIMITS
+
 #: Calls per second and seconds a traffic run may have.
-RATE_RANGE = (1, 20)
-DURATION_RANGE = (1, 300)
-ARRIVALS = ("poisson", "even")
+RATE_RANGE = (int(LIMITS["traffic.rate"].min), int(LIMITS["traffic.rate"].max))
+DURATION_RANGE = (int(LIMITS["traffic.duration_s"].min), int(LIMITS["traffic.duration_s"].max))
+ARRIVALS = LIMITS["traffic.arrivals"].choices
 
 
 def traffic_seed(session_seed: int, session_id: int, number: int) -> int:

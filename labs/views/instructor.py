@@ -91,13 +91,15 @@ def _fault_fields() -> list[dict[str, Any]]:
 def storm_context(classroom: Classroom) -> dict[str, Any]:
     """What the storm panel's parts need (``labs/storm.html``'s partials), on its own page and
     in the dashboard's storm section: whether the class has a shared dependency, the
-    websocket's path and the traffic form's ranges."""
+    websocket's path, the traffic form's ranges and its defaults (the class's lesson's
+    traffic, with the load it will offer against the capacity)."""
     return {
         "storm_configured": selectors.storm_configured(classroom.pk),
         "storm_ws_path": f"/ws/classes/{classroom.pk}/storm/",
         "traffic_rate_range": RATE_RANGE,
         "traffic_duration_range": DURATION_RANGE,
         "traffic_arrivals": ARRIVALS,
+        "traffic_defaults": selectors.storm_traffic_defaults(classroom.pk),
     }
 
 
@@ -105,12 +107,11 @@ def page_context(request: HtmxHttpRequest, classroom: Classroom, **extra) -> dic
     rows = class_dashboard_rows(classroom_id=classroom.pk)
     scenarios = list(classroom.scenarios.all())
     low, high = class_services.FAULT_DURATION_RANGE_S
-    multi_scenario = len(scenarios) > 1
     context = {
         "classroom": classroom,
         "rows": rows,
         "rows_html": mark_safe(  # noqa: S308 (each row is built by format_html)
-            "".join(presenters.dashboard_row_html(r, multi_scenario=multi_scenario) for r in rows)
+            "".join(presenters.dashboard_row_html(r) for r in rows)
         ),
         "rows_json": [r.as_dict() for r in rows],
         "counts": state_counts(rows),

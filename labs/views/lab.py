@@ -161,7 +161,7 @@ def traffic_context(session: LabSession, **extra) -> dict[str, Any]:
         "traffic": selectors.latest_traffic(session),
         "traffic_rate_range": (low_rate, high_rate),
         "traffic_duration_range": (low_s, high_s),
-        "traffic_values": {"rate": 5, "duration_s": 60, "arrivals": "poisson"},
+        "traffic_values": selectors.session_traffic_defaults(session),
         "traffic_problems": [],
         "traffic_message": "",
         "overload_wait_ms": presenters.OVERLOAD_WAIT_MS,

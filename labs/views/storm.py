@@ -35,8 +35,8 @@ SECONDS_COLUMNS = [
     "calls", "calls_ok", "retries", "wait_p50_ms", "wait_p99_ms",
 ]  # fmt: skip
 STUDENT_COLUMNS = [
-    "session", "student", "mode", "breaker_state", "attempts_in_window", "attempts_per_s",
-    "retry_ratio", "share",
+    "second", "session", "student", "scenario", "mode", "breaker_state", "attempts_in_window",
+    "retries_in_window", "refused_in_window", "attempts_per_s", "retry_ratio", "share",
 ]  # fmt: skip
 
 
@@ -117,15 +117,17 @@ def storm_export_seconds(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_GET
 def storm_export_students(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """The per-student table (the last few seconds' rates), as CSV."""
+    """The per-student table as the panel shows it now (the sessions' own counters over the
+    last complete seconds, ``second`` being the one the figures run up to), as CSV."""
     classroom = taught_classroom(request.user, pk)
-    rows = selectors.storm_students(classroom.pk, float(selectors.storm_now_s(classroom.pk)))
+    rows = selectors.storm_students(classroom.pk, selectors.storm_now_s(classroom.pk))
 
     def cells() -> Iterator[list[Any]]:
         for r in rows:
             yield [
-                r["session"], r["student"], r["mode"], r["state"], r["attempts"],
-                r["attempts_per_s"], r["retry_ratio"], r["share"],
+                r["now"], r["session"], r["student"], r["scenario"], r["mode"], r["state"],
+                r["attempts"], r["retries"], r["fast"], r["attempts_per_s"], r["retry_ratio"],
+                r["share"],
             ]  # fmt: skip
 
     return _streaming(

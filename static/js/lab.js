@@ -17,9 +17,11 @@
  * - The traffic strip chart (SVG): per second of the last minute of calls, attempts by
  *   outcome, calls ok/failed/fast-failed, the breaker's state band and, in shared mode, the
  *   session's share of the shared dependency's load.
- * - The shared dependency's card: in shared mode the server pushes the dependency's state
- *   and the class's per-second totals once a second ("shared" messages, naming nobody); the
- *   page divides its own attempts (its journal rows, by the model's arrival second) by them.
+ * - The shared dependency's card: in shared mode the server pushes the dependency's state,
+ *   the class's per-second totals and this session's own per-second counters with its retry
+ *   ratio and share over the last complete seconds ("shared" messages, naming nobody else),
+ *   counted in Redis where each attempt is decided: the same figures the storm panel's table
+ *   shows for this session.
  * - The scenario checklist keeps its ticks in localStorage.
  * - window.failureLab exposes a few hooks for the browser tests (see the bottom).
  */
@@ -883,9 +885,11 @@
     const transitions = [];
     const seen = new Set();
     // Shared mode: this session's attempts per second of the model's arrival time (attempts,
-    // retries), and the class's offered attempts per second (from the "shared" messages).
+    // retries) and the class's offered attempts per second, both from the "shared" messages
+    // (the counters the model keeps per session and for the class).
     const own = new Map();
     const offered = new Map();
+    let ownBefore = 0; // own counts are complete for the seconds before this one
 
     function when(event) {
       if (event.t_ms && event.t_ms > 1e11) return event.t_ms;
@@ -920,13 +924,6 @@
       const second = Math.floor(when(event) / 1000);
       const part = event.data && (event.data.host !== undefined || event.data.dependency === "b");
       if (event.state_to && !part) transitions.push({ t: second, to: event.state_to, from: event.state_from });
-      if (event.kind === "attempt" && event.data && typeof event.data.arrival_us === "number") {
-        const at = Math.floor(event.data.arrival_us / 1e6);
-        const mine = own.get(at) || { attempts: 0, retries: 0 };
-        mine.attempts += 1;
-        if ((event.attempt_no || 1) > 1) mine.retries += 1;
-        own.set(at, mine);
-      }
       if (event.kind === "attempt") {
         const counts = bucket(second).attempts;
         const kind = attemptKind(event);
@@ -1049,20 +1046,14 @@
     // This session's attempts in ``second`` (model time) over the class's; null if unknown.
     function shareAt(second) {
       const all = offered.get(second);
-      if (!all) return null;
+      if (!all || second >= ownBefore) return null; // the second under way: not complete yet
       const mine = own.get(second);
       return mine ? mine.attempts / all : 0;
     }
 
-    // Attempts and retries of this session, and the class's attempts, over seconds [from, to].
-    function tally(from, to) {
-      const out = { attempts: 0, retries: 0, offered: 0 };
-      for (let s = from; s <= to; s++) {
-        const mine = own.get(s);
-        if (mine) { out.attempts += mine.attempts; out.retries += mine.retries; }
-        out.offered += offered.get(s) || 0;
-      }
-      return out;
+    function setOwn(second, attempts, retries) {
+      own.set(second, { attempts: attempts, retries: retries });
+      if (second + 1 > ownBefore) ownBefore = second + 1;
     }
 
     function setOffered(second, n) {
@@ -1078,18 +1069,18 @@
       return out;
     }
 
-    return { add: add, redraw: redraw, counts: counts, tally: tally, setOffered: setOffered, shares: shares };
+    return { add: add, redraw: redraw, counts: counts, setOffered: setOffered, setOwn: setOwn, shares: shares };
   })();
 
   // --- the shared dependency's card -----------------------------------------------------------
 
   // Shown while the session calls the class's shared dependency. Each "shared" message carries
-  // the dependency's state and the class's per-second totals; the share and the retry ratio
-  // are this session's attempts (the strip's, by arrival second) over the last SHARE_SECONDS
-  // complete seconds.
+  // the dependency's state, the class's per-second totals and, as "mine", this session's own
+  // counters per second and its figures over the last complete seconds (retry ratio, share,
+  // attempts), computed by the server from the counters the storm panel's table reads.
   const shared = (function () {
     const card = document.getElementById("shared-status");
-    const SHARE_SECONDS = 5;
+    const WINDOW_S = 5; // labs.presenters.SESSION_WINDOW_S: the complete seconds "mine" covers
     let last = null;
 
     function role(name) { return card ? card.querySelector('[data-role="' + name + '"]') : null; }
@@ -1099,7 +1090,7 @@
       if (node && node.textContent !== value) node.textContent = value;
     }
 
-    function percent(x) { return x === null ? "–" : Math.round(x * 100) + " %"; }
+    function percent(x) { return x === null || x === undefined ? "–" : Math.round(x * 100) + " %"; }
 
     function apply(message) {
       if (!card) return;
@@ -1109,14 +1100,17 @@
         return;
       }
       (message.seconds || []).forEach(function (s) { strip.setOffered(s.second, s.offered); });
-      const w = strip.tally(message.now - SHARE_SECONDS, message.now - 1);
+      const mine = message.mine || { seconds: [], window: {} };
+      mine.seconds.forEach(function (s) { strip.setOwn(s.second, s.offered, s.retries); });
+      const w = mine.window || {};
       last = {
         now: message.now,
         state: message.state,
-        share: w.offered ? w.attempts / w.offered : null,
-        retry_ratio: w.attempts ? w.retries / w.attempts : null,
-        attempts: w.attempts,
-        offered: w.offered,
+        share: w.share === undefined ? null : w.share,
+        retry_ratio: w.retry_ratio === undefined ? null : w.retry_ratio,
+        attempts: w.attempts || 0,
+        retries: w.retries || 0,
+        offered: w.class_offered || 0,
       };
       card.hidden = false;
       card.dataset.state = message.state;
@@ -1124,7 +1118,7 @@
       text("shared-reason", message.reason || "");
       text("shared-share", percent(last.share));
       text("shared-retry", percent(last.retry_ratio));
-      text("shared-load", Math.round(w.offered / SHARE_SECONDS) + " of " +
+      text("shared-load", Math.round(last.offered / WINDOW_S) + " of " +
         Math.round(message.capacity_per_s) + " attempts/s");
     }
 

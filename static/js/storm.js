@@ -5,7 +5,9 @@
  * passed). The page keeps one row per second in `points`, replacing a second it already has,
  * and draws at most once per animation frame: the uPlot charts get new arrays, the headline
  * numbers and the per-student table are rewritten. A hole in the seconds (a lost message)
- * asks the server for a snapshot.
+ * asks the server for a snapshot. Only complete seconds are drawn (the one under way is
+ * still being counted). The tiles and the recovery clock come computed from the server
+ * (labs.presenters.storm_headline), the table's figures too (the sessions' own counters).
  */
 (function () {
   "use strict";
@@ -23,8 +25,6 @@
   const recoveryLabel = document.getElementById("recovery-label");
 
   const RETRY_BUDGET = 0.1;
-  const HEADLINE_SECONDS = 3;
-  const BASELINE_SECONDS = 10;
   const RECOVERED_GOODPUT = 0.9;
   const MIN_SPAN_S = 40;
   const LEAD_S = 10;
@@ -77,6 +77,7 @@
     setModel(msg.model);
     students = msg.students;
     studentsDirty = true;
+    headlineNow = msg.headline;
     schedule();
   }
 
@@ -88,6 +89,7 @@
     merge(msg.seconds);
     setModel(msg.model);
     if (msg.students) { students = msg.students; studentsDirty = true; }
+    if (msg.headline) headlineNow = msg.headline;
     schedule();
   }
 
@@ -103,92 +105,64 @@
   function firstShown() {
     let active = now;
     points.forEach(function (p, sec) { if (p.offered > 0 && sec < active) active = sec; });
-    return Math.max(now - windowS + 1, Math.min(now - MIN_SPAN_S + 1, active - LEAD_S));
+    return Math.max(now - windowS + 1, Math.min(now - MIN_SPAN_S, active - LEAD_S));
   }
 
+  // The complete seconds, oldest first: the second under way (`now`) is left out, since its
+  // counters are still growing and would draw a dip at the right edge on every tick.
   function sorted() {
     const xs = [];
-    for (let s = firstShown(); s <= now; s++) {
+    for (let s = firstShown(); s < now; s++) {
       xs.push(points.get(s) || { second: s, offered: 0, ok: 0, error: 0, shed: 0, skipped: 0,
         timeout: 0, wasted_us: 0, calls: 0, calls_ok: 0, retries: 0, wait_p50_ms: null, wait_p99_ms: null });
     }
     return xs;
   }
 
-  // --- headline numbers ----------------------------------------------------------------------
-  // Over the last HEADLINE_SECONDS complete seconds: attempts per call, retries per attempt,
-  // goodput (calls succeeded per second) against the healthy baseline, which is the mean
-  // goodput of the BASELINE_SECONDS before the latest trigger (without one, the calls asked
-  // for). Recovered: the first second after the trigger's end whose retry ratio is within
-  // the 10 % budget and whose goodput is back to RECOVERED_GOODPUT of the baseline; until
-  // then "not recovered", counting up from the end.
-  function sum(rows, key) { return rows.reduce(function (a, r) { return a + r[key]; }, 0); }
-
-  function latestTrigger() {
-    let latest = null;
-    triggers.forEach(function (t) { if (!latest || t.from_s > latest.from_s) latest = t; });
-    return latest;
-  }
-
-  function baseline(rows, trigger) {
-    if (trigger) {
-      const before = rows.filter(function (r) {
-        return r.second < trigger.from_s && r.second >= trigger.from_s - BASELINE_SECONDS && r.calls > 0;
-      });
-      if (before.length) return sum(before, "calls_ok") / before.length;
-    }
-    const recent = rows.slice(-HEADLINE_SECONDS - 1, -1);
-    return recent.length ? sum(recent, "calls") / recent.length : 0;
-  }
-
-  function headline(rows) {
-    const recent = rows.slice(-HEADLINE_SECONDS - 1, -1); // complete seconds only
-    const offered = sum(recent, "offered");
-    const calls = sum(recent, "calls");
-    const retries = sum(recent, "retries");
-    const goodput = recent.length ? sum(recent, "calls_ok") / recent.length : 0;
-    const trigger = latestTrigger();
-    const base = baseline(rows, trigger);
-    const out = {
-      amplification: calls ? offered / calls : null,
-      retry_ratio: offered ? retries / offered : null,
-      goodput_share: base ? goodput / base : null,
-      recovery: null,
-      recovered: null,
-    };
-    if (trigger && now >= trigger.until_s) {
-      const after = rows.filter(function (r) { return r.second >= Math.floor(trigger.until_s) && r.second < now; });
-      const back = after.find(function (r) {
-        return r.offered > 0 && r.retries / r.offered <= RETRY_BUDGET && base && r.calls_ok >= RECOVERED_GOODPUT * base;
-      });
-      out.recovered = Boolean(back);
-      out.recovery = back ? Math.max(0, back.second - trigger.until_s) : now - trigger.until_s;
-    }
-    return out;
-  }
+  // --- headline numbers ---------------------------------------------------------------------
+  // The server computes the tiles from complete seconds (labs.presenters.storm_headline): the
+  // recovery clock belongs to the latest trigger of the current run of traffic; with no
+  // traffic the tiles say so, in a neutral colour.
+  let headlineNow = null;
 
   function show(name, text, tone) {
     const el = bigs[name];
-    el.textContent = text;
+    if (el.textContent !== text) el.textContent = text;
     el.parentElement.dataset.tone = tone || "";
   }
 
-  function drawHeadline(rows) {
-    const h = headline(rows);
+  function percent(x) { return Math.round(x * 100) + " %"; }
+
+  function drawHeadline() {
+    const h = headlineNow;
+    if (!h) return;
+    root.dataset.trafficState = h.state;
+    if (h.state === "no_traffic") {
+      ["amplification", "retry_ratio", "goodput_share", "recovery"].forEach(function (name) {
+        show(name, "no traffic", "idle");
+      });
+      recoveryLabel.textContent = "time to recovery (starts with traffic)";
+      root.dataset.headline = JSON.stringify(h);
+      return;
+    }
     show("amplification", h.amplification === null ? "–" : h.amplification.toFixed(2) + "×",
       h.amplification !== null && h.amplification > 1 + RETRY_BUDGET ? "bad" : "good");
-    show("retry_ratio", h.retry_ratio === null ? "–" : Math.round(h.retry_ratio * 100) + " %",
+    show("retry_ratio", h.retry_ratio === null ? "–" : percent(h.retry_ratio),
       h.retry_ratio !== null && h.retry_ratio > RETRY_BUDGET ? "bad" : "good");
-    show("goodput_share", h.goodput_share === null ? "–" : Math.round(h.goodput_share * 100) + " %",
+    show("goodput_share", h.goodput_share === null ? "–" : percent(h.goodput_share),
       h.goodput_share !== null && h.goodput_share < RECOVERED_GOODPUT ? "bad" : "good");
-    if (h.recovery === null) {
-      show("recovery", "–", "");
+    if (h.state === "healthy") {
+      show("recovery", "no trigger", "idle");
       recoveryLabel.textContent = "time to recovery (after a trigger)";
-    } else if (h.recovered) {
-      show("recovery", h.recovery.toFixed(0) + " s", "good");
+    } else if (h.state === "triggered") {
+      show("recovery", "trigger", "warn");
+      recoveryLabel.textContent = h.trigger.kind + " trigger running, " +
+        Math.max(0, Math.ceil(h.trigger.until_s - now)) + " s left";
+    } else if (h.state === "recovered") {
+      show("recovery", h.recovery_s.toFixed(0) + " s", "good");
       recoveryLabel.textContent = "time to recovery";
     } else {
-      show("recovery", "+" + h.recovery.toFixed(0) + " s", "bad");
+      show("recovery", "+" + h.recovery_s.toFixed(0) + " s", "bad");
       recoveryLabel.textContent = "not recovered since the trigger ended";
     }
     root.dataset.headline = JSON.stringify(h);
@@ -207,43 +181,131 @@
     ctx.restore();
   }
 
-  function size(box) { return { width: box.clientWidth, height: Math.max(120, box.clientHeight - 40) }; }
-
-  function line(label, stroke, width, dash) {
-    return { label: label, stroke: stroke, width: width, dash: dash, points: { show: false } };
+  // The plot fills its box under its legend (one or two lines, measured once it exists).
+  function size(box, plot) {
+    const legend = plot ? plot.root.querySelector(".u-legend") : null;
+    const below = legend ? legend.getBoundingClientRect().height + 4 : 48;
+    return { width: box.clientWidth, height: Math.max(90, Math.floor(box.clientHeight - below)) };
   }
 
-  function axis(label) {
-    return { label: label, stroke: "#fff", grid: { stroke: "#333" }, ticks: { stroke: "#555" },
-      font: "16px system-ui", labelFont: "16px system-ui" };
+  function resizePlots() {
+    if (!loadPlot) return;
+    if (isCompact() !== compact) {
+      compact = isCompact();
+      loadPlot.destroy();
+      waitPlot.destroy();
+      loadPlot = waitPlot = null;
+      schedule();
+      return;
+    }
+    [[loadPlot, loadBox], [waitPlot, waitBox]].forEach(function (pair) {
+      const want = size(pair[1], pair[0]);
+      if (want.width !== pair[0].width || want.height !== pair[0].height) pair[0].setSize(want);
+    });
+  }
+
+  function line(label, stroke, width, dash, scale) {
+    const out = { label: label, stroke: stroke, width: width, dash: dash, scale: scale || "y",
+      points: { show: false }, value: function (_u, v) { return v === null || v === undefined ? "–" : fmt(v); } };
+    if (!dash) delete out.dash;
+    return out;
+  }
+
+  function fmt(v) { return v >= 100 ? Math.round(v).toString() : (Math.round(v * 10) / 10).toString(); }
+
+  function two(n) { return n < 10 ? "0" + n : String(n); }
+
+  // Clock time of a second, in the browser's time zone: one label format for every tick (no
+  // date: the panel shows at most five minutes), spaced so labels never touch.
+  function clock(sec) {
+    const d = new Date(sec * 1000);
+    return two(d.getHours()) + ":" + two(d.getMinutes()) + ":" + two(d.getSeconds());
+  }
+
+  // Ticks at whole multiples of a step from 5 s to 5 min, about one per 130 px.
+  function timeSplits(u, _i, min, max) {
+    const steps = [5, 10, 15, 30, 60, 120, 300];
+    const want = Math.max(2, Math.floor(u.bbox.width / devicePixelRatio / 130));
+    const step = steps.find(function (st) { return (max - min) / st <= want; }) || 300;
+    // no label closer than half a label to either edge (it would be cut off)
+    const margin = (max - min) * 45 / Math.max(1, u.bbox.width / devicePixelRatio);
+    const out = [];
+    for (let t = Math.ceil((min + margin) / step) * step; t <= max - margin; t += step) out.push(t);
+    return out;
+  }
+
+  // Smaller type on the axes of a smaller screen (a 1280x720 projector), so the plots keep
+  // their height; the plots are made again when a resize crosses the line.
+  function isCompact() { return window.innerHeight < 860 || window.innerWidth < 1500; }
+  let compact = isCompact();
+  function font() { return (compact ? 15 : 18) + "px system-ui"; }
+
+  function xAxis() {
+    return { stroke: "#fff", grid: { stroke: "#333" }, ticks: { stroke: "#555" }, font: font(),
+      size: compact ? 34 : 44, splits: timeSplits, values: function (_u, ticks) { return ticks.map(clock); } };
+  }
+
+  // A y axis wide enough for a 5-digit tick and its title beside it (uPlot's default size
+  // let a 4-digit tick run into the title), on the left or (side 1) the right.
+  function yAxis(label, scale, side, stroke) {
+    return { scale: scale, side: side || 3, label: label, stroke: stroke || "#fff",
+      grid: { show: !side, stroke: "#333" }, ticks: { stroke: "#555" }, font: font(),
+      labelFont: "bold " + font(), size: compact ? 64 : 78, labelSize: compact ? 22 : 28, gap: 6,
+      values: function (_u, ticks) { return ticks.map(function (v) { return v >= 1000 ? (v / 1000) + "k" : String(v); }); } };
+  }
+
+  function timeSeries() {
+    return { label: "at", value: function (_u, v) { return v === null || v === undefined ? "–" : clock(v); } };
   }
 
   function makePlots() {
-    const x = { label: "time", stroke: "#fff", grid: { stroke: "#333" }, ticks: { stroke: "#555" }, font: "16px system-ui" };
     loadPlot = new window.uPlot(Object.assign(size(loadBox), {
-      scales: { x: { time: true } },
-      axes: [x, axis("attempts / s")],
+      scales: { x: { time: false } },
+      axes: [xAxis(), yAxis("attempts / s", "y")],
       series: [
-        {},
+        timeSeries(),
         line("offered", COLORS.offered, 3),
         line("capacity", COLORS.capacity, 2, [8, 6]),
-        line("goodput (calls ok)", COLORS.goodput, 3),
+        line("goodput", COLORS.goodput, 3),
         line("shed", COLORS.shed, 2),
         line("timed out", COLORS.timeout, 2),
       ],
-      hooks: { drawClear: [bandHook] },
+      legend: { live: true },
+      hooks: { drawClear: [bandHook], setCursor: [latestLegend] },
     }), [[], [], [], [], [], []], loadBox);
     waitPlot = new window.uPlot(Object.assign(size(waitBox), {
-      scales: { x: { time: true } },
-      axes: [Object.assign({}, x), axis("ms")],
+      scales: { x: { time: false }, ms: { auto: true }, wasted: { auto: true } },
+      axes: [xAxis(), yAxis("ms", "ms"), yAxis("ms/s", "wasted", 1, COLORS.wasted)],
       series: [
-        {},
-        line("queue wait p50", COLORS.p50, 2),
-        line("queue wait p99", COLORS.p99, 2),
-        line("wasted server ms / s", COLORS.wasted, 2),
+        timeSeries(),
+        line("queue wait p50 (ms)", COLORS.p50, 2, undefined, "ms"),
+        line("p99 (ms)", COLORS.p99, 2, undefined, "ms"),
+        line("wasted server time (ms per s, right axis)", COLORS.wasted, 2, undefined, "wasted"),
       ],
-      hooks: { drawClear: [bandHook] },
+      legend: { live: true },
+      hooks: { drawClear: [bandHook], setCursor: [latestLegend] },
     }), [[], [], [], []], waitBox);
+  }
+
+  // The boxes take their size from the page's grid, which may settle after the first draw
+  // (fonts, the table filling in) or change (a projector, a resized window): follow it.
+  if (window.ResizeObserver) {
+    let pending = 0;
+    const observer = new ResizeObserver(function () {
+      if (!pending) pending = window.requestAnimationFrame(function () { pending = 0; resizePlots(); fitRows(); });
+    });
+    observer.observe(loadBox);
+    observer.observe(waitBox);
+  }
+
+  // With no pointer over a chart, its legend shows the latest complete second's values.
+  function latestLegend(u) {
+    if (u.cursor.left === undefined || u.cursor.left < 0) showLatest(u);
+  }
+
+  function showLatest(u) {
+    const n = u.data[0].length;
+    if (n && (u.cursor.left === undefined || u.cursor.left < 0)) u.setLegend({ idx: n - 1 }, false);
   }
 
   function drawCharts(rows) {
@@ -263,6 +325,11 @@
       rows.map(function (r) { return r.wait_p99_ms; }),
       rows.map(function (r) { return r.wasted_us / 1000; }),
     ]);
+    showLatest(loadPlot);
+    showLatest(waitPlot);
+    // The legends have their values now (a fresh legend is taller than it will stay): fit
+    // each plot under its legend (nothing happens when the size is already right).
+    resizePlots();
   }
 
   // --- the per-student table -----------------------------------------------------------------
@@ -284,6 +351,8 @@
       return sortDesc ? -order : order;
     });
     const keep = new Set();
+    several = {};
+    rows.forEach(function (r) { several[r.student] = (several[r.student] || 0) + 1; });
     rows.forEach(function (r, index) {
       keep.add(r.session);
       let tr = rowOf.get(r.session);
@@ -296,10 +365,10 @@
       const hot = r.retry_ratio > RETRY_BUDGET ? "1" : "";
       if ((tr.dataset.hot || "") !== hot) { if (hot) tr.dataset.hot = hot; else delete tr.dataset.hot; }
       const cells = tr.children;
-      setCell(cells[0], r.student);
+      setCell(cells[0], r.student + (several[r.student] > 1 && r.scenario ? " · " + r.scenario : ""));
       setCell(cells[1], r.attempts_per_s.toFixed(1));
-      setCell(cells[2], Math.round(r.retry_ratio * 100) + " %");
-      setCell(cells[3], r.state.replace("_", "-"));
+      setCell(cells[2], r.attempts ? Math.round(r.retry_ratio * 100) + " %" : "–");
+      setCell(cells[3], STATE_WORDS[r.state] || r.state);
       if (cells[3].className !== "state-" + r.state) cells[3].className = "state-" + r.state;
       setCell(cells[4], Math.round(r.share * 100) + " %");
       if (studentRows.children[index] !== tr) studentRows.insertBefore(tr, studentRows.children[index] || null);
@@ -307,6 +376,32 @@
     rowOf.forEach(function (tr, session) {
       if (!keep.has(session)) { tr.remove(); rowOf.delete(session); }
     });
+    fitRows();
+  }
+
+  const STATE_WORDS = { closed: "closed", half_open: "half-open", open: "open", idle: "no calls" };
+  let several = {};
+
+  // Whole rows only: the rows that fit the box are shown, the rest hidden and counted
+  // below it ("+ 9 more: sort to see them"), so no row is ever cut in half.
+  const studentsBox = studentRows.closest(".storm-students");
+  const moreLine = document.getElementById("students-more");
+
+  function fitRows() {
+    const all = Array.from(studentRows.children);
+    all.forEach(function (tr) { if (tr.hidden) tr.hidden = false; });
+    if (!studentsBox || !all.length) { if (moreLine) moreLine.textContent = ""; return; }
+    const table = studentRows.closest("table");
+    const rowH = all[0].getBoundingClientRect().height || 1;
+    const fixed = table.getBoundingClientRect().height - all.length * rowH;
+    const room = studentsBox.clientHeight - fixed - (moreLine ? moreLine.getBoundingClientRect().height || rowH : 0);
+    let fit = Math.max(1, Math.floor(room / rowH));
+    if (fit >= all.length) fit = all.length;
+    all.forEach(function (tr, i) { const hide = i >= fit; if (tr.hidden !== hide) tr.hidden = hide; });
+    if (moreLine) {
+      const text = fit < all.length ? "+ " + (all.length - fit) + " more: sort to see them" : "";
+      if (moreLine.textContent !== text) moreLine.textContent = text;
+    }
   }
 
   root.querySelectorAll(".sort").forEach(function (button) {
@@ -335,7 +430,7 @@
     if (!loadPlot) makePlots();
     const rows = sorted();
     drawCharts(rows);
-    drawHeadline(rows);
+    drawHeadline();
     drawStudents();
     const spent = performance.now() - started;
     stats.draws += 1;
@@ -354,8 +449,45 @@
   }
 
   window.addEventListener("resize", function () {
-    if (loadPlot) { loadPlot.setSize(size(loadBox)); waitPlot.setSize(size(waitBox)); }
+    resizePlots();
+    fitRows();
   });
+
+  // --- the trigger form shows the parameter its kind uses -------------------------------------
+  const triggerKind = document.getElementById("trigger-kind");
+  function showTriggerFields() {
+    if (!triggerKind) return;
+    const uses = { factor: "slow", servers: "capacity" };
+    root.querySelectorAll("#trigger-form [data-field]").forEach(function (label) {
+      const kind = uses[label.dataset.field];
+      const hide = Boolean(kind) && triggerKind.value !== kind;
+      if (label.hidden !== hide) label.hidden = hide;
+    });
+  }
+  if (triggerKind) {
+    triggerKind.addEventListener("change", showTriggerFields);
+    showTriggerFields();
+  }
+
+  // --- the traffic form says what it will offer before it starts --------------------------------
+  const trafficForm = document.getElementById("traffic-form");
+  const trafficLoad = document.getElementById("traffic-load");
+  function sayLoad() {
+    if (!trafficForm || !trafficLoad) return;
+    const sessions = parseInt(trafficForm.dataset.sessions, 10) || 0;
+    const capacity = parseFloat(trafficForm.dataset.capacity) || 0;
+    const rate = parseInt(document.getElementById("traffic-rate").value, 10);
+    if (!(rate >= 1)) { trafficLoad.textContent = "Calls/s: a whole number of calls per second."; return; }
+    const offered = sessions * rate;
+    trafficLoad.textContent = sessions + (sessions === 1 ? " session" : " sessions") + " x " + rate +
+      " calls/s = " + offered + " calls/s, capacity " + Math.round(capacity) + " attempts/s" +
+      (offered > capacity ? ": over capacity before any trigger" : "");
+    if (offered > capacity) trafficLoad.dataset.over = "1"; else delete trafficLoad.dataset.over;
+  }
+  if (trafficForm) {
+    trafficForm.addEventListener("input", sayLoad);
+    sayLoad();
+  }
 
   // --- the socket ----------------------------------------------------------------------------
   function setStatus(state, text) {
@@ -413,9 +545,11 @@
     points: function () { return sorted(); },
     students: function () { return students.slice(); },
     model: function () { return model; },
-    headline: function () { return headline(sorted()); },
+    headline: function () { return headlineNow; },
+    now: function () { return now; },
     chartData: function () { return loadPlot ? loadPlot.data.map(function (xs) { return Array.from(xs); }) : null; },
     tableRows: function () { return studentRows.rows.length; },
+    shownRows: function () { return Array.from(studentRows.rows).filter(function (tr) { return !tr.hidden; }).length; },
     ignoreTicks: function (ms) { ignoreTicksUntil = Date.now() + ms; },
     stats: stats,
   };

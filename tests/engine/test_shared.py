@@ -32,18 +32,21 @@ from labs.engine import (
     validate_trigger,
 )
 from labs.engine.config import LIMITS
-from labs.engine.shared import WAIT_BOUNDS_MS, wait_bucket, wait_quantile_ms
+from labs.engine.shared import SESSION_FIELDS, WAIT_BOUNDS_MS, wait_bucket, wait_quantile_ms
 
 from .helpers import REDIS_URL, ROOT
 
 MS = 1000  # microseconds
 
 
-def both(config, redis_client=None):
-    """The memory model, and the Redis one on caller time when a client is given."""
-    models = [MemorySharedModel(config)]
+def both(config, redis_client=None, keep_s=3):
+    """The memory model, and the Redis one on caller time when a client is given (a session's
+    counters kept ``keep_s`` seconds, short enough for the seeded runs to drop some)."""
+    models = [MemorySharedModel(config, keep_s=keep_s)]
     if redis_client is not None:
-        model = RedisSharedModel(redis_client, uuid.uuid4().hex[:10], server_time=False)
+        model = RedisSharedModel(
+            redis_client, uuid.uuid4().hex[:10], server_time=False, keep_s=keep_s
+        )
         model.configure(config)
         models.append(model)
     return models
@@ -218,27 +221,86 @@ def test_memory_and_redis_give_the_same_reply_to_every_seeded_attempt(redis_clie
         if rng.random() < 0.01:
             assert memory.clear_trigger(t) == redis_model.clear_trigger(t), step
             continue
+        session = rng.choice([None, "1", "2", "3"])
+        if session is not None and rng.random() < 0.05:
+            state = rng.choice(["open", "half_open"])
+            memory.refuse(t, session=session, state=state)
+            redis_model.refuse(t, session=session, state=state)
+            continue
         kwargs = {
             "timeout_us": rng.choice([None, None, 5_000, 50_000, 300_000]),
             "deadline_us": rng.choice([None, None, 0, 10_000, 200_000]),
             "attempt": rng.choice([1, 1, 2, 3]),
+            "session": session,
+            "state": rng.choice(["closed", "closed", "half_open"]),
         }
         assert memory.decide(t, **kwargs) == redis_model.decide(t, **kwargs), step
     assert memory.state() == redis_model.state()
     assert memory.counters() == redis_model.counters()
+    # the sessions' counters too, the seconds dropped behind each one's newest included
+    last = t // 1_000_000 + 2
+    mine = memory.session_seconds(["1", "2", "3", "4"], 0, last)
+    assert mine == redis_model.session_seconds(["1", "2", "3", "4"], 0, last)
+    assert any(row["fast"] for rows in mine.values() for row in rows)
+    assert mine["4"] == [
+        {"second": s, **dict.fromkeys(SESSION_FIELDS, 0), "state": None} for s in range(last + 1)
+    ]
+    redis_model.clear()
+
+
+def test_each_session_s_attempts_add_up_to_the_class_s_counters_second_by_second(model):
+    """Every attempt named by its session is counted once for the class and once for the
+    session, at the same seconds: the sessions' rows add up to the class's."""
+    rng = random.Random(5)
+    t = 0
+    for _ in range(400):
+        t += rng.choice([0, 1_000, 20_000, 90_000])
+        model.decide(
+            t, timeout_us=rng.choice([None, 120_000]), attempt=rng.choice([1, 1, 2, 4]),
+            session=rng.choice(["7", "8"]),
+        )  # fmt: skip
+    model.refuse(t, session="8", state="open")
+    last = t // 1_000_000 + 1
+    rows = model.session_seconds(["7", "8"], 0, last)
+    by_second = {row.second: row for row in model.counters()}
+    for sec in range(last + 1):
+        cls = by_second.get(sec)
+        for name in ("offered", "calls", "retries", "ok", "error", "shed", "timeout"):
+            total = sum(rows[s][sec][name] for s in ("7", "8"))
+            assert total == (getattr(cls, name) if cls else 0), (sec, name)
+    assert rows["8"][t // 1_000_000]["fast"] == 1
+    assert rows["8"][t // 1_000_000]["state"] == "open"
+
+
+def test_a_session_s_seconds_older_than_the_keep_are_dropped_as_it_calls(redis_client):
+    memory = MemorySharedModel(SharedConfig(), keep_s=3)
+    redis_model = RedisSharedModel(redis_client, uuid.uuid4().hex[:10], server_time=False, keep_s=3)
+    redis_model.configure(SharedConfig())
+    for m in (memory, redis_model):
+        for sec in (1, 2, 3, 4, 5):
+            m.decide(sec * 1_000_000, session="s1")
+        assert [r["offered"] for r in m.session_seconds(["s1"], 1, 5)["s1"]] == [0, 0, 1, 1, 1]
+        m.decide(60 * 1_000_000, session="s1")  # a long pause: everything before it goes
+        assert sum(r["offered"] for r in m.session_seconds(["s1"], 1, 60)["s1"]) == 1
+    keys = redis_client.keys(f"{{shared:{redis_model.model_id}}}:session:*")
+    assert len(keys) == 1
+    redis_model.reset()
+    assert redis_client.keys(f"{{shared:{redis_model.model_id}}}:session:*") == []
     redis_model.clear()
 
 
 # -- the guarded client on the shared dependency ------------------------------------------------
 
 
-def _client(model, clock, policy, *, propagate=False, seed=1):
+def _client(model, clock, policy, *, propagate=False, seed=1, session=None):
     store = MemoryStore()
     rng = random.Random(seed)
     events = EventList()
     policy = parse_policy(policy)
     breaker = Breaker(policy.breaker, store=store, clock=clock, rng=rng)
-    dependency = SharedDependency(model, clock=clock, propagate_deadline=propagate)
+    dependency = SharedDependency(
+        model, clock=clock, propagate_deadline=propagate, session=session
+    )
     client = GuardedClient(
         policy,
         breaker=breaker,
@@ -249,6 +311,31 @@ def _client(model, clock, policy, *, propagate=False, seed=1):
         store=store,
     )
     return client, events
+
+
+def test_the_client_counts_its_session_s_attempts_refusals_and_breaker_state():
+    """A session's attempts, its retries, the calls its open breaker refused and the
+    breaker's state, per second, in the model's session counters (no attempt for a refusal)."""
+    clock = VirtualClock()
+    model = MemorySharedModel(SharedConfig(servers=1, service_ms=10), clock=clock)
+    policy = {
+        "max_attempts": 2, "backoff_base_ms": 0, "backoff_cap_ms": 0,
+        "breaker": {"kind": "consecutive", "failure_threshold": 1, "cooldown_ms": 1500},
+    }  # fmt: skip
+    client, _ = _client(model, clock, policy, session=42)
+    model.trigger(Trigger("down", 500))
+    client.call(1)  # 2 attempts, both 503: the breaker opens
+    client.call(2)  # refused: no attempt
+    offered_before = sum(s.offered for s in model.counters())
+    assert offered_before == 2
+    clock.sleep(1.6)  # past the cooldown and the trigger: the probe succeeds
+    client.call(3)
+    rows = {r["second"]: r for r in model.session_seconds(["42"], 0, 2)["42"]}
+    assert rows[0]["offered"] == 2 and rows[0]["retries"] == 1 and rows[0]["fast"] == 1
+    assert rows[0]["state"] == "open" and rows[0]["error"] == 2
+    assert rows[1]["offered"] == 1 and rows[1]["state"] == "half_open" and rows[1]["ok"] == 1
+    # The refusal reached no server: the class counters hold the three attempts only.
+    assert sum(s.offered for s in model.counters()) == 3
 
 
 def test_a_guarded_call_sleeps_until_the_answer_and_a_client_timeout_is_a_timeout_outcome():

@@ -228,10 +228,32 @@ def test_scenario_steps_are_checked_after_merging_into_current_settings():
 def test_scenario_top_level_problems():
     assert messages(validate_scenario([])) == ["scenario: must be a JSON object (got list)"]
     assert messages(validate_scenario({"steps": [], "extra": 1})) == [
-        "extra: unknown field (allowed: name, title, description, instructions, seed, dependency, policy, steps)",
+        "extra: unknown field (allowed: name, title, description, instructions, seed, "
+        "dependency, policy, steps, traffic)",
         "name: must be a non-empty string of at most 100 characters (got null)",
         "steps: must be a list of 1 to 100 steps (got list)",
     ]
+
+
+def test_a_scenario_s_traffic_is_checked_field_by_field_and_gives_the_forms_defaults():
+    from labs.engine.validate import traffic_defaults
+
+    base = {"name": "t", "steps": [{"burst": 1}]}
+    assert validate_scenario({**base, "traffic": {"rate": 5, "duration_s": 300}}) == []
+    assert messages(
+        validate_scenario({**base, "traffic": {"rate": 50, "arrivals": "burst", "x": 1}})
+    ) == [
+        "traffic.x: unknown field (allowed: rate, duration_s, arrivals)",
+        "traffic.rate: must be between 1 and 20 calls/s (got 50)",
+        "traffic.arrivals: must be one of poisson, even (got 'burst')",
+    ]
+    assert traffic_defaults({"traffic": {"rate": 5, "duration_s": 300}}) == {
+        "rate": 5, "duration_s": 300, "arrivals": "poisson",
+    }  # fmt: skip
+    # No traffic object, or one that does not validate: the table's defaults.
+    assert traffic_defaults({}) == {"rate": 5, "duration_s": 60, "arrivals": "poisson"}
+    assert traffic_defaults({"traffic": {"rate": 99}})["rate"] == 5
+    assert traffic_defaults(load_scenario("storm_lesson"))["duration_s"] == 300
 
 
 def test_a_step_may_turn_the_retry_budget_off_with_null():

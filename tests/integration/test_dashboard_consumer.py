@@ -257,7 +257,7 @@ def test_refresh_asks_for_a_new_snapshot(instructor, classroom, sessions, scenar
     row = next(
         r for r in class_dashboard_rows(classroom_id=classroom.pk) if r.username == "carol"
     )
-    assert newcomer["html"] == presenters.dashboard_row_html(row, multi_scenario=False)
+    assert newcomer["html"] == presenters.dashboard_row_html(row)
     assert f'id="row-{newcomer["session"]}"' in newcomer["html"]
     assert newcomer["state_label"] == "closed"
     assert newcomer["mode_label"] == newcomer["mode"].replace("_", " ")

@@ -40,6 +40,7 @@ def shared_session(classroom, instructor, student, scenario):
     other = make_student("zelda_classmate", classroom)
     theirs = lab.session_open(user=other, classroom=classroom, scenario=scenario)
     lab.session_set_dependency(session=theirs, user=other, changes={"mode": "shared"})
+    session.classmate_id = theirs.pk
     yield session
     runtime.shared_model(classroom.pk).clear()
 
@@ -74,10 +75,14 @@ def test_shared_messages_carry_the_state_and_the_class_totals_and_no_name(
     async def scenario():
         connected, _ = await ws.connect(timeout=TIMEOUT)
         assert connected
-        for attempt in (1, 1, 2):
-            await sync_to_async(model.decide)(attempt=attempt)
+        # two attempts of this session (a call and its retry), one of the classmate's
+        for attempt, whose in ((1, shared_session.pk), (2, shared_session.pk), (1, None)):
+            whose = str(whose or shared_session.classmate_id)
+            await sync_to_async(model.decide)(attempt=attempt, session=whose)
         first = await next_shared(ws, texts)
         healthy = await next_shared(ws, texts)
+        while healthy["now"] <= first["now"]:
+            healthy = await next_shared(ws, texts)
         await sync_to_async(model.trigger)(parse_trigger({"kind": "down", "duration_ms": 30000}, 2))
         triggered = await next_shared(ws, texts)
         await ws.disconnect()
@@ -102,7 +107,20 @@ def test_shared_messages_carry_the_state_and_the_class_totals_and_no_name(
             assert "zelda_classmate" not in text and "students" not in message
             assert set(message) == {
                 "type", "active", "now", "seconds", "capacity_per_s", "trigger", "state", "reason",
+                "mine",
             }  # fmt: skip
+            # Its own counters only, for the seconds before the class's ``now``.
+            mine = message["mine"]
+            assert mine["now"] == message["now"]
+            assert all(r["second"] < message["now"] for r in mine["seconds"])
+    # This session's two attempts (one retry) out of the class's three, from its own counters.
+    mine = healthy["mine"]
+    assert sum(r["offered"] for r in mine["seconds"]) == 2
+    assert sum(r["retries"] for r in mine["seconds"]) == 1
+    window = mine["window"]
+    if window["attempts"]:  # the attempts' second is within the window's last 5 s
+        assert window["attempts"] == 2 and window["retry_ratio"] == 0.5
+        assert window["share"] == round(2 / 3, 4)
 
 
 def test_leaving_shared_mode_says_so_once(shared_session, student):

@@ -14,7 +14,7 @@ from django.test import Client
 
 from lab_project.asgi import application
 from labs import selectors
-from labs.consumers.storm import RESEND_S, STUDENTS_EVERY
+from labs.consumers.storm import RESEND_S
 from labs.live import runtime
 from labs.services import shared as shared_services
 
@@ -83,7 +83,7 @@ def test_snapshot_then_ticks_equal_the_redis_counters(configured, instructor):
         # More attempts after the snapshot: a tick must bring them.
         await sync_to_async(model.decide)(attempt=1)
         await sync_to_async(model.decide)(attempt=3)
-        ticks = [await ws.receive_json_from(timeout=TIMEOUT) for _ in range(STUDENTS_EVERY)]
+        ticks = [await ws.receive_json_from(timeout=TIMEOUT) for _ in range(5)]
         await ws.disconnect()
         return snapshot, ticks
 
@@ -95,8 +95,14 @@ def test_snapshot_then_ticks_equal_the_redis_counters(configured, instructor):
     assert sum(s["offered"] for s in snapshot["seconds"]) == 3
     assert sum(s["retries"] for s in snapshot["seconds"]) == 1
     assert all(t["type"] == "tick" for t in ticks)
-    # The table comes every STUDENTS_EVERY-th tick only.
-    assert ["students" in t for t in ticks] == [False] * (STUDENTS_EVERY - 1) + [True]
+    # The table comes whenever the second has moved on since it last went out (2.5 s of
+    # ticks: at least twice), each time for a later second; the tiles come with every tick.
+    tables = [snapshot["students"] and snapshot["now"]] + [
+        t["now"] for t in ticks if "students" in t
+    ]
+    assert len(tables) >= 3 and tables[1:] == sorted(set(tables[1:]))
+    assert all(t["headline"]["now"] == t["now"] for t in ticks)
+    assert snapshot["headline"]["state"] in ("no_traffic", "healthy")
 
     stored = {s.second: s.to_dict() for s in model.counters()}
     last = ticks[-1]

@@ -230,3 +230,143 @@ def test_the_lab_page_has_the_shared_dependency_card(client, classroom, student,
     # Hidden until the websocket's first "shared" message says the session calls it.
     assert 'id="shared-status"' in page and 'data-role="shared-share"' in page
     assert "queue wait p99 reached 250 ms" in page
+
+
+# -- every default the panel offers ------------------------------------------------------------
+
+
+def field_value(text: str, element_id: str) -> str:
+    """The ``value`` of the input, or the selected option of the select, with that id."""
+    import re
+
+    tag = re.search(rf'<(input|select)[^>]*id="{element_id}"[^>]*>', text)
+    assert tag, element_id
+    if tag.group(1) == "input":
+        return re.search(r'value="([^"]*)"', tag.group(0)).group(1)
+    rest = text[tag.end() : text.index("</select>", tag.end())]
+    return re.search(r'<option value="([^"]*)"[^>]*selected', rest).group(1)
+
+
+@pytest.fixture
+def storm_lesson(configured):
+    """The class's lesson is the shipped storm lesson (its script names 5 calls/s, 300 s)."""
+    import json
+    from pathlib import Path
+
+    from tests.conftest import make_scenario
+
+    path = Path(__file__).resolve().parents[2] / "scenarios" / "storm_lesson.json"
+    lesson = make_scenario("storm_lesson", title="The storm", script=json.loads(path.read_text()))
+    configured.scenarios.add(lesson)
+    return lesson
+
+
+def test_the_panel_s_traffic_defaults_come_from_the_class_s_lesson(
+    client, configured, instructor, storm_lesson, student
+):
+    for name in ("carol_a", "dave_a"):
+        user = make_student(name, configured)
+        session = lab.session_open(user=user, classroom=configured, scenario=storm_lesson)
+        assert session.dependency["mode"] == "shared"
+    client.force_login(instructor)
+    text = client.get(reverse("labs:storm_panel", args=[configured.pk])).content.decode()
+    assert field_value(text, "traffic-rate") == "5"
+    assert field_value(text, "traffic-duration") == "300"
+    assert field_value(text, "traffic-arrivals") == "poisson"
+    # The load it will offer, against the capacity (2 servers x 50 ms: 40 attempts/s).
+    assert "2 sessions x 5 calls/s = 10 calls/s, capacity 40 attempts/s" in text
+    assert 'data-sessions="2"' in text and 'data-capacity="40.0"' in text
+    # The trigger: the lesson's down trigger of 8 s.
+    assert field_value(text, "trigger-kind") == "down"
+    assert field_value(text, "trigger-duration_ms") == "8000"
+    # The dashboard's storm section offers the same.
+    text = client.get(reverse("labs:class_dashboard", args=[configured.pk])).content.decode()
+    assert field_value(text, "traffic-rate") == "5"
+    assert "2 sessions x 5 calls/s = 10 calls/s, capacity 40 attempts/s" in text
+
+
+def test_without_a_lesson_traffic_the_panel_offers_the_lab_s_defaults_and_warns_of_overload(
+    client, configured, instructor, shared_sessions
+):
+    client.force_login(instructor)
+    text = client.get(reverse("labs:storm_panel", args=[configured.pk])).content.decode()
+    assert field_value(text, "traffic-rate") == "5"
+    assert field_value(text, "traffic-duration") == "60"
+    assert "2 sessions x 5 calls/s = 10 calls/s, capacity 40 attempts/s" in text
+    shared_services.classroom_set_shared(
+        classroom=configured, user=instructor, values={"servers": 1, "service_ms": 200}
+    )
+    text = client.get(reverse("labs:storm_panel", args=[configured.pk])).content.decode()
+    assert "capacity 5 attempts/s: over capacity before any trigger" in text
+
+
+def test_a_student_s_traffic_form_starts_from_the_lesson_s_traffic(
+    client, configured, storm_lesson, student
+):
+    session = lab.session_open(user=student, classroom=configured, scenario=storm_lesson)
+    client.force_login(student)
+    text = client.get(reverse("labs:session_detail", args=[session.pk])).content.decode()
+    assert field_value(text, "traffic-rate") == "5"
+    assert field_value(text, "traffic-duration") == "300"
+
+
+def test_the_dashboard_s_class_wide_dependency_defaults_to_no_choice(
+    client, configured, instructor, shared_sessions
+):
+    client.force_login(instructor)
+    text = client.get(reverse("labs:class_dashboard", args=[configured.pk])).content.decode()
+    assert field_value(text, "fault-mode") == ""
+    assert "Choose a mode" in text
+    # Sent as it comes: refused, naming the field, and nothing changes.
+    response = client.post(
+        reverse("labs:class_set_dependency", args=[configured.pk]), {"mode": ""}, **HTMX
+    )
+    assert response.status_code == 422
+    assert "mode" in response.content.decode()
+    for session in shared_sessions:
+        session.refresh_from_db()
+        assert session.dependency["mode"] == "shared"
+
+
+def test_the_students_csv_reads_the_sessions_own_counters(
+    client, configured, instructor, shared_sessions
+):
+    """Each session's attempts and retries, counted per session where the model decided
+    them, over the complete seconds before the export's second."""
+    import time as _time
+
+    model = runtime.shared_model(configured.pk)
+    mine, theirs = (str(s.pk) for s in shared_sessions)
+    for attempt in (1, 2, 3, 4):
+        model.decide(attempt=attempt, session=mine)
+    model.decide(attempt=1, session=theirs)
+    model.refuse(session=theirs, state="open")
+    now = int(model.client.time()[0])
+    while int(model.client.time()[0]) == now:  # those seconds complete
+        _time.sleep(0.05)
+    client.force_login(instructor)
+    exported = {
+        int(r["session"]): r
+        for r in rows(client.get(reverse("labs:storm_export_students", args=[configured.pk])))
+    }
+    first, second = (exported[s.pk] for s in shared_sessions)
+    assert first["attempts_in_window"] == "4" and first["retries_in_window"] == "3"
+    assert first["retry_ratio"] == "0.75" and first["share"] == "0.8"
+    assert first["breaker_state"] == "closed"
+    assert second["attempts_in_window"] == "1" and second["refused_in_window"] == "1"
+    assert second["breaker_state"] == "open" and second["share"] == "0.2"
+    assert first["scenario"] and first["student"] == "alice"
+
+
+def test_the_dashboard_names_each_session_by_student_and_scenario(
+    client, configured, instructor, storm_lesson, scenario, student
+):
+    """A student with two sessions has two rows, told apart by the scenario (also when the
+    class has one scenario per session only)."""
+    lab.session_open(user=student, classroom=configured, scenario=scenario)
+    lab.session_open(user=student, classroom=configured, scenario=storm_lesson)
+    client.force_login(instructor)
+    text = client.get(reverse("labs:class_dashboard", args=[configured.pk])).content.decode()
+    assert text.count(">alice</a>") == 2
+    assert f'scenario-name">{scenario.title}</span>' in text
+    assert 'scenario-name">The storm</span>' in text

@@ -17,10 +17,17 @@ key                            type    holds
                                        ``timeout``, ``wasted_us``, ``calls``,
                                        ``calls_ok``, ``retries``, ``q<bucket>``); expires
                                        ``counters_ttl_ms`` after the last attempt
+``{shared:ID}:session:SID``    hash    session ``SID``'s ``<second>:<name>`` -> count
+                                       (:data:`~labs.engine.shared.SESSION_FIELDS`),
+                                       ``<second>:state`` (its breaker's state) and
+                                       ``last`` (its newest arrival second); seconds
+                                       older than ``keep_s`` behind it are dropped
 =============================  ======  ==================================================
 
 Every attempt is exactly one ``EVALSHA`` of ``lua/shared_attempt.lua``: the decision, the
-server's new free-at time and all the counters in one atomic step. Firing or clearing a
+server's new free-at time and all the counters, the calling session's included, in one
+atomic step; a call the session's breaker refused is one ``EVALSHA`` of the same script
+(its session's counters only), sent without waiting for the reply where the client can. Firing or clearing a
 trigger is one ``EVALSHA`` of ``lua/shared_control.lua``. With ``server_time`` (the default)
 arrivals are stamped with Redis's ``TIME`` inside the script, so arrival order is the order
 in which Redis runs the scripts, whatever the callers' clocks say; with ``server_time=False``
@@ -36,11 +43,14 @@ from typing import Any
 
 from labs.engine.shared import (
     MAX_SERVERS,
+    SESSION_KEEP_S,
     Decision,
     Second,
     SharedConfig,
     Trigger,
     seconds_from_fields,
+    session_field_names,
+    session_seconds_from_fields,
 )
 from labs.engine.stores.redis_store import _Script, _text
 
@@ -75,6 +85,7 @@ class RedisSharedModel:
         *,
         server_time: bool = True,
         counters_ttl_ms: int = DEFAULT_COUNTERS_TTL_MS,
+        keep_s: int = SESSION_KEEP_S,
     ) -> None:
         model_id = str(model_id)
         if not model_id or any(c in model_id for c in "{} "):
@@ -83,7 +94,9 @@ class RedisSharedModel:
         self.model_id = model_id
         self.server_time = server_time
         self.counters_ttl_ms = int(counters_ttl_ms)
+        self.keep_s = int(keep_s)
         tag = f"{{shared:{model_id}}}"
+        self._tag = tag
         self.k_model = f"{tag}:model"
         self.k_counters = f"{tag}:counters"
         self._keys = (self.k_model.encode(), self.k_counters.encode())
@@ -91,8 +104,17 @@ class RedisSharedModel:
         self._control = _Script(client, "shared_control")
 
     def all_keys(self) -> list[str]:
-        """Every key this model writes."""
+        """Every key this model writes but the sessions' (:meth:`session_key`)."""
         return [self.k_model, self.k_counters]
+
+    def session_key(self, session: str) -> str:
+        """The key of one calling session's counters (under the model's hash tag)."""
+        session = str(session)
+        if not session or any(c in session for c in "{} :"):
+            raise ValueError(
+                f"session must be non-empty, without braces, colons or spaces ({session!r})"
+            )
+        return f"{self._tag}:session:{session}"
 
     # -- settings ----------------------------------------------------------------------------
 
@@ -155,26 +177,59 @@ class RedisSharedModel:
         timeout_us: int | None = None,
         deadline_us: int | None = None,
         attempt: int = 1,
+        session: str | None = None,
+        state: str = "closed",
     ) -> Decision:
-        """Decide one attempt and count it: exactly one ``EVALSHA``."""
+        """Decide one attempt and count it, for the class and for ``session`` when given:
+        exactly one ``EVALSHA``."""
+        keys = self._keys if session is None else (*self._keys, self.session_key(session))
         reply = self._attempt(
-            self._keys,
+            keys,
             (
                 self._now_arg(now_us),
                 -1 if timeout_us is None else int(timeout_us),
                 -1 if deadline_us is None else int(deadline_us),
-                int(attempt),
+                max(1, int(attempt)),
                 self.counters_ttl_ms,
+                state,
+                self.keep_s,
             ),
         )
         outcome, *numbers = reply
         return Decision(_text(outcome), *(int(n) for n in numbers))
+
+    def refuse(self, now_us: int | None = None, *, session: str, state: str = "open") -> None:
+        """Count a call ``session``'s breaker refused (its counters only; one ``EVALSHA``,
+        sent with the hub's next round trip without waiting where the client can)."""
+        self._attempt.send(
+            (*self._keys, self.session_key(session)),
+            (self._now_arg(now_us), -1, -1, 0, self.counters_ttl_ms, state, self.keep_s),
+        )
 
     # -- reading -----------------------------------------------------------------------------
 
     def counters(self) -> list[Second]:
         """Every second's counters still stored, sorted by second (one ``HGETALL``)."""
         return seconds_from_fields(self.client.hgetall(self.k_counters))
+
+    def session_seconds(
+        self, sessions: Any, first: int, last: int
+    ) -> dict[str, list[dict[str, Any]]]:
+        """Each session's rows for the seconds ``first`` to ``last``
+        (:func:`~labs.engine.shared.session_seconds_from_fields`): one pipelined ``HMGET``
+        of exactly those fields per session, one round trip."""
+        sessions = [str(s) for s in sessions]
+        if not sessions or last < first:
+            return {s: [] for s in sessions}
+        names = session_field_names(first, last)
+        pipe = self.client.pipeline(transaction=False)
+        for session in sessions:
+            pipe.hmget(self.session_key(session), names)
+        replies = pipe.execute()
+        return {
+            session: session_seconds_from_fields(dict(zip(names, values, strict=True)), first, last)
+            for session, values in zip(sessions, replies, strict=True)
+        }
 
     def state(self) -> dict[str, Any]:
         """Configuration, running trigger and the servers' free-at times (two reads); the
@@ -202,12 +257,14 @@ class RedisSharedModel:
         }
 
     def reset(self) -> None:
-        """Idle servers, no trigger, no counters; the configuration stays (one MULTI/EXEC)."""
+        """Idle servers, no trigger, no counters (the sessions' too); the configuration stays
+        (one MULTI/EXEC after a ``SCAN`` for the sessions' keys)."""
         config = None
         with contextlib.suppress(LookupError):
             config = self.config
+        sessions = self._session_keys()
         pipe = self.client.pipeline(transaction=True)
-        pipe.delete(self.k_model, self.k_counters)
+        pipe.delete(self.k_model, self.k_counters, *sessions)
         if config is not None:
             pipe.hset(
                 self.k_model,
@@ -220,8 +277,11 @@ class RedisSharedModel:
         pipe.execute()
 
     def clear(self) -> None:
-        """Delete the model's keys (configuration included)."""
-        self.client.delete(self.k_model, self.k_counters)
+        """Delete the model's keys (configuration and the sessions' counters included)."""
+        self.client.delete(self.k_model, self.k_counters, *self._session_keys())
+
+    def _session_keys(self) -> list[Any]:
+        return list(self.client.scan_iter(match=f"{self._tag}:session:*", count=1000))
 
     def __repr__(self) -> str:
         return f"RedisSharedModel(model_id={self.model_id!r})"

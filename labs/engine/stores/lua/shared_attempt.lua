@@ -3,11 +3,15 @@
 -- KEYS[1] model hash {servers, service_us, max_queue_us, last, trig*, free}: ``free`` packs
 --   the 64 servers' free-at times as little-endian doubles (exact integers up to 2^53 us)
 -- KEYS[2] counters hash "<second>:<name>" -> count
+-- KEYS[3] (optional) the calling session's counters hash "<second>:<name>" -> count, with
+--   "<second>:state" (the breaker's state) and "last" (its latest arrival second)
 -- ARGV[1] arrival us ('' = Redis TIME), ARGV[2] timeout us (-1 none),
--- ARGV[3] deadline us after arrival (-1 none), ARGV[4] attempt number, ARGV[5] counters TTL ms
+-- ARGV[3] deadline us after arrival (-1 none), ARGV[4] attempt number (0: a call the
+-- session's breaker refused, counted for the session only), ARGV[5] counters TTL ms,
+-- ARGV[6] the session's breaker state, ARGV[7] seconds a session's counters are kept
 -- Reply {outcome, arrival, answer, start, finish, server (0-based, -1), wait, service,
 --   the arrival second's offered count after this attempt}
-local m, k = KEYS[1], KEYS[2]
+local m, k, sk = KEYS[1], KEYS[2], KEYS[3]
 local cfg = redis.call('HMGET', m, 'servers', 'service_us', 'max_queue_us', 'last',
   'trig', 'trig_from', 'trig_until', 'trig_pct', 'free')
 local servers = tonumber(cfg[1])
@@ -22,6 +26,40 @@ end
 local last = tonumber(cfg[4]) or 0
 if t < last then t = last end
 local function fmt(x) return string.format('%.0f', x) end
+local function sec(x) return fmt((x - x % 1000000) / 1000000) end
+local s = sec(t)
+local attempt = tonumber(ARGV[4])
+-- the session's own counters, beside the class's: a new arrival second first drops the
+-- seconds that have grown older than the keep (one HDEL a second), or everything after a
+-- longer pause
+local NAMES = {'offered', 'calls', 'retries', 'ok', 'error', 'shed', 'skipped', 'timeout',
+  'fast', 'state'}
+local function mine(at, name, n)
+  if sk then redis.call('HINCRBY', sk, at .. ':' .. name, n) end
+end
+if sk then
+  local keep = tonumber(ARGV[7])
+  local now_s = tonumber(s)
+  local prev = tonumber(redis.call('HGET', sk, 'last') or '0')
+  if now_s > prev then
+    if prev > 0 and now_s - prev < keep then
+      for x = prev - keep + 1, now_s - keep do
+        local gone = {}
+        for i = 1, #NAMES do gone[i] = fmt(x) .. ':' .. NAMES[i] end
+        redis.call('HDEL', sk, unpack(gone))
+      end
+    elseif prev > 0 then
+      redis.call('DEL', sk)
+    end
+    redis.call('HSET', sk, 'last', s)
+  end
+  redis.call('HSET', sk, s .. ':state', ARGV[6])
+  redis.call('PEXPIRE', sk, ARGV[5])
+end
+if attempt < 1 then
+  mine(s, 'fast', 1)
+  return {'refused', t, t, 0, 0, -1, 0, 0, 0}
+end
 redis.call('HSET', m, 'last', fmt(t))
 local service = tonumber(cfg[2])
 local down = false
@@ -50,22 +88,25 @@ end
 local start = t
 if best_free > t then start = best_free end
 local wait = start - t
-local function sec(x) return fmt((x - x % 1000000) / 1000000) end
-local s = sec(t)
 local offered = redis.call('HINCRBY', k, s .. ':offered', 1)
-if tonumber(ARGV[4]) <= 1 then
+mine(s, 'offered', 1)
+if attempt <= 1 then
   redis.call('HINCRBY', k, s .. ':calls', 1)
+  mine(s, 'calls', 1)
 else
   redis.call('HINCRBY', k, s .. ':retries', 1)
+  mine(s, 'retries', 1)
 end
 redis.call('PEXPIRE', k, ARGV[5])
 if wait > tonumber(cfg[3]) then
   redis.call('HINCRBY', k, s .. ':shed', 1)
+  mine(s, 'shed', 1)
   return {'shed', t, t, 0, 0, -1, wait, service, offered}
 end
 local deadline = tonumber(ARGV[3])
 if deadline >= 0 and start >= t + deadline then
   redis.call('HINCRBY', k, s .. ':skipped', 1)
+  mine(s, 'skipped', 1)
   return {'skipped', t, t, 0, 0, -1, wait, service, offered}
 end
 local finish = start + service
@@ -83,14 +124,17 @@ local timeout = tonumber(ARGV[2])
 if timeout >= 0 and finish - t > timeout then
   local answer = t + timeout
   redis.call('HINCRBY', k, sec(answer) .. ':timeout', 1)
+  mine(sec(answer), 'timeout', 1)
   redis.call('HINCRBY', k, sec(finish) .. ':wasted_us', fmt(service))
   return {'timeout', t, answer, start, finish, best, wait, service, offered}
 end
 local fs = sec(finish)
 if down then
   redis.call('HINCRBY', k, fs .. ':error', 1)
+  mine(fs, 'error', 1)
   return {'error', t, finish, start, finish, best, wait, service, offered}
 end
 redis.call('HINCRBY', k, fs .. ':ok', 1)
 redis.call('HINCRBY', k, fs .. ':calls_ok', 1)
+mine(fs, 'ok', 1)
 return {'ok', t, finish, start, finish, best, wait, service, offered}
