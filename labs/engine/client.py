@@ -720,6 +720,8 @@ class GuardedClient:
                 why = note
             else:
                 extra["fallback_unusable"] = note
+                if "age_ms" in fallback:  # a cached answer existed, past its max age
+                    extra["fallback_expired_ms"] = fallback["age_ms"]
                 why = f"{why}; no fallback: {note}" if why else f"no fallback: {note}"
         result = replace(result, extra=extra or None)
         self._emit_result(result, why)

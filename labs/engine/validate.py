@@ -25,7 +25,7 @@ from labs.engine.config import (
     Scenario,
     Step,
 )
-from labs.engine.expect import validate_ask, validate_expect
+from labs.engine.expect import validate_ask, validate_expect, validate_situation
 from labs.engine.shared import SharedConfig, Trigger
 
 __all__ = [
@@ -73,7 +73,7 @@ _SCENARIO_KEYS = (
     "steps",
 )
 _STEP_ACTIONS = ("burst", "wait_ms", "set_dependency", "set_policy")
-_BURST_EXTRAS = ("concurrency", "expect", "ask")
+_BURST_EXTRAS = ("concurrency", "expect", "ask", "situation")
 _MAX_STEPS = 100
 _MAX_TEXT = {"name": 100, "title": 200, "description": 2000, "instructions": 20000}
 
@@ -544,6 +544,11 @@ def validate_scenario(d: Any) -> list[Problem]:
                 ]
             if "ask" in step:
                 problems += [Problem(f, m) for f, m in validate_ask(step["ask"], f"{path}.ask")]
+            if "situation" in step:
+                problems += [
+                    Problem(f, m)
+                    for f, m in validate_situation(step["situation"], f"{path}.situation")
+                ]
             _check(f"{path}.burst", step["burst"], LIMITS["steps[].burst"], problems)
             if "concurrency" in step:
                 _check(
@@ -628,6 +633,7 @@ def parse_step(d: Mapping[str, Any]) -> Step:
             concurrency=d.get("concurrency", 1),
             expect=dict(d["expect"]) if "expect" in d else None,
             ask=dict(d["ask"]) if "ask" in d else None,
+            situation=dict(d["situation"]) if "situation" in d else None,
         )
     if "wait_ms" in d:
         return Step("wait", wait_ms=d["wait_ms"])
