@@ -707,8 +707,10 @@ class GuardedClient:
                     age = _r((now_us - last) / 1000)
                     fallback["age_ms"] = age
                     usable = age <= limit
+                    # under a second in ms: "0.0 s old" would hide that it is fresh
+                    aged = fmt_ms(age) if age < 1000 else fmt_seconds(age)
                     note = (
-                        f"the cached answer, {fmt_seconds(age)} old (max age {fmt_seconds(limit)})"
+                        f"the cached answer, {aged} old (max age {fmt_seconds(limit)})"
                         if usable
                         else f"the cached answer is {fmt_seconds(age)} old, past the max age "
                         f"{fmt_seconds(limit)}"

@@ -97,6 +97,12 @@ class ValidationError(ValueError):
         super().__init__("; ".join(str(p) for p in self.problems))
 
 
+def _words(value: Any) -> str:
+    """A choice as people read it (``rolling ratio``), for messages that name another field's
+    value; anything else as :func:`_shown` shows it."""
+    return value.replace("_", " ") if isinstance(value, str) else _shown(value)
+
+
 def _shown(value: Any) -> str:
     if isinstance(value, str):
         return repr(value)
@@ -261,7 +267,7 @@ def validate_policy(d: Any, prefix: str = "policy") -> list[Problem]:
         problems.append(
             Problem(
                 f"{prefix}.backoff_cap_ms",
-                f"must be between backoff_base_ms ({_shown(base)}) and 2000 ms (got {cap})",
+                f"must be between the backoff base ({_shown(base)} ms) and 2000 ms (got {cap})",
             )
         )
     scope = d.get("breaker_scope", "dependency")
@@ -270,8 +276,9 @@ def validate_policy(d: Any, prefix: str = "policy") -> list[Problem]:
         problems.append(
             Problem(
                 f"{prefix}.breaker_scope",
-                f"host needs {prefix}.nesting retry_outside: each attempt goes to one host and "
-                f"asks that host's breaker (got nesting {_shown(nesting)})",
+                "one breaker per host needs the retries outside the breaker (nesting: retry "
+                "outside): each attempt goes to one host and asks that host's breaker (got "
+                f"nesting: {_words(nesting)})",
             )
         )
     breaker = d.get("breaker", {})
@@ -340,7 +347,7 @@ def _breaker_combinations(
         problems.append(
             Problem(
                 f"{path}.min_calls",
-                f"must be at most {path}.window_calls ({window_calls}), "
+                f"must be at most the count window ({window_calls} calls), "
                 f"or the breaker can never open (got {min_calls})",
             )
         )
@@ -351,7 +358,7 @@ def _breaker_combinations(
         problems.append(
             Problem(
                 f"{path}.cooldown_max_ms",
-                f"must be at least {path}.cooldown_ms ({_shown(cooldown)} ms), the schedule's "
+                f"must be at least the cooldown ({_shown(cooldown)} ms), the schedule's "
                 f"first step (got {_shown(ceiling)})",
             )
         )
@@ -359,7 +366,7 @@ def _breaker_combinations(
         problems.append(
             Problem(
                 f"{path}.cooldown_multiplier",
-                f"a multiplier above 1 needs {path}.cooldown_max_ms (between 100 and "
+                "a multiplier above 1 needs a cooldown ceiling (between 100 and "
                 f"3600000 ms) to cap the cooldown (got {_shown(multiplier)})",
             )
         )
@@ -369,8 +376,8 @@ def _breaker_combinations(
         problems.append(
             Problem(
                 f"{path}.half_open_decision",
-                f"ratio needs {path}.half_open_calls (between 1 and 100), the probes whose "
-                "failure ratio decides",
+                "ratio needs the probes per half-open period (between 1 and 100), the probes "
+                "whose failure ratio decides",
             )
         )
     successes = _breaker_value(breaker, "success_threshold")
@@ -383,7 +390,8 @@ def _breaker_combinations(
         problems.append(
             Problem(
                 f"{path}.success_threshold",
-                f"must be at most {path}.half_open_calls ({calls}), or the breaker can never "
+                f"must be at most the probes per half-open period ({calls}), or the breaker "
+                "can never "
                 f"close (got {successes})",
             )
         )
@@ -394,8 +402,8 @@ def _breaker_combinations(
         problems.append(
             Problem(
                 f"{path}.slow_call_ms",
-                f"needs {path}.kind rolling_ratio: the slow-call rate is a ratio over the "
-                f"rolling window (got kind {_shown(kind)})",
+                "needs the breaker kind rolling ratio: the slow-call rate is a ratio over the "
+                f"rolling window (got kind: {_words(kind)})",
             )
         )
     elif (
@@ -406,8 +414,8 @@ def _breaker_combinations(
         problems.append(
             Problem(
                 f"{path}.slow_call_ms",
-                f"needs {path}.ratio_checked_on every_result: a slow success can open the "
-                f"breaker (got {_shown(checked_on)})",
+                "needs the ratio checked on every result: a slow success can open the "
+                f"breaker (got {_words(checked_on)})",
             )
         )
     admission = _breaker_value(breaker, "admission")
@@ -415,8 +423,8 @@ def _breaker_combinations(
         problems.append(
             Problem(
                 f"{path}.admission",
-                f"strict needs {path}.kind consecutive: it holds calls back by the failure "
-                f"streak and the calls in flight (got kind {_shown(kind)})",
+                "strict needs the breaker kind consecutive: it holds calls back by the failure "
+                f"streak and the calls in flight (got kind: {_words(kind)})",
             )
         )
     interval = _breaker_value(breaker, "count_interval_ms")
@@ -424,15 +432,15 @@ def _breaker_combinations(
         problems.append(
             Problem(
                 f"{path}.count_interval_ms",
-                f"needs {path}.kind consecutive: a rolling window clears itself "
-                f"(got kind {_shown(kind)})",
+                "needs the breaker kind consecutive: a rolling window clears itself "
+                f"(got kind: {_words(kind)})",
             )
         )
     if slow_ms is None and valid("slow_call_ratio") and slow_ratio != 1:
         problems.append(
             Problem(
                 f"{path}.slow_call_ratio",
-                f"a slow-call rate below 1 needs {path}.slow_call_ms (between 1 and 600000 ms), "
+                "a slow-call rate below 1 needs a slow-call duration (between 1 and 600000 ms), "
                 f"the duration above which a call is slow (got {_shown(slow_ratio)})",
             )
         )
@@ -462,7 +470,8 @@ def validate_settings(
             problems.append(
                 Problem(
                     f"{policy_prefix}.fallback",
-                    f"{fallback} is not offered by {path}.fallbacks (offered: "
+                    f"{fallback} is not offered by "
+                    f"{'dependency B' if path.endswith('.b') else 'the dependency'} (offered: "
                     f"{', '.join(offered) or 'none'})",
                 )
             )
