@@ -57,16 +57,16 @@ from labs.engine.events import Event
 
 __all__ = [
     "ASK_MEASURES",
-    "check_situation",
-    "validate_situation",
     "BREAKER_STATES",
     "EXPECT_MEASURES",
     "NUMBER_MEASURES",
     "check_expectations",
+    "check_situation",
     "grade_answer",
     "observe",
     "validate_ask",
     "validate_expect",
+    "validate_situation",
 ]
 
 BREAKER_STATES = STATES

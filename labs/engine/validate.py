@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from labs.engine.config import (
@@ -80,13 +80,17 @@ _MAX_TEXT = {"name": 100, "title": 200, "description": 2000, "instructions": 200
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong with the input: the field's path and what is allowed."""
+    """One thing wrong with the input: the field's path and what is allowed. ``label`` is
+    the field in people's words where a page shows the problem as it is (``Calls per
+    second`` for ``rate``); ``str()`` starts with it then, else with the path."""
 
     field: str
     message: str
+    label: str = field(default="", compare=False)
 
     def __str__(self) -> str:
-        return f"{self.field}: {self.message}" if self.field else self.message
+        name = self.label or self.field
+        return f"{name}: {self.message}" if name else self.message
 
 
 class ValidationError(ValueError):

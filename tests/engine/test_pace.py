@@ -13,8 +13,8 @@ import pytest
 from labs.engine import check_situation, run_scenario, validate_scenario
 from labs.engine.cli import main
 
-from .test_dependency import dep
 from .helpers import SCENARIOS, load_scenario
+from .test_dependency import dep
 
 SHIPPED = sorted(p.stem for p in SCENARIOS.glob("*.json"))
 #: Seconds of virtual time before every burst: none, a quick reader, a slow one, a coffee.
