@@ -62,7 +62,7 @@ def _settled(client, url, timeout=30.0) -> str:
 
 
 def test_the_rate_limit_lesson_is_graded_right_after_a_readers_pause(celery_worker, client):
-    session, student, script = _lesson("rate_limited_retry_after", "PACE0001", client)
+    session, student, _script = _lesson("rate_limited_retry_after", "PACE0001", client)
     _burst(client, session, 2)
     lab.session_set_dependency(session=session, user=student, changes={"retry_after_ms": 1500})
     time.sleep(READING_S)  # reading step 3 and typing the prediction
@@ -79,7 +79,7 @@ def test_the_rate_limit_lesson_is_graded_right_after_a_readers_pause(celery_work
 
 
 def test_a_rate_limit_used_up_before_the_step_grades_nothing_and_says_why(celery_worker, client):
-    session, student, script = _lesson("rate_limited_retry_after", "PACE0002", client)
+    session, student, _script = _lesson("rate_limited_retry_after", "PACE0002", client)
     _burst(client, session, 2)
     lab.session_set_dependency(session=session, user=student, changes={"retry_after_ms": 1500})
     _burst(client, session, 1)  # the student ran a burst of their own: the window is used up
