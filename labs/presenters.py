@@ -306,6 +306,16 @@ def measure_value(value: Any) -> str:
     return str(value)
 
 
+def observed_text(measure: str, value: Any) -> str:
+    """A graded measure as the step shows it: milliseconds whole (``1475``, not
+    ``1475.386``), a breaker state as its word, anything else as :func:`measure_value`."""
+    if value is None:
+        return ""
+    if measure.endswith("_ms_total") and isinstance(value, (int, float)):
+        return str(round(value))
+    return measure_value(value)
+
+
 def check_rows(checks: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """A scenario run's expectation checks with their values as text (admin, run results)."""
     return [
