@@ -31,7 +31,7 @@ BURST_TIMEOUT_MS = 45_000
 
 def _session(name: str, code: str):
     script = json.loads((ROOT / "scenarios" / f"{name}.json").read_text())
-    scenario = make_scenario(name, title=script["title"], script=script)
+    scenario = make_scenario(name, title=script.get("title", name), script=script)
     room = make_classroom(f"Lesson {name}", join_code=code)
     room.scenarios.add(scenario)
     student = make_student(f"s{code.lower()}", room)
@@ -307,4 +307,39 @@ def test_each_lesson_at_a_persons_pace_grades_what_its_explanation_says(open_pag
 def test_the_timed_lessons_also_pass_at_script_speed(open_page, name):
     page, errors = open_page(name, f"FAST{TIMED.index(name):04d}")
     _check_grades(name, do_lesson(page, name, read_s=0.0, timed_read_s=0.0))
+    assert errors == []
+
+
+def test_a_step_whose_situation_did_not_happen_says_so_and_runs_again(open_page):
+    """The student runs a burst of their own between setting the rate limit and the graded
+    step: the limit is used up, so the step grades nothing, says why in words, and runs again
+    once step 2 has set the limit afresh."""
+    page, errors = open_page("rate_limited_retry_after", "MISSED01")
+    page.locator('#steps .step[data-step="1"] [data-step-do]').click()
+    page.wait_for_function(
+        "() => document.getElementById('burst-summary').dataset.status === 'done'",
+        timeout=BURST_TIMEOUT_MS,
+    )
+    page.locator('#steps .step[data-step="2"] [data-step-do]').click()
+    expect(page.locator("#step-2")).to_be_checked()
+    run_burst(page, 1, 1, 2)  # a burst of their own: it meets the whole 1.5 s window
+    page.locator("#answer-3").click()
+    page.keyboard.type("1485", delay=100)
+    page.locator("#step-prediction-3 [data-step-predict]").click()
+    page.locator("#step-do-3").click()
+    missed = page.locator("#step-prediction-3 [data-missed]")
+    expect(missed).to_contain_text("Burst 3 graded nothing.", timeout=BURST_TIMEOUT_MS)
+    expect(missed).to_contain_text("its rate limit had already run out before this burst")
+    expect(page.locator("#step-prediction-3 [data-grade]")).to_have_count(0)
+    expect(page.locator("#step-do-3")).to_be_enabled()
+    page.set_viewport_size({"width": 1920, "height": 1080})
+    missed.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "paced-missed-1920.png"))
+
+    page.locator('#steps .step[data-step="2"] [data-step-do]').click()  # the limit afresh
+    page.wait_for_timeout(1000)
+    page.locator("#step-do-3").click()
+    grade = page.locator("#step-prediction-3 [data-grade]")
+    expect(grade).to_have_attribute("data-grade", "right", timeout=BURST_TIMEOUT_MS)
+    expect(page.locator("#step-prediction-3 [data-missed]")).to_have_count(0)
     assert errors == []
