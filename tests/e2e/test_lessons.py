@@ -289,7 +289,9 @@ def shoot_graded(page, name: str, step: int) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for width, height in ((1920, 1080), (390, 844)):
         page.set_viewport_size({"width": width, "height": height})
-        page.locator(f"#step-prediction-{step}").scroll_into_view_if_needed()
+        page.locator(f"#step-prediction-{step} [data-grade]").evaluate(
+            "e => e.scrollIntoView({block: 'start'})"
+        )
         page.screenshot(path=str(ARTIFACTS / f"paced-{name}-{width}.png"))
 
 
