@@ -290,7 +290,8 @@ def _field_for(name: str, path: str, label: str) -> forms.Field:
             label=label,
             choices=off + [(c, c.replace("_", " ")) for c in limit.choices],
             required=False,
-            help_text=help_text.replace("null (off)", "off"),
+            # the options' words (``rolling ratio``), as the select shows them
+            help_text=help_text.replace("null (off)", "off").replace("_", " "),
         )
     if limit.type == "bool":
         return forms.ChoiceField(

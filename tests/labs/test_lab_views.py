@@ -709,7 +709,7 @@ def test_every_peer_setting_is_in_the_collapsed_advanced_section(owner_client, s
         assert f'<label for="id_{name}">' in section, name
     assert "Allowed: one of inclusive, strict" in section
     assert "Allowed: blank (off) or between 100 and 3600000 ms" in section
-    assert "Allowed: one of per_call, grpc, finagle" in section
+    assert "Allowed: one of per call, grpc, finagle" in section
     assert "<script" not in section and "style=" not in section  # the page's CSP
 
 
