@@ -338,6 +338,17 @@ MEASURE_UNITS = {
     "attempts_total": "attempts",
     "dependency_hits": "attempts",
     "backoff_ms_total": "ms",
+    "errors": "calls",
+    "degraded": "calls",
+    "a_succeeded": "calls",
+    "b_succeeded": "calls",
+    "rejected_bulkhead": "calls",
+    "pool_timeout": "calls",
+    "fallback_expired": "calls",
+    "wait_ms_total": "ms",
+    "throttled": "attempts",
+    "effects_applied": "side effects",
+    "transition_count": "transitions",
 }
 
 

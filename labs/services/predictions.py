@@ -46,6 +46,7 @@ ANSWER_MAX = {
     "dependency_hits": 100,
     "backoff_ms_total": 200_000,
     "errors": 20,
+    "wait_ms_total": 200_000,
     "degraded": 20,
     "a_succeeded": 20,
     "b_succeeded": 20,
