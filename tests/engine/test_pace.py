@@ -143,3 +143,18 @@ def test_check_situation_reads_min_and_max():
 def test_a_bad_situation_is_named_with_what_is_allowed(situation, problem):
     script = {"name": "s", "steps": [{"burst": 1, "situation": situation}]}
     assert any(problem in str(p) for p in validate_scenario(script)), validate_scenario(script)
+
+
+def test_a_rate_limit_not_yet_started_survives_an_export_and_starts_on_replay(store):
+    """A burst's start state (what the what-if replays from) keeps "not started yet"."""
+    from labs.engine import MemoryStore
+
+    d, _clock = dep(store=store, mode="rate_limited", retry_after_ms=300, latency_ms=5)
+    d.arm()
+    state = store.export_state()
+    assert state["dependency"]["armed_at_us"] == -1
+    copy = MemoryStore()
+    copy.import_state(state)
+    again, later = dep(store=copy, mode="rate_limited", retry_after_ms=300, latency_ms=5)
+    later.advance(30.0)
+    assert again.attempt().retry_after_ms == 295
