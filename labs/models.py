@@ -688,6 +688,14 @@ class Prediction(models.Model):
         """The observed value of the question's measure (None until graded)."""
         return (self.observed or {}).get(self.measure)
 
+    @property
+    def missed(self) -> str:
+        """Why the step's last run graded nothing (its situation did not happen: a rate
+        limit already over, a cached answer already stale), or ""; the step may run again."""
+        if self.correct is not None or self.ran_at is not None:
+            return ""
+        return str((self.observed or {}).get("missed") or "")
+
 
 class StepProgress(models.Model):
     """A scenario step marked done in one attempt at a lab session (kept on the server, so it

@@ -78,8 +78,193 @@ def whatif_refusal(number: Any, status: str, recorded: bool) -> str:
 # --- scenario steps --------------------------------------------------------------------------
 
 
+#: The modes as the dependency card names them.
+MODE_WORDS = {
+    "healthy": "healthy",
+    "flaky": "flaky",
+    "down": "down",
+    "slow": "slow",
+    "error_rate": "error rate",
+    "outage": "outage",
+    "rate_limited": "rate limited",
+    "script": "script",
+    "shared": "the class's shared dependency",
+}
+
+
+def _ms_words(value: Any) -> str:
+    """Milliseconds as people read a duration: ``400 ms``, ``3 s``, ``1.5 s``."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return str(value)
+    if value >= 1000 and value % 100 == 0:
+        return f"{value / 1000:g} s"
+    return f"{value:g} ms"
+
+
+def _percent(value: Any) -> str:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return str(value)
+    return f"{value * 100:g} %"
+
+
+def _on_off(value: Any) -> str:
+    return "on" if value is True else "off" if value in (False, None) else str(value)
+
+
+def _saved(value: Any) -> str:
+    return f"{value} retry" if value == 1 else f"{value} retries"
+
+
+def _off_or(value: Any, shown) -> str:
+    return "off" if value is None else shown(value)
+
+
+_FALLBACK_WORDS = {"cached": "the cached answer", "default": "a default answer"}
+
+
+def _choice(value: Any) -> str:
+    return "off" if value is None else str(value).replace("_", " ")
+
+
+def _outcomes_words(outcomes: Any) -> str:
+    """A script's outcomes with runs counted: ``ok 4 times, fail 6 times, then healthy``."""
+    if not isinstance(outcomes, list):
+        return str(outcomes)
+    runs: list[list[Any]] = []
+    for token in outcomes:
+        if runs and runs[-1][0] == token:
+            runs[-1][1] += 1
+        else:
+            runs.append([token, 1])
+    text = ", ".join(f"{t} {n} times" if n > 1 else str(t) for t, n in runs)
+    return f"{text}, then healthy"
+
+
+def _hosts_words(hosts: Any) -> str:
+    if not isinstance(hosts, list):
+        return str(hosts)
+    if not hosts:
+        return "one host"
+    words = []
+    for host in hosts:
+        host = host if isinstance(host, dict) else {}
+        word = MODE_WORDS.get(host.get("mode"), "as the dependency")
+        if "latency_ms" in host:
+            word += f" ({_ms_words(host['latency_ms'])})"
+        words.append(word)
+    return ", ".join(words)
+
+
+# (label, how the value reads), per JSON key: the lab page's field labels, in sentences.
+_DEPENDENCY_WORDS: dict[str, tuple[str, Any]] = {
+    "latency_ms": ("Latency per attempt", _ms_words),
+    "fail_count": ("Flaky: fails the next {} attempts", str),
+    "error": ("Failure kind", str),
+    "rate": ("Error rate: {} of attempts fail", _percent),
+    "down_for_ms": ("Outage: down for {}", _ms_words),
+    "retry_after_ms": ("Rate limited: 429s for {}", _ms_words),
+    "outcomes": ("Script: {}", _outcomes_words),
+    "hosts": ("Hosts", _hosts_words),
+    "spread": ("Hosts: spread", _choice),
+    "side_effect": ("Side effect per processed attempt", _choice),
+    "honours_keys": ("Honours idempotency keys", lambda v: "yes" if v is True else "no"),
+    "fallbacks": ("Fallbacks it offers", lambda v: ", ".join(map(str, v)) if v else "none"),
+    "b_every": ("Dependency B takes every n-th call", str),
+}
+_POLICY_WORDS: dict[str, tuple[str, Any]] = {
+    "max_attempts": ("Max attempts per call", str),
+    "backoff_base_ms": ("Backoff base", _ms_words),
+    "backoff_cap_ms": ("Backoff cap", _ms_words),
+    "jitter": ("Jitter", _choice),
+    "nesting": ("Nesting", _choice),
+    "deadline_ms": ("Per-call deadline", lambda v: _off_or(v, _ms_words)),
+    "attempt_timeout_ms": ("Attempt timeout", lambda v: _off_or(v, _ms_words)),
+    "retry_after": ("Retry-After handling", _choice),
+    "breaker_scope": ("One breaker per", _choice),
+    "bulkhead": ("Bulkhead", lambda v: "off" if v is None else f"{v} in flight per dependency"),
+    "pool_wait_ms": ("Pool: longest wait for a slot", lambda v: _off_or(v, _ms_words)),
+    "fallback": ("Fallback", lambda v: _FALLBACK_WORDS.get(v, _choice(v))),
+    "fallback_max_age_ms": ("Fallback: cached answer's max age", _ms_words),
+    "idempotency_keys": ("Idempotency keys", _on_off),
+}
+_BREAKER_WORDS: dict[str, tuple[str, Any]] = {
+    "kind": ("Breaker kind", _choice),
+    "failure_threshold": ("Failure threshold: {} failed calls in a row", str),
+    "cooldown_ms": ("Cooldown", _ms_words),
+    "cooldown_jitter_pct": ("Cooldown jitter", lambda v: f"{v} %"),
+    "half_open_max_probes": ("Half-open probes", str),
+    "success_threshold": ("Successes to close", str),
+    "failure_ratio": ("Rolling: failure ratio", _percent),
+    "min_calls": ("Rolling: minimum calls", str),
+    "window_ms": ("Rolling: time window", _ms_words),
+    "buckets": ("Rolling: buckets", str),
+    "window_calls": ("Rolling: count window", lambda v: "off" if v is None else f"{v} calls"),
+    "cooldown_edge": ("Cooldown edge", _choice),
+    "cooldown_multiplier": ("Cooldown multiplier", str),
+    "cooldown_max_ms": ("Cooldown ceiling", lambda v: "off" if v is None else _ms_words(v)),
+    "ratio_checked_on": ("Rolling: ratio checked on", _choice),
+    "half_open_calls": ("Half-open: probes per period", lambda v: "off" if v is None else str(v)),
+    "half_open_decision": ("Half-open: decided by", _choice),
+    "slow_call_ms": ("Rolling: slow call above", lambda v: "off" if v is None else _ms_words(v)),
+    "slow_call_ratio": ("Rolling: slow-call ratio", _percent),
+    "admission": ("Admission", _choice),
+    "counts": ("Counts kept", _choice),
+    "count_interval_ms": ("Counts clear every", lambda v: "off" if v is None else _ms_words(v)),
+}
+_BUDGET_WORDS: dict[str, tuple[str, Any]] = {
+    "kind": ("Retry budget: kind", _choice),
+    "token_ratio": ("Retry budget: retries up to {} of calls", _percent),
+    "max_tokens": ("Retry budget: at most {} saved", _saved),
+    "ttl_ms": ("Finagle: deposit lifetime", _ms_words),
+    "min_retries_per_sec": ("Finagle: minimum retries per second", str),
+    "percent_can_retry": ("Finagle: retries per request", str),
+}
+
+
+def _phrase(words: dict[str, tuple[str, Any]], key: str, value: Any) -> str:
+    """``Label: value`` in the lab page's words (a label with ``{}`` takes the value in its
+    place: ``Rate limited: 429s for 1.5 s``); an unknown key reads as its words."""
+    label, shown = words.get(key, (key.replace("_", " ").capitalize(), _choice))
+    return label.format(shown(value)) if "{}" in label else f"{label}: {shown(value)}"
+
+
+def setting_phrases(kind: str, changes: dict[str, Any]) -> list[str]:
+    """What a ``set_dependency`` (``kind`` "dependency") or ``set_policy`` step changes, one
+    ``Label: value`` per field in the words of the lab page's forms (``Retry budget: retries
+    up to 10 % of calls``, ``Idempotency keys: on``), never the JSON names."""
+    parts: list[str] = []
+    for key, value in changes.items():
+        if kind == "dependency":
+            if key == "mode":
+                continue
+            if key == "b":
+                if value is None:
+                    parts.append("Dependency B: none")
+                elif isinstance(value, dict):
+                    b = [f"mode {MODE_WORDS.get(value.get('mode'), _choice(value.get('mode')))}"]
+                    b += [
+                        _phrase(_DEPENDENCY_WORDS, k, v).lower()
+                        for k, v in value.items()
+                        if k != "mode"
+                    ]
+                    parts.append("Dependency B: " + ", ".join(b))
+                continue
+            parts.append(_phrase(_DEPENDENCY_WORDS, key, value))
+        elif key == "breaker" and isinstance(value, dict):
+            parts += [_phrase(_BREAKER_WORDS, k, v) for k, v in value.items()]
+        elif key == "retry_budget":
+            if not isinstance(value, dict):
+                parts.append("Retry budget: off")
+            else:
+                parts += [_phrase(_BUDGET_WORDS, k, v) for k, v in value.items()]
+        else:
+            parts.append(_phrase(_POLICY_WORDS, key, value))
+    return parts
+
+
 def step_sentence(step: dict[str, Any]) -> str:
-    """A scenario step as an instruction (``Run a burst of 6 calls``)."""
+    """A scenario step as an instruction in the lab page's words (``Run a burst of 6
+    calls.``, ``Change the policy. Idempotency keys: on.``)."""
     if not isinstance(step, dict):
         return str(step)
     if "burst" in step:
@@ -89,27 +274,21 @@ def step_sentence(step: dict[str, Any]) -> str:
         return f"Run a burst of {size} call{'s' if size != 1 else ''}{callers}."
     if "wait_ms" in step:
         ms = step.get("wait_ms") or 0
-        return f"Wait {ms / 1000:g} s (let the breaker's cooldown run out)."
+        return f"Wait {ms / 1000:g} s (start the timer; run the next step once it has run out)."
     if "set_dependency" in step:
         changes = step.get("set_dependency") or {}
         mode = changes.get("mode")
-        rest = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in changes.items() if k != "mode")
-        what = (
-            f"Set the dependency to {str(mode).replace('_', ' ')}"
-            if mode
-            else "Change the dependency"
-        )
-        return f"{what}{' (' + rest + ')' if rest else ''}."
+        parts = setting_phrases("dependency", changes)
+        if mode:
+            word = MODE_WORDS.get(mode, _choice(mode))
+            own = f"{word.capitalize()}: "  # the mode's own parameter reads after the mode
+            parts = [p.removeprefix(own) for p in parts]
+            return f"Set the dependency to {word}{': ' + '; '.join(parts) if parts else ''}."
+        return f"Change the dependency. {'; '.join(parts)}." if parts else "Change the dependency."
     if "set_policy" in step:
-        changes = step.get("set_policy") or {}
-        parts = []
-        for key, value in changes.items():
-            if isinstance(value, dict):
-                parts += [f"{key} {k.replace('_', ' ')} {v}" for k, v in value.items()]
-            else:
-                parts.append(f"{key.replace('_', ' ')} {'off' if value is None else value}")
-        return f"Change the policy: {', '.join(parts)}."
-    return ", ".join(f"{k} {v}" for k, v in step.items())
+        parts = setting_phrases("policy", step.get("set_policy") or {})
+        return f"Change the policy. {'; '.join(parts)}." if parts else "Change the policy."
+    return "A step this lab cannot show."
 
 
 def measure_value(value: Any) -> str:
@@ -126,6 +305,16 @@ def measure_value(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     return str(value)
+
+
+def observed_text(measure: str, value: Any) -> str:
+    """A graded measure as the step shows it: milliseconds whole (``1475``, not
+    ``1475.386``), a breaker state as its word, anything else as :func:`measure_value`."""
+    if value is None:
+        return ""
+    if measure.endswith("_ms_total") and isinstance(value, (int, float)):
+        return str(round(value))
+    return measure_value(value)
 
 
 def check_rows(checks: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -150,6 +339,17 @@ MEASURE_UNITS = {
     "attempts_total": "attempts",
     "dependency_hits": "attempts",
     "backoff_ms_total": "ms",
+    "errors": "calls",
+    "degraded": "calls",
+    "a_succeeded": "calls",
+    "b_succeeded": "calls",
+    "rejected_bulkhead": "calls",
+    "pool_timeout": "calls",
+    "fallback_expired": "calls",
+    "wait_ms_total": "ms",
+    "throttled": "attempts",
+    "effects_applied": "side effects",
+    "transition_count": "transitions",
 }
 
 

@@ -58,6 +58,7 @@ from labs.engine.expect import (
     ASK_MEASURES,
     EXPECT_MEASURES,
     check_expectations,
+    check_situation,
     grade_answer,
     observe,
 )
@@ -139,6 +140,7 @@ __all__ = [
     "VirtualClock",
     "backoff_ms",
     "check_expectations",
+    "check_situation",
     "default_dependency",
     "default_policy",
     "grade_answer",

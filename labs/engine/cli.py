@@ -38,6 +38,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("file", type=Path, help="scenario JSON file")
     run.add_argument("--real", action="store_true", help="real sleeps instead of virtual time")
     run.add_argument("--json", action="store_true", help="print the JSON contract")
+    run.add_argument(
+        "--pause-before-burst",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="let this many seconds pass before every burst step (a student reading the "
+        "step first); every expectation must still hold",
+    )
     cmp = sub.add_parser("compare", help="run a scenario under its policy and under another")
     cmp.add_argument("file", type=Path, help="scenario JSON file (policy A is its own)")
     cmp.add_argument(
@@ -207,7 +215,12 @@ def main(
     data = _load(args.file, err)
     if data is None:
         return EXIT_BAD_INPUT
-    result = run_scenario(parse_scenario(data), real=args.real)
+    if not 0 <= args.pause_before_burst <= 3600:
+        print("--pause-before-burst: must be between 0 and 3600 seconds", file=err)
+        return EXIT_BAD_INPUT
+    result = run_scenario(
+        parse_scenario(data), real=args.real, pause_before_burst_ms=args.pause_before_burst * 1000
+    )
     if args.json:
         print(json.dumps(result, indent=2), file=out)
     else:

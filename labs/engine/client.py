@@ -712,8 +712,10 @@ class GuardedClient:
                     age = _r((now_us - last) / 1000)
                     fallback["age_ms"] = age
                     usable = age <= limit
+                    # under a second in ms: "0.0 s old" would hide that it is fresh
+                    aged = fmt_ms(age) if age < 1000 else fmt_seconds(age)
                     note = (
-                        f"the cached answer, {fmt_seconds(age)} old (max age {fmt_seconds(limit)})"
+                        f"the cached answer, {aged} old (max age {fmt_seconds(limit)})"
                         if usable
                         else f"the cached answer is {fmt_seconds(age)} old, past the max age "
                         f"{fmt_seconds(limit)}"
@@ -725,6 +727,8 @@ class GuardedClient:
                 why = note
             else:
                 extra["fallback_unusable"] = note
+                if "age_ms" in fallback:  # a cached answer existed, past its max age
+                    extra["fallback_expired_ms"] = fallback["age_ms"]
                 why = f"{why}; no fallback: {note}" if why else f"no fallback: {note}"
         result = replace(result, extra=extra or None)
         self._emit_result(result, why)

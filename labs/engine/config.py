@@ -508,7 +508,8 @@ class Step:
     ``set_policy``. A ``set_*`` step carries the keys it changes; they are merged into the
     current settings (nested ``breaker`` / ``retry_budget`` objects merge one level deeper).
     A burst step may carry ``expect`` (measures checked after the run) and ``ask`` (a question
-    whose answer the run observes); see :mod:`labs.engine.expect`."""
+    whose answer the run observes) and ``situation`` (what must have happened for the step's
+lesson to be there); see :mod:`labs.engine.expect`."""
 
     action: Literal["burst", "wait", "set_dependency", "set_policy"]
     burst: int | None = None
@@ -517,6 +518,7 @@ class Step:
     changes: dict[str, Any] | None = None
     expect: dict[str, Any] | None = None
     ask: dict[str, Any] | None = None
+    situation: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The step as it appears in a scenario file."""
@@ -526,6 +528,8 @@ class Step:
                 out["expect"] = dict(self.expect)
             if self.ask is not None:
                 out["ask"] = dict(self.ask)
+            if self.situation is not None:
+                out["situation"] = dict(self.situation)
             return out
         if self.action == "wait":
             return {"wait_ms": self.wait_ms}

@@ -5,7 +5,9 @@ then heal); ``down``; ``slow`` (answers, but after ``latency_ms``, meant to exce
 client's ``attempt_timeout_ms``); ``error_rate`` (each attempt fails with probability
 ``rate``, drawn from the seeded rng); ``outage`` (down for ``down_for_ms`` from when it was
 set, then healthy); ``rate_limited`` (429 with ``Retry-After`` = the time left, for
-``retry_after_ms`` from when it was set, then healthy); ``script`` (``outcomes`` in order,
+``retry_after_ms`` from the first attempt that reaches it after it was set, then healthy:
+the limit trips on the caller's first request, so a lesson's window starts with the burst
+that meets it, however long the student read before running it); ``script`` (``outcomes`` in order,
 one per attempt, then healthy); ``shared`` (the class's shared dependency: the lab puts a
 :class:`~labs.engine.shared.SharedDependency` in its place, and this fake answers as healthy).
 Failures carry the kind ``error`` (503 by default).
@@ -82,9 +84,13 @@ class FakeDependency:
     def arm(self) -> None:
         """Write the mode's fresh state: flaky counter = N, start time = now, position 0.
 
-        Called when the dependency is (re)set; without it, the first attempt arms lazily.
+        A rate limit's start time is left to its first attempt (armed at -1, which the
+        store's ``dependency_step`` replaces with the time of the attempt). Called when the
+        dependency is (re)set; without it, the first attempt arms lazily.
         """
-        self.store.dependency_arm(self._fail_left, int(self.clock.now() * 1e6 + 0.5))
+        now_us = int(self.clock.now() * 1e6 + 0.5)
+        started = -1 if self.config.mode == "rate_limited" else now_us
+        self.store.dependency_arm(self._fail_left, started)
 
     @property
     def fail_left(self) -> int:

@@ -12,6 +12,11 @@ Measures:
 ``calls``               number of calls in the burst
 ``succeeded``           calls that succeeded
 ``failed``              calls that failed after trying (not fast-failed)
+``errors``              calls the user saw answered with an error, whoever produced it (the
+                        dependency, the breaker, the budget, the deadline, the bulkhead): every
+                        call that neither succeeded nor was answered by a fallback
+``throttled``           attempts the dependency answered 429 (a rate limit's window met)
+``fallback_expired``    calls whose cached answer was past the fallback's max age
 ``fast_failed``         calls refused at once, without an attempt (breaker or bulkhead)
 ``attempts_total``      attempts sent, all calls together
 ``dependency_hits``     attempts that reached the dependency (``attempt`` events)
@@ -30,8 +35,15 @@ Measures:
                         ``{"from": s, "to": s, "call": n}`` (``from`` and ``call`` optional;
                         expect only)
 
-A number may be written plain (exact) or as ``{"value": v, "tolerance": t}`` (``|observed -
-v| <= t``).
+A number may be written plain (exact), as ``{"value": v, "tolerance": t}`` (``|observed -
+v| <= t``) or as a range ``{"min": a, "max": b}`` (either end may be left out).
+
+A burst step may also carry ``situation``: ``{"needs": {measure: expected, ...}, "missed":
+sentence}``, what must have happened in the burst for the step's lesson to be there at all
+(a rate limit met, a cached answer fresh enough). The script's own timing always produces
+it; a student who did something else in between (ran another burst, skipped a wait) may
+not. :func:`check_situation` returns the ``missed`` sentence then, and the lab grades
+nothing for that run: the student reads why and runs the step again.
 """
 
 from __future__ import annotations
@@ -49,10 +61,12 @@ __all__ = [
     "EXPECT_MEASURES",
     "NUMBER_MEASURES",
     "check_expectations",
+    "check_situation",
     "grade_answer",
     "observe",
     "validate_ask",
     "validate_expect",
+    "validate_situation",
 ]
 
 BREAKER_STATES = STATES
@@ -72,6 +86,9 @@ NUMBER_MEASURES = (
     "rejected_bulkhead",
     "pool_timeout",
     "wait_ms_total",
+    "errors",
+    "throttled",
+    "fallback_expired",
 )
 CHOICE_MEASURES = ("breaker_after",)
 LIST_MEASURES = ("attempts", "transitions")
@@ -93,14 +110,18 @@ def observe(events: Iterable[Event], breaker_before: str = "closed") -> dict[str
     transitions: list[dict[str, Any]] = []
     hits = 0
     effects = 0
+    throttled = 0
+    expired = 0
     state = breaker_before
     summary: dict[str, Any] = {}
     for e in events:
         if e.kind == "attempt":
             hits += 1
             effects += e.data.get("effect") == "applied"
+            throttled += e.error == "429"
         elif e.kind == "call_result":
             calls.append((e.call or 0, int(e.data.get("attempts", e.attempt or 0))))
+            expired += "fallback_expired_ms" in e.data
         elif e.kind == "transition":
             transitions.append({"from": e.state_from, "to": e.state_to, "call": e.call})
             if "host" not in e.data and e.data.get("dependency") != "b":
@@ -126,6 +147,9 @@ def observe(events: Iterable[Event], breaker_before: str = "closed") -> dict[str
         "rejected_bulkhead": summary.get("rejected_bulkhead", 0),
         "pool_timeout": summary.get("pool_timeout", 0),
         "wait_ms_total": round(float(summary.get("wait_ms_total", 0.0)), 3),
+        "errors": len(calls) - summary.get("succeeded", 0) - summary.get("degraded", 0),
+        "throttled": throttled,
+        "fallback_expired": expired,
         "attempts": [a for _, a in calls],
         "transitions": transitions,
     }
@@ -137,10 +161,20 @@ def _number(value: Any) -> bool:
 
 def _number_problem(value: Any) -> str | None:
     """Why ``value`` is not a valid expected number, or None."""
+    if isinstance(value, Mapping) and "value" not in value and ({"min", "max"} & set(value)):
+        unknown = [k for k in value if k not in ("min", "max")]
+        if unknown:
+            return f"unknown key {unknown[0]!r} (allowed: min, max)"
+        ends = [value[k] for k in ("min", "max") if k in value]
+        if not all(_number(v) and 0 <= v <= _MAX_NUMBER for v in ends):
+            return f"min and max must be numbers between 0 and {_MAX_NUMBER}"
+        if value.get("min", 0) > value.get("max", _MAX_NUMBER):
+            return "min must be at most max"
+        return None
     if isinstance(value, Mapping):
         unknown = [k for k in value if k not in ("value", "tolerance")]
         if unknown:
-            return f"unknown key {unknown[0]!r} (allowed: value, tolerance)"
+            return f"unknown key {unknown[0]!r} (allowed: value, tolerance, or min, max)"
         if "value" not in value:
             return "needs value (a number) and optionally tolerance"
         tolerance = value.get("tolerance", 0)
@@ -247,6 +281,9 @@ def _compare(measure: str, expected: Any, observed: Any) -> tuple[bool, Any, flo
     """(ok, expected value shown, tolerance)."""
     if measure in NUMBER_MEASURES:
         tolerance = 0.0
+        if isinstance(expected, Mapping) and "value" not in expected:
+            low, high = expected.get("min", 0), expected.get("max", math.inf)
+            return low <= observed <= high, dict(expected), 0.0
         if isinstance(expected, Mapping):
             tolerance = float(expected.get("tolerance", 0))
             expected = expected["value"]
@@ -254,6 +291,43 @@ def _compare(measure: str, expected: Any, observed: Any) -> tuple[bool, Any, flo
     if measure == "transitions":
         return _matches_transitions(expected, observed), expected, 0.0
     return observed == expected, expected, 0.0
+
+
+_SITUATION_KEYS = ("needs", "missed")
+
+
+def validate_situation(value: Any, path: str) -> list[tuple[str, str]]:
+    """Problems with a step's ``situation`` object, as (field, message) pairs."""
+    if not isinstance(value, Mapping):
+        return [(path, 'must be an object {"needs": {measure: expected}, "missed": text}')]
+    problems = [
+        (f"{path}.{key}", "unknown field (allowed: needs, missed)")
+        for key in value
+        if key not in _SITUATION_KEYS
+    ]
+    problems += validate_expect(value.get("needs"), f"{path}.needs")
+    missed = value.get("missed")
+    if not isinstance(missed, str) or not missed.strip() or len(missed) > _MAX_TEXT["explanation"]:
+        problems.append(
+            (
+                f"{path}.missed",
+                f"is required: what went wrong and what to do, at most "
+                f"{_MAX_TEXT['explanation']} characters",
+            )
+        )
+    return problems
+
+
+def check_situation(situation: Mapping[str, Any] | None, observed: Mapping[str, Any]) -> str:
+    """The step's ``missed`` sentence when the burst did not produce the step's situation
+    (one of its ``needs`` does not hold), else ``""``."""
+    if not situation:
+        return ""
+    for measure, expected in (situation.get("needs") or {}).items():
+        ok, _, _ = _compare(measure, expected, observed[measure])
+        if not ok:
+            return str(situation.get("missed") or "The step's situation did not happen.")
+    return ""
 
 
 def check_expectations(

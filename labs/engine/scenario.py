@@ -10,8 +10,11 @@ events the executor returns, so any executor that runs the engine (the in-proces
                  attempts (list), attempts_total, backoff_ms_total, start_ms, end_ms, wall_ms
 ``checks``       one per expected measure of a burst step: step, burst, measure, expected,
                  observed, tolerance, ok (see :mod:`labs.engine.expect`)
-``observed``     for each burst step carrying ``expect`` or ``ask``: step, burst and every
-                 measure :func:`~labs.engine.expect.observe` computes
+``observed``     for each burst step carrying ``expect``, ``ask`` or ``situation``: step,
+                 burst and every measure :func:`~labs.engine.expect.observe` computes, and
+                 ``missed`` (the step's sentence) when its ``situation`` did not happen
+A step's missed ``situation`` is also a failed check (measure ``situation``), so the CLI
+exits 1 on it.
 
 Times are milliseconds since the scenario started, on the executor's clock.
 """
@@ -28,7 +31,7 @@ from labs.engine.clock import Clock, SystemClock, VirtualClock
 from labs.engine.config import DependencyConfig, Policy, Scenario
 from labs.engine.dependency import FakeDependency
 from labs.engine.events import Event, Sink
-from labs.engine.expect import check_expectations, observe
+from labs.engine.expect import check_expectations, check_situation, observe
 from labs.engine.routes import arm_routes, build_routes, needs_routes
 from labs.engine.stores.base import Store
 from labs.engine.stores.memory import MemoryStore
@@ -164,12 +167,16 @@ def run_scenario(
     executor: Executor | None = None,
     real: bool = False,
     include_events: bool = False,
+    pause_before_burst_ms: float = 0.0,
 ) -> dict[str, Any]:
     """Run every step of ``scenario``; return the JSON contract (see the module docstring).
 
     ``set_dependency`` / ``set_policy`` steps are merged into the settings in force and the
     full result is handed to the executor. With ``include_events`` the output also lists
-    every event. Raises ValidationError for an invalid scenario dict (nothing runs).
+    every event. ``pause_before_burst_ms`` lets that much time pass on the executor's clock
+    before every burst step, as a student reading the step and typing a prediction does: a
+    lesson must meet its expectations whatever the pause. Raises ValidationError for an
+    invalid scenario dict (nothing runs).
     """
     if not isinstance(scenario, Scenario):
         scenario = parse_scenario(scenario)
@@ -187,13 +194,30 @@ def run_scenario(
     for index, step in enumerate(scenario.steps):
         if step.action == "burst":
             assert step.burst is not None
+            if pause_before_burst_ms > 0:
+                executor.wait(pause_before_burst_ms)
             burst_events = executor.burst(step.burst, step.concurrency)
             events.extend(burst_events)
             seen = observe(burst_events, breaker)
             breaker = seen["breaker_after"]
             number = next((e.burst for e in burst_events if e.kind == "burst_end"), None)
-            if step.expect or step.ask:
-                observed.append({"step": index, "burst": number, **seen})
+            missed = check_situation(step.situation, seen)
+            if step.expect or step.ask or step.situation:
+                observed.append(
+                    {"step": index, "burst": number, **seen, **({"missed": missed} if missed else {})}
+                )
+            if step.situation:
+                checks.append(
+                    {
+                        "step": index,
+                        "burst": number,
+                        "measure": "situation",
+                        "expected": "happened",
+                        "observed": missed or "happened",
+                        "tolerance": 0.0,
+                        "ok": not missed,
+                    }
+                )
             if step.expect:
                 checks += check_expectations(step.expect, seen, step=index, burst=number)
         elif step.action == "wait":

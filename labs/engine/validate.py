@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from labs.engine.config import (
@@ -25,7 +25,7 @@ from labs.engine.config import (
     Scenario,
     Step,
 )
-from labs.engine.expect import validate_ask, validate_expect
+from labs.engine.expect import validate_ask, validate_expect, validate_situation
 from labs.engine.shared import SharedConfig, Trigger
 
 __all__ = [
@@ -75,20 +75,24 @@ _SCENARIO_KEYS = (
 )
 _TRAFFIC_KEYS = ("rate", "duration_s", "arrivals")
 _STEP_ACTIONS = ("burst", "wait_ms", "set_dependency", "set_policy")
-_BURST_EXTRAS = ("concurrency", "expect", "ask")
+_BURST_EXTRAS = ("concurrency", "expect", "ask", "situation")
 _MAX_STEPS = 100
 _MAX_TEXT = {"name": 100, "title": 200, "description": 2000, "instructions": 20000}
 
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong with the input: the field's path and what is allowed."""
+    """One thing wrong with the input: the field's path and what is allowed. ``label`` is
+    the field in people's words where a page shows the problem as it is (``Calls per
+    second`` for ``rate``); ``str()`` starts with it then, else with the path."""
 
     field: str
     message: str
+    label: str = field(default="", compare=False)
 
     def __str__(self) -> str:
-        return f"{self.field}: {self.message}" if self.field else self.message
+        name = self.label or self.field
+        return f"{name}: {self.message}" if name else self.message
 
 
 class ValidationError(ValueError):
@@ -97,6 +101,12 @@ class ValidationError(ValueError):
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = list(problems)
         super().__init__("; ".join(str(p) for p in self.problems))
+
+
+def _words(value: Any) -> str:
+    """A choice as people read it (``rolling ratio``), for messages that name another field's
+    value; anything else as :func:`_shown` shows it."""
+    return value.replace("_", " ") if isinstance(value, str) else _shown(value)
 
 
 def _shown(value: Any) -> str:
@@ -263,7 +273,7 @@ def validate_policy(d: Any, prefix: str = "policy") -> list[Problem]:
         problems.append(
             Problem(
                 f"{prefix}.backoff_cap_ms",
-                f"must be between backoff_base_ms ({_shown(base)}) and 2000 ms (got {cap})",
+                f"must be between the backoff base ({_shown(base)} ms) and 2000 ms (got {cap})",
             )
         )
     scope = d.get("breaker_scope", "dependency")
@@ -272,8 +282,9 @@ def validate_policy(d: Any, prefix: str = "policy") -> list[Problem]:
         problems.append(
             Problem(
                 f"{prefix}.breaker_scope",
-                f"host needs {prefix}.nesting retry_outside: each attempt goes to one host and "
-                f"asks that host's breaker (got nesting {_shown(nesting)})",
+                "one breaker per host needs the retries outside the breaker (nesting: retry "
+                "outside): each attempt goes to one host and asks that host's breaker (got "
+                f"nesting: {_words(nesting)})",
             )
         )
     breaker = d.get("breaker", {})
@@ -342,7 +353,7 @@ def _breaker_combinations(
         problems.append(
             Problem(
                 f"{path}.min_calls",
-                f"must be at most {path}.window_calls ({window_calls}), "
+                f"must be at most the count window ({window_calls} calls), "
                 f"or the breaker can never open (got {min_calls})",
             )
         )
@@ -353,7 +364,7 @@ def _breaker_combinations(
         problems.append(
             Problem(
                 f"{path}.cooldown_max_ms",
-                f"must be at least {path}.cooldown_ms ({_shown(cooldown)} ms), the schedule's "
+                f"must be at least the cooldown ({_shown(cooldown)} ms), the schedule's "
                 f"first step (got {_shown(ceiling)})",
             )
         )
@@ -361,7 +372,7 @@ def _breaker_combinations(
         problems.append(
             Problem(
                 f"{path}.cooldown_multiplier",
-                f"a multiplier above 1 needs {path}.cooldown_max_ms (between 100 and "
+                "a multiplier above 1 needs a cooldown ceiling (between 100 and "
                 f"3600000 ms) to cap the cooldown (got {_shown(multiplier)})",
             )
         )
@@ -371,8 +382,8 @@ def _breaker_combinations(
         problems.append(
             Problem(
                 f"{path}.half_open_decision",
-                f"ratio needs {path}.half_open_calls (between 1 and 100), the probes whose "
-                "failure ratio decides",
+                "ratio needs the probes per half-open period (between 1 and 100), the probes "
+                "whose failure ratio decides",
             )
         )
     successes = _breaker_value(breaker, "success_threshold")
@@ -385,7 +396,8 @@ def _breaker_combinations(
         problems.append(
             Problem(
                 f"{path}.success_threshold",
-                f"must be at most {path}.half_open_calls ({calls}), or the breaker can never "
+                f"must be at most the probes per half-open period ({calls}), or the breaker "
+                "can never "
                 f"close (got {successes})",
             )
         )
@@ -396,8 +408,8 @@ def _breaker_combinations(
         problems.append(
             Problem(
                 f"{path}.slow_call_ms",
-                f"needs {path}.kind rolling_ratio: the slow-call rate is a ratio over the "
-                f"rolling window (got kind {_shown(kind)})",
+                "needs the breaker kind rolling ratio: the slow-call rate is a ratio over the "
+                f"rolling window (got kind: {_words(kind)})",
             )
         )
     elif (
@@ -408,8 +420,8 @@ def _breaker_combinations(
         problems.append(
             Problem(
                 f"{path}.slow_call_ms",
-                f"needs {path}.ratio_checked_on every_result: a slow success can open the "
-                f"breaker (got {_shown(checked_on)})",
+                "needs the ratio checked on every result: a slow success can open the "
+                f"breaker (got {_words(checked_on)})",
             )
         )
     admission = _breaker_value(breaker, "admission")
@@ -417,8 +429,8 @@ def _breaker_combinations(
         problems.append(
             Problem(
                 f"{path}.admission",
-                f"strict needs {path}.kind consecutive: it holds calls back by the failure "
-                f"streak and the calls in flight (got kind {_shown(kind)})",
+                "strict needs the breaker kind consecutive: it holds calls back by the failure "
+                f"streak and the calls in flight (got kind: {_words(kind)})",
             )
         )
     interval = _breaker_value(breaker, "count_interval_ms")
@@ -426,15 +438,15 @@ def _breaker_combinations(
         problems.append(
             Problem(
                 f"{path}.count_interval_ms",
-                f"needs {path}.kind consecutive: a rolling window clears itself "
-                f"(got kind {_shown(kind)})",
+                "needs the breaker kind consecutive: a rolling window clears itself "
+                f"(got kind: {_words(kind)})",
             )
         )
     if slow_ms is None and valid("slow_call_ratio") and slow_ratio != 1:
         problems.append(
             Problem(
                 f"{path}.slow_call_ratio",
-                f"a slow-call rate below 1 needs {path}.slow_call_ms (between 1 and 600000 ms), "
+                "a slow-call rate below 1 needs a slow-call duration (between 1 and 600000 ms), "
                 f"the duration above which a call is slow (got {_shown(slow_ratio)})",
             )
         )
@@ -464,7 +476,8 @@ def validate_settings(
             problems.append(
                 Problem(
                     f"{policy_prefix}.fallback",
-                    f"{fallback} is not offered by {path}.fallbacks (offered: "
+                    f"{fallback} is not offered by "
+                    f"{'dependency B' if path.endswith('.b') else 'the dependency'} (offered: "
                     f"{', '.join(offered) or 'none'})",
                 )
             )
@@ -548,6 +561,11 @@ def validate_scenario(d: Any) -> list[Problem]:
                 ]
             if "ask" in step:
                 problems += [Problem(f, m) for f, m in validate_ask(step["ask"], f"{path}.ask")]
+            if "situation" in step:
+                problems += [
+                    Problem(f, m)
+                    for f, m in validate_situation(step["situation"], f"{path}.situation")
+                ]
             _check(f"{path}.burst", step["burst"], LIMITS["steps[].burst"], problems)
             if "concurrency" in step:
                 _check(
@@ -632,6 +650,7 @@ def parse_step(d: Mapping[str, Any]) -> Step:
             concurrency=d.get("concurrency", 1),
             expect=dict(d["expect"]) if "expect" in d else None,
             ask=dict(d["ask"]) if "ask" in d else None,
+            situation=dict(d["situation"]) if "situation" in d else None,
         )
     if "wait_ms" in d:
         return Step("wait", wait_ms=d["wait_ms"])

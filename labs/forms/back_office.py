@@ -202,7 +202,8 @@ class EngineValueField(forms.CharField):
 
 class StepRowForm(forms.Form):
     """One step of a scenario script as a row of fields: the action and its value, and for a
-    burst its ``expect`` (JSON) and its ``ask`` (question, measure, tolerance, explanation).
+    burst its ``expect`` and ``situation`` (JSON) and its ``ask`` (question, measure, tolerance,
+    explanation).
 
     The row checks nothing but JSON syntax itself: :meth:`ScenarioAdminForm.clean` builds the
     whole script and puts each problem the engine's validator finds beside the row field its
@@ -225,6 +226,12 @@ class StepRowForm(forms.Form):
         help_text='burst: facts checked after the run, e.g. {"breaker_after": "open"}',
         widget=forms.Textarea(attrs={"rows": 3, "cols": 40}),
     )
+    situation = PrettyJSONField(
+        required=False,
+        help_text='burst: what must happen for the lesson, else the lab grades nothing, e.g. '
+        '{"needs": {"throttled": {"min": 1}}, "missed": "The rate limit was over: ..."}',
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 40}),
+    )
     ask_question = forms.CharField(
         required=False, label="question", widget=forms.Textarea(attrs={"rows": 2, "cols": 40})
     )
@@ -242,6 +249,7 @@ class StepRowForm(forms.Form):
         "set_dependency": "changes",
         "set_policy": "changes",
         "expect": "expect",
+        "situation": "situation",
         "ask": "ask_question",
         "ask.question": "ask_question",
         "ask.measure": "ask_measure",
@@ -270,7 +278,7 @@ class StepRowForm(forms.Form):
             row["changes"] = step[action]
         elif action in step:
             row[action] = step[action]
-        for key in ("concurrency", "expect"):
+        for key in ("concurrency", "expect", "situation"):
             if key in step:
                 row[key] = step[key]
         ask = step.get("ask")
@@ -299,6 +307,8 @@ class StepRowForm(forms.Form):
             step["set_dependency"] = data["changes"]
         if data.get("expect") is not None:
             step["expect"] = data["expect"]
+        if data.get("situation") is not None:
+            step["situation"] = data["situation"]
         ask = {}
         for key in ("question", "measure", "tolerance", "explanation"):
             value = data.get(f"ask_{key}")

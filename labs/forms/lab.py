@@ -290,7 +290,8 @@ def _field_for(name: str, path: str, label: str) -> forms.Field:
             label=label,
             choices=off + [(c, c.replace("_", " ")) for c in limit.choices],
             required=False,
-            help_text=help_text.replace("null (off)", "off"),
+            # the options' words (``rolling ratio``), as the select shows them
+            help_text=help_text.replace("null (off)", "off").replace("_", " "),
         )
     if limit.type == "bool":
         return forms.ChoiceField(
@@ -340,7 +341,8 @@ class _LabInputsMixin(BoundedInputsMixin):
 
     def too_long_message(self, name: str, limit: int, length: int) -> str:
         _describe_error(self.fields[name], name)
-        return f"{self.fields[name].label}: at most {limit} characters (got {length})"
+        label = self.fields[name].label or name.replace("_", " ").capitalize()
+        return f"{label}: at most {limit} characters (got {length})"
 
 
 class _EngineForm(_LabInputsMixin, forms.Form):
@@ -416,6 +418,7 @@ class DependencyForm(_EngineForm):
     prefix_path = "dependency."
 
     mode = forms.ChoiceField(
+        label="Dependency mode",
         choices=[(m, MODE_LABELS[m]) for m in LIMITS["dependency.mode"].choices],
         required=False,
         help_text=describe_limit("dependency.mode"),

@@ -79,16 +79,20 @@ class BurstInvalid(BurstRefused):
 def validate_burst(size: object, concurrency: object) -> list[Problem]:
     """Problems with a burst's size and concurrency (empty when both are fine)."""
     problems = []
-    for field, value, (low, high) in (
-        ("size", size, BURST_SIZE_RANGE),
-        ("concurrency", concurrency, BURST_CONCURRENCY_RANGE),
+    for field, label, value, (low, high) in (
+        ("size", "Calls in the burst", size, BURST_SIZE_RANGE),
+        ("concurrency", "Concurrent callers", concurrency, BURST_CONCURRENCY_RANGE),
     ):
         if isinstance(value, bool) or not isinstance(value, int):
             problems.append(
-                Problem(field, f"must be a whole number between {low} and {high} (got {value!r})")
+                Problem(
+                    field, f"must be a whole number between {low} and {high} (got {value!r})", label
+                )
             )
         elif not low <= value <= high:
-            problems.append(Problem(field, f"must be between {low} and {high} (got {value})"))
+            problems.append(
+                Problem(field, f"must be between {low} and {high} (got {value})", label)
+            )
     return problems
 
 

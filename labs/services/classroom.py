@@ -73,10 +73,15 @@ def validate_duration(duration_s: object) -> list:
             Problem(
                 "duration_s",
                 f"must be a whole number of seconds between {low} and {high} (got {duration_s!r})",
+                "Duration",
             )
         ]
     if not low <= duration_s <= high:
-        return [Problem("duration_s", f"must be between {low} and {high} s (got {duration_s})")]
+        return [
+            Problem(
+                "duration_s", f"must be between {low} and {high} s (got {duration_s})", "Duration"
+            )
+        ]
     return []
 
 

@@ -83,7 +83,9 @@ def _describe_dependency(dep: dict) -> str:
         "slow": "slow",
         "error_rate": f"error rate {dep.get('rate')}: attempts fail with {error} at random",
         "outage": f"outage: down for {dep.get('down_for_ms')} ms, then healthy",
-        "rate_limited": f"rate limited: 429 for {dep.get('retry_after_ms')} ms",
+        "rate_limited": (
+            f"rate limited: 429s for {dep.get('retry_after_ms')} ms from the next call"
+        ),
         "script": f"script: {', '.join(dep.get('outcomes') or [])}, then healthy",
         "shared": "shared: the class's shared dependency",
     }.get(mode, mode)

@@ -9,6 +9,11 @@ the message carries no count that a lost or reordered message could leave wrong.
 also journaled (``prediction_submitted``, "ada predicted 12 attempts for step 3") in the same
 transaction, so the session's journal shows when each prediction was made.
 
+A step may name its ``situation`` (what must have happened for the lesson to be there: a rate
+limit met, a cached answer still fresh). When the step's burst did not produce it (the student
+ran another burst in between, or skipped a wait), :func:`prediction_grade` grades nothing: the
+prediction keeps the step's ``missed`` sentence and is free to run again.
+
 The scenario never holds the right answer: :func:`prediction_grade` reads the burst's engine
 events back from the journal (:func:`labs.services.scenario_runner.event_from_row`) and
 measures them with the engine's :func:`~labs.engine.observe`, the function the scenario
@@ -23,7 +28,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from labs.engine import EVENT_KINDS, STATES, grade_answer, observe
+from labs.engine import EVENT_KINDS, STATES, check_situation, grade_answer, observe
 from labs.live import broadcast, journal
 from labs.models import Burst, JournalEvent, LabSession, Prediction, StepProgress
 from labs.presenters import actor_name
@@ -40,6 +45,11 @@ ANSWER_MAX = {
     "attempts_total": 100,
     "dependency_hits": 100,
     "backoff_ms_total": 200_000,
+    "errors": 20,
+    "wait_ms_total": 200_000,
+    "degraded": 20,
+    "a_succeeded": 20,
+    "b_succeeded": 20,
 }
 
 
@@ -69,6 +79,12 @@ PREDICTED_WORDS = {
     "attempts_total": "attempts",
     "dependency_hits": "dependency hits",
     "backoff_ms_total": "ms of backoff",
+    "errors": "calls answered with an error",
+    "degraded": "calls degraded",
+    "effects_applied": "side effects applied",
+    "transition_count": "breaker transitions",
+    "a_succeeded": "calls to A succeeded",
+    "b_succeeded": "calls to B succeeded",
 }
 
 
@@ -85,14 +101,20 @@ def _predicted_words(measure: str, answer: str, step: int) -> str:
     return f"predicted {answer} {PREDICTED_WORDS.get(measure, measure)} for step {step}"
 
 
-def step_question(session: LabSession, step: int) -> dict[str, Any] | None:
-    """The ``ask`` of the session scenario's step number ``step`` (from 1), or None."""
+def _step(session: LabSession, step: int) -> dict[str, Any]:
+    """The session scenario's step number ``step`` (from 1), or {}."""
     script = session.scenario.script if isinstance(session.scenario.script, dict) else {}
     steps = script.get("steps") or []
     if not 1 <= step <= len(steps) or not isinstance(steps[step - 1], dict):
-        return None
-    ask = steps[step - 1].get("ask")
-    return ask if isinstance(ask, dict) and "burst" in steps[step - 1] else None
+        return {}
+    return steps[step - 1]
+
+
+def step_question(session: LabSession, step: int) -> dict[str, Any] | None:
+    """The ``ask`` of the session scenario's step number ``step`` (from 1), or None."""
+    found = _step(session, step)
+    ask = found.get("ask")
+    return ask if isinstance(ask, dict) and "burst" in found else None
 
 
 def parse_answer(measure: str, raw: Any) -> str:
@@ -217,6 +239,10 @@ def prediction_grade(*, prediction: Prediction) -> Prediction:
         return prediction
     ask = step_question(prediction.session, prediction.step) or {"measure": prediction.measure}
     observed = burst_observation(burst)
+    situation = _step(prediction.session, prediction.step).get("situation")
+    missed = check_situation(situation if isinstance(situation, dict) else None, observed)
+    if missed:
+        return _release(prediction, burst, missed)
     answer: Any = prediction.answer
     if prediction.measure != "breaker_after":
         answer = float(answer)
@@ -229,6 +255,27 @@ def prediction_grade(*, prediction: Prediction) -> Prediction:
             _announce(prediction.session)
     if updated:
         prediction.refresh_from_db()
+    return prediction
+
+
+def _release(prediction: Prediction, burst: Burst, missed: str) -> Prediction:
+    """The step's burst did not produce its situation (a rate limit already over, a cache
+    already stale): grade nothing, keep the ``missed`` sentence and the burst's number in
+    ``observed`` for the page, and free the step to run again (``ran_at`` and ``burst``
+    cleared, the answer may change). Conditional on the prediction still being this burst's
+    and ungraded, so the worker and the polling page release it once."""
+    with transaction.atomic():
+        updated = Prediction.objects.filter(
+            pk=prediction.pk, burst=burst, correct__isnull=True
+        ).update(
+            observed={"missed": missed, "missed_burst": burst.number},
+            burst=None,
+            ran_at=None,
+            updated_at=timezone.now(),
+        )
+        if updated:
+            _announce(prediction.session)
+    prediction.refresh_from_db()
     return prediction
 
 

@@ -76,21 +76,27 @@ class TrafficInvalid(TrafficRefused):
 def validate_traffic(rate: object, duration_s: object, arrivals: object) -> list[Problem]:
     """Problems with a traffic run's settings (empty when all are fine)."""
     problems = []
-    for field, value, (low, high), unit in (
-        ("rate", rate, RATE_RANGE, " calls/s"),
-        ("duration_s", duration_s, DURATION_RANGE, " s"),
+    for field, label, value, (low, high), unit in (
+        ("rate", "Calls per second", rate, RATE_RANGE, " calls/s"),
+        ("duration_s", "Duration", duration_s, DURATION_RANGE, " s"),
     ):
         if isinstance(value, bool) or not isinstance(value, int):
             problems.append(
                 Problem(
-                    field, f"must be a whole number between {low} and {high}{unit} (got {value!r})"
+                    field,
+                    f"must be a whole number between {low} and {high}{unit} (got {value!r})",
+                    label,
                 )
             )
         elif not low <= value <= high:
-            problems.append(Problem(field, f"must be between {low} and {high}{unit} (got {value})"))
+            problems.append(
+                Problem(field, f"must be between {low} and {high}{unit} (got {value})", label)
+            )
     if arrivals not in ARRIVALS:
         problems.append(
-            Problem("arrivals", f"must be one of {', '.join(ARRIVALS)} (got {arrivals!r})")
+            Problem(
+                "arrivals", f"must be one of {', '.join(ARRIVALS)} (got {arrivals!r})", "Arrivals"
+            )
         )
     return problems
 

@@ -65,6 +65,12 @@ def event_iso(event: dict[str, Any]) -> str:
 
 
 @register.filter
+def observed_text(prediction: Any) -> str:
+    """A graded prediction's observed value as people read it (whole milliseconds)."""
+    return presenters.observed_text(prediction.measure, prediction.observed_value)
+
+
+@register.filter
 def step_text(step: dict[str, Any]) -> str:
     return presenters.step_sentence(step)
 

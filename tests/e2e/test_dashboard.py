@@ -173,7 +173,7 @@ def test_instructor_watches_two_students_burst_live_and_downs_the_whole_class(
         page.fill("#fault-duration", "7200")
         page.click("#fault-submit")
         expect(page.locator("#action-result")).to_contain_text(
-            "duration_s: must be between 1 and 3600 s (got 7200)"
+            "Duration: must be between 1 and 3600 s (got 7200)"
         )
         expect(page.locator("#action-result")).to_contain_text("no session was changed")
         assert not JournalEvent.objects.filter(kind="fault_injected").exists()

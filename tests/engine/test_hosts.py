@@ -141,21 +141,22 @@ def test_a_cached_fallback_leaves_only_the_calls_with_no_usable_answer(store_of)
     script = load_scenario("fallback_cached")
     plain = copy.deepcopy(script)
     plain["policy"]["fallback"] = None
-    assert _errors(run(plain, store_of())) == [0, 6, 4]
+    assert _errors(run(plain, store_of())) == [6, 4]
     out = run(script, store_of())
-    assert _errors(out) == [0, 0, 4]
-    assert [b["degraded"] for b in _bursts(out)] == [0, 6, 0]
-    degraded = [e for e in out["events"] if e["kind"] == "call_result" and e["burst"] == 2]
-    assert degraded[0]["outcome"] == "degraded"
+    assert _errors(out) == [0, 4]
+    assert [b["degraded"] for b in _bursts(out)] == [6, 0]
+    degraded = [e for e in out["events"] if e["kind"] == "call_result" and e["outcome"] == "degraded"]
+    assert degraded[0]["call"] == 5
     assert degraded[0]["explain"] == (
-        "call 5: degraded, answered by the cached answer, 1.0 s old (max age 3.0 s) instead of "
-        "failure (last error 503); all 2 attempts used"
+        "call 5: degraded, answered by the cached answer, 45 ms old (max age 3.0 s) instead "
+        "of failure (last error 503); all 2 attempts used"
     )
-    assert degraded[0]["data"]["fallback"]["age_ms"] == 1045
-    stale = [e for e in out["events"] if e["kind"] == "call_result" and e["burst"] == 3]
+    assert degraded[0]["data"]["fallback"]["age_ms"] == 45
+    stale = [e for e in out["events"] if e["kind"] == "call_result" and e["burst"] == 2]
     assert stale[0]["explain"].endswith(
         "no fallback: the cached answer is 3.6 s old, past the max age 3.0 s"
     )
+    assert [e["data"]["fallback_expired_ms"] for e in stale] == [3645, 3645, 3645, 3645]
     # degraded is never a success: the breaker counted the failures and opened
     assert out["transitions"][0]["to"] == "open"
 
@@ -163,9 +164,10 @@ def test_a_cached_fallback_leaves_only_the_calls_with_no_usable_answer(store_of)
 def test_a_default_fallback_answers_even_before_any_success():
     script = load_scenario("fallback_cached")
     script["dependency"] = {"mode": "down", "fallbacks": ["default"]}
+    script["steps"][0] = {"set_dependency": {"mode": "down"}}
     script["policy"]["fallback"] = "default"
     out = run(script)
-    assert [b["degraded"] for b in _bursts(out)] == [4, 6, 4]
+    assert [b["degraded"] for b in _bursts(out)] == [10, 4]
     assert sum(b["succeeded"] for b in _bursts(out)) == 0
 
 
@@ -173,17 +175,17 @@ def test_a_fallback_the_dependency_does_not_offer_is_refused_naming_both():
     script = load_scenario("fallback_cached")
     script["dependency"]["fallbacks"] = []
     assert [str(p) for p in validate_scenario(script)] == [
-        "policy.fallback: cached is not offered by dependency.fallbacks (offered: none)"
+        "policy.fallback: cached is not offered by the dependency (offered: none)"
     ]
     script = load_scenario("fallback_cached")
     script["steps"].insert(1, {"set_policy": {"fallback": "default"}})
     assert [str(p) for p in validate_scenario(script)] == [
-        "steps[1].set_policy.fallback: default is not offered by dependency.fallbacks "
+        "steps[1].set_policy.fallback: default is not offered by the dependency "
         "(offered: cached)"
     ]
     problems = validate_settings({"fallbacks": ["cached"], "b": {}}, {"fallback": "cached"})
     assert [str(p) for p in problems] == [
-        "policy.fallback: cached is not offered by dependency.b.fallbacks (offered: none)"
+        "policy.fallback: cached is not offered by dependency B (offered: none)"
     ]
 
 
@@ -262,7 +264,7 @@ def test_bad_dependency_settings_name_the_field_and_range(dependency, expected):
         ({"fallback_max_age_ms": 0}, "policy.fallback_max_age_ms: must be between 1 and 3600000 ms (got 0)"),
         ({"fallback": "stale"}, "policy.fallback: must be null (off) or one of cached, default (got 'stale')"),
         ({"idempotency_keys": 1}, "policy.idempotency_keys: must be true or false (got 1)"),
-        ({"breaker_scope": "host"}, "policy.breaker_scope: host needs policy.nesting retry_outside: each attempt goes to one host and asks that host's breaker (got nesting 'breaker_outside')"),
+        ({"breaker_scope": "host"}, "policy.breaker_scope: one breaker per host needs the retries outside the breaker (nesting: retry outside): each attempt goes to one host and asks that host's breaker (got nesting: breaker outside)"),
     ],
 )  # fmt: skip
 def test_bad_policy_settings_name_the_field_and_range(policy, expected):

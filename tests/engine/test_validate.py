@@ -137,7 +137,7 @@ def test_dependency_problems(data, expected):
     [
         (
             {"backoff_base_ms": 100, "backoff_cap_ms": 50},
-            "policy.backoff_cap_ms: must be between backoff_base_ms (100) and 2000 ms (got 50)",
+            "policy.backoff_cap_ms: must be between the backoff base (100 ms) and 2000 ms (got 50)",
         ),
         (
             {"jitter": "wild"},
@@ -214,13 +214,13 @@ def test_scenario_steps_are_checked_after_merging_into_current_settings():
         ],
     }
     assert messages(validate_scenario(scenario)) == [
-        "steps[0].set_policy.backoff_cap_ms: must be between backoff_base_ms (100) and 2000 ms (got 50)",
+        "steps[0].set_policy.backoff_cap_ms: must be between the backoff base (100 ms) and 2000 ms (got 50)",
         "steps[1].set_dependency.latency_ms: must be between 0 and 2000 ms (got 9999)",
         "steps[2].burst: must be between 1 and 20 calls (got 21)",
         "steps[2].concurrency: must be between 1 and 10 callers (got 11)",
         "steps[3]: must have exactly one of burst, wait_ms, set_dependency, set_policy (got burst, wait_ms)",
         "steps[4]: must have exactly one of burst, wait_ms, set_dependency, set_policy (got none)",
-        "steps[4].jump: unknown field (allowed: burst, wait_ms, set_dependency, set_policy, concurrency, expect, ask)",
+        "steps[4].jump: unknown field (allowed: burst, wait_ms, set_dependency, set_policy, concurrency, expect, ask, situation)",
         "steps[5]: must be an object (got 'burst')",
     ]
 
@@ -293,7 +293,7 @@ def test_a_count_window_smaller_than_min_calls_is_refused_naming_both_fields():
         {"breaker": {"kind": "rolling_ratio", "window_calls": 3, "min_calls": 5}}
     )
     assert messages(problems) == [
-        "policy.breaker.min_calls: must be at most policy.breaker.window_calls (3), "
+        "policy.breaker.min_calls: must be at most the count window (3 calls), "
         "or the breaker can never open (got 5)"
     ]
     assert (
@@ -316,23 +316,23 @@ def test_a_wait_step_may_step_past_an_hour_long_cooldown_but_no_further():
     [
         (
             {"cooldown_ms": 2000, "cooldown_max_ms": 1000},
-            "policy.breaker.cooldown_max_ms: must be at least policy.breaker.cooldown_ms "
+            "policy.breaker.cooldown_max_ms: must be at least the cooldown "
             "(2000 ms), the schedule's first step (got 1000)",
         ),
         (
             {"cooldown_multiplier": 2},
             "policy.breaker.cooldown_multiplier: a multiplier above 1 needs "
-            "policy.breaker.cooldown_max_ms (between 100 and 3600000 ms) to cap the cooldown "
+            "a cooldown ceiling (between 100 and 3600000 ms) to cap the cooldown "
             "(got 2)",
         ),
         (
             {"half_open_decision": "ratio"},
-            "policy.breaker.half_open_decision: ratio needs policy.breaker.half_open_calls "
+            "policy.breaker.half_open_decision: ratio needs the probes per half-open period "
             "(between 1 and 100), the probes whose failure ratio decides",
         ),
         (
             {"half_open_calls": 2, "success_threshold": 3},
-            "policy.breaker.success_threshold: must be at most policy.breaker.half_open_calls "
+            "policy.breaker.success_threshold: must be at most the probes per half-open period "
             "(2), or the breaker can never close (got 3)",
         ),
         (
@@ -345,18 +345,18 @@ def test_a_wait_step_may_step_past_an_hour_long_cooldown_but_no_further():
         ),
         (
             {"slow_call_ms": 500},
-            "policy.breaker.slow_call_ms: needs policy.breaker.kind rolling_ratio: the "
-            "slow-call rate is a ratio over the rolling window (got kind 'consecutive')",
+            "policy.breaker.slow_call_ms: needs the breaker kind rolling ratio: the "
+            "slow-call rate is a ratio over the rolling window (got kind: consecutive)",
         ),
         (
             {"kind": "rolling_ratio", "slow_call_ms": 500, "ratio_checked_on": "failure"},
-            "policy.breaker.slow_call_ms: needs policy.breaker.ratio_checked_on every_result: "
-            "a slow success can open the breaker (got 'failure')",
+            "policy.breaker.slow_call_ms: needs the ratio checked on every result: "
+            "a slow success can open the breaker (got failure)",
         ),
         (
             {"kind": "rolling_ratio", "slow_call_ratio": 0.5},
             "policy.breaker.slow_call_ratio: a slow-call rate below 1 needs "
-            "policy.breaker.slow_call_ms (between 1 and 600000 ms), the duration above which "
+            "a slow-call duration (between 1 and 600000 ms), the duration above which "
             "a call is slow (got 0.5)",
         ),
         (
@@ -369,8 +369,8 @@ def test_a_wait_step_may_step_past_an_hour_long_cooldown_but_no_further():
         ),
         (
             {"kind": "rolling_ratio", "count_interval_ms": 30000},
-            "policy.breaker.count_interval_ms: needs policy.breaker.kind consecutive: a rolling "
-            "window clears itself (got kind 'rolling_ratio')",
+            "policy.breaker.count_interval_ms: needs the breaker kind consecutive: a rolling "
+            "window clears itself (got kind: rolling ratio)",
         ),
         (
             {"count_interval_ms": 50},
@@ -379,8 +379,8 @@ def test_a_wait_step_may_step_past_an_hour_long_cooldown_but_no_further():
         ),
         (
             {"kind": "rolling_ratio", "admission": "strict"},
-            "policy.breaker.admission: strict needs policy.breaker.kind consecutive: it holds "
-            "calls back by the failure streak and the calls in flight (got kind 'rolling_ratio')",
+            "policy.breaker.admission: strict needs the breaker kind consecutive: it holds "
+            "calls back by the failure streak and the calls in flight (got kind: rolling ratio)",
         ),
         (
             {"admission": "eventually"},

@@ -145,8 +145,8 @@ def test_bad_burst_size_is_refused_with_field_and_range(transactional_db):
     with pytest.raises(bursts.BurstInvalid) as info:
         bursts.burst_start(session=session, user=session.owner, size=21, concurrency=0)
     message = str(info.value)
-    assert "size: must be between 1 and 20 (got 21)" in message
-    assert "concurrency: must be between 1 and 10 (got 0)" in message
+    assert "Calls in the burst: must be between 1 and 20 (got 21)" in message
+    assert "Concurrent callers: must be between 1 and 10 (got 0)" in message
     assert not Burst.objects.exists()
 
 

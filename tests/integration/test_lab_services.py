@@ -65,7 +65,7 @@ def test_a_fallback_the_dependency_does_not_offer_is_refused_naming_both(session
     with pytest.raises(lab.SettingsInvalid) as info:
         lab.session_set_policy(session=session, user=session.owner, changes={"fallback": "cached"})
     assert [str(p) for p in info.value.problems] == [
-        "policy.fallback: cached is not offered by dependency.fallbacks (offered: none)"
+        "policy.fallback: cached is not offered by the dependency (offered: none)"
     ]
     lab.session_set_dependency(
         session=session, user=session.owner, changes={"fallbacks": ["cached"]}

@@ -103,9 +103,9 @@ def test_bad_traffic_is_refused_naming_field_and_range(db):
             session=session, user=session.owner, rate=21, duration_s=0, arrivals="burst"
         )
     text = str(info.value)
-    assert "rate: must be between 1 and 20 calls/s" in text
-    assert "duration_s: must be between 1 and 300 s" in text
-    assert "arrivals: must be one of poisson, even" in text
+    assert "Calls per second: must be between 1 and 20 calls/s" in text
+    assert "Duration: must be between 1 and 300 s" in text
+    assert "Arrivals: must be one of poisson, even" in text
     assert not Traffic.objects.exists()
     assert not JournalEvent.objects.filter(kind="traffic_start").exists()
 

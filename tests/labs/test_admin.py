@@ -375,8 +375,8 @@ def test_run_in_virtual_time_shows_the_expectations(admin_client_, scenario):
     response = admin_client_.get(reverse("admin:labs_scenario_run", args=[scenario.pk]))
     body = response.content.decode()
     run = response.context["runs"][0]
-    assert len(run.checks) == 14 and run.checks_failed == 0
-    assert "All 14 expectations met." in body
+    assert len(run.checks) == 15 and run.checks_failed == 0  # 14 and the probe's situation
+    assert "All 15 expectations met." in body
     assert "closed→open (call 9)" in body
 
 
@@ -393,7 +393,7 @@ def test_run_in_virtual_time_names_a_failed_expectation(admin_client_, scenario)
         24,
         12,
     )
-    assert "1 of 9 expectations failed." in body and "FAILED" in body
+    assert "1 of 10 expectations failed." in body and "FAILED" in body
 
 
 def test_run_in_virtual_time_button_on_the_change_page(admin_client_, scenario):

@@ -184,10 +184,10 @@ def test_class_wide_fault_with_duration_is_stored_for_its_restore(
     ("post", "expected"),
     [
         ({"mode": "sideways"}, "dependency.mode: must be one of"),
-        ({"mode": "down", "duration_s": "0"}, "duration_s: must be between 1 and 3600 s (got 0)"),
-        ({"mode": "down", "duration_s": "3601"}, "duration_s: must be between 1 and 3600"),
-        ({"mode": "down", "duration_s": "soon"}, "duration_s: must be a whole number"),
-        ({"mode": "down", "duration_s": "1e1"}, "duration_s: must be a whole number"),
+        ({"mode": "down", "duration_s": "0"}, "Duration: must be between 1 and 3600 s (got 0)"),
+        ({"mode": "down", "duration_s": "3601"}, "Duration: must be between 1 and 3600"),
+        ({"mode": "down", "duration_s": "soon"}, "Duration: must be a whole number"),
+        ({"mode": "down", "duration_s": "1e1"}, "Duration: must be a whole number"),
         ({"mode": "flaky", "fail_count": "1e1"}, "dependency.fail_count: must be"),
         ({"mode": "flaky", "fail_count": "500"}, "dependency.fail_count: must be"),
         ({"mode": "error_rate", "rate": "2"}, "dependency.rate: must be"),
@@ -220,7 +220,7 @@ def test_refused_action_without_htmx_renders_the_page_with_problems(
     )
     assert response.status_code == 422
     assert 'id="dashboard"' in response.content.decode()
-    assert "duration_s: must be between 1 and 3600" in response.content.decode()
+    assert "Duration: must be between 1 and 3600" in response.content.decode()
 
 
 def test_action_without_htmx_redirects_back_to_the_dashboard(

@@ -132,7 +132,7 @@ def test_bad_policy_values_are_named_beside_their_fields(owner_client, session):
     assert "must be between 1 and 3600000 ms (got 0)" in _field(html, "fallback_max_age_ms")
     response = owner_client.post(url("session_policy", session), {"fallback": "cached"}, **HTMX)
     assert response.status_code == 422
-    assert "cached is not offered by dependency.fallbacks (offered: none)" in _field(
+    assert "cached is not offered by the dependency (offered: none)" in _field(
         response.content.decode(), "fallback"
     )
     session.refresh_from_db()

@@ -240,7 +240,7 @@ def test_every_bad_policy_field_is_named_and_nothing_is_half_applied(owner_clien
     html = response.content.decode()
     assert "Max attempts per call: must be between 1 and 5 (got 9)" in html
     assert "Cooldown (ms): must be between 100 and 60000 ms (got 50)" in html
-    assert "Backoff cap (ms): must be between backoff_base_ms (100) and 2000 ms (got 40)" in html
+    assert "Backoff cap (ms): must be between the backoff base (100 ms) and 2000 ms (got 40)" in html
     session.refresh_from_db()
     assert (session.policy, journal_count(session)) == before
 
@@ -709,7 +709,7 @@ def test_every_peer_setting_is_in_the_collapsed_advanced_section(owner_client, s
         assert f'<label for="id_{name}">' in section, name
     assert "Allowed: one of inclusive, strict" in section
     assert "Allowed: blank (off) or between 100 and 3600000 ms" in section
-    assert "Allowed: one of per_call, grpc, finagle" in section
+    assert "Allowed: one of per call, grpc, finagle" in section
     assert "<script" not in section and "style=" not in section  # the page's CSP
 
 
@@ -816,27 +816,27 @@ def test_a_bad_advanced_field_is_named_with_its_range_and_opens_the_section(owne
         (
             {"breaker_slow_call_ms": "500"},
             "Rolling: slow call above (ms)",
-            "policy.breaker.kind rolling_ratio",
+            "the breaker kind rolling ratio",
         ),
         (
             {"breaker_cooldown_multiplier": "2", "breaker_cooldown_max_ms": ""},
             "Cooldown multiplier",
-            "policy.breaker.cooldown_max_ms",
+            "a cooldown ceiling",
         ),
         (
             {"breaker_cooldown_ms": "5000", "breaker_cooldown_max_ms": "1000"},
             "Cooldown ceiling (ms)",
-            "policy.breaker.cooldown_ms (5000 ms)",
+            "the cooldown (5000 ms)",
         ),
         (
             {"breaker_half_open_decision": "ratio", "breaker_half_open_calls": ""},
             "Half-open: decided by",
-            "policy.breaker.half_open_calls",
+            "the probes per half-open period",
         ),
         (
             {"breaker_half_open_calls": "2", "breaker_success_threshold": "3"},
             "Successes to close",
-            "policy.breaker.half_open_calls (2)",
+            "the probes per half-open period (2)",
         ),
     ],
 )

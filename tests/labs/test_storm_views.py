@@ -98,11 +98,11 @@ def test_the_configured_panel_has_its_chart_table_and_controls(client, configure
 @pytest.mark.parametrize(
     ("post", "field"),
     [
-        ({"rate": "0", "duration_s": "10", "arrivals": "even"}, "rate"),
-        ({"rate": "25", "duration_s": "10", "arrivals": "even"}, "rate"),
-        ({"rate": "5", "duration_s": "301", "arrivals": "even"}, "duration_s"),
-        ({"rate": "5", "duration_s": "1e1", "arrivals": "even"}, "duration_s"),
-        ({"rate": "5", "duration_s": "10", "arrivals": "bursty"}, "arrivals"),
+        ({"rate": "0", "duration_s": "10", "arrivals": "even"}, "Calls per second"),
+        ({"rate": "25", "duration_s": "10", "arrivals": "even"}, "Calls per second"),
+        ({"rate": "5", "duration_s": "301", "arrivals": "even"}, "Duration"),
+        ({"rate": "5", "duration_s": "1e1", "arrivals": "even"}, "Duration"),
+        ({"rate": "5", "duration_s": "10", "arrivals": "bursty"}, "Arrivals"),
     ],
 )
 def test_bad_traffic_is_refused_naming_field_and_range_and_starts_nothing(
@@ -199,7 +199,7 @@ def test_without_javascript_the_traffic_form_redirects_back_with_the_problem(
         follow=True,
     )
     assert response.redirect_chain == [(reverse("labs:storm_panel", args=[configured.pk]), 302)]
-    assert "rate: must be between 1 and 20 calls/s (got 99)" in response.content.decode()
+    assert "Calls per second: must be between 1 and 20 calls/s (got 99)" in response.content.decode()
     assert Traffic.objects.count() == 0
 
 

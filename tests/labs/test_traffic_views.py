@@ -39,8 +39,8 @@ def test_start_out_of_range_names_fields_and_changes_nothing(client, student, se
         url, {"action": "start", "rate": "50", "duration_s": "1e3", "arrivals": "even"}, **HTMX
     )
     assert response.status_code == 400
-    assert b"rate: must be between 1 and 20 calls/s" in response.content
-    assert b"duration_s: must be a whole number between 1 and 300 s" in response.content
+    assert b"Calls per second: must be between 1 and 20 calls/s" in response.content
+    assert b"Duration: must be a whole number between 1 and 300 s" in response.content
     assert not Traffic.objects.exists()
     assert not JournalEvent.objects.filter(kind="traffic_start").exists()
 

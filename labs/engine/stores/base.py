@@ -208,13 +208,16 @@ class Store(Protocol):
         ...
 
     def dependency_arm(self, fail_left: int, now_us: int) -> None:
-        """Fresh dependency state: flaky counter, start time (outage, rate limit), attempts 0."""
+        """Fresh dependency state: flaky counter, start time (outage, rate limit), attempts 0.
+        A start time below 0 means "at the first attempt": :meth:`dependency_step` then
+        records that attempt's time as the start."""
         ...
 
     def dependency_step(self, fail_left: int, now_us: int) -> tuple[int, int, int]:
         """One attempt reaches the dependency: returns (flaky counter before this attempt,
         armed-at time, attempts before this one) and consumes one flaky failure. Arms lazily
-        with ``fail_left`` and ``now_us`` when there is no state."""
+        with ``fail_left`` and ``now_us`` when there is no state; an armed-at below 0 becomes
+        ``now_us`` (the window of a rate limit starts at its first attempt)."""
         ...
 
     def budget_deposit(self, ratio_micro: int, max_micro: int, *, wait: bool = True) -> int | None:

@@ -510,6 +510,8 @@ class MemoryStore:
             dep = self._dep
             if dep is None:
                 dep = self._dep = {"fail_left": int(fail_left), "started": now_us, "attempts": 0}
+            if dep["started"] < 0:  # armed to start at its first attempt (a rate limit)
+                dep["started"] = now_us
             left, attempts = dep["fail_left"], dep["attempts"]
             if left > 0:
                 dep["fail_left"] = left - 1
