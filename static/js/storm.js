@@ -254,6 +254,13 @@
       values: function (_u, ticks) { return ticks.map(function (v) { return v >= 1000 ? (v / 1000) + "k" : String(v); }); } };
   }
 
+  // A right-hand axis that draws nothing and takes a y axis's width.
+  function gutterAxis(scale) {
+    return { scale: scale, side: 1, size: compact ? 64 : 78, stroke: "transparent",
+      grid: { show: false }, ticks: { show: false },
+      values: function (_u, ticks) { return ticks.map(function () { return ""; }); } };
+  }
+
   function timeSeries() {
     return { label: "at", value: function (_u, v) { return v === null || v === undefined ? "–" : clock(v); } };
   }
@@ -261,7 +268,8 @@
   function makePlots() {
     loadPlot = new window.uPlot(Object.assign(size(loadBox), {
       scales: { x: { time: false } },
-      axes: [xAxis(), yAxis("attempts / s", "y")],
+      // an empty right axis as wide as the wait plot's, so both plots share one time axis
+      axes: [xAxis(), yAxis("attempts / s", "y"), gutterAxis("y")],
       series: [
         timeSeries(),
         line("offered", COLORS.offered, 3),
