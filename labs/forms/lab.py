@@ -505,9 +505,10 @@ class DependencyForm(_EngineForm):
     groups = DEPENDENCY_FIELD_GROUPS
 
     mode = forms.ChoiceField(
+        label="Mode",
         choices=[(m, MODE_LABELS[m]) for m in LIMITS["dependency.mode"].choices],
         required=False,
-        help_text=describe_limit("dependency.mode"),
+        help_text="one of " + ", ".join(MODE_LABELS[m] for m in LIMITS["dependency.mode"].choices),
     )
 
     @classmethod

@@ -388,9 +388,12 @@ def _burst_message(
         return render(
             request, TEMPLATE, page_context(request, session, burst_error=message), status=status
         )
-    response = render_partial(
-        request, "burst-message", {"session": session, "burst_error": message}, status
-    )
+    context = {
+        "session": session,
+        "burst_error": message,
+        "burst_refusal": "running" if status == 409 else "",
+    }
+    response = render_partial(request, "burst-message", context, status)
     return reswap(retarget(response, "#burst-message"), "outerHTML")
 
 

@@ -206,10 +206,14 @@
     if (event.kind === "burst_queued") burstsChanged();
     if (event.kind === "burst_end" || event.kind === "burst_interrupted" || event.kind === "burst_failed") {
       burstsChanged();
+      // A click refused because this burst was running (another tab's, say) learns that it
+      // ended; any other message of the form is cleared.
       const message = document.getElementById("burst-message");
       if (message) {
-        message.textContent = "";
+        message.textContent = message.dataset.refusal === "running"
+          ? "The burst that was running has ended: press Run burst again to run yours." : "";
         message.classList.remove("is-error");
+        delete message.dataset.refusal;
       }
     }
   }
@@ -437,7 +441,6 @@
       const now = Date.now() + clockOffset;
       while (svg.lastChild && svg.lastChild.nodeName !== "desc") svg.removeChild(svg.lastChild);
       if (!bursts.length) {
-        showWhatifLinks([]);
         svg.setAttribute("viewBox", "0 0 " + WIDTH + " 60");
         svg.appendChild(el("text", { x: 12, y: 34, class: "tl-empty" }, "Run a burst: its calls appear here as they happen."));
         if (desc) desc.textContent = "No burst yet.";
