@@ -126,7 +126,7 @@ def test_a_lesson_shows_its_step_and_keeps_the_rest_closed(
     expect(panel).to_be_visible()
     expect(panel).to_contain_text("Step 1 of 6:")
     expect(panel.locator(".step-watch")).to_contain_text("Attempts spent")
-    assert page.locator('[data-step-panel]:visible').count() == 1
+    assert page.locator("[data-step-panel]:visible").count() == 1
     assert page.eval_on_selector("#all-settings", "d => d.open") is False
     expect(page.locator("#policy-form #id_max_attempts")).to_be_hidden()
     expect(page.locator("#dependency-form")).to_be_hidden()
