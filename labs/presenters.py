@@ -168,6 +168,53 @@ def step_question(ask: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: The home page's groups of lessons, in order: (key, heading, a sentence under it).
+LESSON_GROUPS: tuple[tuple[str, str, str], ...] = (
+    ("start", "Start here", ""),
+    ("one", "Retries and circuit breakers", "One dependency, one client: each lesson changes one setting and shows what it does."),
+    ("beyond", "Beyond one dependency", "Several hosts, a second dependency, a fallback, side effects: what a breaker or a retry does to them."),
+    ("class", "The whole class", "Everyone's sessions call one shared dependency; the instructor runs it from the storm panel."),
+)  # fmt: skip
+#: The tour's sentence on the home page when its scenario has no description of its own.
+TOUR_DESCRIPTION = (
+    "The guided first lesson: a flaky dependency retried with backoff, then a circuit breaker "
+    "that opens and closes again. Predict each burst before you run it."
+)
+_BEYOND_ONE_DEPENDENCY = ("hosts", "b", "fallbacks", "side_effect")
+
+
+def lesson_group(scenario: Any) -> str:
+    """Which of :data:`LESSON_GROUPS` a scenario belongs to, from what its script sets up: the
+    tour first, the class's shared dependency, a dependency beyond one host and one service."""
+    if scenario.slug == "tour":
+        return "start"
+    script = scenario.script if isinstance(scenario.script, dict) else {}
+    dependency = script.get("dependency") if isinstance(script.get("dependency"), dict) else {}
+    if dependency.get("mode") == "shared":
+        return "class"
+    if any(dependency.get(key) for key in _BEYOND_ONE_DEPENDENCY):
+        return "beyond"
+    return "one"
+
+
+def lesson_description(scenario: Any) -> str:
+    """The sentence the home page shows under a lesson's title."""
+    if scenario.description:
+        return scenario.description
+    return TOUR_DESCRIPTION if scenario.slug == "tour" else ""
+
+
+def step_progress_text(done: int, total: int, opened: bool) -> str:
+    """A lesson's progress on the home page: "3 of 6 steps done", "6 steps", "every step done"."""
+    if not total:
+        return ""
+    if not opened or not done:
+        return f"{total} step{'s' if total != 1 else ''}"
+    if done >= total:
+        return f"every step done ({total} of {total})"
+    return f"{done} of {total} steps done"
+
+
 #: Where on the lab page each measure a step checks can be seen, in the page's own words.
 WATCH_PLACES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("succeeded", "failed", "fast_failed", "calls"), "Succeeded, Failed and Failed fast in the burst summary"),
