@@ -6,12 +6,16 @@ setting under a closed "All settings", the steps panel is readable with an answe
 least 8 characters wide, a phone shows the steps first and never scrolls sideways; a burst's
 row appears in the history without a reload, with the one "what if" link of that burst. A page
 without a lesson shows the settings in their collapsible groups. Screenshots:
-artifacts/e2e/lesson-mode-*.png.
+artifacts/e2e/lesson-mode-*.png, and the README's (the first screen at either size):
+artifacts/e2e/lab-lesson.png and lab-lesson-phone.png, copied to docs/img/ with
+``LAB_UPDATE_README_SCREENSHOT=1``.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 
 import pytest
 from playwright.sync_api import expect
@@ -102,6 +106,18 @@ def shot(page, name: str, parts: int = 0) -> None:
         page.screenshot(path=str(path), full_page=True, clip=clip)
 
 
+def readme_shot(page, name: str) -> None:
+    """The first screen of the page, into artifacts/e2e/ and, with
+    ``LAB_UPDATE_README_SCREENSHOT=1``, into docs/img/ for the README (a test run otherwise
+    leaves the repository as it was)."""
+    page.evaluate("window.scrollTo(0, 0)")
+    page.wait_for_timeout(300)  # the scroll and the last push painted
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / name))
+    if os.environ.get("LAB_UPDATE_README_SCREENSHOT") == "1":
+        shutil.copy(ARTIFACTS / name, ROOT / "docs" / "img" / name)
+
+
 def wait_for_burst(page, number: int) -> None:
     page.wait_for_function(
         """n => { const s = document.getElementById('burst-summary');
@@ -159,6 +175,7 @@ def test_a_lesson_shows_its_step_and_keeps_the_rest_closed(
     step2 = page.locator('[data-step-panel="2"]')
     expect(step2).to_be_visible()
     expect(step2.locator("#step2_mode")).to_have_value("down")
+    readme_shot(page, "lab-lesson.png")
     step2.get_by_role("button", name="Apply step 2").click()
     expect(page.locator('[data-step-panel="3"]')).to_be_visible()
     expect(page.locator("#dependency-form [data-role=mode]")).to_have_text("Down")
@@ -191,6 +208,7 @@ def test_a_phone_shows_the_steps_first_and_never_scrolls_sideways(
     wait_for_burst(page, 1)
     expect(page.locator('#burst-history tr[data-burst="1"]')).to_contain_text("done")
     assert page.evaluate(SIDEWAYS) <= 0
+    readme_shot(page, "lab-lesson-phone.png")
     page.click("#all-settings > summary")
     assert page.evaluate(SIDEWAYS) <= 0
     shot(page, "phone", parts=4)
