@@ -25,7 +25,7 @@
  * - The shared dependency's card: in shared mode the server pushes the dependency's state
  *   and the class's per-second totals once a second ("shared" messages, naming nobody); the
  *   page divides its own attempts (its journal rows, by the model's arrival second) by them.
- * - The scenario checklist keeps its ticks in localStorage.
+ * - The scenario checklist keeps its ticks on the server (one POST per tick).
  * - window.failureLab exposes a few hooks for the browser tests (see the bottom).
  */
 (function () {
@@ -757,6 +757,18 @@
       document.querySelectorAll("[data-step-panel]").forEach(function (panel) {
         panel.hidden = panel.dataset.stepPanel !== currentStep;
       });
+      return currentStep;
+    }
+    /* A page opened mid-lesson, where the steps sit in a column of their own that scrolls (a
+       wide screen): the current step is brought to the top of that column. Not on a tick: the
+       step just done is about to show its grade and explanation. A phone's page is not
+       scrolled. */
+    const aside = document.getElementById("lab-aside");
+    function scrollStepIntoAside(index) {
+      const item = stepItem(index);
+      if (!item || !item.previousElementSibling || !aside || aside.scrollHeight <= aside.clientHeight + 1) return;
+      if (window.getComputedStyle(aside).overflowY !== "auto") return;
+      aside.scrollTop = Math.max(0, item.offsetTop - 8);
     }
     function stepItem(index) {
       return steps.querySelector('.step[data-step="' + index + '"]');
@@ -769,7 +781,7 @@
       }
       highlight();
     }
-    highlight();
+    scrollStepIntoAside(highlight());
     steps.addEventListener("change", function (event) {
       if (!event.target.classList.contains("step-check")) return;
       store(event.target.closest(".step"));

@@ -56,7 +56,8 @@ SIDEWAYS = "() => document.documentElement.scrollWidth - window.innerWidth"
 @pytest.fixture
 def tour(db):
     script = json.loads((ROOT / "scenarios" / "tour.json").read_text())
-    scenario = make_scenario("tour", title="The tour", script=script)
+    instructions = script.pop("instructions")  # the model keeps them, as seed_demo does
+    scenario = make_scenario("tour", title="The tour", script=script, instructions=instructions)
     room = make_classroom("Resilience A", join_code="CLASSA01")
     room.scenarios.add(scenario)
     alice = make_student("alice", room)
@@ -147,6 +148,16 @@ def test_a_lesson_shows_its_step_and_keeps_the_rest_closed(
     expect(page.locator("#policy-form #id_max_attempts")).to_be_hidden()
     expect(page.locator("#dependency-form")).to_be_hidden()
     expect(page.locator("#run-burst")).to_be_visible()
+    # The lesson's instructions come after its steps, open until the first step is done.
+    assert page.eval_on_selector("#lesson-instructions", "d => d.open") is True
+    expect(page.locator("#lesson-instructions")).to_contain_text("What to watch.")
+    assert (
+        page.eval_on_selector(
+            "#steps",
+            "s => s.compareDocumentPosition(document.getElementById('lesson-instructions'))",
+        )
+        & 4
+    )  # DOCUMENT_POSITION_FOLLOWING
 
     # The steps panel reads as sentences, its answer field at least 8 characters wide.
     answer = page.locator("#answer-1")
@@ -175,12 +186,25 @@ def test_a_lesson_shows_its_step_and_keeps_the_rest_closed(
     step2 = page.locator('[data-step-panel="2"]')
     expect(step2).to_be_visible()
     expect(step2.locator("#step2_mode")).to_have_value("down")
+    # A screenshot leaves an empty style attribute on every input (Playwright hides the caret
+    # through it): the swaps below must not copy it back, which the page's CSP would refuse.
     readme_shot(page, "lab-lesson.png")
     step2.get_by_role("button", name="Apply step 2").click()
     expect(page.locator('[data-step-panel="3"]')).to_be_visible()
     expect(page.locator("#dependency-form [data-role=mode]")).to_have_text("Down")
     assert page.is_checked("#step-2")
     shot(page, "desktop")
+
+    # Opened again mid-lesson, the steps' column shows the current step (3) at its top.
+    page.reload()
+    expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
+    expect(page.locator('[data-step-panel="3"]')).to_be_visible()
+    aside_top, step_top, aside_bottom = page.evaluate(
+        """() => { const a = document.getElementById('lab-aside').getBoundingClientRect();
+                   const s = document.querySelector('.step[data-step="3"]').getBoundingClientRect();
+                   return [a.top, s.top, a.bottom]; }"""
+    )
+    assert aside_top <= step_top < aside_top + 100 < aside_bottom
 
     # All settings opens on a click, its groups inside.
     page.click("#all-settings > summary")
@@ -207,6 +231,7 @@ def test_a_phone_shows_the_steps_first_and_never_scrolls_sideways(
     page.click("#step-do-1")
     wait_for_burst(page, 1)
     expect(page.locator('#burst-history tr[data-burst="1"]')).to_contain_text("done")
+    expect(page.locator("#step-prediction-1 .step-grade")).to_contain_text("right")
     assert page.evaluate(SIDEWAYS) <= 0
     readme_shot(page, "lab-lesson-phone.png")
     page.click("#all-settings > summary")
