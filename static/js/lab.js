@@ -629,6 +629,10 @@
       });
       openBefore = null;
     }
+    // Lesson mode: the dependency's mode, from its form (closed away under "All settings").
+    const mode = document.querySelector('#dependency-form [data-role="mode"]');
+    const lessonMode = document.querySelector('#this-step [data-role="lesson-mode"]');
+    if (mode && lessonMode) lessonMode.textContent = mode.textContent;
     document.querySelectorAll("#lab .has-error, #lab .form-errors").forEach(function (el) {
       for (let d = el.closest("details"); d; d = d.parentElement && d.parentElement.closest("details")) d.open = true;
     });

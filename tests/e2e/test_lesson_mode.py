@@ -142,6 +142,7 @@ def test_a_lesson_shows_its_step_and_keeps_the_rest_closed(
     panel = page.locator('[data-step-panel="1"]')
     expect(panel).to_be_visible()
     expect(panel).to_contain_text("Step 1 of 6:")
+    expect(page.locator('#this-step [data-role="lesson-mode"]')).to_have_text("Flaky")
     expect(panel.locator(".step-watch")).to_contain_text("Attempts spent")
     assert page.locator("[data-step-panel]:visible").count() == 1
     assert page.eval_on_selector("#all-settings", "d => d.open") is False
@@ -192,6 +193,7 @@ def test_a_lesson_shows_its_step_and_keeps_the_rest_closed(
     step2.get_by_role("button", name="Apply step 2").click()
     expect(page.locator('[data-step-panel="3"]')).to_be_visible()
     expect(page.locator("#dependency-form [data-role=mode]")).to_have_text("Down")
+    expect(page.locator('#this-step [data-role="lesson-mode"]')).to_have_text("Down")
     assert page.is_checked("#step-2")
     shot(page, "desktop")
 
