@@ -131,6 +131,7 @@ def socket_run_burst(session_key: str | None, session_id: int, data: dict[str, A
 
 def _socket_reply(status: int, message: str) -> dict[str, Any]:
     context = {"burst_error": "", "saved": message} if status == 200 else {"burst_error": message}
+    context["burst_refusal"] = "running" if status == 409 else ""
     return {
         "status": status,
         "html": render_to_string(f"{TEMPLATE}#burst-message", context).strip(),

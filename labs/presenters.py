@@ -369,6 +369,84 @@ def step_question(ask: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: The home page's groups of lessons, in order: (key, heading, a sentence under it).
+LESSON_GROUPS: tuple[tuple[str, str, str], ...] = (
+    ("start", "Start here", ""),
+    ("one", "Retries and circuit breakers", "One dependency, one client: each lesson changes one setting and shows what it does."),
+    ("beyond", "Beyond one dependency", "Several hosts, a second dependency, a fallback, side effects: what a breaker or a retry does to them."),
+    ("class", "The whole class", "Everyone's sessions call one shared dependency; the instructor runs it from the storm panel."),
+)  # fmt: skip
+#: The tour's sentence on the home page when its scenario has no description of its own.
+TOUR_DESCRIPTION = (
+    "The guided first lesson: a flaky dependency retried with backoff, then a circuit breaker "
+    "that opens and closes again. Predict each burst before you run it."
+)
+_BEYOND_ONE_DEPENDENCY = ("hosts", "b", "fallbacks", "side_effect")
+
+
+def lesson_group(scenario: Any) -> str:
+    """Which of :data:`LESSON_GROUPS` a scenario belongs to, from what its script sets up: the
+    tour first, the class's shared dependency, a dependency beyond one host and one service."""
+    if scenario.slug == "tour":
+        return "start"
+    script = scenario.script if isinstance(scenario.script, dict) else {}
+    dependency = script.get("dependency") if isinstance(script.get("dependency"), dict) else {}
+    if dependency.get("mode") == "shared":
+        return "class"
+    if any(dependency.get(key) for key in _BEYOND_ONE_DEPENDENCY):
+        return "beyond"
+    return "one"
+
+
+def lesson_description(scenario: Any) -> str:
+    """The sentence the home page shows under a lesson's title."""
+    if scenario.description:
+        return scenario.description
+    return TOUR_DESCRIPTION if scenario.slug == "tour" else ""
+
+
+def step_progress_text(done: int, total: int, opened: bool) -> str:
+    """A lesson's progress on the home page: "3 of 6 steps done", "6 steps", "every step done"."""
+    if not total:
+        return ""
+    if not opened or not done:
+        return f"{total} step{'s' if total != 1 else ''}"
+    if done >= total:
+        return f"every step done ({total} of {total})"
+    return f"{done} of {total} steps done"
+
+
+#: Where on the lab page each measure a step checks can be seen, in the page's own words.
+WATCH_PLACES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("succeeded", "failed", "fast_failed", "calls"), "Succeeded, Failed and Failed fast in the burst summary"),
+    (("attempts", "attempts_total", "dependency_hits"), "Attempts spent, and each call's attempts on the timeline"),
+    (("backoff_ms_total",), "Time waiting in the burst summary, and the backoff gaps on the timeline"),
+    (("breaker_after", "transitions", "transition_count"), "The circuit breaker's state: the badge and the timeline's band"),
+    (("degraded",), "Degraded (fallback) in the burst summary"),
+    (("effects_applied",), "Effects applied / calls in the burst summary"),
+    (("a_succeeded", "b_succeeded"), "The table of each dependency in the burst summary"),
+    (("rejected_bulkhead", "pool_timeout"), "Refused by the bulkhead and Gave up waiting in the burst summary"),
+)  # fmt: skip
+
+
+def step_watch(step: dict[str, Any]) -> list[str]:
+    """What a step asks the student to watch, as places on the page: from the measures its
+    checks and its question name (never their expected values), else from what it does."""
+    keys = set(step.get("expect") or {}) if isinstance(step.get("expect"), dict) else set()
+    if isinstance(step.get("ask"), dict) and step["ask"].get("measure"):
+        keys.add(step["ask"]["measure"])
+    places = [place for measures, place in WATCH_PLACES if keys & set(measures)]
+    if places:
+        return places
+    if "set_dependency" in step or "set_policy" in step:
+        return ["The journal's newest row: it records the change"]
+    if "wait_ms" in step:
+        return ["The circuit breaker's badge while the time passes"]
+    if "burst" in step:
+        return ["The burst summary and the timeline as the calls finish"]
+    return []
+
+
 def scenario_steps(scenario) -> list[dict[str, Any]]:
     """The scenario's steps with what the page needs to offer a "Do it" button (the form
     values a step sets, as the forms post them)."""
@@ -378,6 +456,7 @@ def scenario_steps(scenario) -> list[dict[str, Any]]:
         if not isinstance(step, dict):
             continue
         item: dict[str, Any] = {"index": index, "text": step_sentence(step), "action": None}
+        item["watch"] = step_watch(step)
         if "burst" in step:
             item["action"] = "burst"
             vals = {"size": step.get("burst"), "concurrency": step.get("concurrency", 1)}
@@ -749,19 +828,6 @@ def summary_html(summary: dict[str, Any]) -> str:
         )
     if summary.get("error"):
         parts.append(f'<p class="field-error">{e(str(summary["error"]))}</p>')
-    if status == "done" and number:
-        if summary.get("recorded"):
-            parts.append(
-                f'<p class="whatif-link"><a href="bursts/{e(str(number))}/replay/" '
-                f'id="whatif-burst-{e(str(number))}" hx-get="bursts/{e(str(number))}/replay/" '
-                f'hx-target="#whatif" hx-swap="innerHTML">What if burst {e(str(number))} had '
-                "another policy?</a></p>"
-            )
-        else:
-            parts.append(
-                f'<p class="whatif-link hint" id="whatif-burst-{e(str(number))}-none">No '
-                f"what-if for burst {e(str(number))}: it was recorded before replay existed.</p>"
-            )
     parts.append("</section>")
     return "".join(parts)
 
@@ -1251,6 +1317,8 @@ def replay_agreement(real: Sequence[dict[str, Any]], replayed: Sequence[dict[str
         "Replayed with its own policy, this burst makes the same attempts per call, outcomes "
         "and breaker transitions as it did."
     )
+
+
 # --- predictions, per class ------------------------------------------------------------------
 
 PREDICTION_COLUMNS = (
@@ -1280,7 +1348,9 @@ def prediction_histograms(predictions: Iterable[Any]) -> list[dict[str, Any]]:
     questions: dict[tuple[int, int], dict[str, Any]] = {}
     for p in predictions:
         scenario = p.session.scenario
-        steps = (scenario.script or {}).get("steps") or [] if isinstance(scenario.script, dict) else []
+        steps = (
+            (scenario.script or {}).get("steps") or [] if isinstance(scenario.script, dict) else []
+        )
         ask = steps[p.step - 1].get("ask", {}) if 0 < p.step <= len(steps) else {}
         entry = questions.setdefault(
             (scenario.pk, p.step),

@@ -292,12 +292,53 @@ def scenario_run_virtual(*, scenario: Scenario) -> ScenarioRun:
 class StudentScenario:
     scenario: Scenario
     session: LabSession | None
+    #: Steps ticked in the session's current attempt, and the scenario's number of steps.
+    steps_done: int = 0
+    steps_total: int = 0
+
+    @property
+    def description(self) -> str:
+        return presenters.lesson_description(self.scenario)
+
+    @property
+    def progress(self) -> str:
+        return presenters.step_progress_text(
+            self.steps_done, self.steps_total, self.session is not None
+        )
 
 
 @dataclass
 class StudentClass:
     classroom: Classroom
     scenarios: list[StudentScenario]
+
+    @property
+    def groups(self) -> list[dict]:
+        """The scenarios in the home page's groups (:data:`labs.presenters.LESSON_GROUPS`), in
+        order, empty groups left out."""
+        groups = []
+        for key, heading, blurb in presenters.LESSON_GROUPS:
+            items = [s for s in self.scenarios if presenters.lesson_group(s.scenario) == key]
+            if items:
+                groups.append({"key": key, "heading": heading, "blurb": blurb, "items": items})
+        return groups
+
+
+def _steps_done(sessions: list[LabSession]) -> dict[int, int]:
+    """Steps ticked per session in its current attempt (1 + its resets), in two queries."""
+    from django.db.models import Count
+
+    resets = dict(
+        JournalEvent.objects.filter(session__in=sessions, kind="session_reset")
+        .values_list("session")
+        .annotate(n=Count("pk"))
+    )
+    done: dict[int, int] = {}
+    rows = StepProgress.objects.filter(session__in=sessions).values_list("session", "attempt")
+    for session_id, attempt in rows:
+        if attempt == 1 + resets.get(session_id, 0):
+            done[session_id] = done.get(session_id, 0) + 1
+    return done
 
 
 def student_classes(*, user) -> list[StudentClass]:
@@ -310,21 +351,26 @@ def student_classes(*, user) -> list[StudentClass]:
         (s.classroom_id, s.scenario_id): s
         for s in LabSession.objects.filter(owner=user, classroom__in=classrooms)
     }
+    done = _steps_done(list(sessions.values()))
     result = []
     for classroom in classrooms:
         scenarios = sorted(
             (s for s in classroom.scenarios.all() if s.is_active),
             key=lambda s: (s.position, s.title, s.pk),
         )
-        result.append(
-            StudentClass(
-                classroom=classroom,
-                scenarios=[
-                    StudentScenario(scenario=s, session=sessions.get((classroom.pk, s.pk)))
-                    for s in scenarios
-                ],
+        items = []
+        for s in scenarios:
+            session = sessions.get((classroom.pk, s.pk))
+            steps = (s.script or {}).get("steps") if isinstance(s.script, dict) else None
+            items.append(
+                StudentScenario(
+                    scenario=s,
+                    session=session,
+                    steps_done=done.get(session.pk, 0) if session else 0,
+                    steps_total=sum(1 for step in steps or [] if isinstance(step, dict)),
+                )
             )
-        )
+        result.append(StudentClass(classroom=classroom, scenarios=items))
     return result
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from django import forms
@@ -194,6 +195,73 @@ POLICY_ADVANCED_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("Retry-After", ("retry_after",)),
 )
+
+
+@dataclass(frozen=True)
+class FieldGroup:
+    """One collapsible group of a settings form on the page (``templates/labs/_field_groups.html``).
+
+    ``fields`` are shown first; each of ``parts`` is a (legend, field names) fieldset inside the
+    group. ``open`` is how the group starts; a group holding a field with an error opens.
+    """
+
+    key: str
+    legend: str
+    fields: tuple[str, ...] = ()
+    parts: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    open: bool = True
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.fields + tuple(name for _, names in self.parts for name in names)
+
+
+#: The lab page's settings, grouped once for every page that shows them: the dependency form's
+#: groups, then the policy form's (dependency, retries, breaker, budget and deadline, advanced).
+DEPENDENCY_FIELD_GROUPS: tuple[FieldGroup, ...] = (
+    FieldGroup(
+        "dependency",
+        "Its parameters",
+        fields=(
+            "latency_ms",
+            "error",
+            "fail_count",
+            "rate",
+            "down_for_ms",
+            "retry_after_ms",
+            "outcomes",
+        ),
+    ),
+    FieldGroup(
+        "dependency-advanced",
+        "Advanced: hosts, side effects, fallbacks, dependency B",
+        fields=(
+            "hosts",
+            "spread",
+            "side_effect",
+            "honours_keys",
+            "fallbacks",
+            "b_mode",
+            "b_latency_ms",
+            "b_every",
+        ),
+        open=False,
+    ),
+)
+POLICY_FIELD_GROUPS: tuple[FieldGroup, ...] = (
+    FieldGroup("retries", "Retries", fields=POLICY_GROUPS[0][1]),
+    FieldGroup("breaker", "Circuit breaker", fields=POLICY_GROUPS[1][1]),
+    FieldGroup(
+        "budget", "Retry budget and deadline", fields=POLICY_GROUPS[2][1] + POLICY_GROUPS[3][1]
+    ),
+    FieldGroup(
+        "advanced",
+        "Advanced",
+        parts=(POLICY_GROUPS[4], *POLICY_ADVANCED_GROUPS),
+        open=False,
+    ),
+)
+
 
 #: Form fields whose path is not a LIMITS entry of its own: dependency B's mode and latency.
 FORM_LIMITS: dict[str, Limit] = {
@@ -403,6 +471,26 @@ class _EngineForm(_LabInputsMixin, forms.Form):
     def _extra_path(self, path: str) -> str | None:
         return None
 
+    #: The form's groups on the page (:class:`FieldGroup`).
+    groups: tuple[FieldGroup, ...] = ()
+
+    def field_groups(self) -> list[dict[str, Any]]:
+        """The groups with their bound fields, for ``labs/_field_groups.html``: a group holding
+        an error starts open, so the message is in sight."""
+        bound = []
+        for group in self.groups:
+            errors = self.is_bound and any(self.errors.get(name) for name in group.names)
+            bound.append(
+                {
+                    "key": group.key,
+                    "legend": group.legend,
+                    "open": group.open or bool(errors),
+                    "fields": [self[name] for name in group.fields],
+                    "parts": [(legend, [self[n] for n in names]) for legend, names in group.parts],
+                }
+            )
+        return bound
+
     def problems_summary(self) -> list[str]:
         """Every error message of the form, for the page's error summary."""
         messages = [str(m) for m in self.non_field_errors()]
@@ -416,12 +504,13 @@ class DependencyForm(_EngineForm):
 
     spec = DEPENDENCY_FIELDS
     prefix_path = "dependency."
+    groups = DEPENDENCY_FIELD_GROUPS
 
     mode = forms.ChoiceField(
         label="Dependency mode",
         choices=[(m, MODE_LABELS[m]) for m in LIMITS["dependency.mode"].choices],
         required=False,
-        help_text=describe_limit("dependency.mode"),
+        help_text="one of " + ", ".join(MODE_LABELS[m] for m in LIMITS["dependency.mode"].choices),
     )
 
     @classmethod
@@ -471,6 +560,7 @@ class PolicyForm(_EngineForm):
 
     spec = POLICY_FIELDS
     prefix_path = "policy."
+    groups = POLICY_FIELD_GROUPS
 
     budget = forms.ChoiceField(
         label="Retry budget",

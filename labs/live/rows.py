@@ -112,19 +112,8 @@ def row_tone(event: dict[str, Any]) -> str:
 ROW_HTML = (
     '<li id="ev-{}" class="journal-row tone-{}" data-seq="{}" data-kind="{}">'
     '<span class="j-seq">#{}</span> <time class="j-time" datetime="{}">{}</time> '
-    '<span class="j-kind">{}</span> <span class="j-msg">{}</span>{}</li>'
+    '<span class="j-kind">{}</span> <span class="j-msg">{}</span></li>'
 )
-
-#: Where a burst's what-if opens, by the burst's id (``labs:burst_whatif``): every row of a
-#: burst carries that id, pushed or read back, so its link needs no query.
-WHATIF_HREF = "/bursts/{burst}/whatif/"
-WHATIF_ROW_LINK = (
-    ' <a class="j-whatif" href="' + WHATIF_HREF + '" data-whatif '
-    'title="Replay this row\'s burst with another policy">what if…</a>'
-)
-#: Rows that end a burst without its finishing: such a burst has no what-if.
-NO_WHATIF_KINDS = frozenset(("burst_interrupted", "burst_failed"))
-
 
 def journal_row(event: dict[str, Any]) -> SafeString:
     """One journal row, as the page renders it and the websocket pushes it.
@@ -134,26 +123,16 @@ def journal_row(event: dict[str, Any]) -> SafeString:
     (benchmarks/push_bench.py). Every value is escaped with ``html.escape`` (what Django's
     ``escape`` does, minus its lazy-string wrapper).
 
-    A row of a burst ends with a "what if…" link to that burst's what-if (by the burst id the
-    row carries, one more string format). A row read back from the database whose burst can
-    never be replayed (recorded before replay existed, interrupted, failed) carries
-    ``"whatif": False`` (:func:`labs.selectors.rows_after`) and has none; a pushed row of a
-    burst still running has it, and the what-if view says the burst is still running.
+    A row carries no "what if" link: each burst has one, in the page's burst history.
     """
     seq = _escape(str(event.get("seq")))
     kind = event.get("kind") or ""
     moment = event_datetime(event)
-    burst = event.get("burst")
-    whatif = (
-        WHATIF_ROW_LINK.format(burst=_escape(str(burst)))
-        if burst and kind not in NO_WHATIF_KINDS and event.get("whatif", True)
-        else ""
-    )
     return mark_safe(  # noqa: S308 - every part escaped just here
         ROW_HTML.format(
             seq, row_tone(event), seq, _escape(kind), seq,
             moment.isoformat() if moment else "", clock_text(moment),
-            _escape(kind_label(kind)), _escape(str(event.get("message") or "")), whatif,
+            _escape(kind_label(kind)), _escape(str(event.get("message") or "")),
         )
     )  # fmt: skip
 

@@ -41,7 +41,6 @@ from labs.engine import STATE_LABELS
 from labs.forms.lab import (
     MODE_LABELS,
     MODE_PARAMS,
-    POLICY_GROUPS,
     BurstForm,
     DependencyForm,
     PolicyForm,
@@ -91,6 +90,7 @@ def page_context(
 ) -> dict[str, Any]:
     """Everything ``labs/session.html`` renders."""
     rows, older = selectors.journal_page(session)
+    steps = selectors.session_steps(session)
     return {
         "session": session,
         "read_only": is_read_only(request.user, session),
@@ -100,7 +100,8 @@ def page_context(
         "last_seq": rows[0]["seq"] if rows else 0,
         "summary": selectors.burst_summary(selectors.latest_burst(session)),
         "chart_events": selectors.chart_events(session),
-        "steps": selectors.session_steps(session),
+        "steps": steps,
+        **lesson_context(steps),
         "ws_path": f"/ws/sessions/{session.pk}/",
         "state_labels": STATE_LABELS,
         **traffic_context(session),
@@ -112,6 +113,27 @@ def page_context(
             burst_error=burst_error,
         ),
     }
+
+
+def lesson_context(steps: list[dict]) -> dict[str, Any]:
+    """Lesson mode (a scenario with steps): the page shows the current step's controls and
+    what it asks to watch, every other setting under one closed "All settings". Each step that
+    changes settings gets its own small form of just the fields it changes, filled with the
+    step's values (ids prefixed ``step<n>_``, so they never clash with the full forms); the page
+    shows the current step's (the first not done) and moves on as steps are ticked."""
+    current = next((step["index"] for step in steps if not step.get("done")), None)
+    for step in steps:
+        step["current"] = step["index"] == current
+        form_class = {"dependency": DependencyForm, "policy": PolicyForm}.get(step["action"])
+        if form_class is None:
+            continue
+        values = {
+            name: value.lower() if value in ("True", "False") else value
+            for name, value in json.loads(step["vals"]).items()
+        }
+        form = form_class(initial=values, auto_id=f"step{step['index']}_%s")
+        step["fields"] = [form[name] for name in values if name in form.fields]
+    return {"lesson": bool(steps), "current_step": current}
 
 
 def form_context(
@@ -146,9 +168,6 @@ def form_context(
         "current_mode": current_mode,
         "current_mode_label": MODE_LABELS.get(current_mode, current_mode),
         "current_mode_params": MODE_PARAMS.get(current_mode, ()),
-        "policy_groups": [
-            (legend, [policy_form[name] for name in names]) for legend, names in POLICY_GROUPS
-        ],
         "mode_help": describe_limit("dependency.mode"),
     }
 
@@ -369,9 +388,12 @@ def _burst_message(
         return render(
             request, TEMPLATE, page_context(request, session, burst_error=message), status=status
         )
-    response = render_partial(
-        request, "burst-message", {"session": session, "burst_error": message}, status
-    )
+    context = {
+        "session": session,
+        "burst_error": message,
+        "burst_refusal": "running" if status == 409 else "",
+    }
+    response = render_partial(request, "burst-message", context, status)
     return reswap(retarget(response, "#burst-message"), "outerHTML")
 
 

@@ -12,8 +12,13 @@
  * - The timeline chart (SVG) is drawn from the events: per call its attempts as segments
  *   coloured by outcome, the backoff gaps, fast-fails, half-open probes, and a band with the
  *   breaker's state over time. It grows while a burst runs.
- *   Under each finished burst a "what if…" link opens that burst's what-if panel (#whatif);
- *   so does the link the server puts on every journal row of a burst (data-whatif).
+ * - The burst history (#burst-history) is fetched again (htmx) when the websocket brings a
+ *   burst's queueing or its end, so a new burst's row, with its one "what if" link, appears
+ *   without a reload; the what-if panel it opens is scrolled into view.
+ * - Lesson mode: the "This step" card shows the current step's panel (the first step not
+ *   ticked); a step's own settings form ticks the step when it is applied.
+ * - Collapsible groups of settings keep their open or closed state when htmx swaps their
+ *   form, and open when a swap brings an error inside them.
  * - The traffic strip chart (SVG): per second of the last minute of calls, attempts by
  *   outcome, calls ok/failed/fast-failed, the breaker's state band and, in shared mode, the
  *   session's share of the shared dependency's load.
@@ -22,7 +27,7 @@
  *   ratio and share over the last complete seconds ("shared" messages, naming nobody else),
  *   counted in Redis where each attempt is decided: the same figures the storm panel's table
  *   shows for this session.
- * - The scenario checklist keeps its ticks in localStorage.
+ * - The scenario checklist keeps its ticks on the server (one POST per tick).
  * - window.failureLab exposes a few hooks for the browser tests (see the bottom).
  */
 (function () {
@@ -32,8 +37,6 @@
   if (!root) return;
 
   const wsPath = root.dataset.wsPath;
-  // The what-if view of burst id 0 (labs:burst_whatif); a burst's own is the same with its id.
-  const whatifUrl = root.dataset.whatifUrl || "";
   let lastSeq = parseInt(root.dataset.lastSeq || "0", 10) || 0;
   const journal = document.getElementById("journal-rows");
   const liveStatus = document.getElementById("live-status");
@@ -202,11 +205,17 @@
     updateSummary(event);
     chart.add(event);
     strip.add(event);
+    if (event.kind === "burst_queued") burstsChanged();
     if (event.kind === "burst_end" || event.kind === "burst_interrupted" || event.kind === "burst_failed") {
+      burstsChanged();
+      // A click refused because this burst was running (another tab's, say) learns that it
+      // ended; any other message of the form is cleared.
       const message = document.getElementById("burst-message");
       if (message) {
-        message.textContent = "";
+        message.textContent = message.dataset.refusal === "running"
+          ? "The burst that was running has ended: press Run burst again to run yours." : "";
         message.classList.remove("is-error");
+        delete message.dataset.refusal;
       }
     }
   }
@@ -377,8 +386,6 @@
   const chart = (function () {
     const svg = document.getElementById("timeline-chart");
     const desc = document.getElementById("timeline-desc");
-    const whatifBox = document.getElementById("timeline-whatif");
-    let whatifKey = "";
     const WIDTH = 960;
     const LEFT = 64;
     const GAP = 30;
@@ -484,7 +491,6 @@
       const now = Date.now() + clockOffset;
       while (svg.lastChild && svg.lastChild.nodeName !== "desc") svg.removeChild(svg.lastChild);
       if (!bursts.length) {
-        showWhatifLinks([]);
         svg.setAttribute("viewBox", "0 0 " + WIDTH + " 60");
         svg.appendChild(el("text", { x: 12, y: 34, class: "tl-empty" }, "Run a burst: its calls appear here as they happen."));
         if (desc) desc.textContent = "No burst yet.";
@@ -658,32 +664,6 @@
       }
       svg.appendChild(el("text", { x: tailX, y: 15, class: "tl-now" }, "now"));
       if (desc) desc.textContent = nowText + ". Last " + bursts.length + " burst(s), " + summaryText.join("; ") + ".";
-      showWhatifLinks(bursts);
-    }
-
-    /* One "what if…" link under each finished burst that can be replayed, lined up with the
-     burst's group (HTML outside the SVG, which is one image to assistive technology; placed
-     through the CSSOM, which the CSP allows). Rebuilt only when the set changes, so a
-     focused link survives the redraws of a running burst. */
-    function showWhatifLinks(bursts) {
-      if (!whatifBox || !whatifUrl) return;
-      const shown = bursts.filter(function (b) { return b.finished && b.number && b.whatif; });
-      const key = shown.map(function (b) { return b.id + "@" + b.x.toFixed(0); }).join(" ");
-      if (key === whatifKey) return;
-      whatifKey = key;
-      whatifBox.replaceChildren();
-      shown.forEach(function (b) {
-        const link = document.createElement("a");
-        link.className = "tl-whatif";
-        link.id = "tl-whatif-" + b.number;
-        link.href = whatifUrl.replace("/0/", "/" + b.id + "/");
-        link.dataset.whatif = "";
-        link.textContent = "what if…";
-        link.setAttribute("aria-label", "What if burst " + b.number + " had another policy?");
-        link.title = "Replay burst " + b.number + " with another policy";
-        link.style.left = (b.x / WIDTH * 100).toFixed(2) + "%";
-        whatifBox.appendChild(link);
-      });
     }
 
     // live growth while a burst runs
@@ -696,16 +676,51 @@
     return { add: add, redraw: redraw };
   })();
 
-  // --- what if: a journal row's or the timeline's link opens the panel under the timeline ----
+  // --- burst history and what if -------------------------------------------------------------
+
+  /* The history asks the server again (hx-trigger "labBursts from:body") when a burst is
+     queued or ends; the rows of a catch-up after a reconnect ask once, not once per row. */
+  let historyTimer = null;
+  function burstsChanged() {
+    if (historyTimer) return;
+    historyTimer = window.setTimeout(function () {
+      historyTimer = null;
+      if (window.htmx) window.htmx.trigger(document.body, "labBursts");
+    }, 150);
+  }
 
   const whatifPanel = document.getElementById("whatif");
-  document.addEventListener("click", function (event) {
-    const link = event.target.closest && event.target.closest("a[data-whatif]");
-    if (!link || !whatifPanel || !window.htmx) return;
-    if (event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey || event.altKey) return;
-    event.preventDefault();
-    window.htmx.ajax("GET", link.getAttribute("href"), { target: "#whatif", swap: "innerHTML" })
-      .then(function () { whatifPanel.scrollIntoView({ block: "start" }); });
+  document.body.addEventListener("htmx:afterSwap", function (event) {
+    if (whatifPanel && event.detail.target === whatifPanel && whatifPanel.firstElementChild) {
+      whatifPanel.scrollIntoView({ block: "start" });
+    }
+  });
+
+  // --- collapsible settings groups -----------------------------------------------------------
+
+  /* A swapped form comes back with each group in its default state: keep what the student
+     opened or closed (by the group's id), and open every group, and "All settings", that
+     holds an error. */
+  let openBefore = null;
+  document.body.addEventListener("htmx:beforeSwap", function () {
+    openBefore = {};
+    document.querySelectorAll("details.field-group[id]").forEach(function (d) { openBefore[d.id] = d.open; });
+  });
+  document.body.addEventListener("htmx:afterSwap", function () {
+    if (openBefore) {
+      Object.keys(openBefore).forEach(function (id) {
+        const d = document.getElementById(id);
+        if (d && !d.querySelector(".has-error")) d.open = openBefore[id];
+      });
+      openBefore = null;
+    }
+    // Lesson mode: the dependency's mode, from its form (closed away under "All settings").
+    const mode = document.querySelector('#dependency-form [data-role="mode"]');
+    const lessonMode = document.querySelector('#this-step [data-role="lesson-mode"]');
+    if (mode && lessonMode) lessonMode.textContent = mode.textContent;
+    document.querySelectorAll("#lab .has-error, #lab .form-errors").forEach(function (el) {
+      for (let d = el.closest("details"); d; d = d.parentElement && d.parentElement.closest("details")) d.open = true;
+    });
   });
 
   // --- htmx: errors that do not swap a form --------------------------------------------------
@@ -814,15 +829,38 @@
     }
     function highlight() {
       let found = false;
+      let currentStep = "done";
       steps.querySelectorAll(".step").forEach(function (item) {
         const done = item.querySelector(".step-check").checked;
         item.classList.toggle("is-done", done);
         const current = !done && !found;
-        if (current) found = true;
+        if (current) {
+          found = true;
+          currentStep = item.dataset.step;
+        }
         item.classList.toggle("is-current", current);
         if (current) item.setAttribute("aria-current", "step");
         else item.removeAttribute("aria-current");
       });
+      // Lesson mode: the "This step" card shows the current step's panel only.
+      document.querySelectorAll("[data-step-panel]").forEach(function (panel) {
+        panel.hidden = panel.dataset.stepPanel !== currentStep;
+      });
+      return currentStep;
+    }
+    /* A page opened mid-lesson, where the steps sit in a column of their own that scrolls (a
+       wide screen): the current step is brought to the top of that column. Not on a tick: the
+       step just done is about to show its grade and explanation. A phone's page is not
+       scrolled. */
+    const aside = document.getElementById("lab-aside");
+    function scrollStepIntoAside(index) {
+      const item = stepItem(index);
+      if (!item || !item.previousElementSibling || !aside || aside.scrollHeight <= aside.clientHeight + 1) return;
+      if (window.getComputedStyle(aside).overflowY !== "auto") return;
+      aside.scrollTop = Math.max(0, item.offsetTop - 8);
+    }
+    function stepItem(index) {
+      return steps.querySelector('.step[data-step="' + index + '"]');
     }
     function tick(item) {
       const box = item.querySelector(".step-check");
@@ -832,7 +870,7 @@
       }
       highlight();
     }
-    highlight();
+    scrollStepIntoAside(highlight());
     steps.addEventListener("change", function (event) {
       if (!event.target.classList.contains("step-check")) return;
       store(event.target.closest(".step"));
@@ -840,9 +878,11 @@
     });
     document.body.addEventListener("htmx:afterRequest", function (event) {
       const source = event.detail.elt;
-      if (source && source.hasAttribute && source.hasAttribute("data-step-do") && event.detail.successful) {
-        tick(source.closest(".step"));
-      }
+      if (!source || !source.hasAttribute || !event.detail.successful) return;
+      if (source.hasAttribute("data-step-do")) tick(source.closest(".step"));
+      const form = source.closest && source.closest("[data-step-form]");
+      const item = form && stepItem(form.dataset.stepForm);
+      if (item) tick(item);
     });
     steps.addEventListener("click", function (event) {
       const button = event.target.closest("[data-step-wait]");

@@ -233,3 +233,14 @@ def e2e_worker(request, transactional_db, tmp_path):
         module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         shutil.copy(tmp_path / "worker.log", ARTIFACTS / f"{module.replace('_', '-')}-worker.log")
+
+
+def show_setting(page, selector: str) -> None:
+    """Bring a lab page's settings field into view as a person would: open "All settings"
+    (lesson mode) and the field's group when they are closed, by clicking their summaries."""
+    settings = page.locator("#all-settings")
+    if settings.count() and not settings.evaluate("d => d.open"):
+        settings.locator("> summary").click()
+    group = page.locator(selector).locator("xpath=ancestor::details[1]")
+    if group.count() and not group.evaluate("d => d.open || d.id === 'all-settings'"):
+        group.locator("> summary").click()

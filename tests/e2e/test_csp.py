@@ -28,7 +28,7 @@ from tests.conftest import (
     make_student,
     tour_script,
 )
-from tests.e2e.conftest import ARTIFACTS, login
+from tests.e2e.conftest import ARTIFACTS, login, show_setting
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -125,6 +125,7 @@ def test_no_page_breaks_the_policy_and_htmx_still_swaps(daphne_server, e2e_worke
         timeout=BURST_TIMEOUT_MS,
     )
     assert page.locator("#journal-rows .journal-row").count() > 3  # pushed over the websocket
+    show_setting(page, "#id_latency_ms")
     page.fill("#id_latency_ms", "60")
     page.click("#mode-flaky")
     page.wait_for_selector('#mode-flaky[aria-pressed="true"]')

@@ -34,7 +34,7 @@ from playwright.sync_api import expect
 from labs.models import JournalEvent
 from labs.services import lab
 from tests.conftest import DEFAULT_PASSWORD, make_classroom, make_scenario, make_student
-from tests.e2e.conftest import ARTIFACTS, ROOT, login
+from tests.e2e.conftest import ARTIFACTS, ROOT, login, show_setting
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -77,8 +77,10 @@ def wait_for_badge(page, label: str, timeout: float = BURST_TIMEOUT_MS) -> None:
 
 
 def set_dependency(page, mode_button: str, latency_ms: int, **fields: str) -> None:
+    show_setting(page, "#id_latency_ms")
     page.fill("#id_latency_ms", str(latency_ms))
     for name, value in fields.items():
+        show_setting(page, f"#id_{name}")
         page.fill(f"#id_{name}", value)
     page.click(f"#mode-{mode_button}")
     page.wait_for_selector(f'#mode-{mode_button}[aria-pressed="true"]')

@@ -22,7 +22,7 @@ from playwright.sync_api import expect
 from labs.engine import run_scenario
 from labs.services import lab
 from tests.conftest import DEFAULT_PASSWORD, make_classroom, make_scenario, make_student
-from tests.e2e.conftest import ARTIFACTS, ROOT, login
+from tests.e2e.conftest import ARTIFACTS, ROOT, login, show_setting
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -80,6 +80,7 @@ def run_burst(page, size: int, concurrency: int, number: int) -> None:
 def save_policy(page, **fields: str) -> None:
     for name, value in fields.items():
         selector = f"#id_{name}"
+        show_setting(page, selector)
         if page.eval_on_selector(selector, "e => e.tagName") == "SELECT":
             page.select_option(selector, value)
         else:
@@ -140,6 +141,7 @@ def test_a_bulkhead_keeps_a_healthy_while_b_is_slow(open_page):
 def test_a_cached_fallback_answers_while_the_dependency_is_down(open_page):
     page, errors = open_page("fallback_cached", "FALLBK01")
     run_burst(page, 4, 1, 1)
+    show_setting(page, "#mode-down")
     page.click("#mode-down")
     page.wait_for_selector('#mode-down[aria-pressed="true"]')
     run_burst(page, 6, 1, 2)

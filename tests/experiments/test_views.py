@@ -41,6 +41,13 @@ def test_index_lists_every_experiment(client_in):
         assert experiment.title in html
 
 
+def test_index_opens_in_plain_words(client_in):
+    html = client_in.get(reverse("experiments:index")).content.decode()
+    lead = re.search(r'<p class="lead">(.*?)</p>', html, re.S).group(1)
+    assert lead.startswith("What a crowd of clients does to a struggling service")
+    assert "Seed 004" not in html
+
+
 def test_nav_links_to_experiments(client_in):
     html = client_in.get(reverse("labs:home")).content.decode()
     assert f'href="{reverse("experiments:index")}"' in html

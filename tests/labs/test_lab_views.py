@@ -696,7 +696,8 @@ ADVANCED_FIELDS = (
 
 
 def _advanced_section(html: str) -> str:
-    return html.split('<details class="policy-advanced" id="policy-advanced"')[1].split(
+    marker = '<details class="field-group" id="policy-group-advanced" data-group="advanced"'
+    return html.split(marker)[1].split(
         "</details>"
     )[0]
 

@@ -264,15 +264,17 @@ def test_a_malformed_or_tampered_comparison_says_what_is_wrong(
     assert 'id="compare-diff"' not in html
 
 
-def test_the_summary_of_a_finished_burst_links_to_its_what_if(client, student, session):
+def test_each_finished_burst_has_one_what_if_link_in_the_history(client, student, session):
     finished_burst(session, 1)
+    finished_burst(session, 2)
     client.force_login(student)
     page = client.get(session.get_absolute_url()).content.decode()
-    link = re.search(r'<a href="([^"]+)" id="whatif-burst-1"', page).group(1)
-    # Relative to the lab page, it is the replay page of burst 1.
-    from urllib.parse import urljoin
-
-    assert urljoin(session.get_absolute_url(), link) == replay_url(session, 1)
+    # Neither the summary panel nor a journal row links to a what-if: the history does.
+    assert "bursts/2/replay/" not in page and "/whatif/" not in page
+    history = client.get(reverse("labs:burst_history", args=[session.pk]), **HTMX)
+    html = history.content.decode()
+    for number in (1, 2):
+        assert html.count(f'href="{replay_url(session, number)}"') == 1
 
 
 def test_a_dependency_script_against_two_policies(client, student):
@@ -296,13 +298,12 @@ def test_the_lab_page_holds_the_what_if_panel_and_the_panel_has_its_own_ids(
     client.force_login(student)
     page = client.get(session.get_absolute_url()).content.decode()
     assert '<section id="whatif"' in page
-    assert 'hx-get="bursts/1/replay/" hx-target="#whatif"' in page
     panel = client.get(replay_url(session, 1), **HTMX).content.decode()
     assert panel.lstrip().startswith('<div id="replay-result"')
     # Beside the session's own policy form, no id is used twice.
     assert 'id="whatif_max_attempts"' in panel and 'id="id_max_attempts"' not in panel
     embedded = client.get(reverse("labs:burst_history", args=[session.pk]), **HTMX)
-    assert 'hx-target="#whatif"' in embedded.content.decode()
+    assert f'hx-get="{replay_url(session, 1)}" hx-target="#whatif"' in embedded.content.decode()
     alone = client.get(reverse("labs:burst_history", args=[session.pk]))
     assert 'hx-target="#whatif"' not in alone.content.decode()
 
@@ -330,8 +331,7 @@ def test_a_burst_recorded_before_replay_existed_offers_no_what_if(client, studen
     client.force_login(student)
     page = client.get(session.get_absolute_url()).content.decode()
     summary = page.split('id="burst-summary"')[1].split("</section>")[0]
-    assert 'id="whatif-burst-1"' not in summary and "bursts/1/replay/" not in summary
-    assert f"No what-if for burst 1: it was {NOT_RECORDED}." in summary
+    assert "bursts/1/replay/" not in summary
     journal_rows = page.split('id="journal-rows"')[1].split("</ol>")[0]
     assert 'data-kind="attempt"' in journal_rows and "j-whatif" not in journal_rows
     history = client.get(reverse("labs:burst_history", args=[session.pk]), **HTMX)
@@ -375,32 +375,28 @@ def test_a_running_interrupted_or_failed_burst_says_why_it_has_no_what_if(client
     assert client.get(replay_url(session, 2)).status_code == 404
 
 
-# --- what if from a journal row --------------------------------------------------------------
+# --- no what-if on journal rows --------------------------------------------------------------
 
 
-def test_each_journal_row_of_a_burst_links_to_its_what_if(client, student, session):
+def test_no_journal_row_carries_a_what_if_link(client, student, session):
     burst = finished_burst(session, 1)
-    journal.record([journal.entry(session, "policy_set", "policy saved")])
     client.force_login(student)
     page = client.get(session.get_absolute_url()).content.decode()
-    link = f'<a class="j-whatif" href="{whatif_url(burst)}"'
-    rows = re.findall(r'<li id="ev-\d+"[^>]*data-kind="([a-z_]+)">(.*?)</li>', page, re.S)
-    assert rows and {kind for kind, _ in rows} >= {"attempt", "call_result", "burst_end"}
-    for kind, body in rows:
-        assert (link in body) == (kind != "policy_set"), kind
-    # The link opens that burst's what-if panel.
+    rows_html = re.findall(r'<li id="ev-\d+"[^>]*data-kind="([a-z_]+)">(.*?)</li>', page, re.S)
+    assert rows_html and {kind for kind, _ in rows_html} >= {"attempt", "call_result", "burst_end"}
+    assert not [kind for kind, body in rows_html if "<a " in body]
+    # The burst's what-if view itself is there, as a panel and as a page.
     panel = client.get(whatif_url(burst), **HTMX)
     assert panel.status_code == 200
     html = panel.content.decode()
     assert html.lstrip().startswith('<div id="replay-result"')
     assert "What if burst 1 had another policy?" in html and 'id="whatif_max_attempts"' in html
-    # The full page too, without JavaScript.
     assert 'id="replay-form"' in client.get(whatif_url(burst)).content.decode()
 
 
-def test_a_pushed_row_carries_the_same_link(session):
-    """A pushed row is rendered from the writer's entry (no database read): the link comes
-    from the row's own burst id."""
+def test_a_pushed_row_carries_no_link_either(session):
+    """A pushed row is rendered from the writer's entry (no database read), like a row read
+    back: no "what if" link on it."""
 
     burst = finished_burst(session, 1)
     row = JournalEvent.objects.filter(burst=burst, kind="attempt").first()
@@ -411,17 +407,7 @@ def test_a_pushed_row_carries_the_same_link(session):
     )  # fmt: skip
     pushed = journal.entry_payload(journal.Written(entry, row.seq, row.created_at))
     html = str(rows.journal_row(pushed))
-    assert f'<a class="j-whatif" href="{whatif_url(burst)}" data-whatif' in html
-    # A burst's failure row has no link (that burst cannot be replayed), nor has a row
-    # outside a burst.
-    for kind, burst_id in (("burst_failed", burst.pk), ("policy_set", None)):
-        other = dict(pushed, kind=kind, burst=burst_id)
-        assert "j-whatif" not in str(rows.journal_row(other))
-
-
-def test_the_row_link_is_the_whatif_route():
-
-    assert rows.WHATIF_HREF.format(burst=41) == reverse("labs:burst_whatif", args=[41])
+    assert row.message in html and "<a " not in html
 
 
 def test_another_students_burst_by_id_is_404(client, other_student, session):
@@ -445,7 +431,6 @@ def test_the_timeline_knows_each_burst_number_and_which_cannot_be_replayed(
     old = burst_from_before_replay(session, 2)
     client.force_login(student)
     page = client.get(session.get_absolute_url()).content.decode()
-    assert f'data-whatif-url="{reverse("labs:burst_whatif", args=[0])}"' in page
     events = json.loads(re.search(r'id="chart-events"[^>]*>(.*?)</script>', page, re.S).group(1))
     ends = {e["burst"]: e for e in events if e["kind"] == "burst_end"}
     assert {e["data"]["burst"] for e in ends.values()} == {1, 2}
@@ -456,8 +441,9 @@ def test_the_timeline_knows_each_burst_number_and_which_cannot_be_replayed(
 def test_rows_read_back_for_a_reconnecting_socket_are_marked_with_one_query(
     session, django_assert_num_queries
 ):
-    """The consumer's catch-up (``rows_after``) renders rows of a burst that can never be
-    replayed without the link, for one query more per chunk, whatever its length."""
+    """The consumer's catch-up (``rows_after``) marks the rows of a burst that can never be
+    replayed (the timeline reads the mark), for one query more per chunk, whatever its
+    length."""
     from labs import selectors
 
     new = finished_burst(session, 1)
@@ -466,30 +452,23 @@ def test_rows_read_back_for_a_reconnecting_socket_are_marked_with_one_query(
     journal.record([journal.entry(session, "burst_failed", "stopped", burst_id=failed.pk)])
     with django_assert_num_queries(2):
         read_back = selectors.rows_after(session.pk, 0, 500)
-    linked = {r["burst"] for r in read_back if "j-whatif" in str(rows.journal_row(r))}
-    assert linked == {new.pk}
+    assert new.pk in {r["burst"] for r in read_back if r.get("whatif", True)}
     assert {r["burst"] for r in read_back if r.get("whatif") is False} == {old.pk, failed.pk}
 
 
-def test_the_pushed_summary_panel_offers_the_what_if_only_for_a_recorded_burst(session):
+def test_the_pushed_summary_panel_has_no_what_if_link(session):
     """The consumer renders the panel at a burst's end from facts it learnt from the
-    ``burst_queued`` row or read by id; either way the what-if link follows the record."""
+    ``burst_queued`` row or read by id; the burst's what-if link is in the history, not here."""
     from labs import presenters, selectors
 
     new = finished_burst(session, 1)
     old = burst_from_before_replay(session, 2)
     facts = selectors.burst_facts_by_id([new.pk, old.pk])
     assert (facts[new.pk]["recorded"], facts[old.pk]["recorded"]) == (True, False)
-    for burst, linked in ((new, True), (old, False)):
+    for burst in (new, old):
         end = JournalEvent.objects.get(burst=burst, kind="burst_end")
         html = presenters.summary_fragment(journal.event_payload(end), facts[burst.pk])
-        assert (f'id="whatif-burst-{burst.number}"' in html) == linked
-        assert (NOT_RECORDED in html) == (not linked)
-    learnt = {"id": 9, "number": 3, "size": 6, "concurrency": 1, "status": "queued", "error": ""}
-    panel = presenters.summary_fragment(
-        {"kind": "burst_end", "data": {}}, presenters.burst_facts(learnt)
-    )
-    assert 'id="whatif-burst-3"' in panel
+        assert f"Burst {burst.number}" in html and "replay/" not in html and "<a " not in html
 
 
 def test_replay_rows_and_charts_rendered_in_python_match_the_template_markup():
