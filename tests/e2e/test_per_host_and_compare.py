@@ -21,7 +21,7 @@ import pytest
 
 from labs.services import lab
 from tests.conftest import DEFAULT_PASSWORD, make_classroom, make_scenario, make_student
-from tests.e2e.conftest import ARTIFACTS, ROOT, login
+from tests.e2e.conftest import ARTIFACTS, ROOT, login, show_setting
 from tests.e2e.test_csp import REPORT_VIOLATIONS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -118,6 +118,7 @@ def test_per_host_breakers_show_each_hosts_breaker_and_no_stale_global_one(
     assert page.locator("#timeline-chart text.tl-axis", has_text="breaker").count() == 1
 
     # A breaker per host: the badge changes at once (pushed after the policy change).
+    show_setting(page, "#id_breaker_scope")
     page.select_option("#id_breaker_scope", "host")
     page.click("#save-policy")
     page.wait_for_selector('#breaker-badge[data-scope="host"]')
