@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from labs.engine import LIMITS, Problem
@@ -307,6 +308,14 @@ def burst_run(*, burst_id: int) -> str:
     return status
 
 
+def runs_here(burst_id: int, worker: str) -> bool:
+    """Whether this process is running the burst now (its own live run, never stale)."""
+    if worker != WORKER_ID:
+        return False
+    with _running_lock:
+        return burst_id in _running
+
+
 def release_connection() -> None:
     """Give this thread's database connection back while its run does not need it, so a
     worker running a hundred bursts does not hold a hundred PostgreSQL connections (with
@@ -407,9 +416,7 @@ def _heartbeat_loop() -> None:
             continue
         try:
             if ids:
-                Burst.objects.filter(pk__in=ids, status=Burst.Status.RUNNING).update(
-                    heartbeat_at=timezone.now()
-                )
+                _touch_heartbeats(ids)
             if reap:
                 next_reap = time.monotonic() + reap_interval()
                 bursts_reap_stale()
@@ -420,6 +427,13 @@ def _heartbeat_loop() -> None:
             connection.close()
 
 
+def _touch_heartbeats(ids: list[int]) -> None:
+    """Stamp the running bursts' heartbeats with the database's clock as the row is written:
+    a time taken here before the query would be as old as the wait for a pooled connection
+    (seconds, after a PostgreSQL restart), and the burst would look stale when it is not."""
+    Burst.objects.filter(pk__in=ids, status=Burst.Status.RUNNING).update(heartbeat_at=Now())
+
+
 # --- Anywhere ------------------------------------------------------------------------------
 
 
@@ -428,12 +442,16 @@ def bursts_reap_stale(*, session_id: int | None = None) -> int:
 
     A RUNNING burst is stale when its heartbeat is older than ``LAB_BURST_STALE_SECONDS``; a
     QUEUED one when no worker claimed it within ``LAB_BURST_QUEUE_TIMEOUT_SECONDS``. Each mark
-    is a conditional update, so concurrent reapers journal each burst once. Returns how many
+    is a conditional update, so concurrent reapers journal each burst once. A burst this
+    process is running is never marked here, however old its heartbeat (its heartbeat may
+    have failed while the database restarted): it ends as its calls do. Returns how many
     bursts it marked.
     """
     running, queued = stale_runs(Burst, session_id=session_id)
     marked = 0
     for burst in running:
+        if runs_here(burst.pk, burst.worker):
+            continue
         marked += _mark(
             burst,
             Burst.Status.RUNNING,

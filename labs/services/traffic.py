@@ -31,6 +31,7 @@ import time
 from collections import Counter
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from labs.engine import FAST_FAIL_OUTCOMES, Problem
@@ -346,6 +347,13 @@ def _watch(traffic_id: int) -> _Watched:
     return watched
 
 
+def _runs_here(traffic: Traffic) -> bool:
+    if traffic.worker != WORKER_ID:
+        return False
+    with _watch_lock:
+        return traffic.pk in _watched
+
+
 def _unwatch(traffic_id: int) -> None:
     with _watch_lock:
         _watched.pop(traffic_id, None)
@@ -371,9 +379,9 @@ def _watch_loop() -> None:
 
 def _watch_tick(watched: dict[int, _Watched]) -> None:
     ids = list(watched)
-    Traffic.objects.filter(pk__in=ids, status=Traffic.Status.RUNNING).update(
-        heartbeat_at=timezone.now()
-    )
+    # Now(): the database's clock when the row is written, not a time taken before waiting
+    # for a pooled connection (see bursts._heartbeat_loop).
+    Traffic.objects.filter(pk__in=ids, status=Traffic.Status.RUNNING).update(heartbeat_at=Now())
     rows = dict(Traffic.objects.filter(pk__in=ids).values_list("pk", "stop_requested"))
     for traffic_id, entry in watched.items():
         if rows.get(traffic_id, True):  # a stop asked, or the row is gone
@@ -406,10 +414,13 @@ def worker_ready() -> None:
 
 def traffic_reap_stale(*, session_id: int | None = None) -> int:
     """Mark runs whose worker died INTERRUPTED (and never-claimed queued ones FAILED),
-    journaled ``traffic_end``; conditional updates, so concurrent reapers mark each once."""
+    journaled ``traffic_end``; conditional updates, so concurrent reapers mark each once. A
+    run this process is running is never marked here."""
     running, queued = stale_runs(Traffic, session_id=session_id)
     marked = 0
     for traffic in running:
+        if _runs_here(traffic):
+            continue  # this process's own live run ends as its calls do, never reaped here
         marked += _mark(
             traffic,
             Traffic.Status.RUNNING,

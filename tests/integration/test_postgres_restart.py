@@ -1,0 +1,64 @@
+"""PostgreSQL restarted under a running lab (a server the test owns: tests/integration/
+private_stack.py), between page loads and in the middle of a burst.
+
+- A burst running through the restart ends DONE with every call journaled once: its own
+  worker never marks it interrupted (heartbeats are stamped when written, and a worker never
+  reaps its own live run), and the database says what the journal says.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import tour_script
+from tests.integration.private_stack import PgStack, http_get, http_post, wait_until
+
+pytestmark = [pytest.mark.integration]
+
+
+@pytest.fixture
+def stack(tmp_path):
+    stack = PgStack(tmp_path)
+    yield stack
+    stack.close()
+
+
+def test_a_burst_running_through_a_postgresql_restart_ends_done_and_journals_every_call(stack):
+    ids = stack.seed(tour_script(dependency={"mode": "healthy", "latency_ms": 400}))
+    # A short staleness window, shorter than the outage: a heartbeat that could not be
+    # written during it leaves the row looking stale to this worker's own reaper.
+    stack.worker(4, LAB_BURST_STALE_SECONDS="2")
+    web = stack.web()
+    cookie = ids["cookies"]["student"]
+    size = 20
+    status, body = http_post(web.url, f"/sessions/{ids['session']}/bursts/", cookie,
+                             {"size": size})  # fmt: skip
+    assert status == 200, body[-2000:]
+    wait_until(
+        lambda: (
+            stack.query("SELECT count(*) FROM labs_journalevent WHERE kind = 'attempt'")[0][0] >= 3
+        ),
+        60,
+        "a few attempts journaled",
+    )
+    stack.pg.restart(down_s=3.0)
+
+    def final():
+        rows = stack.query("SELECT status FROM labs_burst")
+        return rows if rows and rows[0][0] not in ("queued", "running") else None
+
+    assert wait_until(final, 120, "the burst to end") == [("done",)]
+    kinds = [k for (k,) in stack.query(
+        "SELECT kind FROM labs_journalevent WHERE session_id = %s ORDER BY seq", (ids["session"],)
+    )]  # fmt: skip
+    assert "burst_interrupted" not in kinds
+    assert kinds[-1] == "burst_end"
+    calls = stack.query(
+        "SELECT call_no, count(*) FROM labs_journalevent WHERE kind = 'call_result' "
+        "GROUP BY call_no ORDER BY call_no"
+    )
+    assert len(calls) == size and all(n == 1 for _, n in calls)
+    # The page shows what the database holds: the burst done, not interrupted.
+    status, body = http_get(web.url, f"/sessions/{ids['session']}/", cookie)
+    assert status == 200
+    assert "interrupted" not in body.lower()
