@@ -113,7 +113,14 @@ if _DATABASE_URL:
     # never reused and stays open until its thread is collected: a hundred students pressing
     # Run burst at once exhausted max_connections (100). The pool also bounds a worker whose
     # hundred burst threads claim their bursts at the same moment: they wait their turn.
-    DATABASES = {"default": dj_database_url.parse(_DATABASE_URL, conn_max_age=0)}
+    #
+    # CONN_HEALTH_CHECKS: every connection is checked before use, so the first request after
+    # a PostgreSQL restart gets a live one, not one the restart cut (a 500). With the pool,
+    # Django hands it the pool's own check (ConnectionPool.check_connection: one empty round
+    # trip as a connection leaves the pool; a dead one is discarded and replaced).
+    DATABASES = {
+        "default": dj_database_url.parse(_DATABASE_URL, conn_max_age=0, conn_health_checks=True)
+    }
     _pool_size = env_int("DATABASE_POOL_SIZE", 10, min_value=0, max_value=200)
     if _pool_size:
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {

@@ -1,12 +1,16 @@
 """PostgreSQL restarted under a running lab (a server the test owns: tests/integration/
 private_stack.py), between page loads and in the middle of a burst.
 
+- Every page load after the restart succeeds: a pooled connection the restart cut is found
+  dead before it is used and replaced (the pool's check), never handed to a request.
 - A burst running through the restart ends DONE with every call journaled once: its own
   worker never marks it interrupted (heartbeats are stamped when written, and a worker never
   reaps its own live run), and the database says what the journal says.
 """
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -21,6 +25,34 @@ def stack(tmp_path):
     stack = PgStack(tmp_path)
     yield stack
     stack.close()
+
+
+def database_check(web) -> str:
+    """The database check of ``/healthz`` (no worker runs here, so the whole is 503)."""
+    _, body = http_get(web.url, "/healthz", "")
+    return json.loads(body)["checks"]["database"]["status"]
+
+
+def test_every_page_load_after_a_postgresql_restart_succeeds(stack):
+    ids = stack.seed(tour_script(dependency={"mode": "healthy", "latency_ms": 5}))
+    web = stack.web()
+    cookie = ids["cookies"]["student"]
+    page = f"/sessions/{ids['session']}/"
+    # Fill the web process's pool: several loads at once would, one after another reuses one.
+    for _ in range(5):
+        status, body = http_get(web.url, page, cookie)
+        assert status == 200, body[-2000:]
+    assert database_check(web) == "ok"
+
+    stack.pg.restart(down_s=1.0)
+
+    statuses = [http_get(web.url, page, cookie)[0] for _ in range(20)]
+    assert statuses == [200] * 20
+    assert database_check(web) == "ok"
+    # A write too: the student's Run burst is queued (no worker here: it stays queued).
+    status, body = http_post(web.url, f"/sessions/{ids['session']}/bursts/", cookie, {"size": 2})
+    assert status == 200, body[-2000:]
+    assert stack.query("SELECT status FROM labs_burst") == [("queued",)]
 
 
 def test_a_burst_running_through_a_postgresql_restart_ends_done_and_journals_every_call(stack):
