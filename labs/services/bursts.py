@@ -40,6 +40,7 @@ from labs.live import journal, queue, runtime
 from labs.live.hub import bookkeeping, get_hub
 from labs.live.writers import get_writer
 from labs.models import Burst, LabSession
+from labs.presenters import lab_error
 from labs.selectors import stale_runs
 
 logger = logging.getLogger(__name__)
@@ -290,7 +291,7 @@ def burst_run(*, burst_id: int) -> str:
             journal.entry(
                 session,
                 "burst_failed",
-                f"burst {burst.number} stopped by an error in the lab: {exc}",
+                f"burst {burst.number} stopped by an error in the lab: {lab_error(exc)}",
                 burst_id=burst_id,
                 emitted=time.time(),
             )
@@ -299,7 +300,7 @@ def burst_run(*, burst_id: int) -> str:
         status = Burst.Status.FAILED
         with bookkeeping():
             Burst.objects.filter(pk=burst_id, status=Burst.Status.RUNNING).update(
-                status=status, finished_at=timezone.now(), error=repr(exc)
+                status=status, finished_at=timezone.now(), error=lab_error(exc)
             )
     finally:
         with _running_lock:

@@ -47,7 +47,7 @@ from labs.live.traffic import (
 )
 from labs.live.writers import get_writer
 from labs.models import LabSession, Traffic
-from labs.presenters import actor_name
+from labs.presenters import actor_name, lab_error
 from labs.selectors import stale_runs
 from labs.services.bursts import WORKER_ID, BurstRefused, start_sweeper
 
@@ -301,15 +301,15 @@ def traffic_run(*, traffic_id: int) -> str:
             journal.entry(
                 session,
                 "traffic_end",
-                f"traffic stopped by an error in the lab: {exc}",
-                data={"traffic": traffic_id, "error": repr(exc)},
+                f"traffic stopped by an error in the lab: {lab_error(exc)}",
+                data={"traffic": traffic_id, "error": lab_error(exc)},
                 emitted=time.time(),
             )
         )
         writer.flush()
         status = Traffic.Status.FAILED
         Traffic.objects.filter(pk=traffic_id, status=Traffic.Status.RUNNING).update(
-            status=status, finished_at=timezone.now(), error=repr(exc)
+            status=status, finished_at=timezone.now(), error=lab_error(exc)
         )
     finally:
         _unwatch(traffic_id)

@@ -1,0 +1,121 @@
+"""Redis restarted under a running lab: a redis-server the test owns (``own_redis``), with a
+worker and daphne of the test pointed at it, the burst clicked through the real view.
+
+- Between bursts: the next burst succeeds, every time (the engine hub's connection, closed
+  by the restart, is replaced before a batch is written on it).
+- Mid-burst: the burst ends FAILED with a journal line that says in words that the lab lost
+  its connection to Redis (no internal address in it), nothing of it runs after its end, and
+  the next burst succeeds.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.test import Client
+
+from labs.models import Burst, JournalEvent, LabSession
+from labs.services import lab
+from tests.conftest import make_classroom, make_scenario, make_student, tour_script
+from tests.integration.conftest import DaphneProcess, subprocess_env, wait_for
+from tests.integration.private_stack import http_post
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def lab_on_own_redis(own_redis, worker_process, tmp_path):
+    """(daphne, worker) of the test, both on the test's own Redis."""
+    env = {"REDIS_URL": own_redis.url.rsplit("/", 1)[0]}
+    worker = worker_process(4, env=env)
+    web = DaphneProcess(tmp_path / "daphne.log", env={**subprocess_env(), **env})
+    yield web, worker
+    web.stop()
+
+
+def new_session(latency_ms: int) -> LabSession:
+    scenario = make_scenario(
+        "restart", script=tour_script(dependency={"mode": "healthy", "latency_ms": latency_ms})
+    )
+    room = make_classroom("Restarts", join_code="RESTART2")
+    room.scenarios.add(scenario)
+    student = make_student("rosa", room)
+    return lab.session_open(user=student, classroom=room, scenario=scenario)
+
+
+def cookie_of(user) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+def click_run_burst(web, session: LabSession, cookie: str, size: int) -> Burst:
+    before = Burst.objects.filter(session=session).count()
+    status, body = http_post(web.url, f"/sessions/{session.pk}/bursts/", cookie, {"size": size})
+    assert status == 200, body[-2000:]
+    return Burst.objects.filter(session=session).order_by("number")[before]
+
+
+def ended(burst: Burst, timeout: float = 90) -> Burst:
+    def done():
+        burst.refresh_from_db()
+        return burst.status not in Burst.ACTIVE_STATUSES
+
+    wait_for(done, timeout, interval=0.2, message=f"burst {burst.number} to end")
+    return burst
+
+
+def test_the_first_burst_after_each_redis_restart_succeeds(lab_on_own_redis, own_redis):
+    web, _ = lab_on_own_redis
+    session = new_session(latency_ms=5)
+    cookie = cookie_of(session.owner)
+    assert ended(click_run_burst(web, session, cookie, 5)).status == Burst.Status.DONE
+    for restart in range(3):
+        own_redis.restart()
+        burst = ended(click_run_burst(web, session, cookie, 5))
+        failed = JournalEvent.objects.filter(burst=burst, kind="burst_failed").first()
+        assert burst.status == Burst.Status.DONE, (restart, failed and failed.message)
+        calls = JournalEvent.objects.filter(burst=burst, kind="call_result").count()
+        assert calls == 5
+
+
+@pytest.mark.parametrize("down_s", [0.0, 2.0], ids=["restart", "down-2s"])
+def test_a_redis_restart_mid_burst_ends_it_with_a_reason_in_words(
+    lab_on_own_redis, own_redis, down_s
+):
+    """Restarted at once, the burst may go on (its round trips fall before and after the
+    restart) or end; down for two seconds it cannot go on and ends FAILED, saying why."""
+    web, _ = lab_on_own_redis
+    session = new_session(latency_ms=300)
+    cookie = cookie_of(session.owner)
+    burst = click_run_burst(web, session, cookie, 20)
+    wait_for(
+        lambda: JournalEvent.objects.filter(burst=burst, kind="call_result").count() >= 2,
+        60,
+        message="a few calls made",
+    )
+    own_redis.kill()
+    time.sleep(down_s)
+    own_redis.start()
+    burst = ended(burst)
+    if down_s:
+        assert burst.status == Burst.Status.FAILED
+    rows = list(JournalEvent.objects.filter(session=session).order_by("seq"))
+    kinds = [row.kind for row in rows if row.burst_id == burst.pk]
+    # The run either got through (the restart fell between two round trips) or says why not.
+    if burst.status == Burst.Status.FAILED:
+        last = [row for row in rows if row.burst_id == burst.pk][-1]
+        assert last.kind == "burst_failed"
+        assert "lost its connection to Redis" in last.message
+        assert "127.0.0.1" not in last.message and str(own_redis.port) not in last.message
+        assert "burst_end" not in kinds
+        assert burst.error and "127.0.0.1" not in burst.error  # the summary panel shows it
+    else:
+        assert burst.status == Burst.Status.DONE
+        assert kinds.count("call_result") == 20
+    # Nothing of the burst is journaled after its end.
+    end_seq = max(row.seq for row in rows if row.kind in ("burst_failed", "burst_end"))
+    assert not [row for row in rows if row.burst_id == burst.pk and row.seq > end_seq]
+    # And the next burst runs.
+    assert ended(click_run_burst(web, session, cookie, 3)).status == Burst.Status.DONE
