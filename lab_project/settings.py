@@ -218,6 +218,10 @@ CELERY_WORKER_CONCURRENCY = LAB_WORKER_CONCURRENCY
 LAB_WS_SEND_BUFFER_MAX_BYTES = env_int(
     "LAB_WS_SEND_BUFFER_MAX_BYTES", 4 * 1024 * 1024, min_value=64 * 1024, max_value=1024**3
 )
+# Milliseconds between two looks of an open websocket at the right that let it in (the Django
+# session still signed in, the class still taught or the session still visible): a logout or
+# a lost class closes it with 4403 within this long (labs/consumers/base.py, RightCheck).
+LAB_WS_RECHECK_MS = env_int("LAB_WS_RECHECK_MS", 2000, min_value=200, max_value=60_000)
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 
 # --- Bursts --------------------------------------------------------------------------------

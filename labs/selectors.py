@@ -99,6 +99,24 @@ def owned_session_keys(user, pk: int) -> LabSession | None:
     return next(iter(found), None)
 
 
+def signed_in(session_key: str | None, user_id: int | None) -> bool:
+    """Whether the Django session ``session_key`` is still unexpired and still signs in
+    ``user_id``, an active user: False after a logout (the row is deleted), an expiry, a
+    login as someone else in the same browser or the user's deactivation."""
+    from importlib import import_module
+
+    from django.conf import settings
+    from django.contrib.auth import SESSION_KEY, get_user_model
+
+    if not session_key or user_id is None:
+        return False
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    data = store.load()  # {} when the row is gone or expired
+    if str(data.get(SESSION_KEY)) != str(user_id):
+        return False
+    return get_user_model().objects.filter(pk=user_id, is_active=True).exists()
+
+
 def socket_session(user, session_id: int) -> tuple[int, int, dict[str, Any]] | None:
     """(session id, last seq, policy) if ``user`` may see the session, else None."""
     if user is None or not getattr(user, "is_authenticated", False):

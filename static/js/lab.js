@@ -106,7 +106,7 @@
       burstsByPost();
       if (event.code === 4403) {
         stopped = true;
-        setStatus("denied", "Live updates refused: this session is not yours to watch.");
+        setStatus("denied", "Live updates stopped: you are signed out, or this session is not yours to watch. Reload the page.");
         return;
       }
       scheduleReconnect();
