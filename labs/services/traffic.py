@@ -56,6 +56,9 @@ logger = logging.getLogger(__name__)
 #: Seconds between two looks at ``stop_requested`` (and two heartbeats) of a running run,
 #: and between two looks at the session's dependency settings.
 CHECK_INTERVAL_S = 0.5
+#: At most this long (seconds) a run that ends waits for its calls in flight to finish their
+#: attempt (a call's own timeouts end it sooner; this bounds a call stuck on a lost store).
+DRAIN_LIMIT_S = 60.0
 
 
 class TrafficRefused(BurstRefused):
@@ -263,19 +266,31 @@ def traffic_run(*, traffic_id: int) -> str:
 
             if schedule:
                 clock.call_at(max(t0 + schedule[0], clock.now()), arrive, 0)
-            while True:
-                # A dependency change lands between attempts, never in one (one GET per
-                # CHECK_INTERVAL_S, not one per call). The run goes on while calls are in
-                # flight after the last arrival or a stop.
-                clock.sleep(CHECK_INTERVAL_S)
-                watch.check()
-                stop["asked"] = stop["asked"] or watched.stop
-                arriving = not stop["asked"] and clock.now() < end
-                in_flight = stop["started"] > sum(outcomes.values())
-                if not (arriving or in_flight):
-                    return
+            try:
+                while True:
+                    # A dependency change lands between attempts, never in one (one GET per
+                    # CHECK_INTERVAL_S, not one per call). The run goes on while calls are
+                    # in flight after the last arrival or a stop.
+                    clock.sleep(CHECK_INTERVAL_S)
+                    watch.check()
+                    stop["asked"] = stop["asked"] or watched.stop
+                    arriving = not stop["asked"] and clock.now() < end
+                    in_flight = stop["started"] > sum(outcomes.values())
+                    if not (arriving or in_flight):
+                        return
+            finally:
+                # However the run ends (an error included): the next arrival finds the stop
+                # and starts nothing, and the calls in flight finish their attempt before
+                # the run's end is journaled and its row marked, so no row of the run comes
+                # after its end and the session's next run never runs beside it.
+                stop["asked"] = True
+                drain_until = clock.now() + DRAIN_LIMIT_S
+                while stop["started"] > sum(outcomes.values()) and clock.now() < drain_until:
+                    clock.sleep(CHECK_INTERVAL_S)
 
         hub.run(run)
+        if _ended_elsewhere(traffic_id, watched):
+            return "ended elsewhere"
         cut_short = stop["started"] < len(schedule)
         status = Traffic.Status.STOPPED if cut_short else Traffic.Status.DONE
         summary = _summary(traffic, stop["started"], outcomes)
@@ -297,12 +312,18 @@ def traffic_run(*, traffic_id: int) -> str:
         )
     except Exception as exc:
         logger.exception("traffic %s failed", traffic_id)
+        if _ended_elsewhere(traffic_id, watched):
+            return "ended elsewhere"
         writer.submit(
             journal.entry(
                 session,
                 "traffic_end",
                 f"traffic stopped by an error in the lab: {lab_error(exc)}",
-                data={"traffic": traffic_id, "error": lab_error(exc)},
+                data={
+                    "traffic": traffic_id,
+                    "error": lab_error(exc),
+                    **_summary(traffic, stop["started"], outcomes),
+                },
                 emitted=time.time(),
             )
         )
@@ -317,17 +338,33 @@ def traffic_run(*, traffic_id: int) -> str:
     return status
 
 
+def _ended_elsewhere(traffic_id: int, watched: _Watched) -> bool:
+    """Whether another process marked the run final meanwhile (its ``traffic_end`` is in the
+    journal already: this run journals no second one)."""
+    if watched.ended:
+        return True
+    try:
+        running = Traffic.objects.filter(pk=traffic_id, status=Traffic.Status.RUNNING).exists()
+    except Exception:  # the database cannot say: end the run here as usual
+        return False
+    finally:
+        connection.close()
+    return not running
+
+
 # --- The traffic watch: heartbeats and stop requests of every run in this process ------------
 
 
 class _Watched:
-    """What the traffic watch knows of one run: whether a stop was asked (or the row is
-    gone). Written by the watch thread, read by the run's thread (a plain attribute)."""
+    """What the traffic watch knows of one run: whether a stop was asked, or the row is gone
+    or marked final by another process (``ended``). Written by the watch thread, read by the
+    run's thread (plain attributes)."""
 
-    __slots__ = ("stop",)
+    __slots__ = ("ended", "stop")
 
     def __init__(self) -> None:
         self.stop = False
+        self.ended = False
 
 
 _watched: dict[int, _Watched] = {}
@@ -382,9 +419,17 @@ def _watch_tick(watched: dict[int, _Watched]) -> None:
     # Now(): the database's clock when the row is written, not a time taken before waiting
     # for a pooled connection (see bursts._heartbeat_loop).
     Traffic.objects.filter(pk__in=ids, status=Traffic.Status.RUNNING).update(heartbeat_at=Now())
-    rows = dict(Traffic.objects.filter(pk__in=ids).values_list("pk", "stop_requested"))
+    rows = {
+        pk: (stop_requested, status)
+        for pk, stop_requested, status in Traffic.objects.filter(pk__in=ids).values_list(
+            "pk", "stop_requested", "status"
+        )
+    }
     for traffic_id, entry in watched.items():
-        if rows.get(traffic_id, True):  # a stop asked, or the row is gone
+        stop_requested, status = rows.get(traffic_id, (True, None))
+        if status != Traffic.Status.RUNNING:  # gone, or marked final elsewhere: it stops
+            entry.ended = entry.stop = True
+        elif stop_requested:
             entry.stop = True
 
 

@@ -15,7 +15,7 @@ import time
 import pytest
 from django.test import Client
 
-from labs.models import Burst, JournalEvent, LabSession
+from labs.models import Burst, JournalEvent, LabSession, Traffic
 from labs.services import lab
 from tests.conftest import make_classroom, make_scenario, make_student, tour_script
 from tests.integration.conftest import DaphneProcess, subprocess_env, wait_for
@@ -119,3 +119,78 @@ def test_a_redis_restart_mid_burst_ends_it_with_a_reason_in_words(
     assert not [row for row in rows if row.burst_id == burst.pk and row.seq > end_seq]
     # And the next burst runs.
     assert ended(click_run_burst(web, session, cookie, 3)).status == Burst.Status.DONE
+
+
+# --- traffic ------------------------------------------------------------------------------------
+
+
+def start_traffic(web, session: LabSession, cookie: str, rate: int, duration_s: int) -> Traffic:
+    before = Traffic.objects.filter(session=session).count()
+    status, body = http_post(
+        web.url, f"/sessions/{session.pk}/traffic/", cookie,
+        {"action": "start", "rate": rate, "duration_s": duration_s, "arrivals": "even"},
+    )  # fmt: skip
+    assert status == 200, body[-2000:]
+    return Traffic.objects.filter(session=session).order_by("pk")[before]
+
+
+def traffic_ended(run: Traffic, timeout: float = 120) -> Traffic:
+    def done():
+        run.refresh_from_db()
+        return not run.is_active
+
+    wait_for(done, timeout, interval=0.2, message=f"traffic {run.pk} to end")
+    return run
+
+
+def rows_of(run: Traffic) -> list[JournalEvent]:
+    """The run's rows: its calls' (by call number) and its traffic_start/traffic_end."""
+    last = run.first_call_no + run.calls
+    return [
+        row
+        for row in JournalEvent.objects.filter(session_id=run.session_id).order_by("seq")
+        if (row.call_no is not None and run.first_call_no <= row.call_no < last)
+        or (row.kind == "traffic_end" and row.data.get("traffic") == run.pk)
+    ]
+
+
+def test_traffic_that_loses_redis_stops_and_journals_nothing_after_its_end(
+    lab_on_own_redis, own_redis
+):
+    """Redis down for two seconds under a running traffic run: the run cannot go on and ends
+    FAILED saying why; its schedule stops (no call after its end), its calls in flight finish
+    first, and the session's next run runs alone and ends DONE."""
+    web, _ = lab_on_own_redis
+    session = new_session(latency_ms=50)
+    cookie = cookie_of(session.owner)
+    run = start_traffic(web, session, cookie, rate=10, duration_s=60)
+    wait_for(
+        lambda: len([r for r in rows_of(run) if r.kind == "call_result"]) >= 5,
+        90,
+        interval=0.2,
+        message="a few traffic calls",
+    )
+    own_redis.kill()
+    time.sleep(2.0)
+    own_redis.start()
+    run = traffic_ended(run)
+    assert run.status == Traffic.Status.FAILED
+    rows = rows_of(run)
+    ends = [row for row in rows if row.kind == "traffic_end"]
+    assert len(ends) == 1
+    assert "lost its connection to Redis" in ends[0].message
+    assert str(own_redis.port) not in ends[0].message
+    assert rows[-1].kind == "traffic_end", "a row of the run came after its end"
+    # Its schedule is over: a few seconds later nothing more of it was journaled.
+    count = len(rows)
+    time.sleep(3.0)
+    assert len(rows_of(run)) == count
+    # Every call started finished (its call_result): none cut in half, none left running.
+    assert ends[0].data["started"] == ends[0].data["finished"] >= 5
+    results = [row for row in rows if row.kind == "call_result"]
+    assert len(results) == ends[0].data["finished"] - ends[0].data["outcomes"].get("lab_error", 0)
+    # The next run of the session runs alone and ends DONE.
+    again = traffic_ended(start_traffic(web, session, cookie, rate=5, duration_s=2))
+    assert again.status == Traffic.Status.DONE, again.error
+    assert len([r for r in rows_of(again) if r.kind == "call_result"]) == again.calls
+    assert len(rows_of(run)) == count
