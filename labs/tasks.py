@@ -7,7 +7,7 @@ from celery.signals import worker_ready
 
 from labs.live import queue
 from labs.live.hub import bookkeeping
-from labs.services import bursts, classroom, predictions, traffic
+from labs.services import bursts, classroom, predictions, shared, traffic
 
 
 @shared_task(name=queue.RUN_BURST, ignore_result=True)
@@ -43,3 +43,4 @@ def _start_burst_heartbeat(**kwargs) -> None:
     bursts.worker_ready()
     traffic.worker_ready()
     classroom.worker_ready()
+    shared.worker_ready()

@@ -13,13 +13,17 @@ from __future__ import annotations
 import time
 
 import pytest
+import redis
+from django.conf import settings
 from django.test import Client
 
+from labs.live import runtime
 from labs.models import Burst, JournalEvent, LabSession, Traffic
 from labs.services import lab
 from tests.conftest import make_classroom, make_scenario, make_student, tour_script
 from tests.integration.conftest import DaphneProcess, subprocess_env, wait_for
 from tests.integration.private_stack import http_post
+from tests.integration.test_shared_worker import shared_class
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -194,3 +198,54 @@ def test_traffic_that_loses_redis_stops_and_journals_nothing_after_its_end(
     assert again.status == Traffic.Status.DONE, again.error
     assert len([r for r in rows_of(again) if r.kind == "call_result"]) == again.calls
     assert len(rows_of(run)) == count
+
+
+# --- the shared dependency ---------------------------------------------------------------------
+
+
+def test_a_redis_restart_mid_traffic_with_a_trigger_running_restores_the_settings_and_says_so(
+    lab_on_own_redis, own_redis
+):
+    """Redis restarted under a class's shared dependency with a down trigger running: the
+    worker writes the settings back from the database within a few seconds, every journal
+    of the class says the trigger ended early, and the calls succeed again without anyone
+    saving the settings."""
+    web, _ = lab_on_own_redis
+    room, teacher, (session,) = shared_class(servers=4, service_ms=20)
+    engine = redis.Redis.from_url(
+        own_redis.url.rsplit("/", 1)[0] + f"/{settings.REDIS_DB_BASE + 2}"
+    )
+    model = runtime.shared_model(room.pk, engine)
+    model.configure(runtime.shared_config(room.pk))
+    student_cookie, teacher_cookie = cookie_of(session.owner), cookie_of(teacher)
+    run = start_traffic(web, session, student_cookie, rate=5, duration_s=120)
+    wait_for(lambda: len([r for r in rows_of(run) if r.kind == "call_result"]) >= 3, 90,
+             interval=0.2, message="a few calls")  # fmt: skip
+    status, body = http_post(web.url, f"/classes/{room.pk}/shared/trigger/", teacher_cookie,
+                             {"kind": "down", "duration_ms": 120000})  # fmt: skip
+    assert status == 200, body[-2000:]
+    assert model.state()["trigger"]["kind"] == "down"
+
+    own_redis.restart()
+    restored = wait_for(
+        lambda: JournalEvent.objects.filter(session=session, kind="shared_restored").first(),
+        30, interval=0.2, message="the lost trigger's line",
+    )  # fmt: skip
+    assert "the trigger ended early: the store restarted" in restored.message
+    assert model.state()["config"] == runtime.shared_config(room.pk).to_dict()
+    assert model.state()["trigger"] is None
+    # The calls after the restore are answered by the restored dependency: ok again.
+    wait_for(
+        lambda: JournalEvent.objects.filter(
+            session=session, kind="call_result", outcome="success", seq__gt=restored.seq
+        ).count() >= 3,
+        60, interval=0.2, message="successful calls after the restore",
+    )  # fmt: skip
+    status, _ = http_post(web.url, f"/sessions/{session.pk}/traffic/", student_cookie,
+                          {"action": "stop"})  # fmt: skip
+    assert status == 200
+    run = traffic_ended(run)
+    assert run.status == Traffic.Status.STOPPED, run.error
+    rows = rows_of(run)
+    assert rows[-1].kind == "traffic_end"
+    assert JournalEvent.objects.filter(session=session, kind="shared_restored").count() == 1
