@@ -59,6 +59,11 @@ CHECK_INTERVAL_S = 0.5
 #: At most this long (seconds) a run that ends waits for its calls in flight to finish their
 #: attempt (a call's own timeouts end it sooner; this bounds a call stuck on a lost store).
 DRAIN_LIMIT_S = 60.0
+#: ... and at most this long when the worker is stopping (a warm shutdown: ``make run`` and
+#: compose kill what is left after 10 to 15 s).
+SHUTDOWN_DRAIN_S = 5.0
+#: What a run stopped by its worker's warm shutdown says in its ``traffic_end``.
+WORKER_STOPPED = "the worker was stopped"
 
 
 class TrafficRefused(BurstRefused):
@@ -284,7 +289,7 @@ def traffic_run(*, traffic_id: int) -> str:
                 # the run's end is journaled and its row marked, so no row of the run comes
                 # after its end and the session's next run never runs beside it.
                 stop["asked"] = True
-                drain_until = clock.now() + DRAIN_LIMIT_S
+                drain_until = clock.now() + (SHUTDOWN_DRAIN_S if _stopping else DRAIN_LIMIT_S)
                 while stop["started"] > sum(outcomes.values()) and clock.now() < drain_until:
                     clock.sleep(CHECK_INTERVAL_S)
 
@@ -295,6 +300,9 @@ def traffic_run(*, traffic_id: int) -> str:
         status = Traffic.Status.STOPPED if cut_short else Traffic.Status.DONE
         summary = _summary(traffic, stop["started"], outcomes)
         verb = "stopped" if cut_short else "ended"
+        if cut_short and _stopping and not watched.asked:
+            verb = f"stopped ({WORKER_STOPPED}; start it again to go on)"
+            summary["reason"] = WORKER_STOPPED
         writer.submit(
             journal.entry(
                 session,
@@ -360,14 +368,17 @@ class _Watched:
     or marked final by another process (``ended``). Written by the watch thread, read by the
     run's thread (plain attributes)."""
 
-    __slots__ = ("ended", "stop")
+    __slots__ = ("asked", "ended", "stop")
 
     def __init__(self) -> None:
         self.stop = False
+        self.asked = False  # a stop someone asked for (stop_requested), not the worker's
         self.ended = False
 
 
 _watched: dict[int, _Watched] = {}
+#: The worker is stopping (a warm shutdown began): see :func:`worker_stopping`.
+_stopping = False
 _watch_lock = threading.Lock()
 _watch_thread: threading.Thread | None = None
 
@@ -376,6 +387,7 @@ def _watch(traffic_id: int) -> _Watched:
     """Put a claimed run under the process's traffic watch (started on first use)."""
     global _watch_thread
     watched = _Watched()
+    watched.stop = _stopping
     with _watch_lock:
         _watched[traffic_id] = watched
         if _watch_thread is None:
@@ -430,7 +442,7 @@ def _watch_tick(watched: dict[int, _Watched]) -> None:
         if status != Traffic.Status.RUNNING:  # gone, or marked final elsewhere: it stops
             entry.ended = entry.stop = True
         elif stop_requested:
-            entry.stop = True
+            entry.asked = entry.stop = True
 
 
 def _summary(traffic: Traffic, started: int, outcomes: Counter[str]) -> dict:
@@ -445,6 +457,20 @@ def _summary(traffic: Traffic, started: int, outcomes: Counter[str]) -> dict:
         "failed": sum(outcomes.values()) - ok - fast,
         "outcomes": dict(outcomes),
     }
+
+
+def worker_stopping() -> None:
+    """A warm shutdown began (SIGTERM, Ctrl-C): every traffic run of this process starts no
+    further call, lets its calls in flight finish (at most ``SHUTDOWN_DRAIN_S``) and ends
+    STOPPED with "the worker was stopped" in its ``traffic_end``, within the seconds a
+    shutdown is given, instead of holding the worker for the rest of its schedule (up to
+    300 s) and being reaped INTERRUPTED as if its worker had died. The session can start
+    the run again on another worker at once."""
+    global _stopping
+    _stopping = True
+    with _watch_lock:
+        for entry in _watched.values():
+            entry.stop = True
 
 
 def worker_ready() -> None:

@@ -273,3 +273,39 @@ def test_a_run_marked_final_elsewhere_stops_its_schedule_and_journals_no_second_
     )
     assert ended(again).status == Traffic.Status.DONE
     assert JournalEvent.objects.filter(session=session, kind="traffic_end").count() == 2
+
+
+def test_a_worker_stopped_during_traffic_ends_its_runs_saying_so_within_the_grace_period(
+    worker_process,
+):
+    """SIGTERM to the worker's process group (what ``make run`` and compose send; they kill
+    what is left 10 to 15 s later): the run stops at once, its calls in flight finish, it
+    ends STOPPED with "the worker was stopped" in its ``traffic_end``, and the worker exits
+    within the grace period. The session starts again on another worker."""
+    import os
+    import signal
+
+    session = private_session()
+    victim = worker_process()
+    traffic = svc.traffic_start(
+        session=session, user=session.owner, rate=5, duration_s=300, arrivals="even"
+    )
+    wait_for(lambda: len(calls_in(traffic)) >= 3, 120, interval=0.2, message="a few calls")
+    stopped_at = time.monotonic()
+    os.killpg(victim.proc.pid, signal.SIGTERM)
+    victim.proc.wait(60)
+    took = time.monotonic() - stopped_at
+    assert took < 10.0, f"the worker took {took:.1f} s to stop"
+    traffic.refresh_from_db()
+    assert traffic.status == Traffic.Status.STOPPED, (traffic.status, traffic.error)
+    end = JournalEvent.objects.get(session=session, kind="traffic_end")
+    assert "the worker was stopped" in end.message
+    assert "stopped responding" not in end.message
+    assert end.data["started"] == end.data["finished"] == len(calls_in(traffic))
+    assert not JournalEvent.objects.filter(session=session, seq__gt=end.seq).exists()
+    worker_process()
+    session.refresh_from_db()
+    again = svc.traffic_start(
+        session=session, user=session.owner, rate=2, duration_s=1, arrivals="even"
+    )
+    assert ended(again).status == Traffic.Status.DONE
