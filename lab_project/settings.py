@@ -79,6 +79,8 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     # Last, as django-axes asks: turns a refused login of a locked-out client into the 429 page.
     "axes.middleware.AxesMiddleware",
+    # A view failing because Redis or the database is away answers a 503 page in words.
+    "labs.views.ops.OutageMiddleware",
     "lab_project.http_limit.SynchronousChain",  # last: one thread hop per request, not 17
 ]
 
