@@ -249,3 +249,37 @@ def test_a_redis_restart_mid_traffic_with_a_trigger_running_restores_the_setting
     rows = rows_of(run)
     assert rows[-1].kind == "traffic_end"
     assert JournalEvent.objects.filter(session=session, kind="shared_restored").count() == 1
+
+
+# --- websockets ----------------------------------------------------------------------------------
+
+
+def test_the_first_socket_opened_after_a_redis_restart_with_none_open_connects(
+    own_redis, tmp_path
+):
+    """The web process's channel layer keeps its connection to Redis after its last socket
+    closed; a restart closes it. The next socket to open must connect and get its state
+    (daphne's error and a reconnect were the first socket's lot)."""
+    from websockets.sync.client import connect
+
+    session = new_session(latency_ms=5)
+    cookie = cookie_of(session.owner)
+    env = {**subprocess_env(), "REDIS_URL": own_redis.url.rsplit("/", 1)[0]}
+    web = DaphneProcess(tmp_path / "daphne.log", env=env)
+    try:
+
+        def first_message() -> str:
+            with connect(
+                f"ws://127.0.0.1:{web.port}/ws/sessions/{session.pk}/",
+                origin=web.base,
+                additional_headers={"Cookie": f"{settings.SESSION_COOKIE_NAME}={cookie}"},
+                open_timeout=20,
+            ) as ws:
+                return ws.recv(timeout=20)
+
+        assert '"state"' in first_message()
+        for restart in range(2):
+            own_redis.restart()
+            assert '"state"' in first_message(), f"after restart {restart + 1}"
+    finally:
+        web.stop()
