@@ -106,7 +106,7 @@
       burstsByPost();
       if (event.code === 4403) {
         stopped = true;
-        setStatus("denied", "Live updates stopped: you are signed out, or this session is not yours to watch. Reload the page.");
+        setStatus("denied", "Live updates stopped: reload the page.");
         return;
       }
       scheduleReconnect();

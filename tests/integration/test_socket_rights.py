@@ -192,3 +192,22 @@ def test_a_socket_of_a_session_that_expired_closes(daphne, world):
     assert sock.first_message()["type"] == "state"
     Session.objects.filter(session_key=cookie).update(expire_date=timezone.now())
     assert sock.wait_closed() == 4403
+
+
+def test_a_student_removed_from_the_class_loses_the_live_page(daphne, world):
+    room, session = world["room"], world["session"]
+    sock = Watched(daphne, f"/ws/sessions/{session.pk}/", login_cookie(world["student"]))
+    assert sock.first_message()["type"] == "state"
+    teacher = Watched(daphne, f"/ws/sessions/{session.pk}/", login_cookie(world["teacher"]))
+    assert teacher.first_message()["type"] == "state"
+    Membership.objects.filter(user=world["student"], classroom=room).delete()
+    try:
+        assert sock.wait_closed() == 4403
+        time.sleep(2.5)
+        assert teacher.closed_at is None, "the class's instructor still watches the session"
+    finally:
+        teacher.close()
+    # Opened again, it is refused at once.
+    again = Watched(daphne, f"/ws/sessions/{session.pk}/", login_cookie(world["student"]))
+    assert again.wait_closed(10) == 4403
+    assert again.messages == []
