@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -280,10 +280,15 @@ def burst_run(*, burst_id: int) -> str:
         )
         writer.flush()
         status = Burst.Status.DONE
-        with bookkeeping():
-            Burst.objects.filter(pk=burst_id, status=Burst.Status.RUNNING).update(
-                status=status, finished_at=timezone.now(), summary=result.summary()
-            )
+        summary = result.summary()
+
+        def done() -> None:
+            with bookkeeping():
+                Burst.objects.filter(pk=burst_id, status=Burst.Status.RUNNING).update(
+                    status=status, finished_at=timezone.now(), summary=summary
+                )
+
+        through_outage(done)
     except Exception as exc:
         logger.exception("burst %s failed", burst_id)
         release_connection()  # before the waits below (the flush, the turn)
@@ -298,15 +303,45 @@ def burst_run(*, burst_id: int) -> str:
         )
         writer.flush()
         status = Burst.Status.FAILED
-        with bookkeeping():
-            Burst.objects.filter(pk=burst_id, status=Burst.Status.RUNNING).update(
-                status=status, finished_at=timezone.now(), error=lab_error(exc)
-            )
+        error = lab_error(exc)
+
+        def failed() -> None:
+            with bookkeeping():
+                Burst.objects.filter(pk=burst_id, status=Burst.Status.RUNNING).update(
+                    status=status, finished_at=timezone.now(), error=error
+                )
+
+        through_outage(failed)
     finally:
         with _running_lock:
             _running.discard(burst_id)
         release_connection()
     return status
+
+
+#: How long a run's final row waits for a database that is away (a PostgreSQL restart).
+FINISH_RETRY_S = 30.0
+
+
+def through_outage(write: Callable[[], object]) -> None:
+    """Run ``write`` (a run's final UPDATE), trying again for up to ``FINISH_RETRY_S`` while
+    the database is away (a restart): a run whose calls all finished must not be left
+    RUNNING, to be reaped INTERRUPTED after its own end was journaled. Other errors, and the
+    last try's, are raised."""
+    deadline = time.monotonic() + FINISH_RETRY_S
+    pause = 0.25
+    while True:
+        try:
+            write()
+            return
+        except (OperationalError, InterfaceError):
+            connection.close()
+            if time.monotonic() + pause > deadline:
+                raise
+            logger.warning("the database is away; the run's final row is written again in %.2f s",
+                           pause)  # fmt: skip
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
 
 
 def runs_here(burst_id: int, worker: str) -> bool:
@@ -381,15 +416,21 @@ def start_sweeper(name: str, sweep: Callable[[], object]) -> None:
 
 
 def _sweep_forever() -> None:
+    held: dict[str, float] = {}  # sweep -> not before (after a failure)
     while True:
         time.sleep(reap_interval())
         with _sweeps_lock:
             sweeps = list(_sweeps.items())
         for name, sweep in sweeps:
+            if time.monotonic() < held.get(name, 0.0):
+                continue
             try:
                 sweep()
             except Exception:  # the sweeper must outlive a database hiccup
                 logger.exception("%s failed", name)
+                # As the burst reaper does: after an outage, live runs' heartbeats get a
+                # staleness window to land before anything is taken for dead.
+                held[name] = time.monotonic() + settings.LAB_BURST_STALE_SECONDS
         connection.close()
 
 
@@ -423,6 +464,9 @@ def _heartbeat_loop() -> None:
                 bursts_reap_stale()
         except Exception:  # the heartbeat must outlive a database hiccup
             logger.exception("burst heartbeat failed")
+            # The database was away: every worker's heartbeats failed too. Reap again only
+            # once they have had a staleness window to land, or live runs look dead.
+            next_reap = time.monotonic() + settings.LAB_BURST_STALE_SECONDS
         finally:
             # A few short queries a second do not need a connection held open between ticks.
             connection.close()

@@ -49,7 +49,7 @@ from labs.live.writers import get_writer
 from labs.models import LabSession, Traffic
 from labs.presenters import actor_name, lab_error
 from labs.selectors import stale_runs
-from labs.services.bursts import WORKER_ID, BurstRefused, start_sweeper
+from labs.services.bursts import WORKER_ID, BurstRefused, start_sweeper, through_outage
 
 logger = logging.getLogger(__name__)
 
@@ -315,8 +315,10 @@ def traffic_run(*, traffic_id: int) -> str:
             )
         )
         writer.flush()
-        Traffic.objects.filter(pk=traffic_id, status=Traffic.Status.RUNNING).update(
-            status=status, finished_at=timezone.now(), summary=summary
+        through_outage(
+            lambda: Traffic.objects.filter(pk=traffic_id, status=Traffic.Status.RUNNING).update(
+                status=status, finished_at=timezone.now(), summary=summary
+            )
         )
     except Exception as exc:
         logger.exception("traffic %s failed", traffic_id)
@@ -337,8 +339,11 @@ def traffic_run(*, traffic_id: int) -> str:
         )
         writer.flush()
         status = Traffic.Status.FAILED
-        Traffic.objects.filter(pk=traffic_id, status=Traffic.Status.RUNNING).update(
-            status=status, finished_at=timezone.now(), error=lab_error(exc)
+        error = lab_error(exc)
+        through_outage(
+            lambda: Traffic.objects.filter(pk=traffic_id, status=Traffic.Status.RUNNING).update(
+                status=status, finished_at=timezone.now(), error=error
+            )
         )
     finally:
         _unwatch(traffic_id)

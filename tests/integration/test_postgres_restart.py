@@ -11,6 +11,7 @@ private_stack.py), between page loads and in the middle of a burst.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -94,3 +95,39 @@ def test_a_burst_running_through_a_postgresql_restart_ends_done_and_journals_eve
     status, body = http_get(web.url, f"/sessions/{ids['session']}/", cookie)
     assert status == 200
     assert "interrupted" not in body.lower()
+
+
+def test_a_burst_ending_while_postgresql_is_down_ends_done_on_its_return(stack):
+    """The burst's last calls finish while the server is down: its rows and its final row are
+    written once the server is back (not left RUNNING, nothing lost), and neither worker's
+    reaper, both failing during the outage, marks it interrupted afterwards."""
+    ids = stack.seed(tour_script(dependency={"mode": "healthy", "latency_ms": 400}))
+    stack.worker(4, LAB_BURST_STALE_SECONDS="2")
+    stack.worker(4, LAB_BURST_STALE_SECONDS="2")
+    web = stack.web()
+    cookie = ids["cookies"]["student"]
+    status, body = http_post(web.url, f"/sessions/{ids['session']}/bursts/", cookie, {"size": 6})
+    assert status == 200, body[-2000:]
+    wait_until(
+        lambda: stack.query("SELECT count(*) FROM labs_journalevent WHERE kind = 'attempt'")[0][0]
+        >= 2,
+        60,
+        "two attempts journaled",
+    )
+    stack.pg.stop_server()
+    time.sleep(6.0)  # the burst's other calls (about 1.6 s) finish meanwhile
+    stack.pg.restart()
+
+    def final():
+        rows = stack.query("SELECT status FROM labs_burst")
+        return rows if rows and rows[0][0] not in ("queued", "running") else None
+
+    assert wait_until(final, 120, "the burst to end") == [("done",)]
+    time.sleep(6.0)  # a reaper that was going to mark it would have by now
+    assert stack.query("SELECT status FROM labs_burst") == [("done",)]
+    kinds = [k for (k,) in stack.query(
+        "SELECT kind FROM labs_journalevent WHERE session_id = %s ORDER BY seq", (ids["session"],)
+    )]  # fmt: skip
+    assert "burst_interrupted" not in kinds and "burst_failed" not in kinds
+    assert kinds[-1] == "burst_end"
+    assert kinds.count("call_result") == 6
