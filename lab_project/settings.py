@@ -79,6 +79,8 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     # Last, as django-axes asks: turns a refused login of a locked-out client into the 429 page.
     "axes.middleware.AxesMiddleware",
+    # A view failing because Redis or the database is away answers a 503 page in words.
+    "labs.views.ops.OutageMiddleware",
     # A login with a roster's one-time password sees only the page choosing a new one.
     "labs.views.accounts.ChoosePasswordFirst",
     "lab_project.http_limit.SynchronousChain",  # last: one thread hop per request, not 17
@@ -115,7 +117,14 @@ if _DATABASE_URL:
     # never reused and stays open until its thread is collected: a hundred students pressing
     # Run burst at once exhausted max_connections (100). The pool also bounds a worker whose
     # hundred burst threads claim their bursts at the same moment: they wait their turn.
-    DATABASES = {"default": dj_database_url.parse(_DATABASE_URL, conn_max_age=0)}
+    #
+    # CONN_HEALTH_CHECKS: every connection is checked before use, so the first request after
+    # a PostgreSQL restart gets a live one, not one the restart cut (a 500). With the pool,
+    # Django hands it the pool's own check (ConnectionPool.check_connection: one empty round
+    # trip as a connection leaves the pool; a dead one is discarded and replaced).
+    DATABASES = {
+        "default": dj_database_url.parse(_DATABASE_URL, conn_max_age=0, conn_health_checks=True)
+    }
     _pool_size = env_int("DATABASE_POOL_SIZE", 10, min_value=0, max_value=200)
     if _pool_size:
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
@@ -213,6 +222,10 @@ CELERY_WORKER_CONCURRENCY = LAB_WORKER_CONCURRENCY
 LAB_WS_SEND_BUFFER_MAX_BYTES = env_int(
     "LAB_WS_SEND_BUFFER_MAX_BYTES", 4 * 1024 * 1024, min_value=64 * 1024, max_value=1024**3
 )
+# Milliseconds between two looks of an open websocket at the right that let it in (the Django
+# session still signed in, the class still taught or the session still visible): a logout or
+# a lost class closes it with 4403 within this long (labs/consumers/base.py, RightCheck).
+LAB_WS_RECHECK_MS = env_int("LAB_WS_RECHECK_MS", 2000, min_value=200, max_value=60_000)
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 
 # --- Bursts --------------------------------------------------------------------------------

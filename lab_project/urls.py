@@ -8,6 +8,9 @@ from labs.admin import member_autocomplete
 from labs.views import ops
 from labs.views.accounts import LoginView, PasswordChangeView, choose_password
 
+#: A request that fails because Redis or the database is away gets a 503 page in words.
+handler500 = "labs.views.ops.server_error"
+
 admin.site.site_header = "Failure Lab back office"
 admin.site.site_title = "Failure Lab admin"
 admin.site.index_title = "Scenarios, classes and sessions"

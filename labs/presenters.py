@@ -11,12 +11,15 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from html import escape as _escape
 from typing import Any
 
+import redis
+from django.db import InterfaceError, OperationalError
 from django.template.loader import get_template
 from django.urls import reverse
 from django.utils.html import format_html
@@ -45,6 +48,25 @@ def actor_name(user) -> str:
 
 # --- what-if ---------------------------------------------------------------------------------
 # (A journal row's HTML and JSON are labs.live.rows': the journal writer renders each once.)
+
+
+#: A network address in an error's text (``127.0.0.1:6379``, ``redis:6379``, ``[::1]:5432``):
+#: internal, never shown to a student.
+_ADDRESS = re.compile(r"(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+):\d{2,5}")
+
+
+def lab_error(exc: BaseException) -> str:
+    """Why a run stopped, in words for the student's journal: a lost connection to Redis or
+    to the database is said as such, and no internal address (``host:port``) is ever shown."""
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return (
+            "the lab lost its connection to Redis (it restarted or is unreachable); "
+            "a call in flight may or may not have reached the dependency"
+        )
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        return "the lab lost its connection to the database (it restarted or is unreachable)"
+    text = _ADDRESS.sub("(an internal address)", str(exc)).strip()
+    return text or type(exc).__name__
 
 
 def whatif_refusal(number: Any, status: str, recorded: bool) -> str:

@@ -109,16 +109,39 @@ def owned_session_keys(user, pk: int) -> LabSession | None:
     return next(iter(found), None)
 
 
+def signed_in(session_key: str | None, user_id: int | None) -> bool:
+    """Whether the Django session ``session_key`` is still unexpired and still signs in
+    ``user_id``, an active user: False after a logout (the row is deleted), an expiry, a
+    login as someone else in the same browser or the user's deactivation."""
+    from importlib import import_module
+
+    from django.conf import settings
+    from django.contrib.auth import SESSION_KEY, get_user_model
+
+    if not session_key or user_id is None:
+        return False
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    data = store.load()  # {} when the row is gone or expired
+    if str(data.get(SESSION_KEY)) != str(user_id):
+        return False
+    return get_user_model().objects.filter(pk=user_id, is_active=True).exists()
+
+
 def socket_session(user, session_id: int) -> tuple[int, int, dict[str, Any]] | None:
-    """(session id, last seq, policy) if ``user`` may see the session, else None."""
+    """(session id, last seq, policy) if ``user`` may watch the session live, else None:
+    its owner while still a member of its class, an instructor of the class, a superuser.
+    (A student removed from the class loses the live page's socket.)"""
     if user is None or not getattr(user, "is_authenticated", False):
         return None
-    row = (
-        LabSession.objects.visible_to(user)
-        .filter(pk=session_id)
-        .values_list("pk", "next_seq", "policy")
-        .first()
-    )
+    sessions = LabSession.objects.filter(pk=session_id)
+    if not user.is_superuser:
+        # One join of the user's own membership in the session's class: as its owner (any
+        # role) or as an instructor.
+        sessions = sessions.filter(
+            Q(owner=user) | Q(classroom__memberships__role=Membership.Role.INSTRUCTOR),
+            classroom__memberships__user=user,
+        )
+    row = sessions.values_list("pk", "next_seq", "policy").first()
     return (row[0], row[1] - 1, row[2]) if row else None
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from celery import shared_task
-from celery.signals import worker_ready
+from celery.signals import worker_ready, worker_shutting_down
 
 from labs.live import queue
 from labs.live.hub import bookkeeping
-from labs.services import bursts, classroom, predictions, traffic
+from labs.services import bursts, classroom, predictions, shared, traffic
 
 
 @shared_task(name=queue.RUN_BURST, ignore_result=True)
@@ -43,3 +43,11 @@ def _start_burst_heartbeat(**kwargs) -> None:
     bursts.worker_ready()
     traffic.worker_ready()
     classroom.worker_ready()
+    shared.worker_ready()
+
+
+@worker_shutting_down.connect
+def _hand_back_traffic(**kwargs) -> None:
+    """A warm shutdown began: traffic runs end within seconds, saying the worker was stopped,
+    instead of holding the worker for the rest of their schedule (labs.services.traffic)."""
+    traffic.worker_stopping()

@@ -387,8 +387,9 @@ def _unprivileged_user() -> pwd.struct_passwd | None:
 
 class PrivatePostgres:
     """A throwaway PostgreSQL cluster: ``initdb`` into a temporary directory, ``postgres`` on
-    a free port of 127.0.0.1 (trust auth, superuser ``postgres``, no fsync). :meth:`stop`
-    stops the server (fast shutdown) and removes the directory."""
+    a free port of 127.0.0.1 (trust auth, superuser ``postgres``, no fsync). The owner's
+    :class:`Processes` stops the server (fast shutdown), :meth:`remove` removes the directory;
+    :meth:`restart` stops and starts it again with its data (the restart drills' tests)."""
 
     def __init__(self, procs: Processes, bin_dir: Path) -> None:
         self.procs = procs
@@ -409,19 +410,48 @@ class PrivatePostgres:
 
     def start(self, timeout: float = 60.0) -> None:
         cluster = self.data_dir / "data"
-        log = self.data_dir / "postgres.log"
         if self.user is not None:
             os.chown(self.data_dir, self.user.pw_uid, self.user.pw_gid)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-        env.update(LC_ALL="C", LANG="C")
         init = subprocess.run(
             [str(self.bin_dir / "initdb"), "-D", str(cluster), "-U", "postgres",
              "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync"],
-            cwd=self.data_dir, env=env, capture_output=True, text=True, **self._as_user(),
+            cwd=self.data_dir, env=self._env(), capture_output=True, text=True,
+            **self._as_user(),
         )  # fmt: skip
         if init.returncode != 0:
             raise RuntimeError(f"initdb failed ({init.returncode}):\n{init.stderr.strip()}")
-        with open(log, "wb") as log_file:
+        self._launch(timeout)
+
+    def restart(self, down_s: float = 0.0, timeout: float = 60.0) -> None:
+        """Stop the server (fast shutdown: every connection is cut), wait ``down_s`` seconds
+        and start it again on the same port with the same data: a PostgreSQL restart, as the
+        clients of the server see one."""
+        self.stop_server()
+        time.sleep(down_s)
+        self._launch(timeout)
+
+    def stop_server(self) -> None:
+        """Stop the server (fast shutdown) and wait for it to exit; the data stays."""
+        if self.proc is None:
+            return
+        proc, self.proc = self.proc, None
+        self.procs.children = [c for c in self.procs.children if c[1] is not proc]
+        signal_group(proc, signal.SIGINT)
+        try:
+            proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            signal_group(proc, signal.SIGKILL)
+            proc.wait()
+
+    def _env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        env.update(LC_ALL="C", LANG="C")
+        return env
+
+    def _launch(self, timeout: float) -> None:
+        cluster = self.data_dir / "data"
+        log = self.data_dir / "postgres.log"
+        with open(log, "ab") as log_file:
             if self.user is not None:
                 os.chown(log, self.user.pw_uid, self.user.pw_gid)
             self.proc = self.procs.start(
@@ -431,7 +461,7 @@ class PrivatePostgres:
                  "-c", f"unix_socket_directories={self.data_dir}",
                  "-c", "max_connections=200", "-c", "fsync=off",
                  "-c", "synchronous_commit=off", "-c", "full_page_writes=off"],
-                env,
+                self._env(),
                 stop_signal=signal.SIGINT,  # PostgreSQL's fast shutdown
                 cwd=self.data_dir, stdout=log_file, stderr=subprocess.STDOUT,
                 **self._as_user(),

@@ -1,7 +1,8 @@
 """What the websocket consumers share: the close codes, the way they read the database and
 Redis and do what a browser asks off the event loop (:func:`read`, :func:`read_redis`,
-:func:`act`), a dispatch without a per-message thread hop, and the limits on the socket daphne
-serves them (:class:`SocketLimits`)."""
+:func:`act`), a dispatch without a per-message thread hop, the limits on the socket daphne
+serves them (:class:`SocketLimits`) and the periodic re-check of the right that let a socket
+in (:class:`RightCheck`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -20,6 +22,8 @@ from channels.exceptions import StopConsumer
 from channels.layers import get_channel_layer
 from daphne.ws_protocol import WebSocketProtocol
 from django.conf import settings
+
+from labs import selectors
 
 logger = logging.getLogger(__name__)
 
@@ -207,3 +211,72 @@ class SocketLimits:
                 )
                 message = {"type": "websocket.close", "code": CLOSE_TOO_FAR_BEHIND}
         await self._server_send(message)
+
+
+class RightCheck:
+    """Consumer mixin: an open socket keeps the right that let it in, or closes.
+
+    A socket is let in once, at its handshake; a logout, an expired session or a class the
+    user no longer teaches would otherwise never reach it, and it would go on streaming
+    (the storm panel's student table included). After a consumer has let a socket in it calls
+    :meth:`keep_checking` with its own test of the right (a function of the ORM, run in the
+    reads' pool); every ``LAB_WS_RECHECK_MS`` the mixin checks that the Django session is
+    still signed in as the socket's user (:func:`labs.selectors.signed_in`) and that test.
+    When either fails, nothing more is sent (the consumer's ``base_send`` drops it) and the socket is closed
+    with :data:`CLOSE_FORBIDDEN`: within one interval (two seconds by default) of the change.
+    A check that cannot be made (the database restarting) keeps the socket and tries again
+    at the next interval.
+    """
+
+    _recheck_task: asyncio.Task | None = None
+    _revoked = False
+
+    def keep_checking(self, still_allowed: Callable[[Any], bool]) -> None:
+        """From now on, re-check ``still_allowed(user)`` and the session periodically."""
+        if self._recheck_task is None:
+            # Every message goes out through base_send (send_json included): once revoked,
+            # nothing but the close passes.
+            self._unguarded_send = self.base_send
+            self.base_send = self._send_unless_revoked
+            self._recheck_task = asyncio.ensure_future(self._recheck(still_allowed))
+
+    async def _recheck(self, still_allowed: Callable[[Any], bool]) -> None:
+        user = self.scope.get("user")
+        session_key = getattr(self.scope.get("session"), "session_key", None)
+        user_id = getattr(user, "pk", None)
+
+        def allowed() -> bool:
+            return selectors.signed_in(session_key, user_id) and still_allowed(user)
+
+        interval = settings.LAB_WS_RECHECK_MS / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                ok = await read(allowed)()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # no answer is not a no: look again next time
+                logger.warning("websocket %s: could not re-check its right", self.scope.get("path"),
+                               exc_info=True)  # fmt: skip
+                continue
+            if not ok:
+                await self.revoke()
+                return
+
+    async def revoke(self) -> None:
+        """Send nothing more and close with :data:`CLOSE_FORBIDDEN`."""
+        if self._revoked:
+            return
+        self._revoked = True
+        logger.info("websocket %s: closed, its right ended", self.scope.get("path"))
+        await self.close(code=CLOSE_FORBIDDEN)
+
+    async def _send_unless_revoked(self, message: dict[str, Any]) -> None:
+        if self._revoked and message.get("type") == "websocket.send":
+            return
+        await self._unguarded_send(message)
+
+    async def websocket_disconnect(self, message: dict[str, Any]) -> None:
+        if self._recheck_task is not None:
+            self._recheck_task.cancel()
+        await super().websocket_disconnect(message)  # type: ignore[misc]

@@ -56,7 +56,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.template.loader import render_to_string
 
 from labs import presenters, selectors
-from labs.consumers.base import CLOSE_FORBIDDEN, DirectDispatch, SocketLimits, read
+from labs.consumers.base import CLOSE_FORBIDDEN, DirectDispatch, RightCheck, SocketLimits, read
 from labs.live import metrics
 from labs.live.broadcast import class_group
 
@@ -74,7 +74,7 @@ def predictions_html(classroom_id: int) -> str:
     return render_to_string(PREDICTIONS_TEMPLATE, selectors.class_predictions_page(classroom))
 
 
-class ClassDashboardConsumer(DirectDispatch, SocketLimits, AsyncJsonWebsocketConsumer):
+class ClassDashboardConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebsocketConsumer):
     """Forwards a class's ``class.sessions`` updates to one instructor's dashboard page."""
 
     group: str | None = None
@@ -96,6 +96,8 @@ class ClassDashboardConsumer(DirectDispatch, SocketLimits, AsyncJsonWebsocketCon
         if not allowed or not await read(selectors.teaches)(user, self.classroom_id):
             await self.close(code=CLOSE_FORBIDDEN)
             return
+        classroom_id = self.classroom_id
+        self.keep_checking(lambda user: selectors.teaches(user, classroom_id))
         self.group = class_group(self.classroom_id)
         metrics.socket_opened("dashboard")
         await self.channel_layer.group_add(self.group, self.channel_name)

@@ -76,6 +76,7 @@ from labs.clicks import socket_run_burst
 from labs.consumers.base import (
     CLOSE_FORBIDDEN,
     DirectDispatch,
+    RightCheck,
     SocketLimits,
     act,
     clip,
@@ -224,7 +225,7 @@ async def _read_badge(session_id: int, policy: dict[str, Any]) -> str:
     return badge_html(await read_redis(presenters.badge_for)(session_id, policy))
 
 
-class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
+class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocketConsumer):
     """Live journal, badge and summary of one lab session (see the module docstring)."""
 
     session_id: int | None = None
@@ -268,6 +269,8 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, AsyncWebsocketConsumer):
         metrics.socket_opened("lab")
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        session_id = self.session_id
+        self.keep_checking(lambda user: selectors.socket_session(user, session_id) is not None)
         after = self._after_from_query()
         # A client claiming rows we never wrote (a stale tab after a database reset) is
         # treated as knowing everything so far; nothing is replayed to it twice.

@@ -41,7 +41,14 @@ from typing import Any
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from labs import presenters, selectors
-from labs.consumers.base import CLOSE_FORBIDDEN, DirectDispatch, SocketLimits, read, read_redis
+from labs.consumers.base import (
+    CLOSE_FORBIDDEN,
+    DirectDispatch,
+    RightCheck,
+    SocketLimits,
+    read,
+    read_redis,
+)
 from labs.live import metrics
 
 logger = logging.getLogger(__name__)
@@ -65,7 +72,7 @@ def _series(classroom_id: int, first: int | None) -> tuple[int, list[dict[str, A
     )
 
 
-class StormPanelConsumer(DirectDispatch, SocketLimits, AsyncJsonWebsocketConsumer):
+class StormPanelConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebsocketConsumer):
     """Streams a class's shared-dependency counters, a point a second (refreshed every half
     second), to one instructor."""
 
@@ -101,6 +108,8 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, AsyncJsonWebsocketConsume
             await self.close(code=CLOSE_FORBIDDEN)
             return
         self.allowed = True
+        classroom_id = self.classroom_id
+        self.keep_checking(lambda user: selectors.teaches(user, classroom_id))
         metrics.socket_opened("storm")
         await self._send_snapshot()
         self._loop = asyncio.ensure_future(self._run())

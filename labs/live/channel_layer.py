@@ -81,7 +81,19 @@ class _Shard(RedisSingleShardConnection):
         self._subscribed = asyncio.Event()
 
     async def subscribe(self, channel):
-        await super().subscribe(channel)
+        try:
+            await super().subscribe(channel)
+        except (redis.ConnectionError, redis.TimeoutError):
+            # Redis closed the subscribing connection (a restart) while the process had no
+            # subscription, so nothing read from it noticed: the first socket to open
+            # afterwards failed its handshake (daphne's 500). A SUBSCRIBE is safe to send
+            # again: once more on a new connection (redis-py's on_connect subscribes the
+            # process's other channels again, if any, and the shard is told).
+            pubsub = self._pubsub
+            if pubsub is not None and pubsub.connection is not None:
+                await pubsub.connection.disconnect()
+            logger.info("channel layer: the subscribing connection was closed; reconnecting")
+            await super().subscribe(channel)
         self._subscribed.set()
 
     def _ensure_redis(self):

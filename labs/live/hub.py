@@ -49,6 +49,7 @@ import contextlib
 import ctypes
 import heapq
 import logging
+import select
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -497,6 +498,12 @@ def _send(
         except Exception as exc:  # no connection to be had (Redis down): every command fails
             return [exc] * len(commands)
     unread = client._hub_unread
+    if not unread and _closed(conn):
+        # Redis closed the connection since the last batch (a restart): a batch written on
+        # it would be answered "Connection closed by server" without having run. Nothing
+        # was sent, so the batch goes out on a new connection (sending connects again).
+        logger.info("the engine hub's Redis connection was closed; reconnecting")
+        conn.disconnect()
     failed = write_batch(conn, [args for args, _ in commands])
     if failed is not None:
         if unread:  # the connection was dropped with their replies: nobody will know
@@ -508,6 +515,21 @@ def _send(
     if unread:
         _read_all_unread(client, conn)
     return read_replies(conn, [args for args, _ in commands], client.response_callbacks)
+
+
+def _closed(conn: Any) -> bool:
+    """Whether the server closed ``conn`` (or sent something nobody asked for) while no reply
+    was due on it: the check redis-py's own pool makes when it hands out a connection, made
+    with one ``select`` (about a microsecond a batch) and redis-py's ``can_read`` only when
+    the socket is readable."""
+    sock = conn._sock
+    if sock is None:
+        return False  # not connected: sending connects
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable) and bool(conn.can_read(timeout=0))
+    except Exception:  # EOF or a reset: closed by the server
+        return True
 
 
 def _read_all_unread(client: HubRedis, conn: Any) -> None:

@@ -45,6 +45,7 @@ KIND_LABELS = {
     "scenario_assigned": "scenario",
     "shared_set": "shared dependency",
     "shared_trigger": "trigger",
+    "shared_restored": "store restarted",
     "traffic_start": "traffic",
     "traffic_end": "traffic end",
     "prediction_submitted": "prediction",

@@ -31,7 +31,8 @@ import time
 from collections.abc import Callable
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from labs.engine import LIMITS, Problem
@@ -39,6 +40,7 @@ from labs.live import journal, queue, runtime
 from labs.live.hub import bookkeeping, get_hub
 from labs.live.writers import get_writer
 from labs.models import Burst, LabSession
+from labs.presenters import lab_error
 from labs.selectors import stale_runs
 
 logger = logging.getLogger(__name__)
@@ -282,10 +284,15 @@ def burst_run(*, burst_id: int) -> str:
         )
         writer.flush()
         status = Burst.Status.DONE
-        with bookkeeping():
-            Burst.objects.filter(pk=burst_id, status=Burst.Status.RUNNING).update(
-                status=status, finished_at=timezone.now(), summary=result.summary()
-            )
+        summary = result.summary()
+
+        def done() -> None:
+            with bookkeeping():
+                Burst.objects.filter(pk=burst_id, status=Burst.Status.RUNNING).update(
+                    status=status, finished_at=timezone.now(), summary=summary
+                )
+
+        through_outage(done)
     except Exception as exc:
         logger.exception("burst %s failed", burst_id)
         release_connection()  # before the waits below (the flush, the turn)
@@ -293,22 +300,60 @@ def burst_run(*, burst_id: int) -> str:
             journal.entry(
                 session,
                 "burst_failed",
-                f"burst {burst.number} stopped by an error in the lab: {exc}",
+                f"burst {burst.number} stopped by an error in the lab: {lab_error(exc)}",
                 burst_id=burst_id,
                 emitted=time.time(),
             )
         )
         writer.flush()
         status = Burst.Status.FAILED
-        with bookkeeping():
-            Burst.objects.filter(pk=burst_id, status=Burst.Status.RUNNING).update(
-                status=status, finished_at=timezone.now(), error=repr(exc)
-            )
+        error = lab_error(exc)
+
+        def failed() -> None:
+            with bookkeeping():
+                Burst.objects.filter(pk=burst_id, status=Burst.Status.RUNNING).update(
+                    status=status, finished_at=timezone.now(), error=error
+                )
+
+        through_outage(failed)
     finally:
         with _running_lock:
             _running.discard(burst_id)
         release_connection()
     return status
+
+
+#: How long a run's final row waits for a database that is away (a PostgreSQL restart).
+FINISH_RETRY_S = 30.0
+
+
+def through_outage(write: Callable[[], object]) -> None:
+    """Run ``write`` (a run's final UPDATE), trying again for up to ``FINISH_RETRY_S`` while
+    the database is away (a restart): a run whose calls all finished must not be left
+    RUNNING, to be reaped INTERRUPTED after its own end was journaled. Other errors, and the
+    last try's, are raised."""
+    deadline = time.monotonic() + FINISH_RETRY_S
+    pause = 0.25
+    while True:
+        try:
+            write()
+            return
+        except (OperationalError, InterfaceError):
+            connection.close()
+            if time.monotonic() + pause > deadline:
+                raise
+            logger.warning("the database is away; the run's final row is written again in %.2f s",
+                           pause)  # fmt: skip
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
+
+
+def runs_here(burst_id: int, worker: str) -> bool:
+    """Whether this process is running the burst now (its own live run, never stale)."""
+    if worker != WORKER_ID:
+        return False
+    with _running_lock:
+        return burst_id in _running
 
 
 def release_connection() -> None:
@@ -375,15 +420,21 @@ def start_sweeper(name: str, sweep: Callable[[], object]) -> None:
 
 
 def _sweep_forever() -> None:
+    held: dict[str, float] = {}  # sweep -> not before (after a failure)
     while True:
         time.sleep(reap_interval())
         with _sweeps_lock:
             sweeps = list(_sweeps.items())
         for name, sweep in sweeps:
+            if time.monotonic() < held.get(name, 0.0):
+                continue
             try:
                 sweep()
             except Exception:  # the sweeper must outlive a database hiccup
                 logger.exception("%s failed", name)
+                # As the burst reaper does: after an outage, live runs' heartbeats get a
+                # staleness window to land before anything is taken for dead.
+                held[name] = time.monotonic() + settings.LAB_BURST_STALE_SECONDS
         connection.close()
 
 
@@ -411,17 +462,25 @@ def _heartbeat_loop() -> None:
             continue
         try:
             if ids:
-                Burst.objects.filter(pk__in=ids, status=Burst.Status.RUNNING).update(
-                    heartbeat_at=timezone.now()
-                )
+                _touch_heartbeats(ids)
             if reap:
                 next_reap = time.monotonic() + reap_interval()
                 bursts_reap_stale()
         except Exception:  # the heartbeat must outlive a database hiccup
             logger.exception("burst heartbeat failed")
+            # The database was away: every worker's heartbeats failed too. Reap again only
+            # once they have had a staleness window to land, or live runs look dead.
+            next_reap = time.monotonic() + settings.LAB_BURST_STALE_SECONDS
         finally:
             # A few short queries a second do not need a connection held open between ticks.
             connection.close()
+
+
+def _touch_heartbeats(ids: list[int]) -> None:
+    """Stamp the running bursts' heartbeats with the database's clock as the row is written:
+    a time taken here before the query would be as old as the wait for a pooled connection
+    (seconds, after a PostgreSQL restart), and the burst would look stale when it is not."""
+    Burst.objects.filter(pk__in=ids, status=Burst.Status.RUNNING).update(heartbeat_at=Now())
 
 
 # --- Anywhere ------------------------------------------------------------------------------
@@ -432,12 +491,16 @@ def bursts_reap_stale(*, session_id: int | None = None) -> int:
 
     A RUNNING burst is stale when its heartbeat is older than ``LAB_BURST_STALE_SECONDS``; a
     QUEUED one when no worker claimed it within ``LAB_BURST_QUEUE_TIMEOUT_SECONDS``. Each mark
-    is a conditional update, so concurrent reapers journal each burst once. Returns how many
+    is a conditional update, so concurrent reapers journal each burst once. A burst this
+    process is running is never marked here, however old its heartbeat (its heartbeat may
+    have failed while the database restarted): it ends as its calls do. Returns how many
     bursts it marked.
     """
     running, queued = stale_runs(Burst, session_id=session_id)
     marked = 0
     for burst in running:
+        if runs_here(burst.pk, burst.worker):
+            continue
         marked += _mark(
             burst,
             Burst.Status.RUNNING,

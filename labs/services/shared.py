@@ -8,24 +8,38 @@ first (``SettingsInvalid`` naming each field and its range; nothing changes then
 refused unless the user teaches the class, and both are journaled in every session of the
 class, naming who acted. A trigger fired while another runs replaces it, and every journal
 says which one it replaced.
+
+Redis holds the model, the database its settings: after a Redis restart every worker's
+sweeper (:func:`worker_ready`) writes the settings back from the database within a few
+seconds (:func:`shared_restore_lost`, as a session's breaker is restored from its snapshot),
+and a trigger that was running when the store lost it is ended with a line in every journal
+of the class saying so, not left to look as if it still ran.
 """
 
 from __future__ import annotations
 
+import logging
 import time
+from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.utils import timezone
 
 from labs.engine import Problem, SharedConfig, parse_shared, parse_trigger, validate_shared
 from labs.engine.validate import validate_trigger
 from labs.live import journal, runtime
-from labs.models import Classroom, LabSession, SharedDependencyConfig
+from labs.models import Classroom, JournalEvent, LabSession, SharedDependencyConfig
 from labs.presenters import actor_name
 from labs.services.lab import SettingsInvalid
 
+logger = logging.getLogger(__name__)
+
 SHARED_FIELDS = ("servers", "service_ms", "max_queue_ms")
+
+#: What a lost trigger's line says in every journal of the class.
+TRIGGER_LOST = "the trigger ended early: the store restarted"
 
 
 def _check_teaches(*, user, classroom: Classroom) -> None:
@@ -134,3 +148,74 @@ def classroom_fire_trigger(*, classroom: Classroom, user, values: dict) -> dict[
             {"trigger": trigger.to_dict(), "replaced": replaced},
         )
     return {"trigger": trigger.to_dict(), "replaced": replaced, "sessions": count}
+
+
+def shared_restore_lost() -> int:
+    """Write back from the database the settings of every class's shared dependency that
+    Redis has lost (a restart empties it); returns how many were restored.
+
+    One pipelined ``EXISTS`` for all classes; a lost one is claimed with ``HSETNX`` on its
+    model (so when several workers sweep together one restores it and journals it), then
+    configured from its ``SharedDependencyConfig``. If the class's latest trigger (its last
+    ``shared_trigger`` row) would still be running, Redis lost it with the rest: every
+    session of the class is journaled ``shared_restored`` saying the trigger ended early
+    (:data:`TRIGGER_LOST`). Settings alone are restored without a journal line (a class whose
+    model was never written, on a fresh Redis, is configured the same way).
+    """
+    rows = list(SharedDependencyConfig.objects.all())
+    if not rows:
+        return 0
+    client = runtime.engine_redis()
+    models = [runtime.shared_model(row.classroom_id, client) for row in rows]
+    pipe = client.pipeline(transaction=False)
+    for model in models:
+        pipe.exists(model.k_model)
+    present = pipe.execute()
+    restored = 0
+    for row, model, exists in zip(rows, models, present, strict=True):
+        if exists:
+            continue
+        config = SharedConfig(row.servers, row.service_ms, row.max_queue_ms)
+        if not client.hsetnx(model.k_model, "servers", config.servers):
+            continue  # another process is restoring it
+        model.configure(config)
+        restored += 1
+        lost = _running_trigger(row.classroom_id)
+        logger.warning("class %s: the shared dependency's settings were restored from the "
+                       "database (Redis had lost them)", row.classroom_id)  # fmt: skip
+        if lost is None:
+            continue  # nothing a student saw changed: the settings are what they were
+        with transaction.atomic():
+            _journal_class(
+                Classroom(pk=row.classroom_id),
+                "shared_restored",
+                None,
+                f"{TRIGGER_LOST} (the {lost} trigger); the shared dependency's settings were "
+                f"restored from the database ({describe_config(config)})",
+                {"shared": config.to_dict(), "trigger_lost": lost},
+            )
+    return restored
+
+
+def _running_trigger(classroom_id: int) -> str | None:
+    """The kind of the class's latest trigger if its time has not run out, else None."""
+    row = (
+        JournalEvent.objects.filter(session__classroom_id=classroom_id)
+        .filter(kind__in=("shared_trigger", "shared_restored"))
+        .order_by("-created_at", "-pk")
+        .values_list("kind", "created_at", "data")
+        .first()
+    )
+    if row is None or row[0] != "shared_trigger":
+        return None  # none fired, or the last restore already said it ended
+    trigger = (row[2] or {}).get("trigger") or {}
+    until = row[1] + timedelta(milliseconds=int(trigger.get("duration_ms", 0)))
+    return trigger.get("kind", "running") if until > timezone.now() else None
+
+
+def worker_ready() -> None:
+    """Start this worker's shared-dependency sweep: every ``bursts.reap_interval()`` seconds
+    it restores the classes' settings Redis lost (:func:`shared_restore_lost`)."""
+    from labs.services.bursts import start_sweeper
+
+    start_sweeper("shared-restore", shared_restore_lost)

@@ -31,6 +31,7 @@ import time
 from collections import Counter
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from labs.engine import FAST_FAIL_OUTCOMES, Problem
@@ -46,15 +47,23 @@ from labs.live.traffic import (
 )
 from labs.live.writers import get_writer
 from labs.models import LabSession, Traffic
-from labs.presenters import actor_name
+from labs.presenters import actor_name, lab_error
 from labs.selectors import stale_runs
-from labs.services.bursts import WORKER_ID, BurstRefused, start_sweeper
+from labs.services.bursts import WORKER_ID, BurstRefused, start_sweeper, through_outage
 
 logger = logging.getLogger(__name__)
 
 #: Seconds between two looks at ``stop_requested`` (and two heartbeats) of a running run,
 #: and between two looks at the session's dependency settings.
 CHECK_INTERVAL_S = 0.5
+#: At most this long (seconds) a run that ends waits for its calls in flight to finish their
+#: attempt (a call's own timeouts end it sooner; this bounds a call stuck on a lost store).
+DRAIN_LIMIT_S = 60.0
+#: ... and at most this long when the worker is stopping (a warm shutdown: ``make run`` and
+#: compose kill what is left after 10 to 15 s).
+SHUTDOWN_DRAIN_S = 5.0
+#: What a run stopped by its worker's warm shutdown says in its ``traffic_end``.
+WORKER_STOPPED = "the worker was stopped"
 
 
 class TrafficRefused(BurstRefused):
@@ -268,23 +277,38 @@ def traffic_run(*, traffic_id: int) -> str:
 
             if schedule:
                 clock.call_at(max(t0 + schedule[0], clock.now()), arrive, 0)
-            while True:
-                # A dependency change lands between attempts, never in one (one GET per
-                # CHECK_INTERVAL_S, not one per call). The run goes on while calls are in
-                # flight after the last arrival or a stop.
-                clock.sleep(CHECK_INTERVAL_S)
-                watch.check()
-                stop["asked"] = stop["asked"] or watched.stop
-                arriving = not stop["asked"] and clock.now() < end
-                in_flight = stop["started"] > sum(outcomes.values())
-                if not (arriving or in_flight):
-                    return
+            try:
+                while True:
+                    # A dependency change lands between attempts, never in one (one GET per
+                    # CHECK_INTERVAL_S, not one per call). The run goes on while calls are
+                    # in flight after the last arrival or a stop.
+                    clock.sleep(CHECK_INTERVAL_S)
+                    watch.check()
+                    stop["asked"] = stop["asked"] or watched.stop
+                    arriving = not stop["asked"] and clock.now() < end
+                    in_flight = stop["started"] > sum(outcomes.values())
+                    if not (arriving or in_flight):
+                        return
+            finally:
+                # However the run ends (an error included): the next arrival finds the stop
+                # and starts nothing, and the calls in flight finish their attempt before
+                # the run's end is journaled and its row marked, so no row of the run comes
+                # after its end and the session's next run never runs beside it.
+                stop["asked"] = True
+                drain_until = clock.now() + (SHUTDOWN_DRAIN_S if _stopping else DRAIN_LIMIT_S)
+                while stop["started"] > sum(outcomes.values()) and clock.now() < drain_until:
+                    clock.sleep(CHECK_INTERVAL_S)
 
         hub.run(run)
+        if _ended_elsewhere(traffic_id, watched):
+            return "ended elsewhere"
         cut_short = stop["started"] < len(schedule)
         status = Traffic.Status.STOPPED if cut_short else Traffic.Status.DONE
         summary = _summary(traffic, stop["started"], outcomes)
         verb = "stopped" if cut_short else "ended"
+        if cut_short and _stopping and not watched.asked:
+            verb = f"stopped ({WORKER_STOPPED}; start it again to go on)"
+            summary["reason"] = WORKER_STOPPED
         writer.submit(
             journal.entry(
                 session,
@@ -297,24 +321,35 @@ def traffic_run(*, traffic_id: int) -> str:
             )
         )
         writer.flush()
-        Traffic.objects.filter(pk=traffic_id, status=Traffic.Status.RUNNING).update(
-            status=status, finished_at=timezone.now(), summary=summary
+        through_outage(
+            lambda: Traffic.objects.filter(pk=traffic_id, status=Traffic.Status.RUNNING).update(
+                status=status, finished_at=timezone.now(), summary=summary
+            )
         )
     except Exception as exc:
         logger.exception("traffic %s failed", traffic_id)
+        if _ended_elsewhere(traffic_id, watched):
+            return "ended elsewhere"
         writer.submit(
             journal.entry(
                 session,
                 "traffic_end",
-                f"traffic stopped by an error in the lab: {exc}",
-                data={"traffic": traffic_id, "error": repr(exc)},
+                f"traffic stopped by an error in the lab: {lab_error(exc)}",
+                data={
+                    "traffic": traffic_id,
+                    "error": lab_error(exc),
+                    **_summary(traffic, stop["started"], outcomes),
+                },
                 emitted=time.time(),
             )
         )
         writer.flush()
         status = Traffic.Status.FAILED
-        Traffic.objects.filter(pk=traffic_id, status=Traffic.Status.RUNNING).update(
-            status=status, finished_at=timezone.now(), error=repr(exc)
+        error = lab_error(exc)
+        through_outage(
+            lambda: Traffic.objects.filter(pk=traffic_id, status=Traffic.Status.RUNNING).update(
+                status=status, finished_at=timezone.now(), error=error
+            )
         )
     finally:
         _unwatch(traffic_id)
@@ -322,20 +357,39 @@ def traffic_run(*, traffic_id: int) -> str:
     return status
 
 
+def _ended_elsewhere(traffic_id: int, watched: _Watched) -> bool:
+    """Whether another process marked the run final meanwhile (its ``traffic_end`` is in the
+    journal already: this run journals no second one)."""
+    if watched.ended:
+        return True
+    try:
+        running = Traffic.objects.filter(pk=traffic_id, status=Traffic.Status.RUNNING).exists()
+    except Exception:  # the database cannot say: end the run here as usual
+        return False
+    finally:
+        connection.close()
+    return not running
+
+
 # --- The traffic watch: heartbeats and stop requests of every run in this process ------------
 
 
 class _Watched:
-    """What the traffic watch knows of one run: whether a stop was asked (or the row is
-    gone). Written by the watch thread, read by the run's thread (a plain attribute)."""
+    """What the traffic watch knows of one run: whether a stop was asked, or the row is gone
+    or marked final by another process (``ended``). Written by the watch thread, read by the
+    run's thread (plain attributes)."""
 
-    __slots__ = ("stop",)
+    __slots__ = ("asked", "ended", "stop")
 
     def __init__(self) -> None:
         self.stop = False
+        self.asked = False  # a stop someone asked for (stop_requested), not the worker's
+        self.ended = False
 
 
 _watched: dict[int, _Watched] = {}
+#: The worker is stopping (a warm shutdown began): see :func:`worker_stopping`.
+_stopping = False
 _watch_lock = threading.Lock()
 _watch_thread: threading.Thread | None = None
 
@@ -344,12 +398,20 @@ def _watch(traffic_id: int) -> _Watched:
     """Put a claimed run under the process's traffic watch (started on first use)."""
     global _watch_thread
     watched = _Watched()
+    watched.stop = _stopping
     with _watch_lock:
         _watched[traffic_id] = watched
         if _watch_thread is None:
             _watch_thread = threading.Thread(target=_watch_loop, name="traffic-watch", daemon=True)
             _watch_thread.start()
     return watched
+
+
+def _runs_here(traffic: Traffic) -> bool:
+    if traffic.worker != WORKER_ID:
+        return False
+    with _watch_lock:
+        return traffic.pk in _watched
 
 
 def _unwatch(traffic_id: int) -> None:
@@ -377,13 +439,21 @@ def _watch_loop() -> None:
 
 def _watch_tick(watched: dict[int, _Watched]) -> None:
     ids = list(watched)
-    Traffic.objects.filter(pk__in=ids, status=Traffic.Status.RUNNING).update(
-        heartbeat_at=timezone.now()
-    )
-    rows = dict(Traffic.objects.filter(pk__in=ids).values_list("pk", "stop_requested"))
+    # Now(): the database's clock when the row is written, not a time taken before waiting
+    # for a pooled connection (see bursts._heartbeat_loop).
+    Traffic.objects.filter(pk__in=ids, status=Traffic.Status.RUNNING).update(heartbeat_at=Now())
+    rows = {
+        pk: (stop_requested, status)
+        for pk, stop_requested, status in Traffic.objects.filter(pk__in=ids).values_list(
+            "pk", "stop_requested", "status"
+        )
+    }
     for traffic_id, entry in watched.items():
-        if rows.get(traffic_id, True):  # a stop asked, or the row is gone
-            entry.stop = True
+        stop_requested, status = rows.get(traffic_id, (True, None))
+        if status != Traffic.Status.RUNNING:  # gone, or marked final elsewhere: it stops
+            entry.ended = entry.stop = True
+        elif stop_requested:
+            entry.asked = entry.stop = True
 
 
 def _summary(traffic: Traffic, started: int, outcomes: Counter[str]) -> dict:
@@ -400,6 +470,20 @@ def _summary(traffic: Traffic, started: int, outcomes: Counter[str]) -> dict:
     }
 
 
+def worker_stopping() -> None:
+    """A warm shutdown began (SIGTERM, Ctrl-C): every traffic run of this process starts no
+    further call, lets its calls in flight finish (at most ``SHUTDOWN_DRAIN_S``) and ends
+    STOPPED with "the worker was stopped" in its ``traffic_end``, within the seconds a
+    shutdown is given, instead of holding the worker for the rest of its schedule (up to
+    300 s) and being reaped INTERRUPTED as if its worker had died. The session can start
+    the run again on another worker at once."""
+    global _stopping
+    _stopping = True
+    with _watch_lock:
+        for entry in _watched.values():
+            entry.stop = True
+
+
 def worker_ready() -> None:
     """Start this worker process's traffic reaper: every ``bursts.reap_interval()`` seconds
     it marks the runs of dead workers (stale heartbeats) INTERRUPTED, so a killed worker's
@@ -412,10 +496,13 @@ def worker_ready() -> None:
 
 def traffic_reap_stale(*, session_id: int | None = None) -> int:
     """Mark runs whose worker died INTERRUPTED (and never-claimed queued ones FAILED),
-    journaled ``traffic_end``; conditional updates, so concurrent reapers mark each once."""
+    journaled ``traffic_end``; conditional updates, so concurrent reapers mark each once. A
+    run this process is running is never marked here."""
     running, queued = stale_runs(Traffic, session_id=session_id)
     marked = 0
     for traffic in running:
+        if _runs_here(traffic):
+            continue  # this process's own live run ends as its calls do, never reaped here
         marked += _mark(
             traffic,
             Traffic.Status.RUNNING,

@@ -111,7 +111,7 @@
       burstsByPost();
       if (event.code === 4403) {
         stopped = true;
-        setStatus("denied", "Live updates refused: this session is not yours to watch.");
+        setStatus("denied", "Live updates stopped: reload the page.");
         return;
       }
       scheduleReconnect();

@@ -50,7 +50,7 @@
     });
     socket.addEventListener("close", function (event) {
       if (event.code === 4403) {
-        setStatus("denied", "Not allowed: you do not teach this class.");
+        setStatus("denied", "Live updates stopped: reload the page.");
         return;
       }
       retry = Math.min(retry + 1, 6);

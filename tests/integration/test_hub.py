@@ -272,3 +272,14 @@ def test_a_read_command_naming_its_keys_goes_out_on_the_hubs_own_connection(hub,
     created = pool._created_connections
     assert hub.run(lambda: (client.get("k"), client.hget("h", "f"))) == (b"v", b"1")
     assert pool._created_connections == created  # no connection but the hub's
+
+
+def test_the_first_command_after_a_redis_restart_goes_out_on_a_new_connection(hub, own_redis):
+    """A restart closes the hub's idle connection; the next batch must not be written on it
+    (it would be answered "Connection closed by server" without having run)."""
+    client = hub.redis(redis.Redis.from_url(own_redis.url).connection_pool)
+    assert hub.run(lambda: client.incr("n")) == 1
+    for restart in range(3):
+        own_redis.restart()  # empty again: persistence is off
+        assert hub.run(lambda: client.incr("n")) == 1, f"after restart {restart + 1}"
+        assert hub.run(lambda: [client.incr("n"), client.incr("n")]) == [2, 3]

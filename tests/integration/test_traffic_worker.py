@@ -5,6 +5,7 @@ lets the calls in flight finish (no wall-clock assertion: only counts and states
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 
@@ -236,3 +237,75 @@ def test_a_run_finishing_its_calls_in_flight_is_not_taken_for_a_dead_one(worker_
     wait_for(over, 120, interval=0.5, message="the traffic to end")
     assert traffic.status == Traffic.Status.DONE, traffic.error
     assert traffic.summary["finished"] == 5
+
+
+def test_a_run_marked_final_elsewhere_stops_its_schedule_and_journals_no_second_end(
+    worker_process,
+):
+    """Another process marks the running run final (as a reaper does): the worker's traffic
+    watch sees it within a check, no further call starts, and the run journals no second
+    ``traffic_end``; the session's next run starts and runs alone."""
+    session = private_session()
+    worker_process()
+    traffic = svc.traffic_start(
+        session=session, user=session.owner, rate=10, duration_s=120, arrivals="even"
+    )
+    wait_for(lambda: len(calls_in(traffic)) >= 3, 120, interval=0.2, message="a few calls")
+    traffic.refresh_from_db()
+    assert svc._mark(
+        traffic, Traffic.Status.RUNNING, Traffic.Status.INTERRUPTED, "traffic_end",
+        "traffic interrupted: its worker (elsewhere) stopped responding",
+    )  # fmt: skip
+
+    def quiet():
+        before = len(calls_in(traffic))
+        time.sleep(2.0)
+        return len(calls_in(traffic)) == before
+
+    wait_for(quiet, 30, interval=0.1, message="the run's calls to stop")
+    assert len(calls_in(traffic)) < traffic.calls
+    assert JournalEvent.objects.filter(session=session, kind="traffic_end").count() == 1
+    traffic.refresh_from_db()
+    assert traffic.status == Traffic.Status.INTERRUPTED
+    session.refresh_from_db()
+    again = svc.traffic_start(
+        session=session, user=session.owner, rate=2, duration_s=1, arrivals="even"
+    )
+    assert ended(again).status == Traffic.Status.DONE
+    assert JournalEvent.objects.filter(session=session, kind="traffic_end").count() == 2
+
+
+def test_a_worker_stopped_during_traffic_ends_its_runs_saying_so_within_the_grace_period(
+    worker_process,
+):
+    """SIGTERM to the worker's process group (what ``make run`` and compose send; they kill
+    what is left 10 to 15 s later): the run stops at once, its calls in flight finish, it
+    ends STOPPED with "the worker was stopped" in its ``traffic_end``, and the worker exits
+    within the grace period. The session starts again on another worker."""
+    import os
+    import signal
+
+    session = private_session()
+    victim = worker_process()
+    traffic = svc.traffic_start(
+        session=session, user=session.owner, rate=5, duration_s=300, arrivals="even"
+    )
+    wait_for(lambda: len(calls_in(traffic)) >= 3, 120, interval=0.2, message="a few calls")
+    stopped_at = time.monotonic()
+    os.killpg(victim.proc.pid, signal.SIGTERM)
+    victim.proc.wait(60)
+    took = time.monotonic() - stopped_at
+    assert took < 10.0, f"the worker took {took:.1f} s to stop"
+    traffic.refresh_from_db()
+    assert traffic.status == Traffic.Status.STOPPED, (traffic.status, traffic.error)
+    end = JournalEvent.objects.get(session=session, kind="traffic_end")
+    assert "the worker was stopped" in end.message
+    assert "stopped responding" not in end.message
+    assert end.data["started"] == end.data["finished"] == len(calls_in(traffic))
+    assert not JournalEvent.objects.filter(session=session, seq__gt=end.seq).exists()
+    worker_process()
+    session.refresh_from_db()
+    again = svc.traffic_start(
+        session=session, user=session.owner, rate=2, duration_s=1, arrivals="even"
+    )
+    assert ended(again).status == Traffic.Status.DONE
