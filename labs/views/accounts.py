@@ -16,6 +16,7 @@ from django.contrib import messages
 from django.contrib.auth import login, update_session_auth_hash
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -131,7 +132,13 @@ class ChoosePasswordFirst:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         session = getattr(request, "session", None)
-        if session is not None and session.get(MUST_CHOOSE_PASSWORD):
+        try:
+            must_choose = session is not None and session.get(MUST_CHOOSE_PASSWORD)
+        except DatabaseError:
+            # The database is away: the view's own read of the session meets the same error
+            # there, where OutageMiddleware answers it with the 503 page.
+            must_choose = False
+        if must_choose:
             target = reverse("choose_password")
             if request.path not in (target, reverse("logout")):
                 if request.headers.get("HX-Request"):
