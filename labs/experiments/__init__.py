@@ -13,6 +13,7 @@ from labs.experiments import (
     contention,
     deadline,
     metastable,
+    queueing,
     storm,
     tipping_point,
 )
@@ -20,7 +21,16 @@ from labs.experiments.base import Experiment
 
 __all__ = ["EXPERIMENTS", "Experiment", "get"]
 
-_MODULES = (amplification, storm, breaker, deadline, contention, metastable, tipping_point)
+_MODULES = (
+    amplification,
+    storm,
+    breaker,
+    deadline,
+    contention,
+    metastable,
+    tipping_point,
+    queueing,
+)
 EXPERIMENTS: dict[str, Experiment] = {
     module.EXPERIMENT.name: module.EXPERIMENT for module in _MODULES
 }
