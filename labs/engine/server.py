@@ -167,12 +167,15 @@ class Reply:
 
 
 class _Job:
-    __slots__ = ("answered", "arrival", "attempt", "deadline", "give_up", "reply", "service")
+    __slots__ = (
+        "answered", "arrival", "attempt", "deadline", "finish", "give_up", "reply", "service",
+    )  # fmt: skip
 
     def __init__(self, arrival, attempt, service, deadline, give_up, reply):
         self.arrival, self.attempt, self.service = arrival, attempt, service
         self.deadline, self.give_up, self.reply = deadline, give_up, reply
         self.answered = False
+        self.finish: int | None = None
 
 
 class QueueServer:
@@ -345,8 +348,8 @@ class QueueServer:
         self.at(t, reply, Reply("shed", t, t, attempt, reason))
 
     def _timeout(self, job: _Job) -> None:
-        if job.answered:
-            return
+        if job.answered or (job.finish is not None and job.finish <= self.now):
+            return  # answered, or answering at this very instant (in time, as the model has it)
         job.answered = True
         self._count(self.now, "timeout")
         job.reply(Reply("timeout", job.arrival, self.now, job.attempt))
@@ -400,7 +403,8 @@ class QueueServer:
             down = trig[0] == "down"
             if trig[0] == "slow":
                 service = service * trig[3] // 100
-        self.at(now + service, self._finish, job, service, down)
+        job.finish = now + service
+        self.at(job.finish, self._finish, job, service, down)
 
     def _back(self, pickup: list[bool]) -> None:
         if pickup[0]:
