@@ -236,7 +236,7 @@ def run(params: QueueingParams) -> Result:
             f"Failed requests, {runs[key][0]}",
             stats[key]["failure_pct"],
             "%",
-            seed=f"{README[key]} %",
+            seed=f"{README[key]}%",
         )
         for key in README
     )
