@@ -211,7 +211,7 @@ class QueueServer:
         self._events: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
         self._seq = 0
         self.now = 0
-        self._counts: Counter[str] = Counter()
+        self._counts: Counter[tuple[int, str]] = Counter()
         self._queue: deque[_Job] = deque()
         self._busy = 0
         self._trigger: tuple[str, int, int, int, int] | None = None
@@ -256,7 +256,7 @@ class QueueServer:
     # -- counters ----------------------------------------------------------------------------
 
     def _count(self, t_us: int, name: str, n: int = 1) -> None:
-        self._counts[f"{t_us // 1_000_000}:{name}"] += n
+        self._counts[t_us // 1_000_000, name] += n
 
     def counters(self) -> dict[int, dict[str, int]]:
         """``{second: {name: count}}`` over every counter so far."""
@@ -267,9 +267,8 @@ class QueueServer:
                 for name in ("offered", "ok", "error", "shed", "timeout", "wasted_us"):
                     row[name] = row.get(name, 0) + getattr(s, name)
                 row["calls"], row["retries"] = s.calls, s.retries
-        for key, value in self._counts.items():
-            sec, _, name = key.partition(":")
-            row = table.setdefault(int(sec), {})
+        for (sec, name), value in self._counts.items():
+            row = table.setdefault(sec, {})
             row[name] = row.get(name, 0) + value
         return dict(sorted(table.items()))
 
