@@ -227,13 +227,15 @@ class QueueServer:
     def at(self, t_us: int, fn: Callable[..., None], *args: Any) -> None:
         """Call ``fn(*args)`` at ``t_us`` (never before the current time)."""
         self._seq += 1
-        heapq.heappush(self._events, (max(int(t_us), self.now), self._seq, fn, args))
+        t = int(t_us)
+        heapq.heappush(self._events, (t if t > self.now else self.now, self._seq, fn, args))
 
     def run(self, until_us: int | None = None) -> None:
         """Run every event up to ``until_us`` (all of them when None)."""
-        events = self._events
-        while events and (until_us is None or events[0][0] <= until_us):
-            t, _, fn, args = heapq.heappop(events)
+        events, pop = self._events, heapq.heappop
+        last = float("inf") if until_us is None else until_us
+        while events and events[0][0] <= last:
+            t, _, fn, args = pop(events)
             self.now = t
             fn(*args)
 
@@ -304,7 +306,7 @@ class QueueServer:
                 self._count(t, "calls" if attempt <= 1 else "retries")
                 self._count(t, "limited")
                 wait = math.ceil((1 - self._tokens) / rate)
-                self.at(t, reply, Reply("limited", t, t, attempt, "rate", wait))
+                reply(Reply("limited", t, t, attempt, "rate", wait))
                 return
             self._tokens -= 1
         if self.exact:
@@ -343,8 +345,9 @@ class QueueServer:
         self.at(d.answer_us, reply, Reply(d.outcome, d.arrival_us, d.answer_us, attempt, reason))
 
     def _refuse(self, reply, t, attempt, reason) -> None:
+        """Refuse at once: the client hears it now (a retry may arrive at this same instant)."""
         self._count(t, "shed")
-        self.at(t, reply, Reply("shed", t, t, attempt, reason))
+        reply(Reply("shed", t, t, attempt, reason))
 
     def _timeout(self, job: _Job) -> None:
         if job.answered or (job.finish is not None and job.finish <= self.now):
