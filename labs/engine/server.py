@@ -318,8 +318,11 @@ class QueueServer:
         if policy.concurrency != "none" and inflight >= int(self.limit):
             self._refuse(reply, t, attempt, "concurrency")
             return
+        while self._pickups and not self._pickups[0][0]:
+            self._pickups.popleft()
+        direct = bool(self._pickups)  # a worker just freed, not yet back at the queue
         full = policy.queue_limit is not None and len(self._queue) >= policy.queue_limit
-        if full and self._free_servers() <= 0:
+        if full and not direct and self._free_servers() <= 0:
             self._refuse(reply, t, attempt, "queue_full")
             return
         service = self.config.service_ms * 1000 if service_us is None else int(service_us)
@@ -327,9 +330,7 @@ class QueueServer:
         job = _Job(t, attempt, service, deadline, give_up, reply)
         if deadline is not None and give_up:
             self.at(deadline, self._timeout, job)
-        while self._pickups and not self._pickups[0][0]:
-            self._pickups.popleft()
-        if self._pickups:  # a worker just freed, not yet back at the queue: takes it
+        if direct:  # takes the worker before the queue does
             self._pickups.popleft()[0] = False
             self._fresh -= 1
             self._start(job)

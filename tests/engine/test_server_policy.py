@@ -200,3 +200,16 @@ def test_out_of_range_settings_are_refused_with_the_field_and_its_range(data, me
 def test_only_the_default_policy_runs_on_the_plain_model():
     with pytest.raises(ValueError, match="default policy"):
         QueueServer(SharedConfig(), ServerPolicy("lifo"), exact_model=True)
+
+
+def test_with_a_hand_off_an_arrival_takes_a_just_freed_worker_before_the_full_queue():
+    # one worker, a queue of 1: at 10 ms the worker finishes; for 1 ms it is not back at the
+    # queue, and an attempt arriving at 10.5 ms takes it (the queueing simulator's tick order)
+    server = QueueServer(SharedConfig(1, 10, 10_000), ServerPolicy(queue_limit=1), pickup_us=1000)
+    replies = []
+    for i, at in enumerate((0, 1_000, 10_500)):
+        server.at(at, lambda i=i: server.submit(lambda r, i=i: replies.append((i, r))))
+    server.run()
+    order = [(i, r.outcome, r.answer_us) for i, r in replies]
+    # the queued one starts 1 ms after that worker is free again (20.5 ms + 1 ms hand-off)
+    assert order == [(0, "ok", 10_000), (2, "ok", 20_500), (1, "ok", 31_500)]

@@ -12,7 +12,7 @@ from labs.experiments.queueing import README, QueueingParams
 
 EXPERIMENT = get("queueing")
 #: README figure -> allowed distance in percentage points (see docs/experiments.md)
-TOLERANCE = {"fifo_spike": 1.0, "lifo_spike": 0.1, "fifo_overload": 3.0}
+TOLERANCE = {"fifo_spike": 0.5, "lifo_spike": 0.1, "fifo_overload": 1.0}
 
 
 @pytest.fixture(scope="module")
@@ -27,14 +27,16 @@ def test_defaults_are_the_simulators():
 
 
 def test_pinned_figures_at_the_default_seed(result):
-    assert result.figure("fifo_spike").text == "10.2%"
+    assert result.figure("fifo_spike").text == "9.7%"
     assert result.figure("lifo_spike").text == "0.8%"
-    assert result.figure("fifo_overload").text == "88.2%"
+    assert result.figure("fifo_overload").text == "87.0%"
     m = result.metrics
-    assert (m["fifo_spike"]["failure_pct"], m["lifo_spike"]["failure_pct"]) == (10.18, 0.79)
-    assert m["fifo_overload"]["failure_pct"] == 88.16
+    assert (m["fifo_spike"]["failure_pct"], m["lifo_spike"]["failure_pct"]) == (9.65, 0.79)
+    assert m["fifo_overload"]["failure_pct"] == 87.03
+    # simulated for 20 s (the first second before the queue fills weighs more there)
+    assert m["fifo_overload"]["simulated_failure_pct"] < m["fifo_overload"]["failure_pct"]
     # the FIFO spike: the full queue refuses, then what waited too long times out
-    assert m["fifo_spike"]["failed_by"] == {"queue_full": 6635, "timeout": 4081}
+    assert m["fifo_spike"]["failed_by"] == {"queue_full": 6181, "timeout": 3954}
     assert m["lifo_spike"]["failed_by"] == {"timeout": 794}
 
 
