@@ -137,12 +137,12 @@ def _runs(params: QueueingParams) -> dict[str, tuple[str, ServerPolicy, bool]]:
                 {"codel_target_ms": max(1, timeout // 20), "codel_interval_ms": max(10, timeout // 2)},
             ),
             "aimd_spike": (
-                "AIMD concurrency limit, spike",
+                "AIMD limit, spike",
                 {"concurrency": "aimd", "concurrency_limit": 4 * params.workers,
                  "concurrency_max": 1000, "limit_latency_ms": timeout // 2},
             ),
             "rate_spike": (
-                "rate limit at capacity, spike",
+                "rate limit, spike",
                 {"rate_per_s": capacity_per_s, "rate_burst": params.workers},
             ),
         }  # fmt: skip
@@ -244,7 +244,7 @@ def run(params: QueueingParams) -> Result:
                 "requests": s["requests"],
                 "failed": s["failed"],
                 "failure_pct": s["failure_pct"],
-                "readme": f"{README[key]} %" if key in README else "not run there",
+                "readme": f"{README[key]} %" if key in README else "none",
                 "wasted_s": s["wasted_s"],
             }
         )
@@ -258,8 +258,13 @@ def run(params: QueueingParams) -> Result:
         )
         for key in README
     )
-    shown = [k for k in ("fifo_spike", "lifo_spike", "adaptive_spike", "codel_spike") if k in runs]
     span = 60
+    # only runs simulated for the whole minute (a run that stopped early is not drawn as 0)
+    shown = [
+        k
+        for k in ("fifo_spike", "lifo_spike", "adaptive_spike", "codel_spike", "aimd_spike")
+        if k in runs and stats[k]["stopped_ms"] >= span * 1000
+    ]
     chart = Chart(
         key="goodput",
         title="Answered in time per second, the first minute of the spike runs",
@@ -279,8 +284,8 @@ def run(params: QueueingParams) -> Result:
             Column("requests", "Requests"),
             Column("failed", "Failed"),
             Column("failure_pct", "Failed (%)"),
-            Column("readme", "Simulator's README"),
-            Column("wasted_s", "Wasted server time (s)"),
+            Column("readme", "README"),
+            Column("wasted_s", "Wasted (s)"),
         ),
         rows=tuple(rows),
         charts=(chart,),
@@ -294,7 +299,8 @@ def run(params: QueueingParams) -> Result:
             f"requests per ms; {params.rate:g} per ms is {params.rate / capacity:.0%} of it, "
             f"{params.overload_rate:g} per ms is {params.overload_rate / capacity:.1f}x.",
             "A failed request is one refused by the full queue or answered after the client's "
-            "timeout; half of them are retried at once, as new requests.",
+            "timeout; half of them are retried at once, as new requests. Wasted: server time "
+            "spent on answers that came too late.",
             "A spike run stops once a 10 s stretch after the spike had no failure and ended "
             "with an empty queue; the rest of its arrivals are counted as served. The overload "
             f"run is simulated for {params.overload_ms / 1000:g} s; the rest of the "
