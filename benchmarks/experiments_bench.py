@@ -39,6 +39,8 @@ HEADLINES = {
         "slowest",
     ),
     "metastable": ("peak_naive", "peak_chosen", "recovery_naive", "recovery_chosen"),
+    "tipping_point": ("stable_line", "lowest_locked", "below_line"),
+    "queueing": ("fifo_spike", "lifo_spike", "fifo_overload"),
 }
 
 

@@ -7,14 +7,32 @@ experiment's module holds its parameter dataclass, ``LIMITS``, ``validate`` and 
 
 from __future__ import annotations
 
-from labs.experiments import amplification, breaker, contention, deadline, metastable, storm
+from labs.experiments import (
+    amplification,
+    breaker,
+    contention,
+    deadline,
+    metastable,
+    queueing,
+    storm,
+    tipping_point,
+)
 from labs.experiments.base import Experiment
 
 __all__ = ["EXPERIMENTS", "Experiment", "get"]
 
+_MODULES = (
+    amplification,
+    storm,
+    breaker,
+    deadline,
+    contention,
+    metastable,
+    tipping_point,
+    queueing,
+)
 EXPERIMENTS: dict[str, Experiment] = {
-    module.EXPERIMENT.name: module.EXPERIMENT
-    for module in (amplification, storm, breaker, deadline, contention, metastable)
+    module.EXPERIMENT.name: module.EXPERIMENT for module in _MODULES
 }
 
 

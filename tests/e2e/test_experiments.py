@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import DEFAULT_PASSWORD, make_user
+from tests.e2e.conftest import ARTIFACTS as ARTIFACTS_DIR
 from tests.e2e.conftest import login
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -27,6 +28,8 @@ CHANGES = {
         "1",
         "clients: must be 1 to 12 whole numbers separated by commas, each between 2 and 500 (got 1)",
     ),
+    "tipping_point": ("retries", "1", "9", "retries: must be between 0 and 5 (got 9)"),
+    "queueing": ("workers", "12", "0", "workers: must be between 1 and 64 (got 0)"),
 }
 
 
@@ -88,3 +91,42 @@ def test_index_links_every_experiment_from_the_nav(daphne_server, page):
     page.wait_for_url(f"{daphne_server}/experiments/")
     for name in CHANGES:
         assert page.locator(f"a[href='/experiments/{name}/']").count() == 1
+
+
+#: experiment -> words its page must show at the defaults (a figure, a cell of the table)
+SHOWN = {
+    "tipping_point": ("25.0 % (12.5 calls/s)", "capacity drop, 8 s", "never"),
+    "queueing": ("9.7%", "9.91%", "0.8%", "0.79%", "87.0%", "86.74%", "CoDel, spike"),
+}
+
+
+@pytest.mark.parametrize("size", [(1920, 1080), (390, 844)], ids=["desktop", "phone"])
+def test_the_new_experiment_pages_show_their_figures_without_scroll_or_errors(
+    daphne_server, browser, size
+):
+    make_user("gwen")
+    context = browser.new_context(viewport={"width": size[0], "height": size[1]})
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    try:
+        login(page, daphne_server, "gwen", DEFAULT_PASSWORD)
+        page.goto(f"{daphne_server}/experiments/")
+        for name in SHOWN:
+            assert page.locator(f"a[href='/experiments/{name}/']").count() == 1
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        for name, words in SHOWN.items():
+            page.goto(f"{daphne_server}/experiments/{name}/")
+            text = page.locator("main").inner_text()
+            for word in words:
+                assert word in text, (name, word)
+            assert page.locator("figure.chart svg").first.is_visible()
+            assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"), name
+            ARTIFACTS_DIR.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS_DIR / f"{name}_{size[0]}.png"), full_page=True)
+            page.locator("figure.chart").first.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS_DIR / f"{name}_{size[0]}_results.png"))
+        assert problems == []
+    finally:
+        context.close()

@@ -14,8 +14,11 @@ from labs.experiments.base import Param
 ALL = list(EXPERIMENTS)
 
 
-def test_the_six_experiments():
-    assert ALL == ["amplification", "storm", "breaker", "deadline", "contention", "metastable"]
+def test_the_eight_experiments():
+    assert ALL == [
+        "amplification", "storm", "breaker", "deadline", "contention", "metastable",
+        "tipping_point", "queueing",
+    ]  # fmt: skip
     with pytest.raises(KeyError, match="experiments: amplification, storm"):
         get("nope")
 
