@@ -174,9 +174,13 @@ def test_student_runs_the_tour_live_and_the_page_matches_the_journal(
         )
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         # The README's picture: the state, the summary and the timeline, mid-burst.
+        # From the page's top (the steps card is sticky: scrolled, it would sit lower), down
+        # to the timeline: the box is measured in the viewport, the clip in the page.
+        page.evaluate("() => window.scrollTo(0, 0)")
         box = page.locator(".timeline-card").bounding_box()
         page.screenshot(
             path=str(ARTIFACTS / "lab-page-mid-burst.png"),
+            full_page=True,
             clip={"x": 0, "y": 0, "width": 1440, "height": box["y"] + box["height"] + 20},
         )
         if os.environ.get("LAB_UPDATE_README_SCREENSHOT") == "1":
