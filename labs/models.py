@@ -755,3 +755,24 @@ class LoginDevice(models.Model):
 
     def __str__(self) -> str:
         return f"trusted browser of {self.user}"
+
+
+# --- LTI --------------------------------------------------------------------------------
+
+
+class LtiCourseLink(models.Model):
+    """A course of an LTI platform (django-lti's ``LtiContext``: issuer, deployment, context id)
+    linked to the class its launches land in. Created on the course's first launch, so one
+    course is one class; a launch never reaches a class through another course's link."""
+
+    context = models.OneToOneField(
+        "lti_tool.LtiContext", on_delete=models.CASCADE, related_name="course_link"
+    )
+    classroom = models.ForeignKey(Classroom, on_delete=models.CASCADE, related_name="lti_links")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "LMS course link"
+
+    def __str__(self) -> str:
+        return f"{self.context} → {self.classroom}"

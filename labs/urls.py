@@ -2,12 +2,16 @@
 
 from django.urls import path
 
-from labs.views import accounts, instructor, lab, predictions, replay, storm
+from labs.views import accounts, instructor, lab, lti, predictions, replay, storm
 
 app_name = "labs"
 
 urlpatterns = [
     path("", accounts.home, name="home"),
+    # LTI 1.3: what an LMS administrator pastes (docs/lti.md).
+    path("lti/login/", lti.oidc_login, name="lti_login"),
+    path("lti/launch/", lti.launch, name="lti_launch"),
+    path("lti/jwks/", lti.jwks, name="lti_jwks"),
     path("accounts/signup/", accounts.signup, name="signup"),
     path("classes/join/", accounts.join_class, name="join_class"),
     path(

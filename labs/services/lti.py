@@ -1,0 +1,315 @@
+"""LTI 1.3 launches from an LMS (docs/lti.md): the checks of a launch, then who is who.
+
+A launch is checked whole before anything is written: the state against the one the browser
+was given at login, the id_token's signature against the platform's key set, its issuer and
+client id against a registered platform, its audience, deployment, expiry, and a nonce that
+this tool issued and that is used once. pylti1p3 (through django-lti) does most checks; this
+module adds what it leaves out (the nonce used once, the audience list, a deployment that must
+be registered and active) and names each refusal in words (:class:`LaunchRefused`).
+
+Only then :func:`lti_launch_sign_in` writes, in one transaction: django-lti's records of the
+platform's user, course, membership and resource link, then the Failure Lab user linked to
+(issuer, ``sub``), the class linked to the course, and the membership the roles give.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+from django.core.cache import cache
+from django.db import transaction
+from lti_tool.lti_core.utils import normalize_role
+from lti_tool.models import LtiDeployment, LtiLaunch, LtiRegistration
+from lti_tool.utils import DjangoToolConfig, sync_data_from_launch
+from pylti1p3.contrib.django import DjangoCacheDataStorage, DjangoMessageLaunch, DjangoOIDCLogin
+from pylti1p3.deployment import Deployment
+from pylti1p3.exception import LtiException, OIDCException
+
+from labs.models import Classroom, LtiCourseLink, Membership, Scenario
+from labs.services.accounts import instructor_enrol
+from labs.services.lab import session_open
+
+logger = logging.getLogger(__name__)
+
+#: Roles that teach the class (LIS context roles, the short and the long forms).
+TEACHING_ROLES = {"Instructor", "TeachingAssistant", "ContentDeveloper"}
+LEARNER_ROLES = {"Learner"}
+ROLE_CLAIM = "https://purl.imsglobal.org/spec/lti/claim/roles"
+CUSTOM_CLAIM = "https://purl.imsglobal.org/spec/lti/claim/custom"
+#: How long a used nonce is remembered: longer than any id_token this tool accepts lives.
+NONCE_MEMORY_S = 24 * 3600
+
+
+class LaunchRefused(Exception):
+    """A launch or login this tool refuses: ``code`` for the log, ``message`` for the person."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+#: What a person reads for each refusal (the code goes to the log).
+REFUSALS = {
+    "state": "This launch did not start in this browser (its state is missing or does not "
+    "match). Open the link from your course again.",
+    "format": "The launch did not carry a readable sign-in token from your course.",
+    "nonce": "This launch's sign-in token was not issued for this browser's sign-in.",
+    "nonce_reused": "This launch's sign-in token was already used. Open the link from your "
+    "course again.",
+    "platform": "Failure Lab does not know this learning platform or its client id. Ask your "
+    "LMS administrator to register Failure Lab.",
+    "signature": "The sign-in token's signature does not match the learning platform's keys.",
+    "expired": "The sign-in token has expired. Open the link from your course again.",
+    "audience": "The sign-in token was issued for another tool.",
+    "deployment": "This deployment of Failure Lab is not registered or not active. Ask your "
+    "LMS administrator to add its deployment id.",
+    "message": "The launch message is incomplete or of a kind Failure Lab does not accept.",
+    "context": "This link belongs to a class of another course: you can only reach a class "
+    "from its own course.",
+    "lesson": "The lesson this link points to does not exist any more.",
+}
+
+
+def refuse(code: str) -> LaunchRefused:
+    return LaunchRefused(code, REFUSALS[code])
+
+
+class ToolConfig(DjangoToolConfig):
+    """django-lti's registration lookup, except that a deployment must already be registered
+    and active: django-lti's own creates an unknown deployment on the fly (a write from an
+    unverified launch), this one refuses it."""
+
+    def _deployment(self, lookups: dict):
+        deployment = LtiDeployment.objects.filter(is_active=True, **lookups).first()
+        if deployment is None:
+            return None
+        self.deployment = deployment
+        return Deployment().set_deployment_id(deployment.deployment_id)
+
+    def find_deployment(self, iss, deployment_id):
+        return self._deployment(
+            {
+                "registration__issuer": iss,
+                "registration__is_active": True,
+                "deployment_id": deployment_id,
+            }
+        )
+
+    def find_deployment_by_params(self, iss, deployment_id, client_id, *args, **kwargs):
+        return self._deployment(
+            {
+                "registration__issuer": iss,
+                "registration__client_id": client_id,
+                "registration__is_active": True,
+                "deployment_id": deployment_id,
+            }
+        )
+
+
+def lti_login_redirect(request, *, launch_url: str):
+    """Answer a platform's OIDC login initiation: a redirect to the platform's authorization
+    URL with a fresh state (also set as a cookie) and nonce. Raises LaunchRefused for an
+    unknown issuer or client id."""
+    login = DjangoOIDCLogin(request, ToolConfig(), launch_data_storage=DjangoCacheDataStorage())
+    try:
+        return login.disable_check_cookies().redirect(launch_url)
+    except OIDCException as error:
+        logger.warning("LTI login refused (platform): %s", error)
+        raise refuse("platform") from error
+
+
+def _signature_code(error: LtiException) -> str:
+    text = str(error)
+    if "expired" in text.lower():
+        return "expired"
+    return "signature"
+
+
+def lti_launch_validate(request) -> LtiLaunch:
+    """Check a launch POST without writing anything; the launch, or LaunchRefused.
+
+    The steps of pylti1p3's ``validate`` run one by one so each refusal has its own words;
+    the nonce is then marked used (an atomic add in the cache: of two posts of one token,
+    one wins), last, so a launch refused for another reason leaves it unused.
+    """
+    launch = DjangoMessageLaunch(
+        request, ToolConfig(), launch_data_storage=DjangoCacheDataStorage()
+    )
+    launch.set_auto_validation(enable=False)
+    steps = [
+        ("state", launch.validate_state),
+        ("format", launch.validate_jwt_format),
+        ("nonce", launch.validate_nonce),
+        ("platform", launch.validate_registration),
+        (None, launch.validate_jwt_signature),
+        ("deployment", launch.validate_deployment),
+        ("message", launch.validate_message),
+    ]
+    for code, step in steps:
+        try:
+            step()
+        except LtiException as error:
+            code = code or _signature_code(error)
+            logger.warning("LTI launch refused (%s): %s", code, error)
+            raise refuse(code) from error
+    body = launch.get_launch_data()
+    _check_audience(body)
+    nonce = body.get("nonce")
+    if not cache.add(f"lti-nonce-used:{nonce}", 1, NONCE_MEMORY_S):
+        logger.warning("LTI launch refused (nonce_reused): nonce %s was used before", nonce)
+        raise refuse("nonce_reused")
+    launch._validated = True  # every step of pylti1p3's validate passed, one by one
+    launch.save_launch_data()
+    lti_launch = LtiLaunch(launch)
+    _check_context(lti_launch)
+    return lti_launch
+
+
+def _check_audience(body: dict) -> None:
+    """The client id is in ``aud``; with several audiences ``azp`` names it (LTI core 5.1.3)."""
+    aud = body.get("aud")
+    audiences = aud if isinstance(aud, list) else [aud]
+    registration_ok = LtiRegistration.objects.filter(
+        issuer=body.get("iss"), client_id__in=[a for a in audiences if a], is_active=True
+    ).exists()
+    if not registration_ok or (len(audiences) > 1 and body.get("azp") not in audiences):
+        logger.warning("LTI launch refused (audience): aud=%r azp=%r", aud, body.get("azp"))
+        raise refuse("audience")
+
+
+def _custom(lti_launch: LtiLaunch) -> dict:
+    custom = lti_launch.get_claim(CUSTOM_CLAIM) or {}
+    return custom if isinstance(custom, dict) else {}
+
+
+def _check_context(lti_launch: LtiLaunch) -> None:
+    """A link that names a class (custom ``classroom``) only reaches it from the course that
+    class is linked to; a lesson it names must exist."""
+    custom = _custom(lti_launch)
+    classroom_id = str(custom.get("classroom", "")).strip()
+    if classroom_id:
+        context = (lti_launch.context_claim or {}).get("id", "")
+        linked = LtiCourseLink.objects.filter(
+            classroom_id=classroom_id if classroom_id.isdigit() else -1,
+            context__id_on_platform=context,
+            context__deployment__registration__issuer=lti_launch.get_claim("iss"),
+        ).exists()
+        if not linked:
+            logger.warning(
+                "LTI launch refused (context): class %s is not linked to course %r of %s",
+                classroom_id,
+                context,
+                lti_launch.get_claim("iss"),
+            )
+            raise refuse("context")
+    lesson = str(custom.get("lesson", "")).strip()
+    if lesson and not Scenario.objects.filter(slug=lesson, is_active=True).exists():
+        logger.warning("LTI launch refused (lesson): no active scenario %r", lesson)
+        raise refuse("lesson")
+
+
+def role_of(roles: list[str]) -> tuple[str, list[str]]:
+    """The class role the LTI roles give, and the roles the tool does not know.
+
+    Instructor, TeachingAssistant and ContentDeveloper teach; Learner learns; anything else
+    alone is treated as a student (the caller logs it)."""
+    short = {normalize_role(role).rsplit("#", 1)[-1].rsplit("/", 1)[-1] for role in roles}
+    if short & TEACHING_ROLES:
+        return Membership.Role.INSTRUCTOR, []
+    if short & LEARNER_ROLES:
+        return Membership.Role.STUDENT, []
+    return Membership.Role.STUDENT, sorted(roles)
+
+
+@dataclass
+class LaunchResult:
+    user: object
+    classroom: Classroom
+    role: str
+    session: object | None = None
+
+
+def _username_for(issuer: str, sub: str) -> str:
+    digest = hashlib.sha256(f"{issuer}\n{sub}".encode()).hexdigest()[:20]
+    return f"lti-{digest}"
+
+
+def _user_for(lti_launch: LtiLaunch):
+    """The Failure Lab user linked to (issuer, sub), created with the platform's name."""
+    lti_user = lti_launch.user
+    User = get_user_model()
+    if lti_user.auth_user_id is not None:
+        return User.objects.get(pk=lti_user.auth_user_id)
+    username = _username_for(lti_launch.get_claim("iss"), lti_user.sub)
+    user, created = User.objects.get_or_create(
+        username=username,
+        defaults={
+            "first_name": (lti_user.given_name or lti_user.name or "")[:150],
+            "last_name": (lti_user.family_name or "")[:150],
+            "email": lti_user.email or "",
+        },
+    )
+    if created:
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
+    lti_user.auth_user = user
+    lti_user.save(update_fields=["auth_user"])
+    return user
+
+
+def _classroom_for(lti_launch: LtiLaunch) -> Classroom:
+    context = lti_launch.context
+    link = LtiCourseLink.objects.select_related("classroom").filter(context=context).first()
+    if link is not None:
+        return link.classroom
+    name = (context.title or context.label or "Course from the LMS")[:120]
+    classroom = Classroom.objects.create(name=name)
+    LtiCourseLink.objects.create(context=context, classroom=classroom)
+    return classroom
+
+
+def lti_launch_sign_in(*, lti_launch: LtiLaunch) -> LaunchResult:
+    """Record a checked launch and place its user: the linked user (created on first launch),
+    the course's class (created on the course's first launch), the membership its roles give
+    (an unknown role is a student, logged), and, for a learner's link to a lesson, the
+    student's session of that lesson."""
+    role, unknown = role_of(lti_launch.roles_claim or [])
+    with transaction.atomic():
+        sync_data_from_launch(lti_launch)
+        user = _user_for(lti_launch)
+        classroom = _classroom_for(lti_launch)
+        if unknown:
+            logger.warning(
+                "LTI launch: roles %s unknown, %s joins class %s as a student",
+                unknown,
+                user.username,
+                classroom.pk,
+            )
+        if role == Membership.Role.INSTRUCTOR:
+            instructor_enrol(user=user, classroom=classroom)
+        else:
+            Membership.objects.get_or_create(
+                user=user, classroom=classroom, defaults={"role": Membership.Role.STUDENT}
+            )
+        result = LaunchResult(user=user, classroom=classroom, role=role)
+        lesson = str(_custom(lti_launch).get("lesson", "")).strip()
+        if lesson:
+            scenario = Scenario.objects.get(slug=lesson, is_active=True)
+            classroom.scenarios.add(scenario)
+            is_student = Membership.objects.filter(
+                user=user, classroom=classroom, role=Membership.Role.STUDENT
+            ).exists()
+            if is_student:
+                result.session = session_open(user=user, classroom=classroom, scenario=scenario)
+    logger.info(
+        "LTI launch: %s in class %s as %s (issuer %s)",
+        user.username,
+        classroom.pk,
+        role,
+        lti_launch.get_claim("iss"),
+    )
+    return result

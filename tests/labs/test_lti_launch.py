@@ -1,0 +1,275 @@
+"""LTI 1.3 launches against the test platform (tests/lti_platform.py) served on loopback:
+the OIDC login, the signed launch, who is who, and every refusal (a page in words, a log
+line, nothing written)."""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import urlparse
+from urllib.request import urlopen
+
+import pytest
+from django.contrib.auth import get_user_model
+from lti_tool.models import Key, LtiContext, LtiDeployment, LtiRegistration, LtiUser
+
+from labs.models import Classroom, LabSession, LtiCourseLink, Membership, Scenario
+from tests.lti_platform import Launch, Platform, new_key, parse_form_post
+
+pytestmark = pytest.mark.django_db
+
+LOGGER = "labs.services.lti"
+
+
+@pytest.fixture
+def platform(monkeypatch):
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    lms = Platform().start()
+    yield lms
+    lms.stop()
+
+
+@pytest.fixture
+def registration(platform):
+    Key.objects.generate()
+    reg = LtiRegistration.objects.create(
+        name="Test LMS",
+        issuer=platform.issuer,
+        client_id=platform.client_id,
+        auth_url=platform.url("/auth"),
+        token_url=platform.url("/token"),
+        keyset_url=platform.url("/jwks"),
+    )
+    LtiDeployment.objects.create(
+        registration=reg, deployment_id=platform.deployment_id, is_active=True
+    )
+    platform.add_person("teacher-1", "Ada", "Lovelace", "Instructor")
+    platform.add_person("student-1", "Grace", "Hopper", "Learner")
+    platform.add_person("observer-1", "Otto", "Observer", "Mentor")
+    return reg
+
+
+def login_step(client, platform, sub: str, hint: str = "", **overrides):
+    params = {
+        "iss": platform.issuer,
+        "client_id": platform.client_id,
+        "login_hint": sub,
+        "lti_message_hint": hint,
+        "target_link_uri": "http://testserver/lti/launch/",
+        **overrides,
+    }
+    return client.get("/lti/login/", params)
+
+
+def platform_form(platform, response) -> tuple[str, dict]:
+    """Follow the tool's redirect to the platform's authorization endpoint (over HTTP)."""
+    assert response.status_code == 302, response.content
+    location = response["Location"]
+    assert location.startswith(platform.url("/auth"))
+    with urlopen(location, timeout=10) as answer:  # noqa: S310 (loopback test server)
+        return parse_form_post(answer.read().decode())
+
+
+def launch_as(client, platform, sub: str, launch: Launch | None = None):
+    hint = platform.plan(f"hint-{sub}", launch or Launch())
+    action, fields = platform_form(platform, login_step(client, platform, sub, hint))
+    assert urlparse(action).path == "/lti/launch/"
+    return client.post("/lti/launch/", fields), fields
+
+
+def counts() -> dict:
+    return {
+        "users": get_user_model().objects.count(),
+        "classes": Classroom.objects.count(),
+        "members": Membership.objects.count(),
+        "lti_users": LtiUser.objects.count(),
+        "contexts": LtiContext.objects.count(),
+        "deployments": LtiDeployment.objects.count(),
+        "sessions": LabSession.objects.count(),
+    }
+
+
+def test_the_tool_serves_its_active_keys_as_a_key_set(client, registration):
+    old = Key.objects.get()
+    new = Key.objects.generate()
+    Key.objects.filter(pk=old.pk).update(is_active=False)  # rotated out
+    keys = client.get("/lti/jwks/").json()["keys"]
+    assert [k["kid"] for k in keys] == [new.as_jwk()["kid"]]
+    assert keys[0]["kty"] == "RSA" and "d" not in keys[0]
+
+
+def test_an_instructor_launch_creates_the_user_and_the_course_class(client, platform, registration):
+    response, _ = launch_as(client, platform, "teacher-1")
+    classroom = Classroom.objects.get()
+    assert response.status_code == 302
+    assert response["Location"] == f"/classes/{classroom.pk}/dashboard/"
+    assert classroom.name == "Distributed Systems 101"
+    user = LtiUser.objects.get(sub="teacher-1").auth_user
+    assert (user.first_name, user.last_name) == ("Ada", "Lovelace")
+    assert not user.has_usable_password()
+    assert Membership.objects.get(user=user).role == Membership.Role.INSTRUCTOR
+    assert LtiCourseLink.objects.get().classroom == classroom
+    dashboard = client.get(response["Location"])
+    assert dashboard.status_code == 200
+    assert "Distributed Systems 101" in dashboard.content.decode()
+
+
+def test_a_learner_launch_lands_in_the_lesson_of_the_link(client, platform, registration):
+    scenario = Scenario.objects.filter(is_active=True).first() or Scenario.objects.create(
+        slug="first-lesson", title="First lesson", script={}
+    )
+    response, _ = launch_as(client, platform, "student-1", Launch(custom={"lesson": scenario.slug}))
+    session = LabSession.objects.get()
+    assert response.status_code == 302 and response["Location"] == session.get_absolute_url()
+    assert session.scenario == scenario
+    assert session.owner.get_full_name() == "Grace Hopper"
+    assert Membership.objects.get(user=session.owner).role == Membership.Role.STUDENT
+    page = client.get(response["Location"])
+    assert page.status_code == 200 and scenario.title in page.content.decode()
+
+
+def test_a_second_launch_signs_in_the_same_user_into_the_same_class(client, platform, registration):
+    launch_as(client, platform, "student-1")
+    client.logout()
+    launch_as(client, platform, "student-1")
+    assert get_user_model().objects.count() == 1
+    assert Classroom.objects.count() == 1
+    assert Membership.objects.count() == 1
+
+
+def test_two_courses_are_two_classes_and_neither_sees_the_other(client, platform, registration):
+    launch_as(client, platform, "student-1")
+    client.logout()
+    launch_as(client, platform, "student-1", Launch(context_id="course-202", context_title="Ops"))
+    user = LtiUser.objects.get(sub="student-1").auth_user
+    assert sorted(Classroom.objects.for_student(user).values_list("name", flat=True)) == [
+        "Distributed Systems 101",
+        "Ops",
+    ]
+    client.logout()
+    launch_as(client, platform, "teacher-1", Launch(context_id="course-202", context_title="Ops"))
+    teacher = LtiUser.objects.get(sub="teacher-1").auth_user
+    assert list(Classroom.objects.for_instructor(teacher).values_list("name", flat=True)) == ["Ops"]
+
+
+def test_an_unknown_role_is_a_student_and_said_in_the_log(client, platform, registration, caplog):
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        response, _ = launch_as(client, platform, "observer-1")
+    assert response.status_code == 302
+    assert Membership.objects.get().role == Membership.Role.STUDENT
+    assert any("unknown" in r.getMessage() and "Mentor" in r.getMessage() for r in caplog.records)
+
+
+def test_existing_accounts_keep_working_beside_lti(client, platform, registration):
+    User = get_user_model()
+    User.objects.create_user("local", password="a-long-password-1")
+    launch_as(client, platform, "student-1")
+    client.logout()
+    response = client.post(
+        "/accounts/login/", {"username": "local", "password": "a-long-password-1"}
+    )
+    assert response.status_code == 302
+    assert client.get("/").wsgi_request.user.username == "local"
+
+
+# --- refusals ----------------------------------------------------------------------------
+
+
+def assert_refused(response, words: str, caplog, code: str, before: dict):
+    assert response.status_code == 403
+    text = response.content.decode()
+    assert "refused" in text and words in text
+    assert any(f"refused ({code})" in r.getMessage() for r in caplog.records), [
+        r.getMessage() for r in caplog.records
+    ]
+    assert counts() == before
+    assert "_auth_user_id" not in response.wsgi_request.session
+
+
+@pytest.mark.parametrize(
+    ("launch", "words", "code"),
+    [
+        (Launch(signing_key=new_key()), "signature does not match", "signature"),
+        (Launch(expires_in=-120), "has expired", "expired"),
+        (Launch(deployment_id="deploy-unknown"), "deployment", "deployment"),
+        (Launch(client_id="someone-else"), "does not know this learning platform", "platform"),
+        (
+            Launch(issuer="https://other.example"),
+            "does not know this learning platform",
+            "platform",
+        ),
+    ],
+    ids=["bad-signature", "expired", "wrong-deployment", "unknown-client-id", "unknown-issuer"],
+)
+def test_a_bad_id_token_is_refused_and_changes_nothing(
+    client, platform, registration, caplog, launch, words, code
+):
+    before = counts()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        response, _ = launch_as(client, platform, "student-1", launch)
+    assert_refused(response, words, caplog, code, before)
+
+
+def test_a_login_from_an_unknown_platform_is_refused(client, platform, registration, caplog):
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        response = login_step(client, platform, "student-1", iss="https://unknown.example")
+    assert response.status_code == 403
+    assert "does not know this learning platform" in response.content.decode()
+
+
+def test_a_reused_nonce_is_refused(client, platform, registration, caplog):
+    first, fields = launch_as(client, platform, "student-1")
+    assert first.status_code == 302
+    client.logout()
+    before = counts()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        again = client.post("/lti/launch/", fields)
+    assert_refused(again, "already used", caplog, "nonce_reused", before)
+
+
+@pytest.mark.parametrize("state", ["", "not-the-state"], ids=["missing", "wrong"])
+def test_a_missing_or_wrong_state_is_refused(client, platform, registration, caplog, state):
+    hint = platform.plan("hint", Launch())
+    _, fields = platform_form(platform, login_step(client, platform, "student-1", hint))
+    before = counts()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        response = client.post("/lti/launch/", {**fields, "state": state})
+    assert_refused(response, "did not start in this browser", caplog, "state", before)
+
+
+def test_a_launch_from_another_browser_is_refused(client, platform, registration, caplog):
+    """The state cookie stays with the browser that started the login."""
+    from django.test import Client
+
+    hint = platform.plan("hint", Launch())
+    _, fields = platform_form(platform, login_step(client, platform, "student-1", hint))
+    before = counts()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        response = Client().post("/lti/launch/", fields)
+    assert_refused(response, "did not start in this browser", caplog, "state", before)
+
+
+def test_a_launch_for_a_class_of_another_course_is_refused(client, platform, registration, caplog):
+    launch_as(client, platform, "teacher-1", Launch(context_id="course-202", context_title="Ops"))
+    other_class = Classroom.objects.get(name="Ops")
+    client.logout()
+    before = counts()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        response, _ = launch_as(
+            client, platform, "student-1", Launch(custom={"classroom": str(other_class.pk)})
+        )
+    assert_refused(response, "another course", caplog, "context", before)
+    # From its own course the same link works.
+    client.logout()
+    ok, _ = launch_as(
+        client,
+        platform,
+        "student-1",
+        Launch(context_id="course-202", custom={"classroom": str(other_class.pk)}),
+    )
+    assert ok.status_code == 302
+
+
+def test_a_launch_with_no_token_is_refused(client, registration):
+    response = client.post("/lti/launch/", {"state": "x"})
+    assert response.status_code == 403

@@ -1,0 +1,248 @@
+"""A small LMS for the LTI tests: an LTI 1.3 platform served on loopback by a threaded
+``http.server``, with its own RSA signing key and key set.
+
+- ``GET /jwks``: the platform's public key set (the tool fetches it to check signatures).
+- ``GET /auth``: the OIDC authorization endpoint: it answers the tool's login redirect with
+  the auto-submitting form a platform posts to the tool (``id_token`` and ``state``), the
+  id_token signed for the user ``login_hint`` names and the launch ``lti_message_hint`` names.
+- ``POST /token``: client credentials with a JWT assertion, checked against the tool's key set.
+
+What a test wants to go wrong (a foreign signing key, an expired token, another deployment)
+it sets on :class:`Launch`.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
+
+LTI = "https://purl.imsglobal.org/spec/lti/claim/"
+ROLE = "http://purl.imsglobal.org/vocab/lis/v2/membership#"
+
+
+def new_key():
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+@dataclass
+class Person:
+    sub: str
+    given_name: str
+    family_name: str
+    roles: list[str]
+
+    @property
+    def name(self) -> str:
+        return f"{self.given_name} {self.family_name}"
+
+
+@dataclass
+class Launch:
+    """What the platform puts in the next id_token (and how it signs it)."""
+
+    context_id: str = "course-101"
+    context_title: str = "Distributed Systems 101"
+    resource_link_id: str = "link-1"
+    custom: dict = field(default_factory=dict)
+    deployment_id: str | None = None
+    client_id: str | None = None
+    issuer: str | None = None
+    expires_in: int = 300
+    signing_key: object | None = None
+    kid: str | None = None
+
+
+class Platform:
+    """The test LMS: start() serves it on 127.0.0.1 on a free port; stop() ends it."""
+
+    def __init__(self, *, client_id: str = "failure-lab", deployment_id: str = "deploy-1"):
+        self.client_id = client_id
+        self.deployment_id = deployment_id
+        self.key = new_key()
+        self.kid = uuid.uuid4().hex
+        self.people: dict[str, Person] = {}
+        self.launches: dict[str, Launch] = {}
+        self.tool_jwks: callable | None = None
+        self.tokens_issued: list[str] = []
+        self.server: ThreadingHTTPServer | None = None
+
+    # --- the server ------------------------------------------------------------------
+    def start(self) -> Platform:
+        platform = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _send(self, status: int, body: bytes, content_type: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                url = urlparse(self.path)
+                if url.path == "/jwks":
+                    body = json.dumps(platform.jwks()).encode()
+                    return self._send(200, body, "application/json")
+                if url.path == "/auth":
+                    params = {k: v[0] for k, v in parse_qs(url.query).items()}
+                    status, page = platform.authorize(params)
+                    return self._send(status, page.encode(), "text/html; charset=utf-8")
+                return self._send(404, b"not found", "text/plain")
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
+                if urlparse(self.path).path == "/token":
+                    status, answer = platform.token(form)
+                    return self._send(status, json.dumps(answer).encode(), "application/json")
+                return self._send(404, b"not found", "text/plain")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+    @property
+    def issuer(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def url(self, path: str) -> str:
+        return self.issuer + path
+
+    # --- what it serves --------------------------------------------------------------
+    def jwks(self) -> dict:
+        jwk = json.loads(RSAAlgorithm.to_jwk(self.key.public_key()))
+        jwk.update(kid=self.kid, alg="RS256", use="sig")
+        return {"keys": [jwk]}
+
+    def add_person(self, sub: str, given: str, family: str, *roles: str) -> Person:
+        person = Person(sub, given, family, [ROLE + r if "://" not in r else r for r in roles])
+        self.people[sub] = person
+        return person
+
+    def plan(self, hint: str, launch: Launch) -> str:
+        self.launches[hint] = launch
+        return hint
+
+    def id_token(self, person: Person, launch: Launch, *, nonce: str) -> str:
+        now = int(time.time())
+        claims = {
+            "iss": launch.issuer or self.issuer,
+            "aud": launch.client_id or self.client_id,
+            "sub": person.sub,
+            "iat": now - 5,
+            "exp": now + launch.expires_in,
+            "nonce": nonce,
+            "given_name": person.given_name,
+            "family_name": person.family_name,
+            "name": person.name,
+            LTI + "message_type": "LtiResourceLinkRequest",
+            LTI + "version": "1.3.0",
+            LTI + "deployment_id": launch.deployment_id or self.deployment_id,
+            LTI + "target_link_uri": "http://testserver/lti/launch/",
+            LTI + "roles": person.roles,
+            LTI + "resource_link": {"id": launch.resource_link_id, "title": "Failure Lab"},
+            LTI + "context": {
+                "id": launch.context_id,
+                "title": launch.context_title,
+                "type": ["http://purl.imsglobal.org/vocab/lis/v2/course#CourseOffering"],
+            },
+        }
+        if launch.custom:
+            claims[LTI + "custom"] = launch.custom
+        key = launch.signing_key or self.key
+        return jwt.encode(
+            claims, _pem(key), algorithm="RS256", headers={"kid": launch.kid or self.kid}
+        )
+
+    def authorize(self, params: dict) -> tuple[int, str]:
+        """The OIDC authorization endpoint: the form post to the tool's redirect_uri."""
+        for name in (
+            "scope",
+            "response_type",
+            "client_id",
+            "redirect_uri",
+            "login_hint",
+            "state",
+            "nonce",
+            "response_mode",
+            "prompt",
+        ):
+            if not params.get(name):
+                return 400, f"missing {name}"
+        if params["client_id"] != self.client_id or params["response_mode"] != "form_post":
+            return 400, "bad client id or response mode"
+        person = self.people[params["login_hint"]]
+        launch = self.launches.get(params.get("lti_message_hint", ""), Launch())
+        token = self.id_token(person, launch, nonce=params["nonce"])
+        page = (
+            f'<form method="post" action="{html.escape(params["redirect_uri"])}">'
+            f'<input type="hidden" name="id_token" value="{token}">'
+            f'<input type="hidden" name="state" value="{html.escape(params["state"])}">'
+            "</form>"
+        )
+        return 200, page
+
+    def token(self, form: dict) -> tuple[int, dict]:
+        """Client credentials with a JWT assertion signed by the tool (RFC 7523)."""
+        assertion = form.get("client_assertion", "")
+        if form.get("grant_type") != "client_credentials" or self.tool_jwks is None:
+            return 400, {"error": "invalid_request"}
+        header = jwt.get_unverified_header(assertion)
+        keys = {k["kid"]: k for k in self.tool_jwks()["keys"]}
+        if header.get("kid") not in keys:
+            return 401, {"error": "invalid_client"}
+        try:
+            jwt.decode(
+                assertion,
+                RSAAlgorithm.from_jwk(json.dumps(keys[header["kid"]])),
+                algorithms=["RS256"],
+                audience=self.url("/token"),
+            )
+        except jwt.InvalidTokenError:
+            return 401, {"error": "invalid_client"}
+        access = uuid.uuid4().hex
+        self.tokens_issued.append(access)
+        return 200, {
+            "access_token": access,
+            "token_type": "Bearer",
+            "expires_in": 3600,
+            "scope": form.get("scope", ""),
+        }
+
+
+def _pem(key) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+FORM_FIELD = re.compile(r'name="(id_token|state)" value="([^"]*)"')
+FORM_ACTION = re.compile(r'action="([^"]*)"')
+
+
+def parse_form_post(page: str) -> tuple[str, dict]:
+    """The action and fields of the platform's auto-submitting form."""
+    action = html.unescape(FORM_ACTION.search(page).group(1))
+    return action, {name: html.unescape(value) for name, value in FORM_FIELD.findall(page)}
