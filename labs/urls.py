@@ -10,6 +10,7 @@ urlpatterns = [
     path("", accounts.home, name="home"),
     # LTI 1.3: what an LMS administrator pastes (docs/lti.md).
     path("lti/login/", lti.oidc_login, name="lti_login"),
+    path("lti/login/<uuid:registration_uuid>/", lti.oidc_login, name="lti_platform_login"),
     path("lti/launch/", lti.launch, name="lti_launch"),
     path("lti/jwks/", lti.jwks, name="lti_jwks"),
     path("accounts/signup/", accounts.signup, name="signup"),

@@ -22,7 +22,7 @@ from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.db import transaction
 from lti_tool.lti_core.utils import normalize_role
-from lti_tool.models import LtiDeployment, LtiLaunch, LtiRegistration
+from lti_tool.models import Key, LtiDeployment, LtiLaunch, LtiRegistration
 from lti_tool.utils import DjangoToolConfig, sync_data_from_launch
 from pylti1p3.contrib.django import DjangoCacheDataStorage, DjangoMessageLaunch, DjangoOIDCLogin
 from pylti1p3.deployment import Deployment
@@ -83,6 +83,18 @@ class ToolConfig(DjangoToolConfig):
     and active: django-lti's own creates an unknown deployment on the fly (a write from an
     unverified launch), this one refuses it."""
 
+    def find_registration_by_params(self, iss, client_id, *args, **kwargs):
+        """By issuer and client id; a login without a client id (optional in the OIDC
+        initiation) is found by the registration's own login URL (its uuid)."""
+        if client_id is None and self.registration_uuid is not None:
+            self.registration = (
+                LtiRegistration.objects.active()
+                .filter(uuid=self.registration_uuid, issuer=iss)
+                .first()
+            )
+            return self.registration.to_registration() if self.registration else None
+        return super().find_registration_by_params(iss, client_id, *args, **kwargs)
+
     def _deployment(self, lookups: dict):
         deployment = LtiDeployment.objects.filter(is_active=True, **lookups).first()
         if deployment is None:
@@ -110,11 +122,21 @@ class ToolConfig(DjangoToolConfig):
         )
 
 
-def lti_login_redirect(request, *, launch_url: str):
+def tool_key_ensure() -> Key:
+    """The tool's newest active key pair, generated when there is none (the tool signs its
+    deep-linking answers and token requests with it; ``manage.py rotate_keys`` rotates)."""
+    key = Key.objects.active().order_by("-datetime_created").first()
+    return key if key is not None else Key.objects.generate()
+
+
+def lti_login_redirect(request, *, launch_url: str, registration_uuid=None):
     """Answer a platform's OIDC login initiation: a redirect to the platform's authorization
     URL with a fresh state (also set as a cookie) and nonce. Raises LaunchRefused for an
     unknown issuer or client id."""
-    login = DjangoOIDCLogin(request, ToolConfig(), launch_data_storage=DjangoCacheDataStorage())
+    tool_key_ensure()
+    login = DjangoOIDCLogin(
+        request, ToolConfig(registration_uuid), launch_data_storage=DjangoCacheDataStorage()
+    )
     try:
         return login.disable_check_cookies().redirect(launch_url)
     except OIDCException as error:

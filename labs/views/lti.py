@@ -35,11 +35,15 @@ def jwks(request: HttpRequest) -> JsonResponse:
 
 @csrf_exempt
 @require_http_methods(["GET", "POST"])
-def oidc_login(request: HttpRequest) -> HttpResponse:
-    """Third-party login initiation: redirect to the platform's authorization endpoint."""
+def oidc_login(request: HttpRequest, registration_uuid=None) -> HttpResponse:
+    """Third-party login initiation: redirect to the platform's authorization endpoint.
+    A platform's own login URL carries its registration's uuid (for platforms that leave the
+    optional ``client_id`` out)."""
     launch_url = request.build_absolute_uri(reverse("labs:lti_launch"))
     try:
-        return lti_services.lti_login_redirect(request, launch_url=launch_url)
+        return lti_services.lti_login_redirect(
+            request, launch_url=launch_url, registration_uuid=registration_uuid
+        )
     except lti_services.LaunchRefused as error:
         return refused(request, error)
 

@@ -273,3 +273,83 @@ def test_a_launch_for_a_class_of_another_course_is_refused(client, platform, reg
 def test_a_launch_with_no_token_is_refused(client, registration):
     response = client.post("/lti/launch/", {"state": "x"})
     assert response.status_code == 403
+
+
+# --- the platform's registration in the admin ----------------------------------------------
+
+
+def test_the_platform_page_shows_what_the_lms_administrator_pastes(
+    client, admin_user, registration
+):
+    client.force_login(admin_user)
+    page = client.get(f"/admin/lti_tool/ltiregistration/{registration.pk}/change/")
+    text = page.content.decode()
+    assert page.status_code == 200
+    assert "To paste into the LMS" in text
+    assert f"http://testserver/lti/login/{registration.uuid}/" in text
+    assert "http://testserver/lti/launch/" in text
+    assert "http://testserver/lti/jwks/" in text
+    assert "Deep-linking URL" in text and "deploy-1" in text
+
+
+def test_a_platform_added_in_the_admin_launches(client, admin_user, platform):
+    """Added through the admin form (issuer, client id, URLs, an active deployment id)."""
+    client.force_login(admin_user)
+    response = client.post(
+        "/admin/lti_tool/ltiregistration/add/",
+        {
+            "name": "Moodle",
+            "uuid": "3f1c6f7e-2b7a-4c55-9a33-8c1f2b7f0a11",
+            "issuer": platform.issuer,
+            "client_id": platform.client_id,
+            "audience": "",
+            "auth_url": platform.url("/auth"),
+            "token_url": platform.url("/token"),
+            "keyset_url": platform.url("/jwks"),
+            "is_active": "on",
+            "public_key": "",
+            "private_key": "",
+            "deployments-TOTAL_FORMS": "1",
+            "deployments-INITIAL_FORMS": "0",
+            "deployments-MIN_NUM_FORMS": "0",
+            "deployments-MAX_NUM_FORMS": "1000",
+            "deployments-0-deployment_id": platform.deployment_id,
+            "deployments-0-is_active": "on",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert Key.objects.active().count() == 1  # the tool's first key, made on save
+    client.logout()
+    platform.add_person("student-9", "Alan", "Turing", "Learner")
+    done, _ = launch_as(client, platform, "student-9")
+    assert done.status_code == 302
+
+
+def test_a_login_without_a_client_id_uses_the_platform_login_url(client, platform, registration):
+    hint = platform.plan("hint", Launch())
+    response = client.get(
+        f"/lti/login/{registration.uuid}/",
+        {
+            "iss": platform.issuer,
+            "login_hint": "student-1",
+            "lti_message_hint": hint,
+            "target_link_uri": "http://testserver/lti/launch/",
+        },
+    )
+    _, fields = platform_form(platform, response)
+    assert client.post("/lti/launch/", fields).status_code == 302
+
+
+def test_rotating_keys_keeps_the_recent_key_in_the_key_set(client, registration):
+    from django.core.management import call_command
+
+    first = Key.objects.get()
+    call_command("rotate_keys", "--deactivate-after", "7")
+    kids = {k["kid"] for k in client.get("/lti/jwks/").json()["keys"]}
+    assert first.as_jwk()["kid"] in kids and len(kids) == 2
+    Key.objects.filter(pk=first.pk).update(
+        datetime_created=first.datetime_created.replace(year=2000)
+    )
+    call_command("rotate_keys", "--deactivate-after", "7")
+    kids = {k["kid"] for k in client.get("/lti/jwks/").json()["keys"]}
+    assert first.as_jwk()["kid"] not in kids and len(kids) == 2
