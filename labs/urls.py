@@ -13,6 +13,7 @@ urlpatterns = [
     path("lti/login/<uuid:registration_uuid>/", lti.oidc_login, name="lti_platform_login"),
     path("lti/launch/", lti.launch, name="lti_launch"),
     path("lti/jwks/", lti.jwks, name="lti_jwks"),
+    path("lti/deep-link/", lti.deep_link, name="lti_deep_link"),
     path("accounts/signup/", accounts.signup, name="signup"),
     path("classes/join/", accounts.join_class, name="join_class"),
     path(

@@ -21,7 +21,9 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
+from urllib.error import HTTPError
+from urllib.parse import parse_qs, urlencode, urlparse
+from urllib.request import Request, urlopen
 
 import jwt
 from cryptography.hazmat.primitives import serialization
@@ -62,6 +64,7 @@ class Launch:
     expires_in: int = 300
     signing_key: object | None = None
     kid: str | None = None
+    deep_linking: bool = False
 
 
 class Platform:
@@ -76,6 +79,8 @@ class Platform:
         self.launches: dict[str, Launch] = {}
         self.tool_jwks: callable | None = None
         self.tokens_issued: list[str] = []
+        #: Content items the tool sent back from deep linking, as the platform keeps them.
+        self.links: list[dict] = []
         self.server: ThreadingHTTPServer | None = None
 
     # --- the server ------------------------------------------------------------------
@@ -107,6 +112,9 @@ class Platform:
             def do_POST(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
+                if urlparse(self.path).path == "/deep-link-return":
+                    status, answer = platform.deep_link_return(form)
+                    return self._send(status, json.dumps(answer).encode(), "application/json")
                 if urlparse(self.path).path == "/token":
                     status, answer = platform.token(form)
                     return self._send(status, json.dumps(answer).encode(), "application/json")
@@ -169,6 +177,16 @@ class Platform:
         }
         if launch.custom:
             claims[LTI + "custom"] = launch.custom
+        if launch.deep_linking:
+            claims[LTI + "message_type"] = "LtiDeepLinkingRequest"
+            del claims[LTI + "resource_link"]
+            claims["https://purl.imsglobal.org/spec/lti-dl/claim/deep_linking_settings"] = {
+                "deep_link_return_url": self.url("/deep-link-return"),
+                "accept_types": ["ltiResourceLink"],
+                "accept_presentation_document_targets": ["iframe", "window"],
+                "accept_multiple": False,
+                "data": "opaque-platform-data",
+            }
         key = launch.signing_key or self.key
         return jwt.encode(
             claims, _pem(key), algorithm="RS256", headers={"kid": launch.kid or self.kid}
@@ -202,22 +220,40 @@ class Platform:
         )
         return 200, page
 
+    def _tool_claims(self, token: str, audience: str) -> dict:
+        """A JWT the tool signed, checked against the tool's key set (by ``kid``)."""
+        header = jwt.get_unverified_header(token)
+        keys = {k["kid"]: k for k in self.tool_jwks()["keys"]}
+        if header.get("kid") not in keys:
+            raise jwt.InvalidTokenError(f"unknown kid {header.get('kid')}")
+        return jwt.decode(
+            token,
+            RSAAlgorithm.from_jwk(json.dumps(keys[header["kid"]])),
+            algorithms=["RS256"],
+            audience=audience,
+        )
+
+    def deep_link_return(self, form: dict) -> tuple[int, dict]:
+        """The deep-linking return URL: the tool's signed LtiDeepLinkingResponse."""
+        try:
+            claims = self._tool_claims(form.get("JWT", ""), self.issuer)
+        except jwt.InvalidTokenError as error:
+            return 401, {"error": str(error)}
+        if claims.get("iss") != self.client_id or (
+            claims.get(LTI + "message_type") != "LtiDeepLinkingResponse"
+        ):
+            return 400, {"error": "not a deep-linking response from the tool"}
+        items = claims.get("https://purl.imsglobal.org/spec/lti-dl/claim/content_items", [])
+        self.links.extend(items)
+        return 200, {"received": len(items)}
+
     def token(self, form: dict) -> tuple[int, dict]:
         """Client credentials with a JWT assertion signed by the tool (RFC 7523)."""
         assertion = form.get("client_assertion", "")
         if form.get("grant_type") != "client_credentials" or self.tool_jwks is None:
             return 400, {"error": "invalid_request"}
-        header = jwt.get_unverified_header(assertion)
-        keys = {k["kid"]: k for k in self.tool_jwks()["keys"]}
-        if header.get("kid") not in keys:
-            return 401, {"error": "invalid_client"}
         try:
-            jwt.decode(
-                assertion,
-                RSAAlgorithm.from_jwk(json.dumps(keys[header["kid"]])),
-                algorithms=["RS256"],
-                audience=self.url("/token"),
-            )
+            self._tool_claims(assertion, self.url("/token"))
         except jwt.InvalidTokenError:
             return 401, {"error": "invalid_client"}
         access = uuid.uuid4().hex
@@ -246,3 +282,14 @@ def parse_form_post(page: str) -> tuple[str, dict]:
     """The action and fields of the platform's auto-submitting form."""
     action = html.unescape(FORM_ACTION.search(page).group(1))
     return action, {name: html.unescape(value) for name, value in FORM_FIELD.findall(page)}
+
+
+def post_form(url: str, fields: dict) -> dict:
+    """POST a form to the platform (as the browser would) and read its JSON answer; an
+    error's body is read too, so a refusal says why."""
+    request = Request(url, data=urlencode(fields).encode(), method="POST")  # noqa: S310
+    try:
+        with urlopen(request, timeout=10) as answer:  # noqa: S310 (the loopback platform)
+            return json.loads(answer.read())
+    except HTTPError as error:
+        return {"status": error.code, **json.loads(error.read() or b"{}")}

@@ -22,11 +22,13 @@ from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.db import transaction
 from lti_tool.lti_core.utils import normalize_role
-from lti_tool.models import Key, LtiDeployment, LtiLaunch, LtiRegistration
+from lti_tool.models import Key, LtiContext, LtiDeployment, LtiLaunch, LtiRegistration
 from lti_tool.utils import DjangoToolConfig, sync_data_from_launch
 from pylti1p3.contrib.django import DjangoCacheDataStorage, DjangoMessageLaunch, DjangoOIDCLogin
+from pylti1p3.deep_link_resource import DeepLinkResource
 from pylti1p3.deployment import Deployment
 from pylti1p3.exception import LtiException, OIDCException
+from pylti1p3.lineitem import LineItem
 
 from labs.models import Classroom, LtiCourseLink, Membership, Scenario
 from labs.services.accounts import instructor_enrol
@@ -39,6 +41,11 @@ TEACHING_ROLES = {"Instructor", "TeachingAssistant", "ContentDeveloper"}
 LEARNER_ROLES = {"Learner"}
 ROLE_CLAIM = "https://purl.imsglobal.org/spec/lti/claim/roles"
 CUSTOM_CLAIM = "https://purl.imsglobal.org/spec/lti/claim/custom"
+DEPLOYMENT_CLAIM = "https://purl.imsglobal.org/spec/lti/claim/deployment_id"
+DEEP_LINKING_SETTINGS_CLAIM = "https://purl.imsglobal.org/spec/lti-dl/claim/deep_linking_settings"
+#: A lesson's line item is out of 100: each score posted says its own maximum (predictions
+#: asked), which the platform scales to this.
+LINE_ITEM_MAXIMUM = 100
 #: How long a used nonce is remembered: longer than any id_token this tool accepts lives.
 NONCE_MEMORY_S = 24 * 3600
 
@@ -71,6 +78,9 @@ REFUSALS = {
     "context": "This link belongs to a class of another course: you can only reach a class "
     "from its own course.",
     "lesson": "The lesson this link points to does not exist any more.",
+    "deep_link_role": "Only a teacher of the course can add a Failure Lab lesson to it.",
+    "deep_link_expired": "This choice of a lesson is no longer open (it lasts an hour). Add "
+    "the tool to your course again.",
 }
 
 
@@ -188,6 +198,11 @@ def lti_launch_validate(request) -> LtiLaunch:
     launch.save_launch_data()
     lti_launch = LtiLaunch(launch)
     _check_context(lti_launch)
+    if lti_launch.is_deep_link_launch:
+        role, _ = role_of(lti_launch.roles_claim or [])
+        if role != Membership.Role.INSTRUCTOR:
+            logger.warning("LTI launch refused (deep_link_role): roles %s", lti_launch.roles_claim)
+            raise refuse("deep_link_role")
     return lti_launch
 
 
@@ -335,3 +350,74 @@ def lti_launch_sign_in(*, lti_launch: LtiLaunch) -> LaunchResult:
         lti_launch.get_claim("iss"),
     )
     return result
+
+
+# --- deep linking: an instructor picks a lesson, the platform gets a resource link ----------
+
+
+@dataclass
+class DeepLinkAnswer:
+    """The signed LtiDeepLinkingResponse and where the browser posts it (field ``JWT``)."""
+
+    return_url: str
+    jwt: str
+    title: str
+
+
+def lti_deep_link_answer(
+    *, request, launch_id: str, user, lesson: str, launch_url: str
+) -> DeepLinkAnswer:
+    """The resource link to ``lesson`` for the course of the deep-linking launch
+    ``launch_id`` (kept in the cache since the launch): a link to the launch URL whose
+    custom parameters name the lesson and the course's class, with a line item for its
+    grade. Assigns the lesson to the class. Raises LaunchRefused when the launch is gone, is
+    not a deep-linking one, ``user`` does not teach the class, or the lesson is unknown."""
+    try:
+        message_launch = DjangoMessageLaunch.from_cache(
+            launch_id, request, ToolConfig(), launch_data_storage=DjangoCacheDataStorage()
+        )
+    except LtiException as error:
+        logger.warning("LTI deep link refused (deep_link_expired): %s", error)
+        raise refuse("deep_link_expired") from error
+    lti_launch = LtiLaunch(message_launch)
+    link = LtiCourseLink.objects.filter(context__in=_contexts_of(lti_launch)).first()
+    if (
+        not lti_launch.is_deep_link_launch
+        or link is None
+        or not Classroom.objects.for_instructor(user).filter(pk=link.classroom_id).exists()
+    ):
+        logger.warning("LTI deep link refused (deep_link_role): user %s", user.pk)
+        raise refuse("deep_link_role")
+    scenario = Scenario.objects.active().filter(slug=lesson).first()
+    if scenario is None:
+        logger.warning("LTI deep link refused (lesson): no active scenario %r", lesson)
+        raise refuse("lesson")
+    link.classroom.scenarios.add(scenario)
+    resource = (
+        DeepLinkResource()
+        .set_url(launch_url)
+        .set_title(scenario.title)
+        .set_custom_params({"lesson": scenario.slug, "classroom": str(link.classroom_id)})
+        .set_lineitem(
+            LineItem()
+            .set_label(scenario.title)
+            .set_score_maximum(LINE_ITEM_MAXIMUM)
+            .set_resource_id(scenario.slug)
+        )
+    )
+    deep_link = message_launch.get_deep_link()
+    settings = lti_launch.get_claim(DEEP_LINKING_SETTINGS_CLAIM) or {}
+    logger.info("LTI deep link: lesson %s for class %s", scenario.slug, link.classroom_id)
+    return DeepLinkAnswer(
+        return_url=settings["deep_link_return_url"],
+        jwt=deep_link.get_response_jwt([resource]),
+        title=scenario.title,
+    )
+
+
+def _contexts_of(lti_launch: LtiLaunch):
+    return LtiContext.objects.filter(
+        deployment__registration__issuer=lti_launch.get_claim("iss"),
+        deployment__deployment_id=lti_launch.get_claim(DEPLOYMENT_CLAIM),
+        id_on_platform=(lti_launch.context_claim or {}).get("id", ""),
+    )

@@ -10,7 +10,10 @@ the launch must bring back), the nonce used once and the id_token's signature
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from django.contrib.auth import login
+from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -18,9 +21,12 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from lti_tool.models import Key
 
+from labs import selectors
 from labs.services import lti as lti_services
 
 REFUSED_TEMPLATE = "labs/lti_refused.html"
+#: The deep-linking launch the signed-in instructor is choosing a lesson for.
+DEEP_LINK_SESSION_KEY = "lti_deep_link_launch"
 
 
 def refused(request: HttpRequest, error: lti_services.LaunchRefused) -> HttpResponse:
@@ -58,8 +64,41 @@ def launch(request: HttpRequest) -> HttpResponse:
         return refused(request, error)
     result = lti_services.lti_launch_sign_in(lti_launch=lti_launch)
     login(request, result.user, backend="django.contrib.auth.backends.ModelBackend")
+    if lti_launch.is_deep_link_launch:
+        request.session[DEEP_LINK_SESSION_KEY] = lti_launch.get_launch_id()
+        return redirect("labs:lti_deep_link")
     if result.session is not None:
         return redirect(result.session)
     if result.role == "instructor":
         return redirect("labs:class_dashboard", result.classroom.pk)
     return redirect("labs:home")
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def deep_link(request: HttpRequest) -> HttpResponse:
+    """The instructor picks a lesson to add to their course (GET: the list; POST: the
+    choice, CSRF-checked), then returns to the LMS with the signed resource link."""
+    launch_id = request.session.get(DEEP_LINK_SESSION_KEY)
+    if not launch_id:
+        error = lti_services.refuse("deep_link_expired")
+        return refused(request, error)
+    lessons = selectors.comparable_scenarios()
+    if request.method == "GET":
+        return render(request, "labs/lti_deep_link.html", {"lessons": lessons})
+    try:
+        answer = lti_services.lti_deep_link_answer(
+            request=request,
+            launch_id=launch_id,
+            user=request.user,
+            lesson=request.POST.get("lesson", ""),
+            launch_url=request.build_absolute_uri(reverse("labs:lti_launch")),
+        )
+    except lti_services.LaunchRefused as error:
+        return refused(request, error)
+    request.session.pop(DEEP_LINK_SESSION_KEY, None)
+    response = render(request, "labs/lti_deep_link_return.html", {"answer": answer})
+    # The form posts to the platform that signed the launch: its origin, and only it.
+    target = urlsplit(answer.return_url)
+    response._csp_update = {"form-action": [f"{target.scheme}://{target.netloc}"]}
+    return response

@@ -5,6 +5,7 @@ line, nothing written)."""
 from __future__ import annotations
 
 import logging
+import re
 from urllib.parse import urlparse
 from urllib.request import urlopen
 
@@ -13,7 +14,7 @@ from django.contrib.auth import get_user_model
 from lti_tool.models import Key, LtiContext, LtiDeployment, LtiRegistration, LtiUser
 
 from labs.models import Classroom, LabSession, LtiCourseLink, Membership, Scenario
-from tests.lti_platform import Launch, Platform, new_key, parse_form_post
+from tests.lti_platform import Launch, Platform, new_key, parse_form_post, post_form
 
 pytestmark = pytest.mark.django_db
 
@@ -353,3 +354,57 @@ def test_rotating_keys_keeps_the_recent_key_in_the_key_set(client, registration)
     call_command("rotate_keys", "--deactivate-after", "7")
     kids = {k["kid"] for k in client.get("/lti/jwks/").json()["keys"]}
     assert first.as_jwk()["kid"] not in kids and len(kids) == 2
+
+
+# --- deep linking ---------------------------------------------------------------------------
+
+
+def lesson() -> Scenario:
+    return Scenario.objects.active().order_by("position").first() or Scenario.objects.create(
+        slug="first-lesson", title="First lesson", script={}
+    )
+
+
+def test_an_instructor_deep_links_a_lesson_and_a_learner_launches_it(
+    client, platform, registration
+):
+    scenario = lesson()
+    response, _ = launch_as(client, platform, "teacher-1", Launch(deep_linking=True))
+    assert response["Location"] == "/lti/deep-link/"
+    picker = client.get("/lti/deep-link/").content.decode()
+    assert "Add a Failure Lab lesson to your course" in picker and scenario.title in picker
+
+    answer = client.post("/lti/deep-link/", {"lesson": scenario.slug})
+    assert answer.status_code == 200
+    html = answer.content.decode()
+    assert platform.url("/deep-link-return") in html
+    assert f"form-action 'self' {platform.issuer}" in answer["Content-Security-Policy"]
+    jwt_value = re.search(r'name="JWT" value="([^"]+)"', html).group(1)
+    tool_jwks = client.get("/lti/jwks/").json()
+    platform.tool_jwks = lambda: tool_jwks
+    assert post_form(platform.url("/deep-link-return"), {"JWT": jwt_value}) == {"received": 1}
+    (item,) = platform.links
+    classroom = Classroom.objects.get()
+    assert item["type"] == "ltiResourceLink" and item["url"] == "http://testserver/lti/launch/"
+    assert item["custom"] == {"lesson": scenario.slug, "classroom": str(classroom.pk)}
+    assert item["lineItem"]["scoreMaximum"] == 100
+    assert classroom.scenarios.filter(pk=scenario.pk).exists()
+
+    client.logout()
+    launched, _ = launch_as(client, platform, "student-1", Launch(custom=item["custom"]))
+    session = LabSession.objects.get()
+    assert launched["Location"] == session.get_absolute_url()
+    assert (session.classroom, session.scenario) == (classroom, scenario)
+
+
+def test_a_learner_cannot_deep_link(client, platform, registration, caplog):
+    before = counts()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        response, _ = launch_as(client, platform, "student-1", Launch(deep_linking=True))
+    assert_refused(response, "Only a teacher", caplog, "deep_link_role", before)
+
+
+def test_the_lesson_picker_needs_a_deep_linking_launch(client, admin_user):
+    client.force_login(admin_user)
+    response = client.get("/lti/deep-link/")
+    assert response.status_code == 403 and "no longer open" in response.content.decode()
