@@ -14,6 +14,7 @@ urlpatterns = [
     path("lti/launch/", lti.launch, name="lti_launch"),
     path("lti/jwks/", lti.jwks, name="lti_jwks"),
     path("lti/deep-link/", lti.deep_link, name="lti_deep_link"),
+    path("classes/<int:pk>/lti/roster/", lti.roster_sync, name="lti_roster_sync"),
     path("accounts/signup/", accounts.signup, name="signup"),
     path("classes/join/", accounts.join_class, name="join_class"),
     path(

@@ -32,6 +32,7 @@ from jwt.algorithms import RSAAlgorithm
 
 LTI = "https://purl.imsglobal.org/spec/lti/claim/"
 ROLE = "http://purl.imsglobal.org/vocab/lis/v2/membership#"
+NRPS_SCOPE = "https://purl.imsglobal.org/spec/lti-nrps/scope/contextmembership.readonly"
 
 
 def new_key():
@@ -78,7 +79,12 @@ class Platform:
         self.people: dict[str, Person] = {}
         self.launches: dict[str, Launch] = {}
         self.tool_jwks: callable | None = None
-        self.tokens_issued: list[str] = []
+        self.tokens_issued: dict[str, str] = {}
+        #: Course id -> the subs of its members (the NRPS roster); a course not here lists
+        #: everyone the platform knows.
+        self.rosters: dict[str, list[str]] = {}
+        #: Course id -> subs the roster lists with status Inactive.
+        self.inactive: dict[str, list[str]] = {}
         #: Content items the tool sent back from deep linking, as the platform keeps them.
         self.links: list[dict] = []
         self.server: ThreadingHTTPServer | None = None
@@ -103,6 +109,13 @@ class Platform:
                 if url.path == "/jwks":
                     body = json.dumps(platform.jwks()).encode()
                     return self._send(200, body, "application/json")
+                if url.path.startswith("/nrps/"):
+                    status, answer = platform.nrps(url.path.removeprefix("/nrps/"), self.headers)
+                    return self._send(
+                        status,
+                        json.dumps(answer).encode(),
+                        "application/vnd.ims.lti-nrps.v2.membershipcontainer+json",
+                    )
                 if url.path == "/auth":
                     params = {k: v[0] for k, v in parse_qs(url.query).items()}
                     status, page = platform.authorize(params)
@@ -177,6 +190,10 @@ class Platform:
         }
         if launch.custom:
             claims[LTI + "custom"] = launch.custom
+        claims["https://purl.imsglobal.org/spec/lti-nrps/claim/namesroleservice"] = {
+            "context_memberships_url": self.url(f"/nrps/{launch.context_id}"),
+            "service_versions": ["2.0"],
+        }
         if launch.deep_linking:
             claims[LTI + "message_type"] = "LtiDeepLinkingRequest"
             del claims[LTI + "resource_link"]
@@ -247,6 +264,34 @@ class Platform:
         self.links.extend(items)
         return 200, {"received": len(items)}
 
+    def authorized(self, headers, scope: str) -> bool:
+        """A bearer token this platform issued for ``scope``."""
+        token = (headers.get("Authorization") or "").removeprefix("Bearer ")
+        return scope in self.tokens_issued.get(token, "")
+
+    def nrps(self, context_id: str, headers) -> tuple[int, dict]:
+        """Names and Role Provisioning Services 2.0: the course's membership container."""
+        if not self.authorized(headers, NRPS_SCOPE):
+            return 401, {"error": "a token with the contextmembership scope is required"}
+        subs = self.rosters.get(context_id, list(self.people))
+        inactive = set(self.inactive.get(context_id, []))
+        members = [
+            {
+                "status": "Inactive" if sub in inactive else "Active",
+                "user_id": sub,
+                "roles": self.people[sub].roles,
+                "name": self.people[sub].name,
+                "given_name": self.people[sub].given_name,
+                "family_name": self.people[sub].family_name,
+            }
+            for sub in subs
+        ]
+        return 200, {
+            "id": self.url(f"/nrps/{context_id}"),
+            "context": {"id": context_id},
+            "members": members,
+        }
+
     def token(self, form: dict) -> tuple[int, dict]:
         """Client credentials with a JWT assertion signed by the tool (RFC 7523)."""
         assertion = form.get("client_assertion", "")
@@ -257,7 +302,7 @@ class Platform:
         except jwt.InvalidTokenError:
             return 401, {"error": "invalid_client"}
         access = uuid.uuid4().hex
-        self.tokens_issued.append(access)
+        self.tokens_issued[access] = form.get("scope", "")
         return 200, {
             "access_token": access,
             "token_type": "Bearer",

@@ -20,15 +20,26 @@ from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from lti_tool.lti_core.utils import normalize_role
-from lti_tool.models import Key, LtiContext, LtiDeployment, LtiLaunch, LtiRegistration
+from lti_tool.models import (
+    Key,
+    LtiContext,
+    LtiDeployment,
+    LtiLaunch,
+    LtiMembership,
+    LtiRegistration,
+    LtiUser,
+)
 from lti_tool.utils import DjangoToolConfig, sync_data_from_launch
 from pylti1p3.contrib.django import DjangoCacheDataStorage, DjangoMessageLaunch, DjangoOIDCLogin
 from pylti1p3.deep_link_resource import DeepLinkResource
 from pylti1p3.deployment import Deployment
 from pylti1p3.exception import LtiException, OIDCException
 from pylti1p3.lineitem import LineItem
+from pylti1p3.names_roles import NamesRolesProvisioningService
+from pylti1p3.service_connector import ServiceConnector
 
 from labs.models import Classroom, LtiCourseLink, Membership, Scenario
 from labs.services.accounts import instructor_enrol
@@ -276,14 +287,19 @@ def _username_for(issuer: str, sub: str) -> str:
 
 
 def _user_for(lti_launch: LtiLaunch):
-    """The Failure Lab user linked to (issuer, sub), created with the platform's name."""
-    lti_user = lti_launch.user
-    User = get_user_model()
+    """The Failure Lab user linked to the launch's (issuer, sub)."""
+    return _linked_user(lti_launch.get_claim("iss"), lti_launch.user)[0]
+
+
+def _linked_user(issuer: str, lti_user: LtiUser):
+    """The Failure Lab user linked to the platform's user, created with the platform's name
+    (and no password: they sign in through the LMS) when there is none; and whether it was
+    created."""
     if lti_user.auth_user_id is not None:
-        return User.objects.get(pk=lti_user.auth_user_id)
-    username = _username_for(lti_launch.get_claim("iss"), lti_user.sub)
+        return lti_user.auth_user, False
+    User = get_user_model()
     user, created = User.objects.get_or_create(
-        username=username,
+        username=_username_for(issuer, lti_user.sub),
         defaults={
             "first_name": (lti_user.given_name or lti_user.name or "")[:150],
             "last_name": (lti_user.family_name or "")[:150],
@@ -295,7 +311,7 @@ def _user_for(lti_launch: LtiLaunch):
         user.save(update_fields=["password"])
     lti_user.auth_user = user
     lti_user.save(update_fields=["auth_user"])
-    return user
+    return user, created
 
 
 def _classroom_for(lti_launch: LtiLaunch) -> Classroom:
@@ -421,3 +437,105 @@ def _contexts_of(lti_launch: LtiLaunch):
         deployment__deployment_id=lti_launch.get_claim(DEPLOYMENT_CLAIM),
         id_on_platform=(lti_launch.context_claim or {}).get("id", ""),
     )
+
+
+# --- roster: Names and Role Provisioning Services -------------------------------------------
+
+
+@dataclass
+class RosterSync:
+    """What a roster sync did, for the instructor and the log."""
+
+    added: int = 0
+    present: int = 0
+    left: int = 0
+    problems: list[str] | None = None
+
+    def describe(self) -> str:
+        if self.problems:
+            return "The roster could not be read from the course: " + "; ".join(self.problems)
+        return (
+            f"Roster synced from the course: {self.present} member"
+            f"{'s' if self.present != 1 else ''} ({self.added} new), {self.left} who left "
+            "marked inactive."
+        )
+
+
+def _user_for_member(registration: LtiRegistration, member: dict):
+    """The platform's user and the Failure Lab user of a roster member."""
+    names = {
+        "given_name": member.get("given_name"),
+        "family_name": member.get("family_name"),
+        "name": member.get("name"),
+        "email": member.get("email"),
+    }
+    lti_user, _ = LtiUser.objects.update_or_create(
+        registration=registration,
+        sub=member["user_id"],
+        defaults={k: v for k, v in names.items() if v is not None},
+    )
+    user, created = _linked_user(registration.issuer, lti_user)
+    return lti_user, user, created
+
+
+def lti_roster_sync(*, classroom: Classroom, user) -> RosterSync:
+    """Read the class's roster from each linked course (NRPS 2.0, with the tool's client
+    credentials) and bring the class in line: members added with the role their roles give,
+    and a member the course no longer lists (or lists as Inactive) marked inactive
+    (``LtiMembership.is_active``), never deleted: their sessions and journals stay.
+    Raises PermissionDenied unless ``user`` teaches the class. A course that cannot be read
+    changes nothing and is reported."""
+    if not Classroom.objects.for_instructor(user).filter(pk=classroom.pk).exists():
+        raise PermissionDenied("You do not teach this class.")
+    result = RosterSync(problems=[])
+    links = LtiCourseLink.objects.filter(classroom=classroom).select_related(
+        "context__deployment__registration"
+    )
+    for link in links:
+        context = link.context
+        registration = context.deployment.registration
+        if not context.memberships_url:
+            continue
+        try:
+            connector = ServiceConnector(registration.to_registration())
+            members = NamesRolesProvisioningService(
+                connector, {"context_memberships_url": context.memberships_url}
+            ).get_members()
+        except Exception as error:  # network, HTTP or token errors: reported, nothing changed
+            logger.warning("LTI roster of class %s not read: %s", classroom.pk, error)
+            result.problems.append(f"{context.title or context.id_on_platform}: {error}")
+            continue
+        with transaction.atomic():
+            seen = set()
+            for member in members:
+                if member.get("status", "Active") != "Active":
+                    continue
+                lti_user, member_user, created = _user_for_member(registration, member)
+                seen.add(lti_user.pk)
+                role, unknown = role_of(member.get("roles", []))
+                if unknown:
+                    logger.warning(
+                        "LTI roster: roles %s unknown, %s is a student", unknown, lti_user.sub
+                    )
+                LtiMembership.objects.update_or_create(
+                    user=lti_user, context=context, defaults={"is_active": True}
+                )
+                if role == Membership.Role.INSTRUCTOR:
+                    instructor_enrol(user=member_user, classroom=classroom)
+                else:
+                    Membership.objects.get_or_create(
+                        user=member_user,
+                        classroom=classroom,
+                        defaults={"role": Membership.Role.STUDENT},
+                    )
+                result.present += 1
+                result.added += int(created)
+            result.left += (
+                LtiMembership.objects.filter(context=context, is_active=True)
+                .exclude(user__in=seen)
+                .update(is_active=False)
+            )
+    if not result.problems:
+        result.problems = None
+    logger.info("LTI roster of class %s: %s", classroom.pk, result.describe())
+    return result

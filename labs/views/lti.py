@@ -12,16 +12,18 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from lti_tool.models import Key
 
 from labs import selectors
+from labs.models import Classroom
 from labs.services import lti as lti_services
 
 REFUSED_TEMPLATE = "labs/lti_refused.html"
@@ -70,6 +72,8 @@ def launch(request: HttpRequest) -> HttpResponse:
     if result.session is not None:
         return redirect(result.session)
     if result.role == "instructor":
+        # The roster comes with the instructor (NRPS); a course that cannot be read is logged.
+        lti_services.lti_roster_sync(classroom=result.classroom, user=result.user)
         return redirect("labs:class_dashboard", result.classroom.pk)
     return redirect("labs:home")
 
@@ -102,3 +106,16 @@ def deep_link(request: HttpRequest) -> HttpResponse:
     target = urlsplit(answer.return_url)
     response._csp_update = {"form-action": [f"{target.scheme}://{target.netloc}"]}
     return response
+
+
+@login_required
+@require_POST
+def roster_sync(request: HttpRequest, pk: int) -> HttpResponse:
+    """The dashboard's button: sync the class's roster from its LMS course now."""
+    classroom = get_object_or_404(Classroom, pk=pk)
+    result = lti_services.lti_roster_sync(classroom=classroom, user=request.user)
+    if result.problems:
+        messages.error(request, result.describe())
+    else:
+        messages.success(request, result.describe())
+    return redirect("labs:class_dashboard", classroom.pk)

@@ -11,7 +11,14 @@ from urllib.request import urlopen
 
 import pytest
 from django.contrib.auth import get_user_model
-from lti_tool.models import Key, LtiContext, LtiDeployment, LtiRegistration, LtiUser
+from lti_tool.models import (
+    Key,
+    LtiContext,
+    LtiDeployment,
+    LtiMembership,
+    LtiRegistration,
+    LtiUser,
+)
 
 from labs.models import Classroom, LabSession, LtiCourseLink, Membership, Scenario
 from tests.lti_platform import Launch, Platform, new_key, parse_form_post, post_form
@@ -44,6 +51,8 @@ def registration(platform):
     LtiDeployment.objects.create(
         registration=reg, deployment_id=platform.deployment_id, is_active=True
     )
+    tool_jwks = Key.objects.as_jwks()  # read here: the platform's thread has no test database
+    platform.tool_jwks = lambda: tool_jwks
     platform.add_person("teacher-1", "Ada", "Lovelace", "Instructor")
     platform.add_person("student-1", "Grace", "Hopper", "Learner")
     platform.add_person("observer-1", "Otto", "Observer", "Mentor")
@@ -408,3 +417,49 @@ def test_the_lesson_picker_needs_a_deep_linking_launch(client, admin_user):
     client.force_login(admin_user)
     response = client.get("/lti/deep-link/")
     assert response.status_code == 403 and "no longer open" in response.content.decode()
+
+
+# --- roster (NRPS) --------------------------------------------------------------------------
+
+
+def test_an_instructor_launch_syncs_the_roster_and_the_button_marks_leavers_inactive(
+    client, platform, registration
+):
+    platform.add_person("student-2", "Edsger", "Dijkstra", "Learner")
+    response, _ = launch_as(client, platform, "teacher-1")
+    classroom = Classroom.objects.get()
+    names = sorted(m.user.get_full_name() for m in classroom.memberships.filter(role="student"))
+    assert names == ["Edsger Dijkstra", "Grace Hopper", "Otto Observer"]
+    assert platform.tokens_issued  # the roster was read with a client-credentials token
+
+    # Grace leaves the course, Otto is listed inactive: both kept, both marked inactive.
+    platform.rosters["course-101"] = ["teacher-1", "student-2", "observer-1"]
+    platform.inactive["course-101"] = ["observer-1"]
+    page = client.get(response["Location"])
+    assert "Sync the roster from the course" in page.content.decode()
+    synced = client.post(f"/classes/{classroom.pk}/lti/roster/", follow=True)
+    text = synced.content.decode()
+    assert "Roster synced from the course: 2 members (0 new), 2 who left marked inactive." in text
+    inactive = {m.user.sub for m in LtiMembership.objects.filter(is_active=False)}
+    assert inactive == {"student-1", "observer-1"}
+    assert classroom.memberships.count() == 4  # nobody deleted
+
+
+def test_only_a_teacher_of_the_class_syncs_its_roster(client, platform, registration):
+    launch_as(client, platform, "teacher-1")
+    classroom = Classroom.objects.get()
+    client.logout()
+    launch_as(client, platform, "student-1")
+    assert client.post(f"/classes/{classroom.pk}/lti/roster/").status_code == 403
+
+
+def test_a_roster_that_cannot_be_read_is_reported_and_changes_nothing(
+    client, platform, registration
+):
+    launch_as(client, platform, "teacher-1")
+    classroom = Classroom.objects.get()
+    before = counts()
+    platform.tool_jwks = lambda: {"keys": []}  # the platform no longer trusts the tool's key
+    synced = client.post(f"/classes/{classroom.pk}/lti/roster/", follow=True)
+    assert "The roster could not be read from the course" in synced.content.decode()
+    assert counts() == before
