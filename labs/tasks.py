@@ -7,7 +7,7 @@ from celery.signals import worker_ready
 
 from labs.live import queue
 from labs.live.hub import bookkeeping
-from labs.services import bursts, classroom, predictions, traffic
+from labs.services import bursts, classroom, lti, predictions, traffic
 
 
 @shared_task(name=queue.RUN_BURST, ignore_result=True)
@@ -28,6 +28,12 @@ def run_traffic(traffic_id: int) -> str:
     return traffic.traffic_run(traffic_id=traffic_id)
 
 
+@shared_task(name=queue.SEND_LTI_GRADE, ignore_result=True)
+def send_lti_grade(post_id: int) -> bool:
+    """Send one score to the LMS gradebook (a failure queues its own retry)."""
+    return lti.lti_grade_send(post_id=post_id)
+
+
 @shared_task(name=queue.RESTORE_CLASS_FAULT, ignore_result=True)
 def restore_class_fault(fault_id: int) -> int:
     """End a timed class-wide fault (idempotent: the fault row is claimed before restoring)."""
@@ -43,3 +49,10 @@ def _start_burst_heartbeat(**kwargs) -> None:
     bursts.worker_ready()
     traffic.worker_ready()
     classroom.worker_ready()
+
+
+@worker_ready.connect
+def _queue_unsent_lti_grades(**kwargs) -> None:
+    """Queue every score still waiting for the LMS gradebook when a worker starts: a retry
+    queued with a countdown is lost with a worker killed before it ran."""
+    lti.lti_grades_send_due()

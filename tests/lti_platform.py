@@ -32,6 +32,7 @@ from jwt.algorithms import RSAAlgorithm
 
 LTI = "https://purl.imsglobal.org/spec/lti/claim/"
 ROLE = "http://purl.imsglobal.org/vocab/lis/v2/membership#"
+AGS = "https://purl.imsglobal.org/spec/lti-ags/scope/"
 NRPS_SCOPE = "https://purl.imsglobal.org/spec/lti-nrps/scope/contextmembership.readonly"
 
 
@@ -85,6 +86,11 @@ class Platform:
         self.rosters: dict[str, list[str]] = {}
         #: Course id -> subs the roster lists with status Inactive.
         self.inactive: dict[str, list[str]] = {}
+        #: AGS: the line items and the scores received; failures to answer with first.
+        self.lineitems: list[dict] = []
+        self.scores: list[dict] = []
+        self.fail_scores = 0
+        self.fail_lineitems = 0
         #: Content items the tool sent back from deep linking, as the platform keeps them.
         self.links: list[dict] = []
         self.server: ThreadingHTTPServer | None = None
@@ -109,6 +115,13 @@ class Platform:
                 if url.path == "/jwks":
                     body = json.dumps(platform.jwks()).encode()
                     return self._send(200, body, "application/json")
+                if url.path.startswith("/ags/") and url.path.endswith("/lineitems"):
+                    if not platform.authorized(self.headers, AGS + "lineitem"):
+                        return self._send(401, b"{}", "application/json")
+                    body = json.dumps(platform.lineitems).encode()
+                    return self._send(
+                        200, body, "application/vnd.ims.lis.v2.lineitemcontainer+json"
+                    )
                 if url.path.startswith("/nrps/"):
                     status, answer = platform.nrps(url.path.removeprefix("/nrps/"), self.headers)
                     return self._send(
@@ -124,9 +137,16 @@ class Platform:
 
             def do_POST(self):
                 length = int(self.headers.get("Content-Length") or 0)
-                form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
+                raw = self.rfile.read(length)
+                form = {k: v[0] for k, v in parse_qs(raw.decode()).items()}
                 if urlparse(self.path).path == "/deep-link-return":
                     status, answer = platform.deep_link_return(form)
+                    return self._send(status, json.dumps(answer).encode(), "application/json")
+                if urlparse(self.path).path.startswith("/ags/"):
+                    body = json.loads(raw or b"{}")
+                    status, answer = platform._ags_post(
+                        urlparse(self.path).path, self.headers, body
+                    )
                     return self._send(status, json.dumps(answer).encode(), "application/json")
                 if urlparse(self.path).path == "/token":
                     status, answer = platform.token(form)
@@ -136,6 +156,29 @@ class Platform:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
+
+    def _ags_post(self, path: str, headers, body: dict) -> tuple[int, dict]:
+        """AGS: create a line item (``/ags/<course>/lineitems``) or take a score
+        (``.../lineitems/<n>/scores``)."""
+        parts = path.strip("/").split("/")  # ags, course, lineitems[, n, scores]
+        if len(parts) == 3:
+            if not self.authorized(headers, AGS + "lineitem"):
+                return 401, {"error": "lineitem scope required"}
+            if self.fail_lineitems:
+                self.fail_lineitems -= 1
+                return 503, {"error": "the gradebook is busy"}
+            item = {**body, "id": self.url(f"{path}/{len(self.lineitems) + 1}")}
+            self.lineitems.append(item)
+            return 201, item
+        if len(parts) == 5 and parts[4] == "scores":
+            if not self.authorized(headers, AGS + "score"):
+                return 401, {"error": "score scope required"}
+            if self.fail_scores:
+                self.fail_scores -= 1
+                return 503, {"error": "the gradebook is busy"}
+            self.scores.append({"lineitem": self.url("/" + "/".join(parts[:4])), **body})
+            return 200, {}
+        return 404, {"error": "no such AGS resource"}
 
     def stop(self) -> None:
         if self.server is not None:
@@ -190,6 +233,10 @@ class Platform:
         }
         if launch.custom:
             claims[LTI + "custom"] = launch.custom
+        claims["https://purl.imsglobal.org/spec/lti-ags/claim/endpoint"] = {
+            "scope": [AGS + "lineitem", AGS + "score", AGS + "result.readonly"],
+            "lineitems": self.url(f"/ags/{launch.context_id}/lineitems"),
+        }
         claims["https://purl.imsglobal.org/spec/lti-nrps/claim/namesroleservice"] = {
             "context_memberships_url": self.url(f"/nrps/{launch.context_id}"),
             "service_versions": ["2.0"],

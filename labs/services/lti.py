@@ -18,10 +18,12 @@ import hashlib
 import logging
 from dataclasses import dataclass
 
+import requests
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.utils import timezone
 from lti_tool.lti_core.utils import normalize_role
 from lti_tool.models import (
     Key,
@@ -33,15 +35,29 @@ from lti_tool.models import (
     LtiUser,
 )
 from lti_tool.utils import DjangoToolConfig, sync_data_from_launch
+from pylti1p3.assignments_grades import AssignmentsGradesService
 from pylti1p3.contrib.django import DjangoCacheDataStorage, DjangoMessageLaunch, DjangoOIDCLogin
 from pylti1p3.deep_link_resource import DeepLinkResource
 from pylti1p3.deployment import Deployment
-from pylti1p3.exception import LtiException, OIDCException
+from pylti1p3.exception import LtiException, LtiServiceException, OIDCException
+from pylti1p3.grade import Grade
 from pylti1p3.lineitem import LineItem
 from pylti1p3.names_roles import NamesRolesProvisioningService
 from pylti1p3.service_connector import ServiceConnector
 
-from labs.models import Classroom, LtiCourseLink, Membership, Scenario
+from labs.live import queue
+from labs.models import (
+    Classroom,
+    LabSession,
+    LtiCourseLink,
+    LtiGradePost,
+    LtiLessonLink,
+    Membership,
+    Prediction,
+    Scenario,
+    StepProgress,
+)
+from labs.selectors import session_attempt
 from labs.services.accounts import instructor_enrol
 from labs.services.lab import session_open
 
@@ -358,6 +374,15 @@ def lti_launch_sign_in(*, lti_launch: LtiLaunch) -> LaunchResult:
             ).exists()
             if is_student:
                 result.session = session_open(user=user, classroom=classroom, scenario=scenario)
+                if lti_launch.is_resource_launch and lti_launch.ags_claim:
+                    LtiLessonLink.objects.update_or_create(
+                        session=result.session,
+                        defaults={
+                            "lti_user": lti_launch.user,
+                            "resource_link": lti_launch.resource_link,
+                            "ags": lti_launch.ags_claim,
+                        },
+                    )
     logger.info(
         "LTI launch: %s in class %s as %s (issuer %s)",
         user.username,
@@ -539,3 +564,145 @@ def lti_roster_sync(*, classroom: Classroom, user) -> RosterSync:
         result.problems = None
     logger.info("LTI roster of class %s: %s", classroom.pk, result.describe())
     return result
+
+
+# --- grades: Assignment and Grade Services --------------------------------------------------
+
+#: After a failed post, the next try waits this long times 2 ** (failures - 1), at most a day.
+GRADE_RETRY_BASE_S = 30
+GRADE_RETRY_MAX_S = 24 * 3600
+
+
+def _score_of(session: LabSession) -> dict:
+    """The session's score in its current attempt: predictions right out of asked (or, for a
+    lesson that asks none, steps done out of steps), with the spec's progress values: the
+    activity Completed once every step is done, the grading FullyGraded then unless an
+    answer still waits for its burst's grade (Pending)."""
+    script = session.scenario.script if isinstance(session.scenario.script, dict) else {}
+    steps = [s for s in (script.get("steps") or []) if isinstance(s, dict)]
+    asked = sum(1 for s in steps if isinstance(s.get("ask"), dict) and "burst" in s)
+    attempt = session_attempt(session)
+    right = Prediction.objects.filter(session=session, attempt=attempt, correct=True).count()
+    # An answer whose burst has not been graded yet; a question left unanswered counts wrong.
+    awaiting = Prediction.objects.filter(
+        session=session, attempt=attempt, correct__isnull=True
+    ).exists()
+    done = StepProgress.objects.filter(session=session, attempt=attempt).count()
+    finished = bool(steps) and done >= len(steps)
+    if asked:
+        given, maximum = right, asked
+    else:
+        given, maximum = done, max(len(steps), 1)
+    return {
+        "score_given": float(given),
+        "score_maximum": float(maximum),
+        "activity_progress": "Completed" if finished else ("InProgress" if done else "Started"),
+        "grading_progress": "FullyGraded" if finished and not awaiting else "Pending",
+        "comment": f"{right} of {asked} predictions right, {done} of {len(steps)} steps done"[:200],
+    }
+
+
+def lti_grade_queue(*, session: LabSession) -> LtiGradePost | None:
+    """Put the session's current score in its outbox row (replacing an unsent one) and send
+    it after commit, when the session was opened from an LMS link; otherwise nothing."""
+    if not LtiLessonLink.objects.filter(session=session).exists():
+        return None
+    post, _ = LtiGradePost.objects.update_or_create(
+        session=session,
+        defaults={**_score_of(session), "status": LtiGradePost.Status.PENDING},
+    )
+    transaction.on_commit(lambda: _send_later(post.pk, countdown=0))
+    return post
+
+
+def _send_later(post_id: int, *, countdown: int) -> None:
+    try:
+        queue.send_grade_post(post_id, countdown=countdown)
+    except queue.QueueUnavailable as error:  # the row stays pending: a later sweep sends it
+        logger.warning("LTI grade post %s not queued: %s", post_id, error)
+
+
+def lti_grade_send(*, post_id: int) -> bool:
+    """Send the outbox row ``post_id`` to the platform's gradebook (AGS score, with the
+    platform's line item for the link, found or created on the first post). On failure the
+    row stays pending with the error, and a retry is queued with a growing delay: a score
+    is never dropped. Returns whether it was sent now."""
+    post = LtiGradePost.objects.select_related("session__scenario").filter(pk=post_id).first()
+    if post is None or post.status == LtiGradePost.Status.SENT:
+        return False
+    link = LtiLessonLink.objects.select_related(
+        "lti_user", "resource_link__context__deployment__registration"
+    ).get(session_id=post.session_id)
+    sent_score = (post.score_given, post.score_maximum, post.activity_progress)
+    try:
+        _post_score(link, post)
+    except Exception as error:  # network, HTTP, token or scope errors: kept and retried
+        attempts = post.attempts + 1
+        LtiGradePost.objects.filter(pk=post.pk).update(
+            attempts=attempts, last_error=_error_words(error)[:300]
+        )
+        delay = min(GRADE_RETRY_BASE_S * 2 ** (attempts - 1), GRADE_RETRY_MAX_S)
+        logger.warning(
+            "LTI grade post %s failed (%s), try %s again in %s s", post.pk, error, attempts, delay
+        )
+        _send_later(post.pk, countdown=delay)
+        return False
+    # Sent: unless a newer score replaced it meanwhile (that one is queued itself).
+    LtiGradePost.objects.filter(
+        pk=post.pk,
+        score_given=sent_score[0],
+        score_maximum=sent_score[1],
+        activity_progress=sent_score[2],
+    ).update(status=LtiGradePost.Status.SENT, sent_at=timezone.now(), last_error="")
+    logger.info("LTI grade post %s sent for session %s", post.pk, post.session_id)
+    return True
+
+
+def _error_words(error: Exception) -> str:
+    """A failed call to the platform, in words for the dashboard."""
+    if isinstance(error, LtiServiceException):
+        return f"the LMS answered with HTTP status {error.response.status_code}"
+    if isinstance(error, requests.RequestException):
+        return "the LMS could not be reached"
+    return str(error)
+
+
+def _post_score(link: LtiLessonLink, post: LtiGradePost) -> None:
+    registration = link.resource_link.context.deployment.registration
+    ags = AssignmentsGradesService(ServiceConnector(registration.to_registration()), link.ags)
+    lineitem_url = link.lineitem_url or link.ags.get("lineitem", "")
+    if not lineitem_url:
+        scenario = post.session.scenario
+        found = ags.find_or_create_lineitem(
+            LineItem()
+            .set_label(scenario.title[:255])
+            .set_score_maximum(LINE_ITEM_MAXIMUM)
+            .set_tag(f"failure-lab:{scenario.slug}")
+            .set_resource_id(scenario.slug)
+            .set_resource_link_id(link.resource_link.id_on_platform),
+            find_by="tag",
+        )
+        lineitem_url = found.get_id()
+        LtiLessonLink.objects.filter(pk=link.pk).update(lineitem_url=lineitem_url)
+    grade = (
+        Grade()
+        .set_score_given(post.score_given)
+        .set_score_maximum(post.score_maximum)
+        .set_activity_progress(post.activity_progress)
+        .set_grading_progress(post.grading_progress)
+        .set_timestamp(timezone.now().isoformat())
+        .set_user_id(link.lti_user.sub)
+        .set_comment(post.comment)
+    )
+    ags.put_grade(grade, LineItem({"id": lineitem_url}))
+
+
+def lti_grades_send_due() -> int:
+    """Queue every unsent score (a sweep for rows whose queued retry was lost); returns how
+    many."""
+    ids = list(
+        LtiGradePost.objects.filter(status=LtiGradePost.Status.PENDING).values_list("pk", flat=True)
+    )
+    for post_id in ids:
+        _send_later(post_id, countdown=0)
+    return len(ids)

@@ -4,8 +4,10 @@ line, nothing written)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+from pathlib import Path
 from urllib.parse import urlparse
 from urllib.request import urlopen
 
@@ -20,7 +22,17 @@ from lti_tool.models import (
     LtiUser,
 )
 
-from labs.models import Classroom, LabSession, LtiCourseLink, Membership, Scenario
+from labs.models import (
+    Burst,
+    Classroom,
+    LabSession,
+    LtiCourseLink,
+    LtiGradePost,
+    Membership,
+    Prediction,
+    Scenario,
+)
+from labs.services import lti as lti_services
 from tests.lti_platform import Launch, Platform, new_key, parse_form_post, post_form
 
 pytestmark = pytest.mark.django_db
@@ -463,3 +475,109 @@ def test_a_roster_that_cannot_be_read_is_reported_and_changes_nothing(
     synced = client.post(f"/classes/{classroom.pk}/lti/roster/", follow=True)
     assert "The roster could not be read from the course" in synced.content.decode()
     assert counts() == before
+
+
+# --- grades (AGS) ---------------------------------------------------------------------------
+
+DOWN_STEP = 3  # the tour's step that asks a prediction and runs a burst
+
+
+@pytest.fixture
+def scenario(db):
+    """The shipped tour, whose steps ask predictions."""
+    script = json.loads((Path(__file__).parents[2] / "scenarios" / "tour.json").read_text())
+    return Scenario.objects.create(slug="tour", title="The tour", script=script)
+
+
+@pytest.fixture
+def learner_session(client, platform, registration, scenario):
+    response, _ = launch_as(client, platform, "student-1", Launch(custom={"lesson": "tour"}))
+    session = LabSession.objects.get()
+    assert response["Location"] == session.get_absolute_url()
+    return session
+
+
+def asked_and_steps(scenario) -> tuple[int, int]:
+    steps = scenario.script["steps"]
+    return sum(1 for s in steps if s.get("ask") and "burst" in s), len(steps)
+
+
+def graded_prediction(session, correct: bool) -> Prediction:
+    burst = Burst.objects.create(
+        session=session, number=1, size=6, created_by=session.owner, status=Burst.Status.DONE
+    )
+    return Prediction.objects.create(
+        session=session, owner=session.owner, step=DOWN_STEP, measure="dependency_hits",
+        answer="6", burst=burst, ran_at=burst.created_at, observed={"dependency_hits": 6},
+        correct=correct,
+    )  # fmt: skip
+
+
+def test_a_graded_step_reaches_the_gradebook_on_the_link_line_item(
+    client, platform, learner_session, scenario
+):
+    asked, steps = asked_and_steps(scenario)
+    assert asked >= 1
+    graded_prediction(learner_session, correct=True)
+    assert client.post(f"/sessions/{learner_session.pk}/steps/{DOWN_STEP}/done/").status_code == 204
+    post = LtiGradePost.objects.get(session=learner_session)
+    assert (post.score_given, post.score_maximum, post.status) == (1, asked, "pending")
+
+    assert lti_services.lti_grade_send(post_id=post.pk) is True
+    (item,) = platform.lineitems
+    assert item["label"] == scenario.title and item["scoreMaximum"] == 100
+    assert item["resourceLinkId"] == "link-1" and item["tag"] == "failure-lab:tour"
+    (score,) = platform.scores
+    assert score["lineitem"] == item["id"] and score["userId"] == "student-1"
+    assert (score["scoreGiven"], score["scoreMaximum"]) == (1, asked)
+    assert score["activityProgress"] == "InProgress" and score["gradingProgress"] == "Pending"
+    assert score["comment"] == f"1 of {asked} predictions right, 1 of {steps} steps done"
+    post.refresh_from_db()
+    assert post.status == "sent" and post.sent_at is not None
+
+    # Every step done: Completed and FullyGraded, on the same line item.
+    for step in range(1, steps + 1):
+        client.post(f"/sessions/{learner_session.pk}/steps/{step}/done/")
+    lti_services.lti_grade_send(post_id=post.pk)
+    assert len(platform.lineitems) == 1
+    assert platform.scores[-1]["activityProgress"] == "Completed"
+    assert platform.scores[-1]["gradingProgress"] == "FullyGraded"
+
+
+def test_a_failed_post_stays_is_shown_and_is_retried_until_sent(
+    client, platform, learner_session, monkeypatch
+):
+    retries = []
+    monkeypatch.setattr(
+        lti_services.queue, "send_grade_post", lambda pk, countdown: retries.append(countdown)
+    )
+    client.post(f"/sessions/{learner_session.pk}/steps/1/done/")
+    post = LtiGradePost.objects.get()
+    platform.fail_scores = 2
+    assert lti_services.lti_grade_send(post_id=post.pk) is False
+    assert lti_services.lti_grade_send(post_id=post.pk) is False
+    post.refresh_from_db()
+    assert (post.status, post.attempts) == ("pending", 2)
+    assert post.last_error == "the LMS answered with HTTP status 503"
+    assert retries == [30, 60]  # the retries queued, each later than the last
+    assert platform.scores == []
+
+    teacher = client.logout() or launch_as(client, platform, "teacher-1")[0]
+    page = client.get(teacher["Location"]).content.decode()
+    assert (
+        "1 score waiting to reach the course's gradebook: the last try failed (the LMS "
+        "answered with HTTP status 503); it is tried again automatically." in page
+    )
+
+    assert lti_services.lti_grade_send(post_id=post.pk) is True
+    assert len(platform.scores) == 1
+    assert "waiting to reach" not in client.get(teacher["Location"]).content.decode()
+
+
+def test_a_session_opened_without_the_lms_sends_no_grade(client, student, classroom, scenario):
+    from labs.services.lab import session_open
+
+    session = session_open(user=student, classroom=classroom, scenario=scenario)
+    client.force_login(student)
+    assert client.post(f"/sessions/{session.pk}/steps/1/done/").status_code == 204
+    assert not LtiGradePost.objects.exists()
