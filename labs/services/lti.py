@@ -24,6 +24,7 @@ from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
+from django.utils.text import slugify
 from lti_tool.lti_core.utils import normalize_role
 from lti_tool.models import (
     Key,
@@ -297,9 +298,11 @@ class LaunchResult:
     session: object | None = None
 
 
-def _username_for(issuer: str, sub: str) -> str:
-    digest = hashlib.sha256(f"{issuer}\n{sub}".encode()).hexdigest()[:20]
-    return f"lti-{digest}"
+def _username_for(issuer: str, sub: str, name: str) -> str:
+    """A readable, stable username for the platform's user: their name and a short hash of
+    (issuer, sub), e.g. ``grace-hopper-3f2a9c`` (the hash keeps two Grace Hoppers apart)."""
+    digest = hashlib.sha256(f"{issuer}\n{sub}".encode()).hexdigest()[:6]
+    return f"{slugify(name)[:40] or 'lms-user'}-{digest}"
 
 
 def _user_for(lti_launch: LtiLaunch):
@@ -315,7 +318,11 @@ def _linked_user(issuer: str, lti_user: LtiUser):
         return lti_user.auth_user, False
     User = get_user_model()
     user, created = User.objects.get_or_create(
-        username=_username_for(issuer, lti_user.sub),
+        username=_username_for(
+            issuer,
+            lti_user.sub,
+            lti_user.name or f"{lti_user.given_name} {lti_user.family_name}".strip(),
+        ),
         defaults={
             "first_name": (lti_user.given_name or lti_user.name or "")[:150],
             "last_name": (lti_user.family_name or "")[:150],
