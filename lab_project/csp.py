@@ -25,8 +25,43 @@ def websocket_origin(request: HttpRequest) -> str | None:
     return f"{'wss' if request.is_secure() else 'ws'}://{host}"
 
 
+#: The session key holding the origins of the LMS a user launched from (set by the launch,
+#: labs/views/lti.py): only pages of :data:`LTI_FRAMEABLE_VIEWS` may be framed, and only there.
+LTI_FRAME_ORIGINS_KEY = "lti_frame_origins"
+#: The pages a launch leads to, which an LMS shows in an iframe (docs/lti.md).
+LTI_FRAMEABLE_VIEWS = frozenset(
+    {
+        "labs:session_detail",
+        "labs:class_dashboard",
+        "labs:lti_deep_link",
+        "labs:home",
+    }
+)
+
+
+def lti_frame_origins(request: HttpRequest) -> list[str]:
+    """The origins that may frame this response: the launching platform's, for a page a
+    launch leads to in a session that came from a launch; otherwise none."""
+    match = getattr(request, "resolver_match", None)
+    session = getattr(request, "session", None)
+    if match is None or session is None or match.view_name not in LTI_FRAMEABLE_VIEWS:
+        return []
+    origins = session.get(LTI_FRAME_ORIGINS_KEY) or []
+    return [o for o in origins if isinstance(o, str) and o.startswith(("https://", "http://"))]
+
+
 class LabCSPMiddleware(CSPMiddleware):
-    """django-csp's middleware, adding the request's own websocket origin to connect-src."""
+    """django-csp's middleware, adding the request's own websocket origin to connect-src; on
+    a page a launch leads to, ``frame-ancestors`` names the launching LMS's origins (and
+    X-Frame-Options goes: it cannot name an origin), every other page refuses to be framed."""
+
+    def process_response(
+        self, request: HttpRequest, response: HttpResponseBase
+    ) -> HttpResponseBase:
+        response = super().process_response(request, response)
+        if lti_frame_origins(request) and "X-Frame-Options" in response:
+            del response["X-Frame-Options"]
+        return response
 
     def get_policy_parts(
         self, request: HttpRequest, response: HttpResponseBase, report_only: bool = False
@@ -37,4 +72,7 @@ class LabCSPMiddleware(CSPMiddleware):
             update = dict(parts.update or {})
             update["connect-src"] = [*update.get("connect-src", []), origin]
             parts.update = update
+        frame_origins = lti_frame_origins(request)
+        if frame_origins and not report_only:
+            parts.replace = {**(parts.replace or {}), "frame-ancestors": frame_origins}
         return parts

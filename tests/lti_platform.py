@@ -67,6 +67,7 @@ class Launch:
     signing_key: object | None = None
     kid: str | None = None
     deep_linking: bool = False
+    return_url: str | None = None
 
 
 class Platform:
@@ -233,6 +234,11 @@ class Platform:
         }
         if launch.custom:
             claims[LTI + "custom"] = launch.custom
+        if launch.return_url:
+            claims[LTI + "launch_presentation"] = {
+                "document_target": "iframe",
+                "return_url": launch.return_url,
+            }
         claims["https://purl.imsglobal.org/spec/lti-ags/claim/endpoint"] = {
             "scope": [AGS + "lineitem", AGS + "score", AGS + "result.readonly"],
             "lineitems": self.url(f"/ags/{launch.context_id}/lineitems"),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import requests
 from django.contrib.auth import get_user_model
@@ -275,6 +276,23 @@ def _check_context(lti_launch: LtiLaunch) -> None:
     if lesson and not Scenario.objects.filter(slug=lesson, is_active=True).exists():
         logger.warning("LTI launch refused (lesson): no active scenario %r", lesson)
         raise refuse("lesson")
+
+
+def _origin(url: str) -> str | None:
+    parts = urlsplit(url or "")
+    if parts.scheme in ("http", "https") and parts.netloc:
+        return f"{parts.scheme}://{parts.netloc}"
+    return None
+
+
+def frame_origins(lti_launch: LtiLaunch) -> list[str]:
+    """The origins that may frame the pages a launch leads to: the registered platform's
+    issuer and authorization URL, and the return URL its signed launch names (an LMS's pages
+    may live on a host of their own, e.g. a school's domain beside the issuer)."""
+    registration = lti_launch.registration
+    presentation = lti_launch.launch_presentation_claim or {}
+    candidates = [registration.issuer, registration.auth_url, presentation.get("return_url")]
+    return sorted({o for o in map(_origin, candidates) if o})
 
 
 def role_of(roles: list[str]) -> tuple[str, list[str]]:

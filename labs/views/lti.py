@@ -22,6 +22,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from lti_tool.models import Key
 
+from lab_project.csp import LTI_FRAME_ORIGINS_KEY
 from labs import selectors
 from labs.models import Classroom
 from labs.services import lti as lti_services
@@ -66,6 +67,8 @@ def launch(request: HttpRequest) -> HttpResponse:
         return refused(request, error)
     result = lti_services.lti_launch_sign_in(lti_launch=lti_launch)
     login(request, result.user, backend="django.contrib.auth.backends.ModelBackend")
+    # The pages this launch leads to may be framed by the launching LMS, and only by it.
+    request.session[LTI_FRAME_ORIGINS_KEY] = lti_services.frame_origins(lti_launch)
     if lti_launch.is_deep_link_launch:
         request.session[DEEP_LINK_SESSION_KEY] = lti_launch.get_launch_id()
         return redirect("labs:lti_deep_link")

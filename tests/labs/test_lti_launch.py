@@ -581,3 +581,40 @@ def test_a_session_opened_without_the_lms_sends_no_grade(client, student, classr
     client.force_login(student)
     assert client.post(f"/sessions/{session.pk}/steps/1/done/").status_code == 204
     assert not LtiGradePost.objects.exists()
+
+
+# --- framing: launched pages allow the launching LMS, every other page refuses ---------------
+
+
+def frame_ancestors(response) -> str:
+    directives = dict(
+        d.strip().split(" ", 1) for d in response["Content-Security-Policy"].split(";") if d
+    )
+    return directives["frame-ancestors"]
+
+
+def test_launched_pages_may_be_framed_by_the_launching_lms_only(client, platform, learner_session):
+    page = client.get(learner_session.get_absolute_url())
+    assert frame_ancestors(page) == platform.issuer
+    assert "X-Frame-Options" not in page
+    other = client.get(f"/sessions/{learner_session.pk}/history/")
+    assert other.status_code == 200
+    assert frame_ancestors(other) == "'none'" and other["X-Frame-Options"] == "DENY"
+
+
+def test_the_return_url_origin_the_platform_signs_may_frame_too(client, platform, registration):
+    launch_as(client, platform, "teacher-1", Launch(return_url="https://school.lms.example/c/1"))
+    classroom = Classroom.objects.get()
+    page = client.get(f"/classes/{classroom.pk}/dashboard/")
+    assert frame_ancestors(page) == f"{platform.issuer} https://school.lms.example"
+
+
+def test_a_page_of_a_session_that_did_not_launch_refuses_to_be_framed(
+    client, student, classroom, scenario
+):
+    from labs.services.lab import session_open
+
+    session = session_open(user=student, classroom=classroom, scenario=scenario)
+    client.force_login(student)
+    page = client.get(session.get_absolute_url())
+    assert frame_ancestors(page) == "'none'" and page["X-Frame-Options"] == "DENY"
