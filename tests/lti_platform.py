@@ -391,3 +391,29 @@ def post_form(url: str, fields: dict) -> dict:
             return json.loads(answer.read())
     except HTTPError as error:
         return {"status": error.code, **json.loads(error.read() or b"{}")}
+
+
+def register(platform: Platform):
+    """Register ``platform`` with the tool as an LMS administrator would (an active
+    deployment, the tool's first key) and give it a teacher, a learner and an observer; the
+    platform keeps the tool's key set (its thread cannot read the test database)."""
+    from lti_tool.models import Key, LtiDeployment, LtiRegistration
+
+    Key.objects.generate()
+    registration = LtiRegistration.objects.create(
+        name="Test LMS",
+        issuer=platform.issuer,
+        client_id=platform.client_id,
+        auth_url=platform.url("/auth"),
+        token_url=platform.url("/token"),
+        keyset_url=platform.url("/jwks"),
+    )
+    LtiDeployment.objects.create(
+        registration=registration, deployment_id=platform.deployment_id, is_active=True
+    )
+    tool_jwks = Key.objects.as_jwks()
+    platform.tool_jwks = lambda: tool_jwks
+    platform.add_person("teacher-1", "Ada", "Lovelace", "Instructor")
+    platform.add_person("student-1", "Grace", "Hopper", "Learner")
+    platform.add_person("observer-1", "Otto", "Observer", "Mentor")
+    return registration

@@ -18,7 +18,6 @@ from lti_tool.models import (
     LtiContext,
     LtiDeployment,
     LtiMembership,
-    LtiRegistration,
     LtiUser,
 )
 
@@ -33,7 +32,7 @@ from labs.models import (
     Scenario,
 )
 from labs.services import lti as lti_services
-from tests.lti_platform import Launch, Platform, new_key, parse_form_post, post_form
+from tests.lti_platform import Launch, Platform, new_key, parse_form_post, post_form, register
 
 pytestmark = pytest.mark.django_db
 
@@ -51,24 +50,7 @@ def platform(monkeypatch):
 
 @pytest.fixture
 def registration(platform):
-    Key.objects.generate()
-    reg = LtiRegistration.objects.create(
-        name="Test LMS",
-        issuer=platform.issuer,
-        client_id=platform.client_id,
-        auth_url=platform.url("/auth"),
-        token_url=platform.url("/token"),
-        keyset_url=platform.url("/jwks"),
-    )
-    LtiDeployment.objects.create(
-        registration=reg, deployment_id=platform.deployment_id, is_active=True
-    )
-    tool_jwks = Key.objects.as_jwks()  # read here: the platform's thread has no test database
-    platform.tool_jwks = lambda: tool_jwks
-    platform.add_person("teacher-1", "Ada", "Lovelace", "Instructor")
-    platform.add_person("student-1", "Grace", "Hopper", "Learner")
-    platform.add_person("observer-1", "Otto", "Observer", "Mentor")
-    return reg
+    return register(platform)
 
 
 def login_step(client, platform, sub: str, hint: str = "", **overrides):
