@@ -95,9 +95,11 @@ class Platform:
         #: Content items the tool sent back from deep linking, as the platform keeps them.
         self.links: list[dict] = []
         self.server: ThreadingHTTPServer | None = None
+        #: What the course page (``/course``) frames: the tool's login URL, for a browser.
+        self.course_iframe_src = "about:blank"
 
     # --- the server ------------------------------------------------------------------
-    def start(self) -> Platform:
+    def start(self, host: str = "127.0.0.1") -> Platform:
         platform = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -130,6 +132,13 @@ class Platform:
                         json.dumps(answer).encode(),
                         "application/vnd.ims.lti-nrps.v2.membershipcontainer+json",
                     )
+                if url.path == "/course":
+                    page = (
+                        "<!doctype html><title>Course</title><h1>Course page of the test LMS</h1>"
+                        f'<iframe id="tool" src="{html.escape(platform.course_iframe_src)}" '
+                        'width="1200" height="800"></iframe>'
+                    )
+                    return self._send(200, page.encode(), "text/html; charset=utf-8")
                 if url.path == "/auth":
                     params = {k: v[0] for k, v in parse_qs(url.query).items()}
                     status, page = platform.authorize(params)
@@ -154,7 +163,7 @@ class Platform:
                     return self._send(status, json.dumps(answer).encode(), "application/json")
                 return self._send(404, b"not found", "text/plain")
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer((host, 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 
@@ -286,7 +295,7 @@ class Platform:
             f'<form method="post" action="{html.escape(params["redirect_uri"])}">'
             f'<input type="hidden" name="id_token" value="{token}">'
             f'<input type="hidden" name="state" value="{html.escape(params["state"])}">'
-            "</form>"
+            "</form><script>document.forms[0].submit()</script>"
         )
         return 200, page
 

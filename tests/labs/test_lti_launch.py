@@ -13,6 +13,7 @@ from urllib.request import urlopen
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.test import Client
 from lti_tool.models import (
     Key,
     LtiContext,
@@ -53,7 +54,7 @@ def registration(platform):
     return register(platform)
 
 
-def login_step(client, platform, sub: str, hint: str = "", **overrides):
+def login_step(client, platform, sub: str, hint: str = "", host: str | None = None, **overrides):
     params = {
         "iss": platform.issuer,
         "client_id": platform.client_id,
@@ -62,7 +63,7 @@ def login_step(client, platform, sub: str, hint: str = "", **overrides):
         "target_link_uri": "http://testserver/lti/launch/",
         **overrides,
     }
-    return client.get("/lti/login/", params)
+    return client.get("/lti/login/", params, **({"HTTP_HOST": host} if host else {}))
 
 
 def platform_form(platform, response) -> tuple[str, dict]:
@@ -243,8 +244,6 @@ def test_a_missing_or_wrong_state_is_refused(client, platform, registration, cap
 
 def test_a_launch_from_another_browser_is_refused(client, platform, registration, caplog):
     """The state cookie stays with the browser that started the login."""
-    from django.test import Client
-
     hint = platform.plan("hint", Launch())
     _, fields = platform_form(platform, login_step(client, platform, "student-1", hint))
     before = counts()
@@ -600,3 +599,22 @@ def test_a_page_of_a_session_that_did_not_launch_refuses_to_be_framed(
     client.force_login(student)
     page = client.get(session.get_absolute_url())
     assert frame_ancestors(page) == "'none'" and page["X-Frame-Options"] == "DENY"
+
+
+def test_on_a_secure_context_the_launch_cookies_are_partitioned_and_others_are_not(
+    client, platform, registration
+):
+    """In an LMS iframe only partitioned cookies reach the lab (CHIPS); tests/e2e's iframe
+    test shows the launch fails without them."""
+    hint = platform.plan("hint", Launch())
+    login = login_step(client, platform, "student-1", hint, host="localhost")
+    (state_cookie,) = [c for name, c in login.cookies.items() if name.startswith("lti1p3-")]
+    assert "Partitioned" in state_cookie.output() and "SameSite=None" in state_cookie.output()
+    assert "Secure" in state_cookie.output()
+    _, fields = platform_form(platform, login)
+    launched = client.post("/lti/launch/", fields, HTTP_HOST="localhost")
+    session_cookie = launched.cookies["sessionid"].output()
+    assert "Partitioned" in session_cookie and "SameSite=None" in session_cookie
+    plain = Client().get("/accounts/login/", HTTP_HOST="localhost")
+    assert "Partitioned" not in plain.cookies["csrftoken"].output()
+    assert "SameSite=Lax" in plain.cookies["csrftoken"].output()
