@@ -60,6 +60,10 @@ if "partitioned" not in Morsel._reserved:  # pragma: no branch
     Morsel._flags.add("partitioned")
 
 
+#: django.contrib.messages' cookie (its CookieStorage's name).
+MESSAGES_COOKIE = "messages"
+
+
 def _may_partition(request: HttpRequest) -> bool:
     """Partitioned cookies must be Secure: over TLS, or on a loopback host (a secure context)."""
     if request.is_secure():
@@ -74,13 +78,14 @@ def _may_partition(request: HttpRequest) -> bool:
 def partition_lti_cookies(request: HttpRequest, response: HttpResponseBase) -> None:
     """Inside an LMS's iframe the tool is a third party: its cookies travel only as
     partitioned cookies (CHIPS: ``SameSite=None; Secure; Partitioned``, kept per top-level
-    site). The launch's state cookies always are; the session and CSRF cookies are for a
-    session that came from a launch. Every other cookie keeps its SameSite=Lax."""
+    site). The launch's state cookies always are; the session, CSRF and messages cookies are
+    for a session that came from a launch. Every other cookie keeps its SameSite=Lax."""
     if not _may_partition(request):
         return
     session = getattr(request, "session", None)
     launched = bool(session is not None and session.get(LTI_FRAME_ORIGINS_KEY))
-    names = {settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME} if launched else set()
+    names = {settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME, MESSAGES_COOKIE}
+    names = names if launched else set()
     for name, morsel in response.cookies.items():
         if name.startswith("lti1p3-") or name in names:
             morsel["samesite"] = "None"

@@ -295,6 +295,15 @@ def frame_origins(lti_launch: LtiLaunch) -> list[str]:
     return sorted({o for o in map(_origin, candidates) if o})
 
 
+def presentation_words(lti_launch: LtiLaunch) -> str:
+    """Where the launch opened, as the platform asked (``launch_presentation``'s
+    ``document_target``): inside the course's page, or in a window of its own."""
+    target = (lti_launch.launch_presentation_claim or {}).get("document_target", "")
+    if target in ("iframe", "embed"):
+        return "Opened from your course, inside its page."
+    return "Opened from your course in a window of its own: your course stays in its tab."
+
+
 def role_of(roles: list[str]) -> tuple[str, list[str]]:
     """The class role the LTI roles give, and the roles the tool does not know.
 

@@ -69,6 +69,7 @@ def launch(request: HttpRequest) -> HttpResponse:
     login(request, result.user, backend="django.contrib.auth.backends.ModelBackend")
     # The pages this launch leads to may be framed by the launching LMS, and only by it.
     request.session[LTI_FRAME_ORIGINS_KEY] = lti_services.frame_origins(lti_launch)
+    messages.info(request, lti_services.presentation_words(lti_launch))
     if lti_launch.is_deep_link_launch:
         request.session[DEEP_LINK_SESSION_KEY] = lti_launch.get_launch_id()
         return redirect("labs:lti_deep_link")

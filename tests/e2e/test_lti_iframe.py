@@ -51,6 +51,9 @@ def test_a_learner_launch_in_an_iframe_of_another_site_goes_live(browser, daphne
         frame.locator('#live-status[data-state="live"]').wait_for()
         session = LabSession.objects.get()
         assert session.owner.get_full_name() == "Grace Hopper"
+        assert frame.locator(".messages").inner_text() == (
+            "Opened from your course, inside its page."
+        )
         heading = frame.locator("h1").first.inner_text()
         assert "The tour" in heading, heading
         tool_frame = next(f for f in page.frames if f.url.startswith(daphne_server))

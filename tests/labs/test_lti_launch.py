@@ -131,6 +131,7 @@ def test_a_learner_launch_lands_in_the_lesson_of_the_link(client, platform, regi
     assert Membership.objects.get(user=session.owner).role == Membership.Role.STUDENT
     page = client.get(response["Location"])
     assert page.status_code == 200 and scenario.title in page.content.decode()
+    assert "Opened from your course in a window of its own" in page.content.decode()
 
 
 def test_a_second_launch_signs_in_the_same_user_into_the_same_class(client, platform, registration):
@@ -588,6 +589,7 @@ def test_the_return_url_origin_the_platform_signs_may_frame_too(client, platform
     classroom = Classroom.objects.get()
     page = client.get(f"/classes/{classroom.pk}/dashboard/")
     assert frame_ancestors(page) == f"{platform.issuer} https://school.lms.example"
+    assert "Opened from your course, inside its page." in page.content.decode()
 
 
 def test_a_page_of_a_session_that_did_not_launch_refuses_to_be_framed(
