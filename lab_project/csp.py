@@ -36,6 +36,7 @@ LTI_FRAMEABLE_VIEWS = frozenset(
     {
         "labs:session_detail",
         "labs:class_dashboard",
+        "labs:storm_panel",
         "labs:lti_deep_link",
         "labs:home",
     }

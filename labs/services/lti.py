@@ -75,6 +75,9 @@ DEEP_LINKING_SETTINGS_CLAIM = "https://purl.imsglobal.org/spec/lti-dl/claim/deep
 #: A lesson's line item is out of 100: each score posted says its own maximum (predictions
 #: asked), which the platform scales to this.
 LINE_ITEM_MAXIMUM = 100
+#: The value the lesson picker posts for the class's storm panel (not a lesson: no grade).
+STORM_PANEL = "storm-panel"
+STORM_PANEL_TITLE = "Storm panel (the class's shared dependency)"
 #: How long a used nonce is remembered: longer than any id_token this tool accepts lives.
 NONCE_MEMORY_S = 24 * 3600
 
@@ -323,6 +326,7 @@ class LaunchResult:
     classroom: Classroom
     role: str
     session: object | None = None
+    panel: str = ""
 
 
 def _username_for(issuer: str, sub: str, name: str) -> str:
@@ -398,7 +402,12 @@ def lti_launch_sign_in(*, lti_launch: LtiLaunch) -> LaunchResult:
             Membership.objects.get_or_create(
                 user=user, classroom=classroom, defaults={"role": Membership.Role.STUDENT}
             )
-        result = LaunchResult(user=user, classroom=classroom, role=role)
+        result = LaunchResult(
+            user=user,
+            classroom=classroom,
+            role=role,
+            panel=str(_custom(lti_launch).get("panel", "")),
+        )
         lesson = str(_custom(lti_launch).get("lesson", "")).strip()
         if lesson:
             scenario = Scenario.objects.get(slug=lesson, is_active=True)
@@ -463,6 +472,22 @@ def lti_deep_link_answer(
     ):
         logger.warning("LTI deep link refused (deep_link_role): user %s", user.pk)
         raise refuse("deep_link_role")
+    deep_link = message_launch.get_deep_link()
+    settings = lti_launch.get_claim(DEEP_LINKING_SETTINGS_CLAIM) or {}
+    if lesson == STORM_PANEL:
+        # The class's storm panel: the instructor's screen, no grade.
+        resource = (
+            DeepLinkResource()
+            .set_url(launch_url)
+            .set_title(STORM_PANEL_TITLE)
+            .set_custom_params({"panel": STORM_PANEL, "classroom": str(link.classroom_id)})
+        )
+        logger.info("LTI deep link: storm panel of class %s", link.classroom_id)
+        return DeepLinkAnswer(
+            return_url=settings["deep_link_return_url"],
+            jwt=deep_link.get_response_jwt([resource]),
+            title=STORM_PANEL_TITLE,
+        )
     scenario = Scenario.objects.active().filter(slug=lesson).first()
     if scenario is None:
         logger.warning("LTI deep link refused (lesson): no active scenario %r", lesson)
@@ -480,8 +505,6 @@ def lti_deep_link_answer(
             .set_resource_id(scenario.slug)
         )
     )
-    deep_link = message_launch.get_deep_link()
-    settings = lti_launch.get_claim(DEEP_LINKING_SETTINGS_CLAIM) or {}
     logger.info("LTI deep link: lesson %s for class %s", scenario.slug, link.classroom_id)
     return DeepLinkAnswer(
         return_url=settings["deep_link_return_url"],

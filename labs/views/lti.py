@@ -75,6 +75,8 @@ def launch(request: HttpRequest) -> HttpResponse:
         return redirect("labs:lti_deep_link")
     if result.session is not None:
         return redirect(result.session)
+    if result.panel == lti_services.STORM_PANEL and result.role == "instructor":
+        return redirect("labs:storm_panel", result.classroom.pk)
     if result.role == "instructor":
         # The roster comes with the instructor (NRPS); a course that cannot be read is logged.
         lti_services.lti_roster_sync(classroom=result.classroom, user=result.user)
@@ -93,7 +95,8 @@ def deep_link(request: HttpRequest) -> HttpResponse:
         return refused(request, error)
     lessons = selectors.comparable_scenarios()
     if request.method == "GET":
-        return render(request, "labs/lti_deep_link.html", {"lessons": lessons})
+        context = {"lessons": lessons, "storm_panel": lti_services.STORM_PANEL}
+        return render(request, "labs/lti_deep_link.html", context)
     try:
         answer = lti_services.lti_deep_link_answer(
             request=request,

@@ -620,3 +620,26 @@ def test_on_a_secure_context_the_launch_cookies_are_partitioned_and_others_are_n
     plain = Client().get("/accounts/login/", HTTP_HOST="localhost")
     assert "Partitioned" not in plain.cookies["csrftoken"].output()
     assert "SameSite=Lax" in plain.cookies["csrftoken"].output()
+
+
+def test_an_instructor_deep_links_the_storm_panel(client, platform, registration):
+    launch_as(client, platform, "teacher-1", Launch(deep_linking=True))
+    picker = client.get("/lti/deep-link/").content.decode()
+    assert "Storm panel" in picker
+    answer = client.post("/lti/deep-link/", {"lesson": "storm-panel"})
+    jwt_value = re.search(r'name="JWT" value="([^"]+)"', answer.content.decode()).group(1)
+    tool_jwks = client.get("/lti/jwks/").json()
+    platform.tool_jwks = lambda: tool_jwks
+    assert post_form(platform.url("/deep-link-return"), {"JWT": jwt_value}) == {"received": 1}
+    (item,) = platform.links
+    classroom = Classroom.objects.get()
+    assert item["custom"] == {"panel": "storm-panel", "classroom": str(classroom.pk)}
+    assert "lineItem" not in item
+    client.logout()
+    opened, _ = launch_as(client, platform, "teacher-1", Launch(custom=item["custom"]))
+    assert opened["Location"] == f"/classes/{classroom.pk}/storm/"
+    panel = client.get(opened["Location"])
+    assert panel.status_code == 200 and frame_ancestors(panel) == platform.issuer
+    client.logout()
+    student, _ = launch_as(client, platform, "student-1", Launch(custom=item["custom"]))
+    assert student["Location"] == "/"
