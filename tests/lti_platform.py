@@ -91,6 +91,7 @@ class Platform:
         self.lineitems: list[dict] = []
         self.scores: list[dict] = []
         self.fail_scores = 0
+        self.nrps_delay_s = 0.0
         self.fail_lineitems = 0
         #: Content items the tool sent back from deep linking, as the platform keeps them.
         self.links: list[dict] = []
@@ -332,7 +333,9 @@ class Platform:
         return scope in self.tokens_issued.get(token, "")
 
     def nrps(self, context_id: str, headers) -> tuple[int, dict]:
-        """Names and Role Provisioning Services 2.0: the course's membership container."""
+        """Names and Role Provisioning Services 2.0: the course's membership container
+        (after ``nrps_delay_s``, for a test of a slow LMS)."""
+        time.sleep(self.nrps_delay_s)
         if not self.authorized(headers, NRPS_SCOPE):
             return 401, {"error": "a token with the contextmembership scope is required"}
         subs = self.rosters.get(context_id, list(self.people))

@@ -82,6 +82,23 @@ STORM_PANEL_TITLE = "Storm panel (the class's shared dependency)"
 NONCE_MEMORY_S = 24 * 3600
 
 
+#: Seconds any call to a platform (its key set, token, roster and grade endpoints) may take:
+#: the libraries set no timeout, and a hung LMS would otherwise hold a web or worker thread.
+PLATFORM_TIMEOUT_S = 10.0
+
+
+class PlatformSession(requests.Session):
+    """requests' session with :data:`PLATFORM_TIMEOUT_S` on every call that sets none."""
+
+    def request(self, *args, **kwargs):
+        kwargs.setdefault("timeout", PLATFORM_TIMEOUT_S)
+        return super().request(*args, **kwargs)
+
+
+def _connector(registration: LtiRegistration) -> ServiceConnector:
+    return ServiceConnector(registration.to_registration(), requests_session=PlatformSession())
+
+
 class LaunchRefused(Exception):
     """A launch or login this tool refuses: ``code`` for the log, ``message`` for the person."""
 
@@ -201,7 +218,10 @@ def lti_launch_validate(request) -> LtiLaunch:
     one wins), last, so a launch refused for another reason leaves it unused.
     """
     launch = DjangoMessageLaunch(
-        request, ToolConfig(), launch_data_storage=DjangoCacheDataStorage()
+        request,
+        ToolConfig(),
+        launch_data_storage=DjangoCacheDataStorage(),
+        requests_session=PlatformSession(),
     )
     launch.set_auto_validation(enable=False)
     steps = [
@@ -579,13 +599,15 @@ def lti_roster_sync(*, classroom: Classroom, user) -> RosterSync:
         if not context.memberships_url:
             continue
         try:
-            connector = ServiceConnector(registration.to_registration())
+            connector = _connector(registration)
             members = NamesRolesProvisioningService(
                 connector, {"context_memberships_url": context.memberships_url}
             ).get_members()
         except Exception as error:  # network, HTTP or token errors: reported, nothing changed
             logger.warning("LTI roster of class %s not read: %s", classroom.pk, error)
-            result.problems.append(f"{context.title or context.id_on_platform}: {error}")
+            result.problems.append(
+                f"{context.title or context.id_on_platform}: {_error_words(error)}"
+            )
             continue
         with transaction.atomic():
             seen = set()
@@ -726,7 +748,7 @@ def _error_words(error: Exception) -> str:
 
 def _post_score(link: LtiLessonLink, post: LtiGradePost) -> None:
     registration = link.resource_link.context.deployment.registration
-    ags = AssignmentsGradesService(ServiceConnector(registration.to_registration()), link.ags)
+    ags = AssignmentsGradesService(_connector(registration), link.ags)
     lineitem_url = link.lineitem_url or link.ags.get("lineitem", "")
     if not lineitem_url:
         scenario = post.session.scenario

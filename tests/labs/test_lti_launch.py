@@ -643,3 +643,15 @@ def test_an_instructor_deep_links_the_storm_panel(client, platform, registration
     client.logout()
     student, _ = launch_as(client, platform, "student-1", Launch(custom=item["custom"]))
     assert student["Location"] == "/"
+
+
+def test_a_platform_that_does_not_answer_in_time_is_reported(
+    client, platform, registration, monkeypatch
+):
+    launch_as(client, platform, "teacher-1")
+    classroom = Classroom.objects.get()
+    monkeypatch.setattr(lti_services, "PLATFORM_TIMEOUT_S", 0.5)
+    platform.nrps_delay_s = 3.0
+    synced = client.post(f"/classes/{classroom.pk}/lti/roster/", follow=True)
+    assert "The roster could not be read from the course" in synced.content.decode()
+    assert "the LMS could not be reached" in synced.content.decode()
