@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "template_partials",
     "csp",
     "labs",
+    "lti_tool",  # LTI 1.3 platforms, deployments and the tool's keys (docs/lti.md)
     "axes",
 ]
 

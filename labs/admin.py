@@ -16,7 +16,7 @@ from django.contrib.admin.views.autocomplete import AutocompleteJsonView
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Q
+from django.db.models import Count, Q, URLField
 from django.forms.models import BaseInlineFormSet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
@@ -24,6 +24,8 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.text import slugify
+from lti_tool.admin import LtiDeploymentInline, LtiRegistrationAdmin
+from lti_tool.models import LtiRegistration
 
 from labs.forms.back_office import RosterImportForm, ScenarioAdminForm
 from labs.forms.shared import SharedDependencyAdminForm
@@ -46,6 +48,7 @@ from labs.services.accounts import (
     roster_accounts_csv,
     roster_import,
 )
+from labs.services.lti import tool_key_ensure
 from labs.services.shared import classroom_set_shared
 
 ROSTER_PASSWORDS_TTL_S = 15 * 60
@@ -630,3 +633,51 @@ class MemberAutocomplete(AutocompleteJsonView):
 
 
 member_autocomplete = admin.site.admin_view(MemberAutocomplete.as_view(admin_site=admin.site))
+
+
+admin.site.unregister(LtiRegistration)  # django-lti's, replaced below
+
+
+# --- LTI platforms --------------------------------------------------------------------------
+
+
+class LtiDeploymentAdminInline(LtiDeploymentInline):
+    """The platform's deployment ids; a launch names one, which must be here and active."""
+
+    fields = ["deployment_id", "is_active"]
+
+
+@admin.register(LtiRegistration)
+class LtiPlatformAdmin(LtiRegistrationAdmin):
+    """django-lti's platform registration (issuer, client id, the platform's auth, token and
+    key-set URLs, its deployment ids inline), plus the values the LMS administrator pastes on
+    their side, shown on the platform's page (docs/lti.md)."""
+
+    change_form_template = "admin/lti_tool/ltiregistration/change_form.html"
+    formfield_overrides = {URLField: {"assume_scheme": "https"}}
+    inlines = [LtiDeploymentAdminInline]
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        tool_key_ensure()
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        context["lti_paste"] = lti_paste_values(request, obj)
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+
+def lti_paste_values(request: HttpRequest, registration) -> list[tuple[str, str]]:
+    """What an LMS administrator pastes into the LMS to register Failure Lab."""
+    url = request.build_absolute_uri
+    login = (
+        url(reverse("labs:lti_platform_login", args=[registration.uuid]))
+        if registration is not None
+        else url(reverse("labs:lti_login"))
+    )
+    launch = url(reverse("labs:lti_launch"))
+    return [
+        ("Login URL (OIDC login initiation)", login),
+        ("Launch URL (redirect URI and target link URI)", launch),
+        ("Key-set URL (public JWK set)", url(reverse("labs:lti_jwks"))),
+        ("Deep-linking URL", launch),
+    ]

@@ -41,6 +41,8 @@ from labs.models import (
     Classroom,
     JournalEvent,
     LabSession,
+    LtiCourseLink,
+    LtiGradePost,
     Membership,
     Prediction,
     Scenario,
@@ -1278,3 +1280,17 @@ def stale_runs(model, *, session_id: int | None = None):
         running = running.filter(session_id=session_id)
         queued = queued.filter(session_id=session_id)
     return running.select_related("session"), queued.select_related("session")
+
+
+def lti_class_status(classroom_id: int) -> dict[str, Any]:
+    """For a class's dashboard: whether it is linked to an LMS course, and the scores not yet
+    in the course's gradebook (how many, and the last error of one that failed)."""
+    waiting = LtiGradePost.objects.filter(
+        session__classroom_id=classroom_id, status=LtiGradePost.Status.PENDING
+    )
+    failed = waiting.filter(attempts__gt=0).order_by("-updated_at").first()
+    return {
+        "linked": LtiCourseLink.objects.filter(classroom_id=classroom_id).exists(),
+        "waiting": waiting.count(),
+        "failed": failed,
+    }

@@ -7,7 +7,7 @@ from celery.signals import worker_ready, worker_shutting_down
 
 from labs.live import queue
 from labs.live.hub import bookkeeping
-from labs.services import bursts, classroom, predictions, shared, traffic
+from labs.services import bursts, classroom, lti, predictions, shared, traffic
 
 
 @shared_task(name=queue.RUN_BURST, ignore_result=True)
@@ -26,6 +26,12 @@ def run_burst(burst_id: int) -> str:
 def run_traffic(traffic_id: int) -> str:
     """Run one queued traffic run (idempotent: a second delivery finds nothing to claim)."""
     return traffic.traffic_run(traffic_id=traffic_id)
+
+
+@shared_task(name=queue.SEND_LTI_GRADE, ignore_result=True)
+def send_lti_grade(post_id: int) -> bool:
+    """Send one score to the LMS gradebook (a failure queues its own retry)."""
+    return lti.lti_grade_send(post_id=post_id)
 
 
 @shared_task(name=queue.RESTORE_CLASS_FAULT, ignore_result=True)
@@ -51,3 +57,10 @@ def _hand_back_traffic(**kwargs) -> None:
     """A warm shutdown began: traffic runs end within seconds, saying the worker was stopped,
     instead of holding the worker for the rest of their schedule (labs.services.traffic)."""
     traffic.worker_stopping()
+
+
+@worker_ready.connect
+def _queue_unsent_lti_grades(**kwargs) -> None:
+    """Queue every score still waiting for the LMS gradebook when a worker starts: a retry
+    queued with a countdown is lost with a worker killed before it ran."""
+    lti.lti_grades_send_due()

@@ -2,12 +2,19 @@
 
 from django.urls import path
 
-from labs.views import accounts, instructor, lab, predictions, replay, storm
+from labs.views import accounts, instructor, lab, lti, predictions, replay, storm
 
 app_name = "labs"
 
 urlpatterns = [
     path("", accounts.home, name="home"),
+    # LTI 1.3: what an LMS administrator pastes (docs/lti.md).
+    path("lti/login/", lti.oidc_login, name="lti_login"),
+    path("lti/login/<uuid:registration_uuid>/", lti.oidc_login, name="lti_platform_login"),
+    path("lti/launch/", lti.launch, name="lti_launch"),
+    path("lti/jwks/", lti.jwks, name="lti_jwks"),
+    path("lti/deep-link/", lti.deep_link, name="lti_deep_link"),
+    path("classes/<int:pk>/lti/roster/", lti.roster_sync, name="lti_roster_sync"),
     path("accounts/signup/", accounts.signup, name="signup"),
     path("classes/join/", accounts.join_class, name="join_class"),
     path(

@@ -15,6 +15,7 @@ from kombu.exceptions import OperationalError
 RUN_BURST = "labs.run_burst"
 RESTORE_CLASS_FAULT = "labs.restore_class_fault"
 RUN_TRAFFIC = "labs.run_traffic"
+SEND_LTI_GRADE = "labs.send_lti_grade"
 
 
 def _app():
@@ -60,3 +61,12 @@ def enqueue_fault_restore(fault_id: int, countdown: int) -> None:
 def send_traffic(traffic_id: int) -> None:
     """Queue traffic run ``traffic_id`` for a worker now (called on commit)."""
     _app().send_task(RUN_TRAFFIC, args=(traffic_id,))
+
+
+def send_grade_post(post_id: int, *, countdown: int = 0) -> None:
+    """Queue the LMS grade post ``post_id`` (after ``countdown`` s); QueueUnavailable when the
+    broker is down (the row stays pending in the database)."""
+    try:
+        _app().send_task(SEND_LTI_GRADE, args=(post_id,), countdown=countdown)
+    except OperationalError as exc:
+        raise QueueUnavailable(str(exc)) from exc

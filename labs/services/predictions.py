@@ -33,6 +33,7 @@ from labs.live import broadcast, journal
 from labs.models import Burst, JournalEvent, LabSession, Prediction, StepProgress
 from labs.presenters import actor_name
 from labs.selectors import session_attempt
+from labs.services.lti import lti_grade_queue
 from labs.services.scenario_runner import event_from_row
 
 #: The largest answer that makes sense per measure (20 calls of at most 5 attempts, sleeps of
@@ -253,6 +254,7 @@ def prediction_grade(*, prediction: Prediction) -> Prediction:
         )
         if updated:
             _announce(prediction.session)
+            lti_grade_queue(session=prediction.session)  # to the LMS gradebook, if launched
     if updated:
         prediction.refresh_from_db()
     return prediction
@@ -313,4 +315,5 @@ def step_mark(*, session: LabSession, step: int, done: bool) -> bool:
             changed = rows.delete()[0] > 0
         if changed:
             _announce(session)
+            lti_grade_queue(session=session)  # to the LMS gradebook, if launched from there
     return done
