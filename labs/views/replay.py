@@ -277,7 +277,8 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
     context |= {
         "result": result,
         "labels": {
-            key: presenters.policy_choice_label(_chosen(query, key), choices) for key in ("a", "b")
+            key: _edits_label(presenters.policy_choice_label(_chosen(query, key), choices), form)
+            for key, form in edit_forms.items()
         },
     }
     if result.get("shared"):
@@ -349,6 +350,16 @@ def _edit_problem(problem: Problem, edit_forms: dict[str, PolicyForm]) -> str:
         return str(problem)
     form.add_problems([Problem(f"policy.{rest}", problem.message)])
     return f"Policy {key.upper()}, {form.fields[name].label}: {problem.message}"
+
+
+def _edits_label(label: str, form: PolicyForm) -> str:
+    """The picked policy's ``label`` with what was edited field by field, for the result's
+    "A: …" line (``The lesson's own policy, edited: Max attempts per call 1``)."""
+    edited = [f"{form.fields[name].label} {form.raw(name).strip() or 'off'}"
+              for name in form.fields if form.posted(name)]  # fmt: skip
+    if not edited:
+        return label
+    return f"{label.removesuffix(', unchanged')}, edited: {'; '.join(edited)}"
 
 
 def _short_url(get: QueryDict, edit_forms: dict[str, PolicyForm]) -> str | None:

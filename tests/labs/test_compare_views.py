@@ -189,6 +189,8 @@ def test_an_edited_field_changes_the_result_against_the_unedited_pick(client, st
     assert '<details class="compare-edit" id="compare-edit-b" open>' in html
     assert '<details class="compare-edit" id="compare-edit-a">' in html
     assert field_value(html, "id_b-max_attempts") == "1"
+    assert ("A: The lesson&#x27;s own policy, unchanged. "
+            "B: The lesson&#x27;s own policy, edited: Max attempts per call 1.") in html  # fmt: skip
 
 
 def test_a_submitted_form_redirects_to_an_address_holding_only_the_edits(
