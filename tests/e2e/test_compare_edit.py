@@ -71,5 +71,8 @@ def test_policy_b_edited_field_by_field_changes_what_the_page_shows(
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     shot(page, "compare-edit-390")
     page.locator("#compare-form").screenshot(path=str(ARTIFACTS / "compare-edit-form-390.png"))
+    page.locator("#compare-result > section").first.screenshot(
+        path=str(ARTIFACTS / "compare-edit-diff-390.png")
+    )
     page.wait_for_load_state("networkidle")
     assert problems == []
