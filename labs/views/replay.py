@@ -215,7 +215,9 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
 
     Each policy is picked from the presets, the current policy of the user's sessions, a
     burst's policy or a lesson step's policy, or written as JSON (``a_json``/``b_json``, the
-    form's advanced part, used instead of the pick when filled in). The query string is the
+    form's advanced part, used instead of the pick when filled in), and edited field by
+    field in the lab page's grouped policy form (:func:`_edit_form`, names ``a-…``/``b-…``;
+    a submitted form redirects to the address holding only the edits). The query string is the
     whole comparison (``scenario`` or ``dependency`` with ``calls``, ``seed``, ``a``, ``b``),
     so the URL can be projected or sent; ``from`` or ``burst`` alone only fill the form in.
     A scenario on the class's shared dependency is compared on the shared dependency's
