@@ -814,6 +814,23 @@ def compare_policy(user, token: str, field: str) -> dict[str, Any]:
     return policy_of(token, field)
 
 
+def compare_shown_policy(scenario_slug: str, changes: dict[str, Any]) -> dict[str, Any] | None:
+    """The whole policy a comparison runs with ``changes`` on the lesson ``scenario_slug``
+    (merged over the lesson's own policy, defaults applied; over the defaults for a dependency
+    of one's own, ``scenario_slug`` empty): what the form editing it field by field shows.
+    None when the merged policy is not valid (the comparison names the problem)."""
+    scenario = (
+        Scenario.objects.filter(slug=scenario_slug, is_active=True).first()
+        if scenario_slug else None
+    )  # fmt: skip
+    script = scenario.script if scenario and isinstance(scenario.script, dict) else {}
+    base = script.get("policy") if isinstance(script.get("policy"), dict) else {}
+    try:
+        return parse_policy(merge_settings(base, changes)).to_dict()
+    except ValidationError:
+        return None
+
+
 def compare_choices(user, *, also: tuple[str, ...] = ()) -> dict[str, Any]:
     """What a comparison's two policy pickers offer ``user``: the presets (in words), the
     current policy of each of the user's sessions (and of a session or burst named in

@@ -398,9 +398,11 @@ def _num(value: float | None) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
-def _describe_error(field: forms.Field, name: str) -> None:
-    """Point the input at its range and its error, so a screen reader reads both."""
-    field.widget.attrs["aria-describedby"] = f"id_{name}_helptext id_{name}_error"
+def _describe_error(field: forms.Field, name: str, auto_id: str = "") -> None:
+    """Point the input at its range and its error, so a screen reader reads both (``auto_id``:
+    the input's id when the form has a prefix or ids of its own)."""
+    auto_id = auto_id or f"id_{name}"
+    field.widget.attrs["aria-describedby"] = f"{auto_id}_helptext {auto_id}_error"
 
 
 class _LabInputsMixin(BoundedInputsMixin):
@@ -408,7 +410,7 @@ class _LabInputsMixin(BoundedInputsMixin):
     the input at it."""
 
     def too_long_message(self, name: str, limit: int, length: int) -> str:
-        _describe_error(self.fields[name], name)
+        _describe_error(self.fields[name], name, self[name].auto_id)
         label = self.fields[name].label or name.replace("_", " ").capitalize()
         return f"{label}: at most {limit} characters (got {length})"
 
@@ -433,23 +435,24 @@ class _EngineForm(_LabInputsMixin, forms.Form):
         raise NotImplementedError
 
     @classmethod
-    def from_post(cls, post, current: dict[str, Any]):
+    def from_post(cls, post, current: dict[str, Any], prefix: str | None = None):
         """A bound form showing the posted values over the current settings (so a refused
-        form re-renders whole), whose ``changes()`` are only what was posted."""
+        form re-renders whole), whose ``changes()`` are only what was posted (with
+        ``prefix``, the posted names carry it: ``a-max_attempts``)."""
         data = QueryDict(mutable=True)
         for key, value in cls.initial_from(current).items():
-            data[key] = "" if value is None else str(value)
+            data[f"{prefix}-{key}" if prefix else key] = "" if value is None else str(value)
         for key in post:
             data.setlist(key, post.getlist(key))
-        form = cls(data)
+        form = cls(data, prefix=prefix)
         form._posted = set(post.keys())
         return form
 
     def posted(self, name: str) -> bool:
-        return name in self._posted
+        return self.add_prefix(name) in self._posted
 
     def raw(self, name: str) -> str:
-        value = self.data.get(name, "")
+        value = self.data.get(self.add_prefix(name), "")
         return value if isinstance(value, str) else str(value)
 
     def add_problems(self, problems: Iterable[Problem]) -> None:
@@ -460,7 +463,7 @@ class _EngineForm(_LabInputsMixin, forms.Form):
                 self.add_error(None, str(problem))
             else:
                 self.add_error(name, f"{self.fields[name].label}: {problem.message}")
-                _describe_error(self.fields[name], name)
+                _describe_error(self.fields[name], name, self[name].auto_id)
 
     def field_for_path(self, path: str) -> str | None:
         bare = path.split("[", 1)[0]

@@ -23,15 +23,15 @@ import json
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponse
-from django.shortcuts import render
+from django.http import HttpResponse, QueryDict
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 from django_htmx.http import reswap, retarget
 
 from labs import presenters, selectors
-from labs.engine import LIMITS, ValidationError
+from labs.engine import LIMITS, Problem, ValidationError, merge_settings
 from labs.engine.replay import parse_start, scenario_metrics, waiting_ms
-from labs.forms.lab import POLICY_GROUPS, PolicyForm
+from labs.forms.lab import POLICY_GROUPS, PolicyForm, coerce, limit_of
 from labs.models import Burst, LabSession
 from labs.selectors import visible_session
 from labs.views import ERRORS_SHOWN, HtmxHttpRequest
@@ -215,7 +215,9 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
 
     Each policy is picked from the presets, the current policy of the user's sessions, a
     burst's policy or a lesson step's policy, or written as JSON (``a_json``/``b_json``, the
-    form's advanced part, used instead of the pick when filled in). The query string is the
+    form's advanced part, used instead of the pick when filled in), and edited field by
+    field in the lab page's grouped policy form (:func:`_edit_form`, names ``a-…``/``b-…``;
+    a submitted form redirects to the address holding only the edits). The query string is the
     whole comparison (``scenario`` or ``dependency`` with ``calls``, ``seed``, ``a``, ``b``),
     so the URL can be projected or sent; ``from`` or ``burst`` alone only fill the form in.
     A scenario on the class's shared dependency is compared on the shared dependency's
@@ -228,6 +230,10 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
     if not run:
         query |= _prefill(request.user, {key: request.GET.get(key, "") for key in PREFILL_KEYS})
     choices = selectors.compare_choices(request.user, also=(query["a"], query["b"]))
+    edit_forms = {key: _edit_form(request.user, request.GET, query, key) for key in ("a", "b")}
+    short = _short_url(request.GET, edit_forms)
+    if short is not None:
+        return redirect(f"{request.path}?{short}")
     context: dict[str, Any] = {
         "query": query,
         "scenarios": selectors.comparable_scenarios(),
@@ -236,10 +242,22 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
         "advanced_open": any(
             query[key].strip() for key in ("a_json", "b_json", "dependency", "calls")
         ) or any(query[key].strip().startswith("{") for key in ("a", "b")),
-    }
+        "edit_forms": [
+            {"key": key, "name": key.upper(), "form": form, "from": _chosen(query, key),
+             "open": bool(form.changes()) or bool(form.is_bound and form.errors)}
+            for key, form in edit_forms.items()
+        ],
+        "edits_on": "" if query["dependency"] else query["scenario"],
+    }  # fmt: skip
     if not run:
         return render(request, COMPARE_TEMPLATE, context)
     problems, seed, policies = _compare_inputs(request.user, query)
+    for key, form in edit_forms.items():
+        form.is_valid()  # lengths only; the engine's validator has the ranges
+        if form.too_long:
+            problems += [f"Policy {key.upper()}, {m}" for m in form.problems_summary()]
+        elif key in policies:
+            policies[key] = merge_settings(policies[key], form.changes())
     result = None
     if not problems:
         try:
@@ -254,14 +272,15 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
                     policy_b=policies["b"],
                 )  # fmt: skip
         except ValidationError as exc:
-            problems = [str(p) for p in exc.problems]
+            problems = [_edit_problem(p, edit_forms) for p in exc.problems]
     if result is None:
         context["problems"] = problems
         return render(request, COMPARE_TEMPLATE, context, status=400)
     context |= {
         "result": result,
         "labels": {
-            key: presenters.policy_choice_label(_chosen(query, key), choices) for key in ("a", "b")
+            key: _edits_label(presenters.policy_choice_label(_chosen(query, key), choices), form)
+            for key, form in edit_forms.items()
         },
     }
     if result.get("shared"):
@@ -277,6 +296,90 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
         ),
     }
     return render(request, COMPARE_TEMPLATE, context)
+
+
+def _edit_form(user, get: QueryDict, query: dict[str, str], key: str) -> PolicyForm:
+    """The form editing policy ``key`` field by field (prefix ``key``: ``a-max_attempts``),
+    bound to the policy the comparison runs (the pick merged over the lesson's own), with
+    the edits typed into it on top; its ``changes()`` are the edits only.
+
+    An edit is a field whose value differs from what the form showed when the page was drawn:
+    the policy ``<key>_from`` on the lesson ``edits_on`` (hidden in the form), else the
+    current pick. So a pick changed in the same submit keeps the edits, and only them, and
+    a link holding just the edited fields means the same comparison."""
+    lesson = "" if query["dependency"] else query["scenario"]
+    current = _shown(user, lesson, _chosen(query, key))
+    prefix = f"{key}-"
+    typed = {name[len(prefix):]: get[name] for name in get if name.startswith(prefix)}
+    if f"{key}_from" in get:
+        basis = _shown(user, get.get("edits_on", ""), get[f"{key}_from"].strip() or "defaults")
+    else:
+        basis = current
+    shown = PolicyForm.initial_from(basis or {})
+    edits = QueryDict(mutable=True)
+    for name, value in typed.items():
+        if name in shown and _differs(name, value, shown[name]):
+            edits[prefix + name] = value
+    return PolicyForm.from_post(edits, current or {}, prefix=key)
+
+
+def _shown(user, lesson: str, token: str) -> dict[str, Any] | None:
+    """The whole policy ``token`` stands for on ``lesson`` (None when it does not parse)."""
+    try:
+        changes = selectors.compare_policy(user, token, "policy")
+    except ValidationError:
+        return None
+    return selectors.compare_shown_policy(lesson, changes)
+
+
+def _differs(name: str, typed: str, shown: Any) -> bool:
+    """Whether the value typed into field ``name`` is another value than the one shown."""
+    path = next((p for n, p, _ in PolicyForm.spec if n == name), None)
+    shown_text = "" if shown is None else str(shown)
+    if path is None:  # the budget switch
+        return typed.strip() != shown_text
+    limit = limit_of(path)
+    return coerce(typed, limit) != coerce(shown_text, limit)
+
+
+def _edit_problem(problem: Problem, edit_forms: dict[str, PolicyForm]) -> str:
+    """A comparison's problem as a sentence; one naming a setting of policy A or B is put
+    beside that field of its form too, in the form's words (its label and range)."""
+    key, dot, rest = problem.field.partition(".")
+    form = edit_forms.get(key) if dot else None
+    name = form.field_for_path(f"policy.{rest}") if form is not None else None
+    if name is None:
+        return str(problem)
+    form.add_problems([Problem(f"policy.{rest}", problem.message)])
+    return f"Policy {key.upper()}, {form.fields[name].label}: {problem.message}"
+
+
+def _edits_label(label: str, form: PolicyForm) -> str:
+    """The picked policy's ``label`` with what was edited field by field, for the result's
+    "A: …" line (``The lesson's own policy, edited: Max attempts per call 1``)."""
+    edited = [f"{form.fields[name].label} {form.raw(name).strip() or 'off'}"
+              for name in form.fields if form.posted(name)]  # fmt: skip
+    if not edited:
+        return label
+    return f"{label.removesuffix(', unchanged')}, edited: {'; '.join(edited)}"
+
+
+def _short_url(get: QueryDict, edit_forms: dict[str, PolicyForm]) -> str | None:
+    """The comparison's query string with only the edited fields, when ``get`` holds more (a
+    submitted form sends every field of both policies): the page redirects there, so the
+    address stays short enough to send. None when ``get`` is already that."""
+    extra = [k for k in get if k not in COMPARE_KEYS and k not in PREFILL_KEYS]
+    edited = [(f"{key}-{name}", form.raw(name)) for key, form in edit_forms.items()
+              for name in form.fields if form.posted(name)]  # fmt: skip
+    if not extra or sorted(extra) == sorted(k for k, _ in edited):
+        return None
+    short = QueryDict(mutable=True)
+    for k in COMPARE_KEYS:
+        if k in get:
+            short[k] = get[k]
+    for k, v in edited:
+        short[k] = v
+    return short.urlencode()
 
 
 def _prefill(user, prefill: dict[str, str]) -> dict[str, str]:

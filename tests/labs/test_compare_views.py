@@ -138,3 +138,120 @@ def test_a_dependency_script_cannot_use_the_shared_dependency(client, student):
     answer = client.get(compare_url(dependency='{"mode": "shared"}', a="defaults", b="defaults"))
     assert answer.status_code == 400
     assert "a dependency script alone cannot simulate" in answer.content.decode()
+
+
+# --- a policy edited field by field ----------------------------------------------------------
+
+
+def field_value(html: str, field_id: str) -> str:
+    select = re.search(rf'<select[^>]*id="{field_id}"[^>]*>(.*?)</select>', html, re.S)
+    if select:
+        found = re.search(r'<option value="([^"]*)" selected>', select.group(1))
+        return found.group(1) if found else ""
+    tag = re.search(rf'<input[^>]*id="{field_id}"[^>]*>', html)
+    assert tag, field_id
+    found = re.search(r'value="([^"]*)"', tag.group(0))
+    return found.group(1) if found else ""
+
+
+def test_each_policy_has_its_own_grouped_form_prefilled_with_the_pick(client, student, scenario):
+    client.force_login(student)
+    html = client.get(
+        compare_url(scenario=scenario.slug, a="no-retries", b="threshold-1")
+    ).content.decode()
+    for key in ("a", "b"):
+        assert re.search(rf'<details class="compare-edit" id="compare-edit-{key}">\s*'
+                         rf'<summary>Edit policy {key.upper()} field by field</summary>', html)  # fmt: skip
+        assert f'name="{key}-max_attempts"' in html
+        assert f'id="compare-{key}-group-retries"' in html  # the lab page's groups
+    # A shows no-retries, B the lesson's own attempts with a breaker opening after 1 failure.
+    assert field_value(html, "id_a-max_attempts") == "1"
+    assert field_value(html, "id_b-max_attempts") == str(scenario.script["policy"]["max_attempts"])
+    assert field_value(html, "id_b-breaker_failure_threshold") == "1"
+    # Two forms on one page: no id twice, every label points at its own form's input.
+    ids = re.findall(r'\bid="([^"]+)"', html)
+    assert len(ids) == len(set(ids)), [i for i in ids if ids.count(i) > 1]
+    for target in re.findall(r'<label for="(id_[ab]-[^"]+)"', html):
+        assert f'id="{target}"' in html
+
+
+def test_an_edited_field_changes_the_result_against_the_unedited_pick(client, student, scenario):
+    client.force_login(student)
+    base = {"scenario": scenario.slug, "seed": 7, "a": "defaults", "b": "defaults"}
+    plain = client.get(compare_url(**base)).content.decode()
+    assert diff_cell(plain, "attempts", 0) == diff_cell(plain, "attempts", 1)
+    edited = client.get(compare_url(**base, **{"b-max_attempts": "1"}))
+    assert edited.status_code == 200
+    html = edited.content.decode()
+    assert diff_cell(html, "attempts", 0) == diff_cell(plain, "attempts", 0)  # A as before
+    assert int(diff_cell(html, "attempts", 1)) < int(diff_cell(html, "attempts", 0))
+    # The form shows the edit, open; A's stays closed and as picked.
+    assert '<details class="compare-edit" id="compare-edit-b" open>' in html
+    assert '<details class="compare-edit" id="compare-edit-a">' in html
+    assert field_value(html, "id_b-max_attempts") == "1"
+    assert ("A: The lesson&#x27;s own policy, unchanged. "
+            "B: The lesson&#x27;s own policy, edited: Max attempts per call 1.") in html  # fmt: skip
+
+
+def test_a_submitted_form_redirects_to_an_address_holding_only_the_edits(
+    client, student, scenario
+):
+    """The form sends every field of both policies; only the one changed counts, and the
+    address the page lands on holds it alone, giving the same comparison."""
+    client.force_login(student)
+    query = {"scenario": scenario.slug, "seed": 7, "a": "defaults", "b": "defaults",
+             "a_json": "", "b_json": "", "dependency": "", "calls": "",
+             "edits_on": scenario.slug, "a_from": "defaults", "b_from": "defaults"}  # fmt: skip
+    page = client.get(compare_url(**{k: query[k] for k in ("scenario", "a", "b")}))
+    html = page.content.decode()
+    for key in ("a", "b"):
+        for name in re.findall(rf'<(?:input|select)[^>]*name="({key}-[^"]+)"', html):
+            query[name] = field_value(html, f"id_{name}")
+    query["b-max_attempts"] = "1"
+    answer = client.get(compare_url(**query))
+    assert answer.status_code == 302
+    short = answer["Location"]
+    assert "b-max_attempts=1" in short
+    assert "a-max_attempts" not in short and "b-backoff_base_ms" not in short
+    assert "edits_on" not in short and "b_from" not in short
+    landed = client.get(short).content.decode()
+    assert int(diff_cell(landed, "attempts", 1)) < int(diff_cell(landed, "attempts", 0))
+
+
+def test_a_pick_changed_with_the_form_unedited_uses_the_new_pick(client, student, scenario):
+    """The fields still show the old pick (defaults' 4 attempts): that is no edit, so
+    no-retries, picked in the same submit, runs with its 1 attempt."""
+    client.force_login(student)
+    shown = str(scenario.script["policy"]["max_attempts"])
+    query = {"scenario": scenario.slug, "seed": 7, "a": "defaults", "b": "no-retries",
+             "edits_on": scenario.slug, "b_from": "defaults", "b-max_attempts": shown}  # fmt: skip
+    short = client.get(compare_url(**query))["Location"]
+    assert "max_attempts" not in short
+    html = client.get(short).content.decode()
+    nothing = client.get(
+        compare_url(scenario=scenario.slug, seed=7, a="defaults", b="no-retries")
+    ).content.decode()
+    assert diff_cell(html, "attempts", 1) == diff_cell(nothing, "attempts", 1)
+    assert int(diff_cell(html, "attempts", 1)) < int(diff_cell(html, "attempts", 0))
+
+
+def test_a_bad_edited_value_is_refused_by_its_label_and_range(client, student, scenario):
+    client.force_login(student)
+    answer = client.get(
+        compare_url(scenario=scenario.slug, a="defaults", b="defaults", **{"b-max_attempts": "50"})
+    )
+    assert answer.status_code == 400
+    html = answer.content.decode()
+    message = "Max attempts per call: must be between 1 and 5 (got 50)"
+    assert f"Policy B, {message}" in html  # the summary above the form
+    error = re.search(r'<p class="field-error" id="id_b-max_attempts_error" role="alert">'
+                      r"([^<]+)</p>", html)  # fmt: skip
+    assert error and error.group(1) == message  # beside the field, in its open form
+    assert 'aria-describedby="id_b-max_attempts_helptext id_b-max_attempts_error"' in html
+    assert '<details class="compare-edit" id="compare-edit-b" open>' in html
+    assert 'id="compare-diff"' not in html  # nothing ran
+    long = client.get(
+        compare_url(scenario=scenario.slug, a="defaults", b="defaults", **{"a-jitter": "x" * 200})
+    )
+    assert long.status_code == 400
+    assert "Policy A, Jitter: at most 100 characters (got 200)" in long.content.decode()

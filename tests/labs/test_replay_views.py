@@ -230,7 +230,8 @@ def make_other_user():
     [
         (
             {"scenario": "tour", "b": '{"max_attempts": 9}'},
-            "b.max_attempts: must be between 1 and 5 (got 9)",
+            # in the words of the field editing it (policy B's max attempts), with its range
+            "Policy B, Max attempts per call: must be between 1 and 5 (got 9)",
         ),
         ({"scenario": "tour", "b": '{"max_attempts": 9'}, "b: is not valid JSON"),
         ({"scenario": "tour", "a": "fastest"}, "a: must be a preset (defaults, no-retries"),
