@@ -274,6 +274,8 @@ LOGOUT_REDIRECT_URL = "login"
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
+    # Permissions only: an instructor's admin rights come from teaching a class.
+    "labs.services.accounts.TeachingBackend",
 ]
 if env_str("LAB_LOGIN_COOLOFF_MINUTES", ""):
     raise ImproperlyConfigured(

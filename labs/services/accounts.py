@@ -141,6 +141,36 @@ INSTRUCTOR_PERMISSIONS = [
 ]
 
 
+class TeachingBackend:
+    """An authentication backend that authenticates nobody and grants the admin permissions
+    of ``INSTRUCTOR_PERMISSIONS`` to an active staff user who teaches a class: the admin
+    lets an instructor do what the dashboard does because they teach, not only because a
+    group row says so (a group whose permissions were deleted, or a flushed database whose
+    data migrations did not run again, would otherwise answer 403). The admin's
+    ``InstructorScopedAdmin`` still limits every page to the classes they teach."""
+
+    def authenticate(self, request, **credentials):
+        return None
+
+    def _teaches(self, user) -> bool:
+        if not (user.is_active and user.is_staff) or user.is_anonymous:
+            return False
+        cached = getattr(user, "_teaching_cache", None)
+        if cached is None:
+            cached = Membership.objects.filter(
+                user=user, role=Membership.Role.INSTRUCTOR
+            ).exists()
+            user._teaching_cache = cached
+        return cached
+
+    def has_perm(self, user, perm: str, obj=None) -> bool:
+        app_label, _, codename = perm.partition(".")
+        return app_label == "labs" and codename in INSTRUCTOR_PERMISSIONS and self._teaches(user)
+
+    def has_module_perms(self, user, app_label: str) -> bool:
+        return app_label == "labs" and self._teaches(user)
+
+
 def instructors_group() -> Group:
     """The Instructors group, with its permissions: recreated whole if someone deleted it
     (or a test database was flushed), and given any permission of the list it lacks, so an

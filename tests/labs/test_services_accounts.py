@@ -252,3 +252,36 @@ def test_the_migrated_group_holds_every_permission_the_service_lists():
 
     granted = Group.objects.get(name="Instructors").permissions.values_list("codename", flat=True)
     assert set(granted) == set(INSTRUCTOR_PERMISSIONS)
+
+
+def test_an_instructor_keeps_the_admin_rights_of_teaching_when_the_group_lost_its_permissions(
+    classroom,
+):
+    """The admin follows the dashboard: teaching a class gives its instructor's admin rights
+    (TeachingBackend), even with the Instructors group's permissions gone; nobody else gets
+    them, and no permission beyond the instructor's list is granted."""
+    from django.contrib.auth.models import Group
+
+    from labs.services.accounts import instructor_enrol
+    from tests.conftest import make_student, make_user
+
+    teacher = make_user("keeps_rights")
+    instructor_enrol(user=teacher, classroom=classroom)
+    Group.objects.get(name="Instructors").permissions.clear()
+    teacher = type(teacher).objects.get(pk=teacher.pk)
+    assert teacher.has_perm("labs.view_shareddependencyconfig")
+    assert teacher.has_perm("labs.change_classroom")
+    assert teacher.has_module_perms("labs")
+    assert not teacher.has_perm("labs.delete_classroom")
+    assert not teacher.has_perm("auth.view_user")
+
+    staff_not_teaching = make_user("staff_only")
+    staff_not_teaching.is_staff = True
+    staff_not_teaching.save()
+    assert not staff_not_teaching.has_perm("labs.view_classroom")
+    student = make_student("just_a_student", classroom)
+    student.is_staff = True  # even staff: a student membership teaches nothing
+    student.save()
+    student = type(student).objects.get(pk=student.pk)
+    assert not student.has_perm("labs.view_classroom")
+    assert not student.has_module_perms("labs")
