@@ -16,6 +16,7 @@ from http.cookies import Morsel
 from csp.middleware import CSPMiddleware, PolicyParts
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponseBase
 
 
@@ -43,6 +44,18 @@ LTI_FRAMEABLE_VIEWS = frozenset(
 )
 
 
+def _launch_origins(request: HttpRequest, session) -> list:
+    """The session's launch origins; none when the database is away (the response is then
+    the outage page, which must go out at once, unframed: ``request.database_away`` is set
+    where the outage was met, so the session is not read, and waited for, again)."""
+    if getattr(request, "database_away", False):
+        return []
+    try:
+        return session.get(LTI_FRAME_ORIGINS_KEY) or []
+    except DatabaseError:
+        return []
+
+
 def lti_frame_origins(request: HttpRequest) -> list[str]:
     """The origins that may frame this response: the launching platform's, for a page a
     launch leads to in a session that came from a launch; otherwise none."""
@@ -50,7 +63,7 @@ def lti_frame_origins(request: HttpRequest) -> list[str]:
     session = getattr(request, "session", None)
     if match is None or session is None or match.view_name not in LTI_FRAMEABLE_VIEWS:
         return []
-    origins = session.get(LTI_FRAME_ORIGINS_KEY) or []
+    origins = _launch_origins(request, session)
     return [o for o in origins if isinstance(o, str) and o.startswith(("https://", "http://"))]
 
 
@@ -84,7 +97,7 @@ def partition_lti_cookies(request: HttpRequest, response: HttpResponseBase) -> N
     if not _may_partition(request):
         return
     session = getattr(request, "session", None)
-    launched = bool(session is not None and session.get(LTI_FRAME_ORIGINS_KEY))
+    launched = bool(session is not None and _launch_origins(request, session))
     names = {settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME, MESSAGES_COOKIE}
     names = names if launched else set()
     for name, morsel in response.cookies.items():

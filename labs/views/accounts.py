@@ -35,6 +35,7 @@ from labs.services.accounts import (
     student_signup,
 )
 from labs.views import HtmxHttpRequest
+from labs.views.ops import outage_of, outage_page
 
 #: Set in the session of a login that used up a one-time password, until a password is chosen.
 MUST_CHOOSE_PASSWORD = "labs.must_choose_password"  # noqa: S105 (a session key)
@@ -134,10 +135,11 @@ class ChoosePasswordFirst:
         session = getattr(request, "session", None)
         try:
             must_choose = session is not None and session.get(MUST_CHOOSE_PASSWORD)
-        except DatabaseError:
-            # The database is away: the view's own read of the session meets the same error
-            # there, where OutageMiddleware answers it with the 503 page.
-            must_choose = False
+        except DatabaseError as exc:
+            # The database is away: the outage page now, once; the flag tells the response's
+            # middleware (the CSP's) not to wait for the session again.
+            request.database_away = True
+            return outage_page(outage_of(exc) or "its database")
         if must_choose:
             target = reverse("choose_password")
             if request.path not in (target, reverse("logout")):

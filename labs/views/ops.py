@@ -116,6 +116,7 @@ class OutageMiddleware:
         what = outage_of(exception)
         if what is None:
             return None
+        request.database_away = True  # the response's middleware reads no session again
         logger.warning("%s %s: %s is away (%r); answered 503", request.method,
                        request.path, what, exception, exc_info=exception)  # fmt: skip
         return outage_page(what)
