@@ -188,7 +188,7 @@ def server_time_part(args) -> list[tuple[str, str, str, str]]:
     from django.test import Client
     from django.test.utils import setup_test_environment
 
-    from labs.selectors import class_dashboard_rows
+    from labs.selectors.dashboard import class_dashboard_rows
 
     setup_test_environment()
     room, teacher, sessions = make_class("bench big class", args.students, TOUR)
@@ -545,7 +545,7 @@ def latency_part(args, bench: Bench) -> list[tuple[str, str, str, str]]:
 
 
 def browser_row(result: dict, room, what: str) -> tuple[str, str, str, str]:
-    from labs.selectors import class_dashboard_rows
+    from labs.selectors.dashboard import class_dashboard_rows
 
     label = "(c) the page in Chromium during (b)"
     if "error" in result:

@@ -39,8 +39,8 @@ from labs.models import (
     Scenario,
     SharedDependencyConfig,
 )
-from labs.presenters import step_sentence
-from labs.selectors import scenario_run_virtual
+from labs.presenters.lessons import step_sentence
+from labs.selectors.lessons import scenario_run_virtual
 from labs.services.accounts import (
     RosterError,
     classroom_regenerate_join_code,

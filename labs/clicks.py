@@ -21,9 +21,9 @@ from django.template.loader import render_to_string
 from django_ratelimit.core import get_usage
 from redis.exceptions import RedisError
 
-from labs import selectors
 from labs.forms.lab import BurstForm
 from labs.models import LabSession
+from labs.selectors.access import owned_session_keys
 from labs.services import bursts as burst_services
 from labs.services import predictions as prediction_services
 
@@ -108,7 +108,7 @@ def socket_run_burst(session_key: str | None, session_id: int, data: dict[str, A
     request.user = auth.get_user(request)
     if not request.user.is_authenticated:
         return _socket_reply(403, SOCKET_SIGNED_OUT)
-    session = selectors.owned_session_keys(request.user, session_id)
+    session = owned_session_keys(request.user, session_id)
     if session is None:
         return _socket_reply(403, SOCKET_NOT_OWNER)
     form = BurstForm({k: str(data.get(k, "")) for k in ("size", "concurrency")})

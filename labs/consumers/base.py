@@ -23,7 +23,7 @@ from channels.layers import get_channel_layer
 from daphne.ws_protocol import WebSocketProtocol
 from django.conf import settings
 
-from labs import selectors
+from labs.selectors.access import signed_in
 
 logger = logging.getLogger(__name__)
 
@@ -221,7 +221,7 @@ class RightCheck:
     (the storm panel's student table included). After a consumer has let a socket in it calls
     :meth:`keep_checking` with its own test of the right (a function of the ORM, run in the
     reads' pool); every ``LAB_WS_RECHECK_MS`` the mixin checks that the Django session is
-    still signed in as the socket's user (:func:`labs.selectors.signed_in`) and that test.
+    still signed in as the socket's user (:func:`labs.selectors.access.signed_in`) and that test.
     When either fails, nothing more is sent (the consumer's ``base_send`` drops it) and the socket is closed
     with :data:`CLOSE_FORBIDDEN`: within one interval (two seconds by default) of the change.
     A check that cannot be made (the database restarting) keeps the socket and tries again
@@ -246,7 +246,7 @@ class RightCheck:
         user_id = getattr(user, "pk", None)
 
         def allowed() -> bool:
-            return selectors.signed_in(session_key, user_id) and still_allowed(user)
+            return signed_in(session_key, user_id) and still_allowed(user)
 
         interval = settings.LAB_WS_RECHECK_MS / 1000
         while True:

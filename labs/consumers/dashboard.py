@@ -22,7 +22,7 @@ Messages to the page (JSON):
   answered, right}, "progress_text": "3/5 steps · 1/2 right"}``: one ``class.progress``
   group message (a student answered, ran or ticked a step, or a step was graded). The
   consumer reads the session's progress when the message arrives
-  (``selectors.session_progress``): the values are absolute, so the newest message is right
+  (``session_progress``): the values are absolute, so the newest message is right
   whatever came before it.
 
 The instructor's predictions page connects with ``?view=predictions``. It gets no
@@ -55,10 +55,13 @@ from typing import Any
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.template.loader import render_to_string
 
-from labs import presenters, selectors
 from labs.consumers.base import CLOSE_FORBIDDEN, DirectDispatch, RightCheck, SocketLimits, read
 from labs.live import metrics
 from labs.live.broadcast import class_group
+from labs.presenters.dashboard import dashboard_labels, progress_text
+from labs.selectors.access import teaches
+from labs.selectors.dashboard import class_dashboard_snapshot, simulated_session_ids
+from labs.selectors.predictions import class_predictions_page, progress_fields, session_progress
 
 REFRESH_INTERVAL_S = 1.0
 SETTLE_S = 1.5
@@ -71,7 +74,7 @@ def predictions_html(classroom_id: int) -> str:
     from labs.models import Classroom
 
     classroom = Classroom.objects.get(pk=classroom_id)
-    return render_to_string(PREDICTIONS_TEMPLATE, selectors.class_predictions_page(classroom))
+    return render_to_string(PREDICTIONS_TEMPLATE, class_predictions_page(classroom))
 
 
 class ClassDashboardConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebsocketConsumer):
@@ -93,11 +96,11 @@ class ClassDashboardConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJson
         user = self.scope.get("user")
         await self.accept()
         allowed = user is not None and user.is_authenticated
-        if not allowed or not await read(selectors.teaches)(user, self.classroom_id):
+        if not allowed or not await read(teaches)(user, self.classroom_id):
             await self.close(code=CLOSE_FORBIDDEN)
             return
         classroom_id = self.classroom_id
-        self.keep_checking(lambda user: selectors.teaches(user, classroom_id))
+        self.keep_checking(lambda user: teaches(user, classroom_id))
         self.group = class_group(self.classroom_id)
         metrics.socket_opened("dashboard")
         await self.channel_layer.group_add(self.group, self.channel_name)
@@ -123,23 +126,23 @@ class ClassDashboardConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJson
             html = await read(predictions_html)(self.classroom_id)
             await self.send_json({"type": "predictions", "html": html})
             return
-        rows = await read(selectors.class_dashboard_snapshot)(self.classroom_id)
+        rows = await read(class_dashboard_snapshot)(self.classroom_id)
         # Simulated students' sessions are not rows of the dashboard (it counts them apart):
         # their updates are dropped here, or the page would ask for a snapshot at every one.
-        self._hidden = await read(selectors.simulated_session_ids)(self.classroom_id)
+        self._hidden = await read(simulated_session_ids)(self.classroom_id)
         await self.send_json({"type": "snapshot", "rows": rows, "at": time.time()})
 
     async def class_sessions(self, event: dict[str, Any]) -> None:
         """A journal batch's compact update of each session of the class it touched (one
         message per class per batch), sent on as one ``session`` message per session, with
-        the words the page shows for its fields (labs.presenters.dashboard_labels)."""
+        the words the page shows for its fields (labs.presenters.dashboard.dashboard_labels)."""
         if self.group is None or self.view == "predictions":
             return
         for update in event.get("sessions", ()):
             if update.get("session") in self._hidden:
                 continue
             await self.send_json(
-                {**update, **presenters.dashboard_labels(update), "type": "session"}
+                {**update, **dashboard_labels(update), "type": "session"}
             )
         if time.monotonic() - self._last_refresh >= RESYNC_BUSY_S:
             await self._send_snapshot()
@@ -164,16 +167,16 @@ class ClassDashboardConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJson
             return
         if session_id in self._hidden:
             return
-        row = await read(selectors.session_progress)(session_id)
+        row = await read(session_progress)(session_id)
         if row is None or row["session"].classroom_id != self.classroom_id:
             return
-        progress = selectors.progress_fields(row)
+        progress = progress_fields(row)
         await self.send_json(
             {
                 "type": "progress",
                 "session": session_id,
                 "progress": progress,
-                "progress_text": presenters.progress_text(progress),
+                "progress_text": progress_text(progress),
             }
         )
         self._settle_later()

@@ -25,14 +25,14 @@
    connect carries the current badge.
 4. In ``shared`` mode (the class's shared dependency), ``{"type": "shared", ...}`` once a
    second from the consumer's own loop, never asked for by the page
-   (:func:`labs.presenters.shared_page_message`): the dependency's state (healthy,
+   (:func:`labs.presenters.storm.shared_page_message`): the dependency's state (healthy,
    triggered, overloaded), its capacity and latest trigger, and the class's per-second
    totals, the first message ``SHARED_FIRST_S`` seconds of them, then the last
    ``SHARED_RESEND_S`` (a second's counters change until its attempts are answered). It
    names nobody else: the class's part is read once per class and process per tick
    (``SHARED_CACHE_S``), however many pages watch, and each page's message adds ``mine``,
    its own session's counters per second and its figures over the last complete seconds
-   (``selectors.storm_session_recent``: retry ratio, share, attempts), read from the
+   (``storm_session_recent``: retry ratio, share, attempts), read from the
    per-session counters the shared model keeps, the same the storm panel's table shows for
    that second. When the session leaves shared mode the page gets
    ``{"type": "shared", "active": false}``.
@@ -71,7 +71,6 @@ from urllib.parse import parse_qs
 
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from labs import presenters, selectors
 from labs.clicks import socket_run_burst
 from labs.consumers.base import (
     CLOSE_FORBIDDEN,
@@ -85,7 +84,11 @@ from labs.consumers.base import (
 )
 from labs.live import broadcast, metrics, rows
 from labs.live.journal import BURST_END_KINDS
-from labs.presenters import SUMMARY_KINDS, badge_html
+from labs.presenters.lab_page import SUMMARY_KINDS, badge, render_badge, summary_fragment
+from labs.presenters.storm import shared_page_message
+from labs.selectors.access import session_policy, socket_session
+from labs.selectors.lab import breaker_now, burst_facts_by_id, count_after, newest_seq, rows_after
+from labs.selectors.storm import session_shared_classroom, storm_recent, storm_session_recent
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +120,7 @@ _shared_cache: dict[int, tuple[float, str, int]] = {}
 
 
 def shared_class_text(classroom_id: int, back_s: int) -> tuple[str, int]:
-    """The JSON text of :func:`labs.presenters.shared_page_message` for the class and the
+    """The JSON text of :func:`labs.presenters.storm.shared_page_message` for the class and the
     second it was read at, built from Redis at most once per ``SHARED_CACHE_S`` for the
     usual ``SHARED_RESEND_S`` seconds (thirty pages of one class cost one read a tick)."""
     now = time.monotonic()
@@ -125,8 +128,8 @@ def shared_class_text(classroom_id: int, back_s: int) -> tuple[str, int]:
         cached = _shared_cache.get(classroom_id)
         if cached is not None and now - cached[0] < SHARED_CACHE_S:
             return cached[1], cached[2]
-    recent = selectors.storm_recent(classroom_id, back_s)
-    text = json.dumps(presenters.shared_page_message(recent))
+    recent = storm_recent(classroom_id, back_s)
+    text = json.dumps(shared_page_message(recent))
     if back_s == SHARED_RESEND_S:
         _shared_cache[classroom_id] = (now, text, recent["now"])
     return text, recent["now"]
@@ -136,7 +139,7 @@ def shared_message_text(classroom_id: int, session_id: int, back_s: int) -> str:
     """The class's part (:func:`shared_class_text`) with this session's own counters and
     window figures at the same second spliced in as ``mine`` (one more read, Redis only)."""
     text, now = shared_class_text(classroom_id, back_s)
-    mine = selectors.storm_session_recent(classroom_id, session_id, now, back_s)
+    mine = storm_session_recent(classroom_id, session_id, now, back_s)
     return f'{text[:-1]}, "mine": {json.dumps(mine)}}}'
 
 
@@ -186,13 +189,13 @@ _rendered_badges: dict[tuple[int, int, Any, Any], asyncio.Future] = {}
 
 
 def rendered_summary(session_id: int, event: dict[str, Any], facts: dict[str, Any]) -> str:
-    """The summary panel's HTML as of ``event`` (:func:`labs.presenters.summary_html`), once in
+    """The summary panel's HTML as of ``event`` (:func:`labs.presenters.lab_page.summary_fragment`), once in
     this process for every page watching the session. The panel as of a row depends on the
     row and on the burst's number, size and concurrency only, which no later row changes."""
     key = _row_key(session_id, event)
     html = _rendered_summaries.get(key)
     if html is None:
-        html = presenters.summary_fragment(event, facts)
+        html = summary_fragment(event, facts)
         _keep(_rendered_summaries, key, html)
     return html
 
@@ -205,7 +208,7 @@ async def rendered_badge(session_id: int, policy: dict[str, Any], event: dict[st
     the others wait for the same result. A replayed row reads Redis afresh: it may be minutes
     old, and the badge shows the breaker as it is now. A failed read is not kept."""
     if not event.get("emitted"):
-        return badge_html(await read_redis(presenters.badge_for)(session_id, policy))
+        return render_badge(badge(await read_redis(breaker_now)(session_id, policy)))
     key = _row_key(session_id, event)
     pending = _rendered_badges.get(key)
     if pending is None:
@@ -222,7 +225,7 @@ def _forget_failed_badge(key: tuple[int, int, Any, Any], done: asyncio.Future) -
 
 
 async def _read_badge(session_id: int, policy: dict[str, Any]) -> str:
-    return badge_html(await read_redis(presenters.badge_for)(session_id, policy))
+    return render_badge(badge(await read_redis(breaker_now)(session_id, policy)))
 
 
 class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocketConsumer):
@@ -252,13 +255,13 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
             session_id = int(self.scope["url_route"]["kwargs"]["session_id"])
         except (KeyError, TypeError, ValueError):
             session_id = 0
-        found = await read(selectors.socket_session)(user, session_id)
+        found = await read(socket_session)(user, session_id)
         if found is None:
             await self.accept()
             await self.close(code=CLOSE_FORBIDDEN)
             return
         self.session_id, newest, self._policy = found
-        self._shared_classroom = await read(selectors.session_shared_classroom)(self.session_id)
+        self._shared_classroom = await read(session_shared_classroom)(self.session_id)
         # Everything that sends rows holds this lock: handlers run one at a time anyway, but
         # the settle timer runs beside them.
         self._deliver_lock = asyncio.Lock()
@@ -270,7 +273,7 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         session_id = self.session_id
-        self.keep_checking(lambda user: selectors.socket_session(user, session_id) is not None)
+        self.keep_checking(lambda user: socket_session(user, session_id) is not None)
         after = self._after_from_query()
         # A client claiming rows we never wrote (a stale tab after a database reset) is
         # treated as knowing everything so far; nothing is replayed to it twice.
@@ -423,7 +426,7 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
         flowing while the query waits (on PostgreSQL, for a pooled connection that a burst of
         Run burst requests may hold for a moment)."""
         assert self.session_id is not None
-        newest = await read(selectors.newest_seq)(self.session_id)
+        newest = await read(newest_seq)(self.session_id)
         async with self._deliver_lock:
             if newest > self.last_seq:
                 logger.info(
@@ -448,12 +451,12 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
     async def _catch_up(self, upto: int | None = None) -> None:
         """Send every row after ``last_seq`` (up to ``upto``) from the database, in order."""
         assert self.session_id is not None
-        behind = await read(selectors.count_after)(self.session_id, self.last_seq)
+        behind = await read(count_after)(self.session_id, self.last_seq)
         if behind > MAX_REPLAY:
             await self._send({"type": "reload", "reason": f"{behind} rows behind"})
             return
         while True:
-            rows = await read(selectors.rows_after)(self.session_id, self.last_seq, REPLAY_CHUNK)
+            rows = await read(rows_after)(self.session_id, self.last_seq, REPLAY_CHUNK)
             if upto is not None:
                 rows = [r for r in rows if r["seq"] <= upto]
             if not rows:
@@ -478,12 +481,12 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
             }
         )
         if unknown:
-            self._bursts.update(await read(selectors.burst_facts_by_id)(unknown))
+            self._bursts.update(await read(burst_facts_by_id)(unknown))
         if any(e.get("kind") in MODE_KINDS for e in events):
-            self._shared_classroom = await read(selectors.session_shared_classroom)(self.session_id)
+            self._shared_classroom = await read(session_shared_classroom)(self.session_id)
         if any(e.get("kind") in POLICY_KINDS for e in events):
             # The badge below needs the breaker's settings as they are now.
-            self._policy = await read(selectors.session_policy)(self.session_id)
+            self._policy = await read(session_policy)(self.session_id)
         bursts = self._bursts
         # The badge is re-read (Redis) once per message: after the last state change, at a
         # burst's end (its failure streak / window counts are then up to date), or after a
@@ -562,11 +565,11 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
     async def _send_state(self) -> None:
         assert self.session_id is not None
         view = (
-            await read_redis(presenters.badge_for)(self.session_id, self._policy)
+            await read_redis(breaker_now)(self.session_id, self._policy)
             if self._policy
             else None
         )
-        fragments = [{"id": "breaker-badge", "html": badge_html(view)}] if view else []
+        fragments = [{"id": "breaker-badge", "html": render_badge(badge(view))}] if view else []
         await self._send(
             {
                 "type": "state",

@@ -1,6 +1,6 @@
 """The storm panel's websocket: ``ws/classes/<id>/storm/``.
 
-Only instructors of the class (``selectors.teaches``) are let in; anyone else, students and
+Only instructors of the class (``teaches``) are let in; anyone else, students and
 other classes' instructors included, is closed with code 4403 right after the handshake.
 
 The consumer pushes a message every ``TICK_S`` (half a second) from its own loop, reading
@@ -15,9 +15,9 @@ Messages to the page (JSON):
 - ``{"type": "snapshot", "now": s, "window_s", "seconds": [second, ...], "model": {...},
   "students": [...], "headline": {...}}``: the last ``STORM_WINDOW_S`` seconds
   (``Second.to_dict`` each, zero rows for quiet seconds), the model's settings, capacity and
-  latest trigger (``selectors.storm_model_state``), the per-student table
-  (``selectors.storm_students``: the sessions' own counters in Redis over the last complete
-  seconds) and the tiles with the recovery clock (``presenters.storm_headline``, computed
+  latest trigger (``storm_model_state``), the per-student table
+  (``storm_students``: the sessions' own counters in Redis over the last complete
+  seconds) and the tiles with the recovery clock (``storm_headline``, computed
   here from the seconds this consumer holds, complete seconds only). Sent on connect, when a
   tick finds it has fallen more than ``RESEND_S`` seconds behind (a gap: the seconds in
   between would be missing), and when the page asks.
@@ -40,7 +40,6 @@ from typing import Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from labs import presenters, selectors
 from labs.consumers.base import (
     CLOSE_FORBIDDEN,
     DirectDispatch,
@@ -50,6 +49,16 @@ from labs.consumers.base import (
     read_redis,
 )
 from labs.live import metrics
+from labs.presenters.storm import storm_headline
+from labs.selectors.access import teaches
+from labs.selectors.storm import (
+    STORM_WINDOW_S,
+    storm_model_state,
+    storm_now_s,
+    storm_seconds,
+    storm_sessions,
+    storm_students,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -63,12 +72,12 @@ REFRESH_INTERVAL_S = 1.0
 
 def _series(classroom_id: int, first: int | None) -> tuple[int, list[dict[str, Any]], dict]:
     """(now, the seconds from ``first`` (or the whole window) to now, the model's state)."""
-    now = selectors.storm_now_s(classroom_id)
-    start = now - selectors.STORM_WINDOW_S + 1 if first is None else max(first, now - RESEND_S)
+    now = storm_now_s(classroom_id)
+    start = now - STORM_WINDOW_S + 1 if first is None else max(first, now - RESEND_S)
     return (
         now,
-        selectors.storm_seconds(classroom_id, start, now),
-        selectors.storm_model_state(classroom_id),
+        storm_seconds(classroom_id, start, now),
+        storm_model_state(classroom_id),
     )
 
 
@@ -89,27 +98,27 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebs
 
     def _keep(self, now: int, seconds: list[dict[str, Any]], fresh: bool) -> dict[str, Any]:
         """Hold the window's seconds (a snapshot replaces them, a tick updates its own) and
-        return the tiles computed from them (``presenters.storm_headline``)."""
+        return the tiles computed from them (``storm_headline``)."""
         if fresh or self._held is None:
             self._held = {}
         for row in seconds:
             self._held[row["second"]] = row
-        oldest = now - selectors.STORM_WINDOW_S + 1
+        oldest = now - STORM_WINDOW_S + 1
         for sec in [sec for sec in self._held if sec < oldest]:
             del self._held[sec]
-        return presenters.storm_headline(list(self._held.values()), self._trigger, now)
+        return storm_headline(list(self._held.values()), self._trigger, now)
 
     async def connect(self) -> None:
         self.classroom_id = int(self.scope["url_route"]["kwargs"]["classroom_id"])
         user = self.scope.get("user")
         await self.accept()
         allowed = user is not None and user.is_authenticated
-        if not allowed or not await read(selectors.teaches)(user, self.classroom_id):
+        if not allowed or not await read(teaches)(user, self.classroom_id):
             await self.close(code=CLOSE_FORBIDDEN)
             return
         self.allowed = True
         classroom_id = self.classroom_id
-        self.keep_checking(lambda user: selectors.teaches(user, classroom_id))
+        self.keep_checking(lambda user: teaches(user, classroom_id))
         metrics.socket_opened("storm")
         await self._send_snapshot()
         self._loop = asyncio.ensure_future(self._run())
@@ -136,10 +145,10 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebs
 
     async def _students(self, now: int) -> list[dict[str, Any]]:
         if self._sessions is None or time.monotonic() - self._sessions_at >= SESSIONS_EVERY_S:
-            self._sessions = await read(selectors.storm_sessions)(self.classroom_id)
+            self._sessions = await read(storm_sessions)(self.classroom_id)
             self._sessions_at = time.monotonic()
         self._students_now = now
-        return await read_redis(selectors.storm_students)(self.classroom_id, now, self._sessions)
+        return await read_redis(storm_students)(self.classroom_id, now, self._sessions)
 
     async def _send_snapshot(self) -> None:
         self._last_refresh = time.monotonic()
@@ -151,7 +160,7 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebs
             {
                 "type": "snapshot",
                 "now": now,
-                "window_s": selectors.STORM_WINDOW_S,
+                "window_s": STORM_WINDOW_S,
                 "seconds": seconds,
                 "model": model,
                 "students": students,

@@ -156,7 +156,7 @@ def summary_delta(event: dict[str, Any]) -> dict[str, float]:
         else:
             delta = {"calls": 1, "fast_failed" if is_fast_fail(outcome) else "failed": 1}
         # A pooled call's wait for a slot is time waiting too (the summary's "Time waiting"
-        # is backoff and slot waits together; labs.presenters.summary_panel).
+        # is backoff and slot waits together; labs.presenters.lab_page.summary_panel).
         waited = (event.get("data") or {}).get("waited_ms")
         if waited:
             delta["waiting_ms_total"] = waited

@@ -243,7 +243,7 @@ def breaker_view_of(session_id: int, policy: dict[str, Any]) -> dict[str, Any]:
     view["parts"] = part_breakers(store, parsed)
     # With a breaker per host (and several hosts) no call asks the dependency-wide breaker:
     # whatever it last held (open from before the switch) is stale, so the badge shows the
-    # hosts' breakers only (labs.presenters.badge_html).
+    # hosts' breakers only (the ``breaker-badge`` partial).
     view["per_host"] = any(p["key"].startswith("h") for p in view["parts"])
     return view
 

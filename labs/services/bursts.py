@@ -40,8 +40,8 @@ from labs.live import journal, queue, runtime
 from labs.live.hub import bookkeeping, get_hub
 from labs.live.writers import get_writer
 from labs.models import Burst, LabSession
-from labs.presenters import lab_error
-from labs.selectors import stale_runs
+from labs.presenters.text import lab_error
+from labs.selectors.runs import stale_runs
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from django.utils import timezone
 from labs.engine import Problem
 from labs.live import queue
 from labs.models import ClassFault, Classroom, LabSession, Scenario
-from labs.presenters import actor_name
+from labs.presenters.text import actor_name
 from labs.services.bursts import BurstAlreadyRunning, start_sweeper
 from labs.services.lab import SettingsInvalid, session_reset, session_set_dependency
 

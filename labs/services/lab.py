@@ -9,7 +9,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 
 from labs.models import Burst, Classroom, LabSession, Membership, Scenario, Traffic
-from labs.presenters import actor_name
+from labs.presenters.text import actor_name
 
 
 def _initial_settings(scenario: Scenario) -> tuple[dict, dict, int]:

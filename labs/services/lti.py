@@ -59,7 +59,7 @@ from labs.models import (
     Scenario,
     StepProgress,
 )
-from labs.selectors import session_attempt
+from labs.selectors.predictions import session_attempt
 from labs.services.accounts import instructor_enrol
 from labs.services.lab import session_open
 

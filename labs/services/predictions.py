@@ -31,8 +31,8 @@ from django.utils import timezone
 from labs.engine import EVENT_KINDS, STATES, check_situation, grade_answer, observe
 from labs.live import broadcast, journal
 from labs.models import Burst, JournalEvent, LabSession, Prediction, StepProgress
-from labs.presenters import actor_name
-from labs.selectors import session_attempt
+from labs.presenters.text import actor_name
+from labs.selectors.predictions import session_attempt
 from labs.services.lti import lti_grade_queue
 from labs.services.scenario_runner import event_from_row
 

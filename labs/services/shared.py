@@ -31,7 +31,7 @@ from labs.engine import Problem, SharedConfig, parse_shared, parse_trigger, vali
 from labs.engine.validate import validate_trigger
 from labs.live import journal, runtime
 from labs.models import Classroom, JournalEvent, LabSession, SharedDependencyConfig
-from labs.presenters import actor_name
+from labs.presenters.text import actor_name
 from labs.services.lab import SettingsInvalid
 
 logger = logging.getLogger(__name__)

@@ -47,8 +47,8 @@ from labs.live.traffic import (
 )
 from labs.live.writers import get_writer
 from labs.models import LabSession, Traffic
-from labs.presenters import actor_name, lab_error
-from labs.selectors import stale_runs
+from labs.presenters.text import actor_name, lab_error
+from labs.selectors.runs import stale_runs
 from labs.services.bursts import WORKER_ID, BurstRefused, start_sweeper, through_outage
 
 logger = logging.getLogger(__name__)

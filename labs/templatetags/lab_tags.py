@@ -12,9 +12,11 @@ import nh3
 from django import template
 from django.utils.safestring import SafeString, mark_safe
 
-from labs import presenters
 from labs.engine import state_label as engine_state_label
 from labs.live import rows
+from labs.presenters import lessons as lesson_words
+from labs.presenters.lessons import step_sentence
+from labs.presenters.text import ms_text, seconds_text
 
 register = template.Library()
 
@@ -67,22 +69,22 @@ def event_iso(event: dict[str, Any]) -> str:
 @register.filter
 def observed_text(prediction: Any) -> str:
     """A graded prediction's observed value as people read it (whole milliseconds)."""
-    return presenters.observed_text(prediction.measure, prediction.observed_value)
+    return lesson_words.observed_text(prediction.measure, prediction.observed_value)
 
 
 @register.filter
 def step_text(step: dict[str, Any]) -> str:
-    return presenters.step_sentence(step)
+    return step_sentence(step)
 
 
 @register.filter
 def seconds(ms: float | None) -> str:
     """Milliseconds as seconds with one decimal: ``1940`` -> ``1.9``
-    (:func:`labs.presenters.seconds_text`)."""
-    return presenters.seconds_text(ms)
+    (:func:`labs.presenters.text.seconds_text`)."""
+    return seconds_text(ms)
 
 
 @register.filter
 def ms(value: float | None) -> str:
-    """``175.0`` -> ``175 ms``; ``12.25`` -> ``12.3 ms`` (:func:`labs.presenters.ms_text`)."""
-    return presenters.ms_text(value)
+    """``175.0`` -> ``175 ms``; ``12.25`` -> ``12.3 ms`` (:func:`labs.presenters.text.ms_text`)."""
+    return ms_text(value)

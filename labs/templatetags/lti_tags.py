@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from django import template
 
-from labs import selectors
+from labs.selectors.dashboard import lti_class_status
 
 register = template.Library()
 
 
 @register.inclusion_tag("labs/lti_dashboard.html")
 def lti_class_panel(classroom):
-    return {"classroom": classroom, **selectors.lti_class_status(classroom.pk)}
+    return {"classroom": classroom, **lti_class_status(classroom.pk)}

@@ -24,7 +24,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from lab_project.login_limits import duration, login_rules, refusal
 from labs.forms.back_office import ChoosePasswordForm, JoinClassForm, LoginForm, SignupForm
-from labs.selectors import instructor_classes, student_classes
+from labs.selectors.lessons import instructor_classes, student_classes
 from labs.services.accounts import (
     JoinCodeError,
     LoginRefused,

@@ -2,7 +2,7 @@
 
 Every view starts from ``Classroom.objects.for_instructor(user)``: a class the user does not
 teach (a student included) is a 404, the same as a missing one, so class ids do not leak. The
-page is rendered from one query (``labs.selectors.class_dashboard_rows``) and kept live by the
+page is rendered from one query (``labs.selectors.dashboard.class_dashboard_rows``) and kept live by the
 ``ws/classes/<id>/`` websocket (``labs.dashboard_consumer``); nothing polls.
 
 The action views call ``labs.services.classroom``. htmx requests get the ``action-result``
@@ -27,7 +27,6 @@ from django.utils.safestring import mark_safe
 from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_POST
 
-from labs import presenters, selectors
 from labs.engine import LIMITS
 from labs.engine.config import MODES
 from labs.forms import shared as shared_forms
@@ -35,7 +34,11 @@ from labs.forms.lab import coerce
 from labs.live.journal import event_payload
 from labs.live.traffic import ARRIVALS, DURATION_RANGE, RATE_RANGE
 from labs.models import Classroom, JournalEvent, LabSession, Scenario
-from labs.selectors import class_dashboard_rows, shared_settings, state_counts
+from labs.presenters.dashboard import dashboard_row_html
+from labs.presenters.exports import csv_lines
+from labs.selectors import storm as storm_reads
+from labs.selectors.dashboard import class_dashboard_rows, simulated_count, state_counts
+from labs.selectors.storm import storm_configured, storm_traffic_defaults
 from labs.services import classroom as class_services
 from labs.services import shared as shared_services
 from labs.services.lab import SettingsInvalid
@@ -94,12 +97,12 @@ def storm_context(classroom: Classroom) -> dict[str, Any]:
     websocket's path, the traffic form's ranges and its defaults (the class's lesson's
     traffic, with the load it will offer against the capacity)."""
     return {
-        "storm_configured": selectors.storm_configured(classroom.pk),
+        "storm_configured": storm_configured(classroom.pk),
         "storm_ws_path": f"/ws/classes/{classroom.pk}/storm/",
         "traffic_rate_range": RATE_RANGE,
         "traffic_duration_range": DURATION_RANGE,
         "traffic_arrivals": ARRIVALS,
-        "traffic_defaults": selectors.storm_traffic_defaults(classroom.pk),
+        "traffic_defaults": storm_traffic_defaults(classroom.pk),
     }
 
 
@@ -111,11 +114,11 @@ def page_context(request: HtmxHttpRequest, classroom: Classroom, **extra) -> dic
         "classroom": classroom,
         "rows": rows,
         "rows_html": mark_safe(  # noqa: S308 (each row is built by format_html)
-            "".join(presenters.dashboard_row_html(r) for r in rows)
+            "".join(dashboard_row_html(r) for r in rows)
         ),
         "rows_json": [r.as_dict() for r in rows],
         "counts": state_counts(rows),
-        "simulated": selectors.simulated_count(classroom.pk),
+        "simulated": simulated_count(classroom.pk),
         "bursting": sum(1 for r in rows if r.bursting),
         "modes": MODES,
         "fault_fields": _fault_fields(),
@@ -126,7 +129,7 @@ def page_context(request: HtmxHttpRequest, classroom: Classroom, **extra) -> dic
         "ws_path": f"/ws/classes/{classroom.pk}/",
         "problems": [],
         "shared_fields": shared_forms.fields(
-            shared_forms.SHARED_PARAMS, shared_settings(classroom=classroom)
+            shared_forms.SHARED_PARAMS, storm_reads.shared_settings(classroom=classroom)
         ),
         "trigger_fields": shared_forms.fields(shared_forms.TRIGGER_PARAMS),
         **storm_context(classroom),
@@ -330,7 +333,7 @@ def class_export_journal(request: HtmxHttpRequest, pk: int, fmt: str) -> HttpRes
                 yield [values[c] for c in JOURNAL_COLUMNS]
 
         return _streaming(
-            presenters.csv_lines(JOURNAL_COLUMNS, cells()),
+            csv_lines(JOURNAL_COLUMNS, cells()),
             "text/csv; charset=utf-8",
             _filename(classroom, "journal", "csv"),
         )
@@ -369,7 +372,7 @@ def class_export_summary(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             ]  # fmt: skip
 
     return _streaming(
-        presenters.csv_lines(SUMMARY_COLUMNS, cells()),
+        csv_lines(SUMMARY_COLUMNS, cells()),
         "text/csv; charset=utf-8",
         _filename(classroom, "summary", "csv"),
     )

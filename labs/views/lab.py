@@ -35,7 +35,6 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import reswap, retarget
 
-from labs import presenters, selectors
 from labs.clicks import start_burst_for
 from labs.engine import STATE_LABELS
 from labs.forms.lab import (
@@ -48,7 +47,20 @@ from labs.forms.lab import (
 )
 from labs.live.journal import event_payload
 from labs.models import Classroom, JournalEvent, LabSession, Scenario
-from labs.selectors import visible_session
+from labs.presenters.exports import csv_lines
+from labs.presenters.lab_page import badge
+from labs.presenters.storm import OVERLOAD_WAIT_MS
+from labs.selectors.access import owned_session, visible_session
+from labs.selectors.lab import (
+    breaker_now,
+    burst_summary,
+    chart_events,
+    journal_page,
+    latest_burst,
+    latest_traffic,
+    session_traffic_defaults,
+)
+from labs.selectors.predictions import session_steps
 from labs.services import bursts as burst_services
 from labs.services import lab as lab_services
 from labs.services import traffic as traffic_services
@@ -67,8 +79,8 @@ def is_read_only(user, session: LabSession) -> bool:
 
 def writable_session(request: HtmxHttpRequest, pk: int, *, related: bool = True) -> LabSession:
     """The session for a write view: 404 if invisible, 403 if the user only watches it
-    (``related``: see :func:`labs.selectors.owned_session`)."""
-    session = selectors.owned_session(request.user, pk, related=related)
+    (``related``: see :func:`labs.selectors.access.owned_session`)."""
+    session = owned_session(request.user, pk, related=related)
     if session is None:
         visible_session(request.user, pk)  # 404 for a session the user may not see
         raise PermissionDenied("This session belongs to someone else: you can only watch it.")
@@ -76,7 +88,7 @@ def writable_session(request: HtmxHttpRequest, pk: int, *, related: bool = True)
 
 
 def breaker_for_page(session: LabSession) -> dict[str, Any]:
-    return presenters.badge_for(session.pk, session.policy)
+    return badge(breaker_now(session.pk, session.policy))
 
 
 def page_context(
@@ -89,8 +101,8 @@ def page_context(
     burst_error: str = "",
 ) -> dict[str, Any]:
     """Everything ``labs/session.html`` renders."""
-    rows, older = selectors.journal_page(session)
-    steps = selectors.session_steps(session)
+    rows, older = journal_page(session)
+    steps = session_steps(session)
     return {
         "session": session,
         "read_only": is_read_only(request.user, session),
@@ -98,8 +110,8 @@ def page_context(
         "journal_rows": rows,
         "older_before": older,
         "last_seq": rows[0]["seq"] if rows else 0,
-        "summary": selectors.burst_summary(selectors.latest_burst(session)),
-        "chart_events": selectors.chart_events(session),
+        "summary": burst_summary(latest_burst(session)),
+        "chart_events": chart_events(session),
         "steps": steps,
         **lesson_context(steps),
         "ws_path": f"/ws/sessions/{session.pk}/",
@@ -177,13 +189,13 @@ def traffic_context(session: LabSession, **extra) -> dict[str, Any]:
     low_rate, high_rate = traffic_services.RATE_RANGE
     low_s, high_s = traffic_services.DURATION_RANGE
     context = {
-        "traffic": selectors.latest_traffic(session),
+        "traffic": latest_traffic(session),
         "traffic_rate_range": (low_rate, high_rate),
         "traffic_duration_range": (low_s, high_s),
-        "traffic_values": selectors.session_traffic_defaults(session),
+        "traffic_values": session_traffic_defaults(session),
         "traffic_problems": [],
         "traffic_message": "",
-        "overload_wait_ms": presenters.OVERLOAD_WAIT_MS,
+        "overload_wait_ms": OVERLOAD_WAIT_MS,
     }
     context.update(extra)
     return context
@@ -273,7 +285,7 @@ def session_journal(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         before = int(request.GET.get("before", ""))
     except ValueError:
         return HttpResponse("before must be a sequence number", status=400)
-    rows, older = selectors.journal_page(session, before)
+    rows, older = journal_page(session, before)
     context = {"session": session, "journal_rows": rows, "older_before": older}
     if request.htmx:
         return render_partial(request, "journal-older", context)
@@ -517,4 +529,4 @@ def _csv_lines(rows) -> Iterator[str]:
             p["data"] = json.dumps(p["data"], sort_keys=True) if p["data"] else ""
             yield [p.get(c) for c in EXPORT_COLUMNS]
 
-    return presenters.csv_lines(EXPORT_COLUMNS, cells())
+    return csv_lines(EXPORT_COLUMNS, cells())

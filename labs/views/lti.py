@@ -23,8 +23,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from lti_tool.models import Key
 
 from lab_project.csp import LTI_FRAME_ORIGINS_KEY
-from labs import selectors
 from labs.models import Classroom
+from labs.selectors.replay import comparable_scenarios
 from labs.services import lti as lti_services
 
 REFUSED_TEMPLATE = "labs/lti_refused.html"
@@ -93,7 +93,7 @@ def deep_link(request: HttpRequest) -> HttpResponse:
     if not launch_id:
         error = lti_services.refuse("deep_link_expired")
         return refused(request, error)
-    lessons = selectors.comparable_scenarios()
+    lessons = comparable_scenarios()
     if request.method == "GET":
         context = {"lessons": lessons, "storm_panel": lti_services.STORM_PANEL}
         return render(request, "labs/lti_deep_link.html", context)

@@ -13,8 +13,12 @@ from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 
-from labs import presenters, selectors
-from labs.selectors import visible_session
+from labs.presenters.exports import csv_lines
+from labs.presenters.lessons import scenario_steps, step_question
+from labs.presenters.predictions import PREDICTION_COLUMNS, prediction_row
+from labs.selectors import predictions as prediction_reads
+from labs.selectors.access import visible_session
+from labs.selectors.predictions import class_predictions_page, explaining_rows, session_prediction
 from labs.services import predictions as prediction_services
 from labs.views.instructor import taught_classroom
 from labs.views.lab import is_read_only, writable_session
@@ -24,15 +28,15 @@ TEMPLATE = "labs/step_prediction.html"
 
 def _render(request, session, step: int, ask: dict, *, status: int = 200, error: str = "",
             answer: str = "") -> HttpResponse:  # fmt: skip
-    prediction = selectors.session_prediction(session, step)
+    prediction = session_prediction(session, step)
     if prediction is not None:
         prediction = prediction_services.prediction_grade(prediction=prediction)
     context = {
         "session": session,
         "read_only": is_read_only(request.user, session),
-        "step": {"index": step, "ask": presenters.step_question(ask), "prediction": prediction,
+        "step": {"index": step, "ask": step_question(ask), "prediction": prediction,
                  "vals": _vals(session, step),
-                 "explaining": selectors.explaining_rows(prediction) if prediction else []},
+                 "explaining": explaining_rows(prediction) if prediction else []},
         "error": error,
         "answer": answer,
 
@@ -41,7 +45,7 @@ def _render(request, session, step: int, ask: dict, *, status: int = 200, error:
 
 
 def _vals(session, step: int) -> str:
-    for item in presenters.scenario_steps(session.scenario):
+    for item in scenario_steps(session.scenario):
         if item["index"] == step:
             return item.get("vals", "{}")
     return "{}"
@@ -98,7 +102,7 @@ def class_predictions(request, pk: int) -> HttpResponse:
     websocket (``ws/classes/<id>/?view=predictions``): every answer, run, grade or ticked step
     pushes the live part again, rendered from the same partial."""
     classroom = taught_classroom(request.user, pk)
-    context = selectors.class_predictions_page(classroom)
+    context = class_predictions_page(classroom)
     context["ws_path"] = f"/ws/classes/{classroom.pk}/?view=predictions"
     return render(request, "labs/class_predictions.html", context)
 
@@ -108,9 +112,9 @@ def class_predictions(request, pk: int) -> HttpResponse:
 def class_predictions_csv(request, pk: int) -> HttpResponse:
     """Every prediction of the class with its observation, as CSV."""
     classroom = taught_classroom(request.user, pk)
-    rows = selectors.class_predictions(classroom).select_related("burst")
+    rows = prediction_reads.class_predictions(classroom).select_related("burst")
     response = StreamingHttpResponse(
-        presenters.csv_lines(presenters.PREDICTION_COLUMNS, map(presenters.prediction_row, rows)),
+        csv_lines(PREDICTION_COLUMNS, map(prediction_row, rows)),
         content_type="text/csv; charset=utf-8",
     )
     response["Content-Disposition"] = f'attachment; filename="predictions-class-{classroom.pk}.csv"'

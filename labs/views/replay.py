@@ -14,7 +14,7 @@ The what-if is reached by the burst's number (``sessions/<id>/bursts/<n>/replay/
 summary panel, the history) or by its id (``bursts/<id>/whatif/``: every journal row of a
 burst and the timeline, which know the id). A burst that cannot be replayed, because it is
 still running, was interrupted or failed, or was recorded before replay existed (no start
-state), answers 409 with a sentence saying which (:func:`labs.presenters.whatif_refusal`).
+state), answers 409 with a sentence saying which (:func:`labs.presenters.text.whatif_refusal`).
 """
 
 from __future__ import annotations
@@ -28,12 +28,33 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 from django_htmx.http import reswap, retarget
 
-from labs import presenters, selectors
 from labs.engine import LIMITS, Problem, ValidationError, merge_settings
 from labs.engine.replay import parse_start, scenario_metrics, waiting_ms
 from labs.forms.lab import POLICY_GROUPS, PolicyForm, coerce, limit_of
 from labs.models import Burst, LabSession
-from labs.selectors import visible_session
+from labs.presenters.replay import (
+    burst_event_rows,
+    diff_table,
+    policy_choice_label,
+    replay_agreement,
+    replay_rows_html,
+    replay_timelines,
+    shared_diff_table,
+    shared_goodput_chart,
+)
+from labs.presenters.text import whatif_refusal
+from labs.selectors import replay as replay_reads
+from labs.selectors.access import visible_burst, visible_session
+from labs.selectors.replay import (
+    burst_events,
+    comparable_scenarios,
+    compare_choices,
+    compare_policy,
+    compare_shown_policy,
+    dependency_comparison,
+    policy_comparison,
+    session_burst,
+)
 from labs.views import ERRORS_SHOWN, HtmxHttpRequest
 
 TEMPLATE = "labs/burst_replay.html"
@@ -55,7 +76,7 @@ def _policy_context(form: PolicyForm) -> dict[str, Any]:
 def burst_replay(request: HtmxHttpRequest, pk: int, number: int) -> HttpResponse:
     """GET: the burst and the what-if form; POST: run the replay with the posted policy."""
     session = visible_session(request.user, pk)
-    return _whatif(request, session, selectors.session_burst(session, number))
+    return _whatif(request, session, session_burst(session, number))
 
 
 @require_http_methods(["GET", "POST"])
@@ -63,32 +84,32 @@ def burst_replay(request: HtmxHttpRequest, pk: int, number: int) -> HttpResponse
 def burst_whatif(request: HtmxHttpRequest, burst_id: int) -> HttpResponse:
     """The same what-if, found by the burst's id: the link every journal row of a burst and
     the timeline's bursts carry (a row knows its burst's id, not its number)."""
-    burst = selectors.visible_burst(request.user, burst_id)
+    burst = visible_burst(request.user, burst_id)
     return _whatif(request, burst.session, burst)
 
 
 def _whatif(request: HtmxHttpRequest, session: LabSession, burst: Burst) -> HttpResponse:
-    refusal = presenters.whatif_refusal(burst.number, burst.status, bool(burst.start_state))
+    refusal = whatif_refusal(burst.number, burst.status, bool(burst.start_state))
     if refusal:
         # The burst exists but cannot be replayed (yet): say why (409), run nothing. One that
         # has ended (interrupted, failed, recorded before replay existed) still shows its
         # timeline and its journal rows as it ran.
         context = {"session": session, "burst": burst, "refusal": refusal}
         if burst.status not in Burst.ACTIVE_STATUSES:
-            events = selectors.burst_events(burst)
+            events = burst_events(burst)
             context["original_rows_html"] = _rows_html(events)
-            context["timelines"] = presenters.replay_timelines([_as_ran(burst, events)])
+            context["timelines"] = replay_timelines([_as_ran(burst, events)])
         if request.htmx:
             return render(request, f"{TEMPLATE}#replay-result", context, status=409)
         return render(request, TEMPLATE, context, status=409)
     recorded = parse_start(burst.start_state)
-    original_events = selectors.burst_events(burst)
-    same = selectors.burst_replay(burst, None)
+    original_events = burst_events(burst)
+    same = replay_reads.burst_replay(burst, None)
     context: dict[str, Any] = {
         "session": session,
         "burst": burst,
         "fidelity": same.fidelity,
-        "agreement": presenters.replay_agreement(
+        "agreement": replay_agreement(
             original_events, [e.to_dict() for e in same.events]
         ),
         "original_rows_html": _rows_html(original_events),
@@ -101,7 +122,7 @@ def _whatif(request: HtmxHttpRequest, session: LabSession, burst: Burst) -> Http
         result = None
         if not form.too_long:
             try:
-                result = selectors.burst_replay(burst, form.changes())
+                result = replay_reads.burst_replay(burst, form.changes())
             except ValidationError as exc:
                 form.add_problems(exc.problems)
         if result is None:
@@ -112,13 +133,13 @@ def _whatif(request: HtmxHttpRequest, session: LabSession, burst: Burst) -> Http
             context |= {
                 "replayed": True,
                 "replay_rows_html": _rows_html(replay_events),
-                "diff": presenters.diff_table(_real_metrics(burst, same), result.metrics()),
+                "diff": diff_table(_real_metrics(burst, same), result.metrics()),
             }
     else:
         form = PolicyForm(initial=PolicyForm.initial_from(recorded.policy))
     # Its own ids: on the lab page this form sits beside the session's policy form.
     form.auto_id = WHATIF_AUTO_ID
-    context["timelines"] = presenters.replay_timelines(charts_input)
+    context["timelines"] = replay_timelines(charts_input)
     if request.htmx and request.method == "POST":
         # The form posted stays on the page as typed: the answer is the replay's output, or
         # on 422 the form with its errors (retargeted there). Rendering the form's fields
@@ -141,11 +162,11 @@ def _whatif(request: HtmxHttpRequest, session: LabSession, burst: Burst) -> Http
 
 def _rows_html(events: list[dict[str, Any]]) -> str:
     """A journal's rows (the what-if panel's two journals), rendered once in Python."""
-    return presenters.replay_rows_html(presenters.burst_event_rows(events))
+    return replay_rows_html(burst_event_rows(events))
 
 
 def _as_ran(burst: Burst, events: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    """The timeline of ``burst`` as it ran: (title, events) for presenters.replay_timelines."""
+    """The timeline of ``burst`` as it ran: (title, events) for replay_timelines."""
     return (f"burst {burst.number} (as it ran)", events)
 
 
@@ -185,7 +206,7 @@ def burst_history(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 def history_context(session: LabSession, page: int = 1) -> dict[str, Any]:
     """What the ``burst-history`` partial renders (the lab page includes it too)."""
-    rows, page, pages = selectors.burst_history(session, page)
+    rows, page, pages = replay_reads.burst_history(session, page)
     return {
         "session": session,
         "history": rows,
@@ -221,7 +242,7 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
     whole comparison (``scenario`` or ``dependency`` with ``calls``, ``seed``, ``a``, ``b``),
     so the URL can be projected or sent; ``from`` or ``burst`` alone only fill the form in.
     A scenario on the class's shared dependency is compared on the shared dependency's
-    model (:func:`labs.selectors.shared_comparison`); a dependency script cannot use it. A
+    model (:func:`labs.selectors.replay.shared_comparison`); a dependency script cannot use it. A
     malformed or tampered value answers 400 with a sentence per parameter naming what is
     allowed, and runs nothing.
     """
@@ -229,14 +250,14 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
     run = any(query.values())
     if not run:
         query |= _prefill(request.user, {key: request.GET.get(key, "") for key in PREFILL_KEYS})
-    choices = selectors.compare_choices(request.user, also=(query["a"], query["b"]))
+    choices = compare_choices(request.user, also=(query["a"], query["b"]))
     edit_forms = {key: _edit_form(request.user, request.GET, query, key) for key in ("a", "b")}
     short = _short_url(request.GET, edit_forms)
     if short is not None:
         return redirect(f"{request.path}?{short}")
     context: dict[str, Any] = {
         "query": query,
-        "scenarios": selectors.comparable_scenarios(),
+        "scenarios": comparable_scenarios(),
         "choices": choices,
         "picked": {key: _picked(query, key) for key in ("a", "b")},
         "advanced_open": any(
@@ -262,12 +283,12 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
     if not problems:
         try:
             if query["dependency"]:
-                result = selectors.dependency_comparison(
+                result = dependency_comparison(
                     dependency=policies["dependency"], calls=policies["calls"], seed=seed,
                     policy_a=policies["a"], policy_b=policies["b"],
                 )  # fmt: skip
             else:
-                result = selectors.policy_comparison(
+                result = policy_comparison(
                     scenario_slug=query["scenario"], seed=seed, policy_a=policies["a"],
                     policy_b=policies["b"],
                 )  # fmt: skip
@@ -279,19 +300,19 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
     context |= {
         "result": result,
         "labels": {
-            key: _edits_label(presenters.policy_choice_label(_chosen(query, key), choices), form)
+            key: _edits_label(policy_choice_label(_chosen(query, key), choices), form)
             for key, form in edit_forms.items()
         },
     }
     if result.get("shared"):
         context |= {
-            "shared_diff": presenters.shared_diff_table(result["a"], result["b"]),
-            "shared_chart": presenters.shared_goodput_chart(result),
+            "shared_diff": shared_diff_table(result["a"], result["b"]),
+            "shared_chart": shared_goodput_chart(result),
         }
         return render(request, COMPARE_TEMPLATE, context)
     context |= {
-        "diff": presenters.diff_table(scenario_metrics(result["a"]), scenario_metrics(result["b"])),
-        "timelines": presenters.replay_timelines(
+        "diff": diff_table(scenario_metrics(result["a"]), scenario_metrics(result["b"])),
+        "timelines": replay_timelines(
             [("policy A", result["a"]["events"]), ("policy B", result["b"]["events"])]
         ),
     }
@@ -326,10 +347,10 @@ def _edit_form(user, get: QueryDict, query: dict[str, str], key: str) -> PolicyF
 def _shown(user, lesson: str, token: str) -> dict[str, Any] | None:
     """The whole policy ``token`` stands for on ``lesson`` (None when it does not parse)."""
     try:
-        changes = selectors.compare_policy(user, token, "policy")
+        changes = compare_policy(user, token, "policy")
     except ValidationError:
         return None
-    return selectors.compare_shown_policy(lesson, changes)
+    return compare_shown_policy(lesson, changes)
 
 
 def _differs(name: str, typed: str, shown: Any) -> bool:
@@ -449,7 +470,7 @@ def _compare_inputs(
             seed = None
     for key in ("a", "b"):
         try:
-            policies[key] = selectors.compare_policy(user, _chosen(query, key), key)
+            policies[key] = compare_policy(user, _chosen(query, key), key)
         except ValidationError as exc:
             problems += [str(p) for p in exc.problems]
     return problems, seed, policies

@@ -20,9 +20,10 @@ from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from labs import presenters, selectors
 from labs.forms import shared as shared_forms
 from labs.models import Classroom
+from labs.presenters.exports import csv_lines
+from labs.selectors.storm import STORM_WINDOW_S, storm_now_s, storm_seconds, storm_students
 from labs.services import storm as storm_services
 from labs.services.traffic import TrafficInvalid
 from labs.views import HtmxHttpRequest
@@ -99,8 +100,8 @@ def storm_traffic(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def storm_export_seconds(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """The shared dependency's per-second counters over the panel's window, as CSV."""
     classroom = taught_classroom(request.user, pk)
-    now = selectors.storm_now_s(classroom.pk)
-    seconds = selectors.storm_seconds(classroom.pk, now - selectors.STORM_WINDOW_S + 1, now)
+    now = storm_now_s(classroom.pk)
+    seconds = storm_seconds(classroom.pk, now - STORM_WINDOW_S + 1, now)
 
     def cells() -> Iterator[list[Any]]:
         for s in seconds:
@@ -108,7 +109,7 @@ def storm_export_seconds(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             yield ["" if row[c] is None else row[c] for c in SECONDS_COLUMNS]
 
     return _streaming(
-        presenters.csv_lines(SECONDS_COLUMNS, cells()),
+        csv_lines(SECONDS_COLUMNS, cells()),
         "text/csv; charset=utf-8",
         _filename(classroom, "storm-seconds", "csv"),
     )
@@ -120,7 +121,7 @@ def storm_export_students(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """The per-student table as the panel shows it now (the sessions' own counters over the
     last complete seconds, ``second`` being the one the figures run up to), as CSV."""
     classroom = taught_classroom(request.user, pk)
-    rows = selectors.storm_students(classroom.pk, selectors.storm_now_s(classroom.pk))
+    rows = storm_students(classroom.pk, storm_now_s(classroom.pk))
 
     def cells() -> Iterator[list[Any]]:
         for r in rows:
@@ -131,7 +132,7 @@ def storm_export_students(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             ]  # fmt: skip
 
     return _streaming(
-        presenters.csv_lines(STUDENT_COLUMNS, cells()),
+        csv_lines(STUDENT_COLUMNS, cells()),
         "text/csv; charset=utf-8",
         _filename(classroom, "storm-students", "csv"),
     )

@@ -19,10 +19,10 @@ from django.db import transaction
 from django.test import Client
 
 from lab_project.asgi import application
-from labs import selectors
 from labs.consumers import lab as consumers
 from labs.live import broadcast, journal
 from labs.models import Burst, JournalEvent, LabSession
+from labs.selectors.lab import rows_after
 from labs.services import bursts, lab
 from tests.conftest import make_classroom, make_instructor, make_scenario, make_student
 from tests.integration.conftest import wait_for
@@ -362,14 +362,14 @@ def test_a_push_repeating_rows_is_dropped_and_a_gap_is_read_from_the_database(wo
         assert (await comm.connect(TIMEOUT))[0]
         assert (await receive(comm))["type"] == "state"
         # an old push arriving late: nothing is sent again
-        old = await database_sync_to_async(selectors.rows_after)(session.pk, 0, 10)
+        old = await database_sync_to_async(rows_after)(session.pk, 0, 10)
         await layer.group_send(
             group, {"type": "journal.events", "session": session.pk, "events": old}
         )
         assert await comm.receive_nothing(0.5)
         # rows 3 and 4 were written but their push was lost; row 5's push arrives
         await database_sync_to_async(add_rows)(session, 3, push=False)
-        newest = await database_sync_to_async(selectors.rows_after)(session.pk, 4, 10)
+        newest = await database_sync_to_async(rows_after)(session.pk, 4, 10)
         await layer.group_send(
             group, {"type": "journal.events", "session": session.pk, "events": newest}
         )
@@ -444,15 +444,13 @@ def test_resyncs_in_a_row_coalesce_into_a_bounded_replay(world, monkeypatch):
         user=world["carol"], classroom=session.classroom, scenario=session.scenario
     )
     read_rows: list[int] = []
-    rows_after = selectors.rows_after
-
     def counting_rows_after(session_id, after, limit):
         found = rows_after(session_id, after, limit)
         if session_id == session.pk:
             read_rows.append(len(found))
         return found
 
-    monkeypatch.setattr(selectors, "rows_after", counting_rows_after)
+    monkeypatch.setattr(consumers, "rows_after", counting_rows_after)
     comm = socket(session.pk, world["alice"], after=rows)
     watcher = socket(other.pk, world["carol"])
 
@@ -666,7 +664,7 @@ def test_pages_watching_one_session_share_one_summary_render_and_one_badge_read(
     session = world["session"]
     summaries: list[int] = []
     badges: list[int] = []
-    real_summary, real_badge = consumers.presenters.summary_fragment, consumers.presenters.badge_for
+    real_summary, real_badge = consumers.summary_fragment, consumers.breaker_now
 
     def counted_summary(event, facts):
         summaries.append(event["seq"])
@@ -676,8 +674,8 @@ def test_pages_watching_one_session_share_one_summary_render_and_one_badge_read(
         badges.append(session_id)
         return real_badge(session_id, policy)
 
-    monkeypatch.setattr(consumers.presenters, "summary_fragment", counted_summary)
-    monkeypatch.setattr(consumers.presenters, "badge_for", counted_badge)
+    monkeypatch.setattr(consumers, "summary_fragment", counted_summary)
+    monkeypatch.setattr(consumers, "breaker_now", counted_badge)
     pages = [socket(session.pk, world[who], after=0) for who in ("alice", "teacher", "alice")]
     layer = get_channel_layer()
 

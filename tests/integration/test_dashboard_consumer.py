@@ -14,11 +14,11 @@ from django.db import transaction
 from django.test import Client
 
 from lab_project.asgi import application
-from labs import presenters
 from labs.consumers.dashboard import REFRESH_INTERVAL_S, SETTLE_S
 from labs.live.broadcast import class_group
 from labs.models import Burst
-from labs.selectors import class_dashboard_rows
+from labs.presenters.dashboard import dashboard_row_html
+from labs.selectors.dashboard import class_dashboard_rows
 from labs.services import bursts, lab
 from labs.services import classroom as class_services
 from tests.conftest import make_student, tour_script
@@ -257,7 +257,7 @@ def test_refresh_asks_for_a_new_snapshot(instructor, classroom, sessions, scenar
     row = next(
         r for r in class_dashboard_rows(classroom_id=classroom.pk) if r.username == "carol"
     )
-    assert newcomer["html"] == presenters.dashboard_row_html(row)
+    assert newcomer["html"] == dashboard_row_html(row)
     assert f'id="row-{newcomer["session"]}"' in newcomer["html"]
     assert newcomer["state_label"] == "closed"
     assert newcomer["mode_label"] == newcomer["mode"].replace("_", " ")

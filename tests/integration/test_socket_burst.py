@@ -17,8 +17,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from lab_project.asgi import application
-from labs import clicks, selectors
+from labs import clicks
 from labs.models import Burst, JournalEvent
+from labs.selectors.access import owned_session_keys
 from labs.services import lab
 from tests.conftest import make_classroom, make_instructor, make_scenario, make_student
 from tests.integration.test_consumer import TIMEOUT, cookie_for, receive, socket
@@ -174,14 +175,14 @@ def test_a_click_without_an_id_is_ignored_and_the_socket_stays(world):
 
 def test_the_ownership_read_has_the_keys_only_and_only_for_the_owner(world):
     session, alice, teacher = world["session"], world["alice"], world["teacher"]
-    owned = selectors.owned_session_keys(alice, session.pk)
+    owned = owned_session_keys(alice, session.pk)
     assert (owned.pk, owned.owner_id, owned.classroom_id) == (
         session.pk, alice.pk, session.classroom_id,
     )  # fmt: skip
     assert {"policy", "dependency", "scenario_id"} <= owned.get_deferred_fields()
-    assert selectors.owned_session_keys(teacher, session.pk) is None  # may watch, not own
-    assert selectors.owned_session_keys(alice, session.pk + 1000) is None
-    assert selectors.owned_session_keys(AnonymousUser(), session.pk) is None
+    assert owned_session_keys(teacher, session.pk) is None  # may watch, not own
+    assert owned_session_keys(alice, session.pk + 1000) is None
+    assert owned_session_keys(AnonymousUser(), session.pk) is None
 
 
 def test_a_click_reads_the_session_row_once_and_no_deferred_field(world):

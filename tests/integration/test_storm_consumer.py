@@ -13,9 +13,9 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from lab_project.asgi import application
-from labs import selectors
 from labs.consumers.storm import RESEND_S
 from labs.live import runtime
+from labs.selectors.storm import STORM_WINDOW_S
 from labs.services import shared as shared_services
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -89,8 +89,8 @@ def test_snapshot_then_ticks_equal_the_redis_counters(configured, instructor):
 
     snapshot, ticks = asyncio.run(scenario())
     assert snapshot["type"] == "snapshot"
-    assert snapshot["window_s"] == selectors.STORM_WINDOW_S
-    assert len(snapshot["seconds"]) == selectors.STORM_WINDOW_S
+    assert snapshot["window_s"] == STORM_WINDOW_S
+    assert len(snapshot["seconds"]) == STORM_WINDOW_S
     assert snapshot["model"]["capacity_per_s"] == 40
     assert sum(s["offered"] for s in snapshot["seconds"]) == 3
     assert sum(s["retries"] for s in snapshot["seconds"]) == 1

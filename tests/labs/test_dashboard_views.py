@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from labs.live import journal
 from labs.models import Burst, ClassFault, JournalEvent, LabSession
-from labs.selectors import class_dashboard_rows
+from labs.selectors.dashboard import class_dashboard_rows
 from labs.services import lab
 from tests.conftest import make_scenario, make_session, make_student
 

@@ -1,4 +1,4 @@
-"""How a run's error reads in the student's journal and summary (labs.presenters.lab_error):
+"""How a run's error reads in the student's journal and summary (labs.presenters.text.lab_error):
 a lost connection is said in words, and no internal address is ever shown."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import redis
 from django.db import OperationalError
 
-from labs.presenters import lab_error
+from labs.presenters.text import lab_error
 
 
 def test_a_lost_redis_connection_is_said_in_words_without_its_address():

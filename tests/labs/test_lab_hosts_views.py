@@ -158,7 +158,7 @@ def test_degraded_calls_have_their_own_tone_and_count():
 
 
 def test_the_summary_shows_each_dependency_degraded_calls_and_effects_against_calls():
-    from labs.presenters import render_summary, summary_panel
+    from labs.presenters.lab_page import render_summary, summary_panel
 
     facts = {"id": 1, "number": 2, "size": 20, "concurrency": 4, "status": "done", "error": ""}
     counts = {
@@ -183,7 +183,8 @@ def test_the_badge_shows_each_hosts_breaker(session):
     from labs.engine import Breaker, parse_dependency, parse_policy
     from labs.engine.routes import arm_routes
     from labs.live import runtime
-    from labs.presenters import badge_for, render_badge
+    from labs.presenters.lab_page import badge, render_badge
+    from labs.selectors.lab import breaker_now
 
     policy = parse_policy({"nesting": "retry_outside", "breaker_scope": "host"})
     store = runtime.session_store(session.pk)
@@ -196,19 +197,19 @@ def test_the_badge_shows_each_hosts_breaker(session):
     # The dependency-wide breaker, open from before the switch to per-host breakers: stale,
     # since no call asks it any more, so the badge does not show it.
     Breaker(policy.breaker, store=store, clock=runtime.CLOCK).force_open("before the switch")
-    view = badge_for(session.pk, policy.to_dict())
+    view = breaker_now(session.pk, policy.to_dict())
     assert view["per_host"] is True
     assert [(p["name"], p["state"]) for p in view["parts"]] == [
         ("host 0", "closed"), ("host 1", "open"), ("host 2", "closed"),
     ]  # fmt: skip
-    html = render_badge(view)
+    html = render_badge(badge(view))
     assert "Circuit breakers, one per host" in html and 'data-scope="host"' in html
     assert 'data-state=""' in html and "breaker-big" not in html and "held open" not in html
     host_1 = html.split('<li data-part="h1"')[1].split("</li>")[0]
     assert 'data-state="open"' in host_1 and ">OPEN</strong>" in host_1
     assert "half-open in" in host_1  # its own cooldown, counting down
     assert html.count("<li data-part=") == 3
-    assert badge_for(session.pk, session.policy)["parts"] == []  # one breaker: no parts
+    assert breaker_now(session.pk, session.policy)["parts"] == []  # one breaker: no parts
 
 
 @pytest.mark.django_db
@@ -218,7 +219,7 @@ def test_the_badge_reads_the_breaker_in_two_round_trips_and_always_as_it_is_now(
     The store it reads through is kept between reads, and each read still sees Redis now."""
     from labs.engine import Breaker, parse_policy
     from labs.live import runtime
-    from labs.presenters import badge_for
+    from labs.selectors.lab import breaker_now
 
     client = runtime.engine_redis()
     sent: list[str] = []
@@ -237,13 +238,13 @@ def test_the_badge_reads_the_breaker_in_two_round_trips_and_always_as_it_is_now(
     client.execute_command = counted
     client.pipeline = pipeline
     try:
-        assert badge_for(session.pk, session.policy)["state"] == "closed"
+        assert breaker_now(session.pk, session.policy)["state"] == "closed"
         assert sent == ["EVALSHA", "PIPELINE"], sent
         breaker = Breaker(policy.breaker, store=runtime.session_store(session.pk),
                           clock=runtime.CLOCK)  # fmt: skip
         breaker.force_open("instructor")
         sent.clear()
-        view = badge_for(session.pk, session.policy)
+        view = breaker_now(session.pk, session.policy)
     finally:
         del client.execute_command, client.pipeline
     assert (view["state"], view["forced"]) == ("open", "open")

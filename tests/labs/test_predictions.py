@@ -289,7 +289,7 @@ def test_progress_changes_are_announced_to_the_class_after_the_commit(
 def test_the_dashboard_rows_carry_each_students_step_and_score(
     client, session, student, instructor, classroom
 ):
-    from labs.selectors import class_dashboard_rows
+    from labs.selectors.dashboard import class_dashboard_rows
 
     predictions.step_mark(session=session, step=1, done=True)
     predictions.step_mark(session=session, step=2, done=True)

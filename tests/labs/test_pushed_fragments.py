@@ -1,137 +1,87 @@
-"""What a push carries beside its rows, built in Python, against what the page renders first
-with its template partials: the burst summary panel (``presenters.summary_html`` against
-``burst-summary``) and the breaker badge (``presenters.badge_html`` against ``breaker-badge``),
-the same markup for every part each can show."""
+"""What a push carries beside its rows is what the page shows: the burst summary panel and
+the breaker badge a consumer sends are the page's own ``burst-summary`` and
+``breaker-badge`` sections, byte for byte (one template renders both)."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
+from django.urls import reverse
 
-from labs import presenters
+from labs.engine import Breaker, parse_policy
+from labs.live import runtime
+from labs.models import Burst
+from labs.presenters.lab_page import badge, burst_facts, render_badge, summary_fragment
+from labs.selectors.lab import breaker_now
 
-FACTS = {"id": 77, "number": 3, "size": 20, "concurrency": 1, "error": "", "recorded": True}
 COUNTS = {
     "calls": 20, "succeeded": 14, "failed": 5, "fast_failed": 1, "attempts_total": 28,
-    "backoff_ms_total": 123.5, "wall_ms": 310.25,
+    "backoff_ms_total": 123.5, "wall_ms": 310.25, "degraded": 2,
+    "effects": {"applied": 3, "calls": 4},
 }  # fmt: skip
 
 
-def same_markup(html: str) -> str:
-    """``html`` with every run of whitespace next to a tag removed and the rest collapsed:
-    the template's indentation is not markup."""
-    return re.sub(r"\s*([<>])\s*", r"\1", re.sub(r"\s+", " ", html)).strip()
+@pytest.fixture
+def session(student, classroom, scenario):
+    from labs.services import lab
+
+    return lab.session_open(user=student, classroom=classroom, scenario=scenario)
 
 
-PANELS = {
-    "queued": presenters.summary_panel(FACTS, status="queued", error=""),
-    "running": presenters.summary_panel(FACTS, status="running", error=""),
-    "done": presenters.summary_panel(FACTS, COUNTS, status="done"),
-    "done, two callers, 12.25 ms": presenters.summary_panel(
-        {**FACTS, "concurrency": 2}, {**COUNTS, "wall_ms": 12.25, "backoff_ms_total": 0.5},
-        status="done",
-    ),
-    "done, not recorded": presenters.summary_panel(
-        {**FACTS, "recorded": False}, COUNTS, status="done"
-    ),
-    "failed with an error to escape": presenters.summary_panel(
-        FACTS, status="failed", error="worker <gone> & \"lost\""
-    ),
-    "interrupted": presenters.summary_panel(FACTS, COUNTS, status="interrupted"),
-    "every extra": presenters.summary_panel(
-        FACTS,
-        {
-            **COUNTS, "degraded": 2, "wait_ms_total": 4.5, "rejected_bulkhead": 1,
-            "pool_timeout": 0, "effects": {"applied": 3, "calls": 4},
-            "by_dependency": {
-                "a": {"calls": 1, "succeeded": 1, "failed": 0, "fast_failed": 0,
-                      "degraded": 0, "waited_ms": 2.5},
-                "b<x>": {"calls": 2, "succeeded": 0, "failed": 2, "fast_failed": 0,
-                         "degraded": 1, "waited_ms": 1001.49},
-            },
-        },
-        status="done",
-    ),
-    "only a fallback": presenters.summary_panel(FACTS, {**COUNTS, "degraded": 0}, status="done"),
-    "effects and nothing applied": presenters.summary_panel(
-        FACTS, {**COUNTS, "effects": {"applied": 0, "calls": 6}}, status="done"
-    ),
-}  # fmt: skip
+def section(html: str, dom_id: str) -> str:
+    """The ``<section id=dom_id>`` element of a page, as the page holds it."""
+    found = re.search(rf'<section id="{dom_id}".*?</section>', html, re.S)
+    assert found, f"no #{dom_id} on the page"
+    return found.group(0)
 
 
-@pytest.mark.parametrize("name", PANELS)
-def test_the_pushed_summary_panel_is_the_templates_markup(name):
-    panel = PANELS[name]
-    assert same_markup(presenters.summary_html(panel)) == same_markup(
-        presenters.render_summary(panel)
-    )
+def without_clock(html: str) -> str:
+    """``html`` without the server's clock (read a moment apart by the page and the push)."""
+    return re.sub(r'data-server-now-ms="\d*"', "", html)
 
 
-def test_a_push_builds_the_panel_without_the_template(monkeypatch):
-    """summary_fragment (what the consumer sends) never renders the template partial."""
-
-    def no_template(name):
-        raise AssertionError(f"template partial {name} rendered for a push")
-
-    monkeypatch.setattr(presenters, "_partial", no_template)
-    html = presenters.summary_fragment({"kind": "burst_end", "data": COUNTS}, FACTS)
-    assert 'data-status="done"' in html and ">124<" in same_markup(html)
-    assert "Burst 3" in html and "replay/" not in html  # its what-if is in the history
+def page(client, student, session) -> str:
+    client.force_login(student)
+    response = client.get(reverse("labs:session_detail", args=[session.pk]))
+    assert response.status_code == 200
+    return response.content.decode()
 
 
-@pytest.mark.parametrize(
-    ("value", "text"),
-    [(0.5, "1"), (1.5, "2"), (2.5, "3"), (-0.2, "0"), (123.45, "123"), (None, "")],
-)
-def test_waiting_time_rounds_half_up_as_floatformat_does(value, text):
-    assert presenters._float0(value) == text
+@pytest.mark.django_db
+def test_the_pushed_summary_panel_is_the_pages(client, student, session):
+    burst = Burst.objects.create(
+        session=session, number=1, size=20, concurrency=2, status=Burst.Status.DONE,
+        summary=COUNTS, start_state={"v": 1},
+    )  # fmt: skip
+    shown = section(page(client, student, session), "burst-summary")
+    pushed = summary_fragment({"kind": "burst_end", "data": COUNTS}, burst_facts(burst))
+    assert 'data-stat="degraded">2<' in pushed and "Took 310 ms" in pushed
+    assert pushed == shown
 
 
-BASE_BADGE = {
-    "state": "closed", "open_until_ms": None, "open_for_ms": None, "server_now_ms": 1764750000123,
-    "forced": None, "failure_streak": 2, "threshold": 5, "window_failures": 0,
-    "window_successes": 0, "config": {"kind": "consecutive", "cooldown_ms": 1500.0},
-}  # fmt: skip
-BADGES = {
-    "closed": BASE_BADGE,
-    "open, counting down": {**BASE_BADGE, "state": "open", "open_until_ms": 1764750001623,
-                            "open_for_ms": 1940.0},
-    "half-open": {**BASE_BADGE, "state": "half_open"},
-    "forced open": {**BASE_BADGE, "state": "open", "forced": "open"},
-    "forced closed": {**BASE_BADGE, "forced": "closed"},
-    "rolling ratio, 12.25 ms cooldown": {
-        **BASE_BADGE, "window_failures": 3, "window_successes": 7,
-        "config": {"kind": "rolling_ratio", "cooldown_ms": 12.25},
-    },
-    "half-open, cooldown over": {**BASE_BADGE, "state": "half_open",
-                                 "open_until_ms": 1764750000000, "open_for_ms": 0.0},
-    "a breaker per host": {
-        **BASE_BADGE, "state": "open", "open_until_ms": 1764750000000, "per_host": True,
-        "parts": [
-            {"key": "h0", "name": "host 0", "state": "closed", "open_until_ms": None,
-             "open_for_ms": None},
-            {"key": "h1", "name": "host <1>", "state": "open", "open_until_ms": 1764750001623,
-             "open_for_ms": 1500.0},
-            {"key": "h2", "name": "host 2", "state": "half_open",
-             "open_until_ms": 1764750000000, "open_for_ms": 0.0},
-        ],
-    },
-    "hosts and B": {
-        **BASE_BADGE,
-        "parts": [
-            {"key": "h0", "name": "host 0", "state": "closed"},
-            {"key": "h1", "name": "host <1>", "state": "open"},
-            {"key": "b", "name": "B", "state": "half_open"},
-        ],
-    },
-}  # fmt: skip
+@pytest.mark.django_db
+def test_a_pushed_panel_escapes_the_error(client, student, session):
+    html = summary_fragment(
+        {"kind": "burst_queued"},
+        {"id": 1, "number": 1, "size": 3, "concurrency": 1, "status": "failed",
+         "error": 'worker <gone> & "lost"', "recorded": True},
+    )  # fmt: skip
+    assert 'data-status="queued"' in html and "<gone>" not in html
 
 
-@pytest.mark.parametrize("name", BADGES)
-def test_the_pushed_badge_is_the_templates_markup(name):
-    view = BADGES[name]
-    assert same_markup(presenters.badge_html(view)) == same_markup(presenters.render_badge(view))
+@pytest.mark.django_db
+@pytest.mark.parametrize("forced", [None, "open"])
+def test_the_pushed_badge_is_the_pages(client, student, session, forced):
+    if forced:
+        policy = parse_policy(session.policy)
+        Breaker(
+            policy.breaker, store=runtime.session_store(session.pk), clock=runtime.CLOCK
+        ).force_open("instructor")
+    shown = section(page(client, student, session), "breaker-badge")
+    pushed = render_badge(badge(breaker_now(session.pk, session.policy)))
+    assert ("held open by hand" in pushed) == bool(forced)
+    assert without_clock(pushed) == without_clock(shown)
 
 
 def test_a_web_process_sends_frames_without_colouring_autobahns_unlogged_debug_line(monkeypatch):
@@ -147,4 +97,4 @@ def test_a_web_process_sends_frames_without_colouring_autobahns_unlogged_debug_l
 
     monkeypatch.setattr(click, "style", no_colour)
     assert autobahn.util.hlval(42) == "42"
-    assert autobahn.util.hltype(test_the_pushed_badge_is_the_templates_markup).endswith(">")
+    assert autobahn.util.hltype(test_the_pushed_badge_is_the_pages).endswith(">")

@@ -239,7 +239,7 @@ def test_the_page_s_chart_events_keep_what_the_share_of_the_load_needs(classroom
     """A shared attempt's chart event (what the lab page loads, beside the pushed rows) keeps
     the outcome the client saw, the arrival and the arrival second's offered count."""
     from labs.engine import SharedConfig
-    from labs.presenters import chart_payload
+    from labs.presenters.lab_page import chart_payload
 
     model = runtime.configure_shared(classroom.pk, SharedConfig(servers=1, service_ms=5))
     first, second = model.decide(), model.decide(timeout_us=1)

@@ -5,7 +5,7 @@ had a queue wait p99 at the threshold; healthy otherwise."""
 from __future__ import annotations
 
 from labs.engine.shared import Second
-from labs.presenters import OVERLOAD_WAIT_MS, shared_status
+from labs.presenters.storm import OVERLOAD_WAIT_MS, shared_status
 
 NOW_US = 1_000_000_000 * 1_000_000 + 400_000  # 0.4 s into second 1e9
 LAST = 1_000_000_000 - 1

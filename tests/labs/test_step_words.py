@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from labs.presenters import step_sentence
+from labs.presenters.lessons import step_sentence
 from labs.services import lab
 from tests.integration.conftest import _flush_test_redis
 

@@ -1,16 +1,16 @@
-"""The storm panel's tiles and recovery clock (``presenters.storm_headline``) in each of its
+"""The storm panel's tiles and recovery clock (``storm_headline``) in each of its
 states, from per-second rows as the panel's consumer holds them: no traffic, healthy,
 triggered, not recovered, recovered, and a new run after a pause that starts with a fresh
 baseline and forgets the previous run's trigger (also one from before a restart). Complete
 seconds only: the second under way never counts. And one session's window
-(``presenters.session_window``), the computation behind the panel's table and the card."""
+(``session_window``), the computation behind the panel's table and the card."""
 
 from __future__ import annotations
 
-from labs import presenters
-from labs.presenters import (
+from labs.presenters.storm import (
     BASELINE_SECONDS,
     RUN_GAP_S,
+    offered_load_text,
     session_window,
     storm_headline,
 )
@@ -155,10 +155,10 @@ def test_a_session_s_window_is_its_attempts_retries_state_and_share_of_the_class
 
 
 def test_the_offered_load_sentence_names_sessions_rate_and_capacity():
-    assert presenters.offered_load_text(31, 5, 200.0) == (
+    assert offered_load_text(31, 5, 200.0) == (
         "31 sessions x 5 calls/s = 155 calls/s, capacity 200 attempts/s"
     )
-    assert presenters.offered_load_text(31, 10, 200.0).endswith(
+    assert offered_load_text(31, 10, 200.0).endswith(
         "310 calls/s, capacity 200 attempts/s: over capacity before any trigger"
     )
-    assert presenters.offered_load_text(1, 5, 80.0).startswith("1 session x 5")
+    assert offered_load_text(1, 5, 80.0).startswith("1 session x 5")

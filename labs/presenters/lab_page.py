@@ -1,0 +1,153 @@
+"""The lab page's live parts: the timeline's events, the breaker badge and the burst
+summary panel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.template.loader import get_template
+
+from labs.live.journal import BURST_END_KINDS
+from labs.live.rows import summary_delta
+
+SESSION_TEMPLATE = "labs/session.html"
+
+
+# --- the timeline ----------------------------------------------------------------------------
+
+
+def chart_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """The part of an event the timeline and the traffic strip need (no message, no actor).
+
+    ``data.burst`` is the burst's number on its ``burst_queued`` and ``burst_end`` rows (the
+    timeline's what-if link names it); ``host`` and ``dependency`` place an attempt in its
+    lane; ``breakers: host`` on a ``burst_start`` says the burst ran with a breaker per host. Of a shared-dependency attempt's decision it keeps the outcome the client saw (ok,
+    error, shed, skipped, timeout), the arrival and the arrival second's offered count
+    (``second_offered``: the session's share of the class's load, see docs/engine.md).
+    """
+    keep = (
+        "seq", "kind", "burst", "t_ms", "at", "call", "attempt", "outcome", "error",
+        "latency_ms", "backoff_ms", "state_from", "state_to",
+    )  # fmt: skip
+    data = payload.get("data") or {}
+    small = {k: payload.get(k) for k in keep}
+    small["data"] = {k: data[k] for k in _CHART_DATA if k in data}
+    if "whatif" in payload:  # the burst cannot be replayed (see labs.live.rows.journal_row)
+        small["whatif"] = payload["whatif"]
+    return small
+
+
+_CHART_DATA = (
+    "probe", "size", "first_call", "start_ms", "end_ms", "burst", "host", "dependency",
+    "outcome", "arrival_us", "second_offered", "breakers",
+)  # fmt: skip
+
+
+# --- the breaker badge -----------------------------------------------------------------------
+
+
+def badge(breaker: dict[str, Any]) -> dict[str, Any]:
+    """The breaker badge's data from the breaker as read now (``breaker_now`` in
+    :mod:`labs.selectors.lab`): the breaker's threshold for the failure streak's line."""
+    return {**breaker, "threshold": (breaker.get("config") or {}).get("failure_threshold")}
+
+
+def render_badge(view: dict[str, Any]) -> str:
+    """The breaker badge (``view`` as :func:`badge` gives it) through the page's template
+    partial (``breaker-badge``): the page's first render and every push use it."""
+    return _partial("breaker-badge").render({"breaker": view}).strip()
+
+
+# --- the burst summary panel -----------------------------------------------------------------
+
+#: The counts the summary panel shows; a finished burst's summary (``Burst.summary``, the
+#: ``burst_end`` row's data) has them all, a running one's are counted from its rows.
+SUMMARY_COUNTS = (
+    "calls", "succeeded", "failed", "fast_failed", "attempts_total", "backoff_ms_total",
+)  # fmt: skip
+BURST_FACTS = ("id", "number", "size", "concurrency", "status", "error")
+#: What a finished burst's summary adds when hosts, B, a bulkhead, a fallback or side effects
+#: are configured (labs.engine.routes); the panel shows each one present.
+SUMMARY_EXTRAS = (
+    "degraded", "wait_ms_total", "rejected_bulkhead", "pool_timeout", "by_dependency", "effects",
+)  # fmt: skip
+
+
+def burst_facts(burst: Any) -> dict[str, Any]:
+    """The panel's heading facts from a ``Burst`` (or a dict with the same names), and
+    ``recorded``: whether its start state was recorded (the what-if link needs it; a dict
+    without the key says yes, see :meth:`labs.consumers.lab.LabSessionConsumer._learn_burst`)."""
+    if isinstance(burst, dict):
+        facts = {name: burst.get(name) for name in BURST_FACTS}
+        facts["recorded"] = bool(burst.get("recorded", True))
+    else:
+        facts = {name: getattr(burst, "pk" if name == "id" else name) for name in BURST_FACTS}
+        facts["recorded"] = bool(burst.start_state)
+    facts["status"] = str(facts["status"])
+    return facts
+
+
+def summary_panel(
+    facts: dict[str, Any], counts: dict[str, Any] | None = None, **changes: Any
+) -> dict[str, Any]:
+    """The summary panel's data: the burst's ``facts``, its ``counts`` (zeros when missing),
+    ``wall_ms`` (None until it ends) and any ``changes`` (``status="done"``)."""
+    counts = counts or {}
+    panel = dict(facts)
+    panel.update({name: counts.get(name, 0) for name in SUMMARY_COUNTS})
+    panel["waiting_ms_total"] = waiting_ms(counts)
+    panel["wall_ms"] = counts.get("wall_ms")
+    panel["extra"] = {name: counts[name] for name in SUMMARY_EXTRAS if name in counts}
+    panel.update(changes)
+    return panel
+
+
+def waiting_ms(counts: dict[str, Any]) -> float:
+    """The summary's "Time waiting": backoff sleeps and waits for a pool slot together, so it
+    is never less than either part the panel shows beside it. A running burst's counts carry
+    it (each sleep and each pooled call's wait adds to it, :func:`labs.live.rows.summary_delta`);
+    a finished burst's summary has the two parts (``backoff_ms_total``, ``wait_ms_total``)."""
+    if "waiting_ms_total" in counts:
+        return counts["waiting_ms_total"] or 0
+    return (counts.get("backoff_ms_total") or 0) + (counts.get("wait_ms_total") or 0)
+
+
+def counts_from_events(payloads: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """A running burst's counts so far, from its journal rows (oldest first)."""
+    counts: dict[str, Any] = dict.fromkeys(SUMMARY_COUNTS, 0)
+    counts["backoff_ms_total"] = 0.0
+    counts["waiting_ms_total"] = 0.0
+    for payload in payloads:
+        for name, value in summary_delta(payload).items():
+            counts[name] = counts.get(name, 0) + value
+    return counts
+
+
+def render_summary(summary: dict[str, Any] | None) -> str:
+    """The summary panel through the page's template partial (``burst-summary``): the page's
+    first render and every push use it (a push renders it once per row for every page of the
+    process, see :func:`labs.consumers.lab.rendered_summary`)."""
+    return _partial("burst-summary").render({"summary": summary}).strip()
+
+
+#: Journal kinds after which the summary panel changes.
+SUMMARY_KINDS = ("burst_queued", "burst_start", *BURST_END_KINDS)
+
+
+def summary_fragment(event: dict[str, Any], facts: dict[str, Any]) -> str:
+    """The summary panel as of ``event`` (not as of now: a replay must add up); "" when the
+    event leaves the panel as it is (an interrupted or failed burst keeps its counts)."""
+    kind = event["kind"]
+    if kind == "burst_end":
+        return render_summary(summary_panel(facts, event.get("data") or {}, status="done"))
+    if kind in ("burst_queued", "burst_start"):
+        status = "queued" if kind == "burst_queued" else "running"
+        return render_summary(summary_panel(facts, status=status, error=""))
+    return ""
+
+
+def _partial(name: str):
+    # The cached loader keeps parsed templates, so this is a dictionary lookup after the first.
+    return get_template(f"{SESSION_TEMPLATE}#{name}")

@@ -1,0 +1,335 @@
+"""Burst history, replay and compare: event rows, timelines and diff tables."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from html import escape as _escape
+from typing import Any
+
+from django.utils.safestring import SafeString, mark_safe
+
+from labs.engine.events import is_fast_fail
+from labs.engine.replay import diff_rows
+from labs.live.rows import kind_label, row_tone
+
+# --- replay and compare ----------------------------------------------------------------------
+
+#: The replay timeline's drawing area (SVG user units): left margin for call labels.
+REPLAY_CHART_WIDTH = 960
+REPLAY_CHART_LEFT = 64
+REPLAY_ROW = 16
+
+
+def burst_event_rows(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One burst's events (journal payloads, or a replay's engine events as dicts) as the
+    replay page lists them, oldest first: time from the burst's start, kind, tone and the
+    explanation sentence."""
+    items = list(events)
+    times = [_event_ms(e) for e in items]
+    t0 = next((t for e, t in zip(items, times, strict=True) if e.get("kind") == "burst_start"), 0)
+    t0 = t0 if t0 is not None else (min((t for t in times if t is not None), default=0))
+    return [
+        {
+            "n": i,
+            "kind": e.get("kind") or "",
+            "kind_label": kind_label(e.get("kind")),
+            "tone": row_tone(e),
+            "t_ms": round((t or t0) - t0, 1),
+            "message": e.get("message") or e.get("explain") or "",
+        }
+        for i, (e, t) in enumerate(zip(items, times, strict=True), 1)
+    ]
+
+
+def replay_rows_html(rows: Iterable[dict[str, Any]]) -> SafeString:
+    """The ``<li>`` of each :func:`burst_event_rows` row, escaped, in one string: a replay
+    lists a hundred or more rows, and a template partial per row was most of a what-if
+    answer's time (benchmarks/replay_bench.py)."""
+    return mark_safe(  # noqa: S308 - every value below is escaped
+        "".join(
+            f'<li class="journal-row tone-{_escape(r["tone"])}" data-kind="{_escape(r["kind"])}">'
+            f'<span class="j-time">+{r["t_ms"]} ms</span> '
+            f'<span class="j-kind">{_escape(str(r["kind_label"]))}</span> '
+            f'<span class="j-msg">{_escape(r["message"])}</span></li>'
+            for r in rows
+        )
+    )
+
+
+def replay_chart_svg(chart: dict[str, Any]) -> SafeString:
+    """The inside of one :func:`replay_timelines` chart's ``<svg>``: a label per call, the
+    burst's end line, a bar per attempt, a cross per fast-failed call (numbers and tones
+    only, from the geometry; the labels escaped)."""
+    parts = [
+        f'<text class="replay-label" x="4" y="{label["y"]}">{_escape(label["text"])}</text>'
+        for label in chart["labels"]
+    ]
+    parts.append(
+        f'<line class="replay-end" x1="{chart["end_x"]}" x2="{chart["end_x"]}" y1="12" '
+        f'y2="{chart["height"]}"></line>'
+    )
+    parts.extend(
+        f'<rect class="replay-bar replay-{bar["tone"]}" x="{bar["x"]}" y="{bar["y"]}" '
+        f'width="{bar["w"]}" height="12"><title>call {bar["call"]}, attempt '
+        f"{bar['attempt']}</title></rect>"
+        for bar in chart["bars"]
+    )
+    parts.extend(
+        f'<text class="replay-fast" x="{cross["x"]}" y="{cross["y"]}">\u2715</text>'
+        for cross in chart["crosses"]
+    )
+    return mark_safe("".join(parts))  # noqa: S308 - numbers, fixed tones, escaped labels
+
+
+def _event_ms(event: dict[str, Any]) -> float | None:
+    value = event.get("t_ms", event.get("at_ms"))
+    return float(value) if value is not None else None
+
+
+def _burst_span(events: list[dict[str, Any]]) -> tuple[float, float]:
+    """(start, end) in the events' own clock's ms: the first burst_start, the last burst_end
+    (a scenario run has several bursts)."""
+    times = [t for t in (_event_ms(e) for e in events) if t is not None]
+    start = next((_event_ms(e) for e in events if e.get("kind") == "burst_start"), None)
+    ends = [_event_ms(e) for e in events if e.get("kind") == "burst_end"]
+    end = ends[-1] if ends else None
+    start = start if start is not None else min(times, default=0.0)
+    end = end if end is not None else max(times, default=start)
+    return start, end
+
+
+def replay_timelines(bursts: Sequence[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """SVG geometry of several bursts drawn on one time axis (the same ms per unit), so a
+    replay lines up under the burst it replays: per call a row, per attempt a bar (ok or
+    failed, its latency long), per fast-failed call a cross.
+
+    ``bursts`` is (title, events) pairs; the events are journal payloads or engine event dicts.
+    """
+    spans = [_burst_span(events) for _, events in bursts]
+    longest = max([end - start for start, end in spans] + [1.0])
+    scale = (REPLAY_CHART_WIDTH - REPLAY_CHART_LEFT - 8) / longest
+    charts = []
+    for (title, events), (start, end) in zip(bursts, spans, strict=True):
+        calls = sorted({e["call"] for e in events if e.get("call") is not None})
+        row_of = {call: i for i, call in enumerate(calls)}
+        bars, crosses = [], []
+        for e in events:
+            call, t = e.get("call"), _event_ms(e)
+            if call is None or t is None:
+                continue
+            y = 20 + row_of[call] * REPLAY_ROW
+            if e.get("kind") == "attempt":
+                latency = float(e.get("latency_ms") or 0)
+                x = REPLAY_CHART_LEFT + (t - latency - start) * scale
+                bars.append(
+                    {
+                        "x": round(max(x, REPLAY_CHART_LEFT), 1),
+                        "y": y,
+                        "w": round(max(latency * scale, 3), 1),
+                        "tone": "ok" if e.get("outcome") == "ok" else "bad",
+                        "call": call,
+                        "attempt": e.get("attempt"),
+                    }
+                )
+            elif e.get("kind") == "call_result" and is_fast_fail(e.get("outcome") or ""):
+                crosses.append(
+                    {"x": round(REPLAY_CHART_LEFT + (t - start) * scale, 1), "y": y + 10}
+                )
+        charts.append(
+            {
+                "title": title,
+                "height": 28 + len(calls) * REPLAY_ROW,
+                "width": REPLAY_CHART_WIDTH,
+                "left": REPLAY_CHART_LEFT,
+                "labels": [
+                    {"y": 20 + i * REPLAY_ROW + 10, "text": f"#{c}"} for i, c in enumerate(calls)
+                ],
+                "bars": bars,
+                "crosses": crosses,
+                "end_x": round(REPLAY_CHART_LEFT + (end - start) * scale, 1),
+                "total_ms": round(end - start, 1),
+                "attempts": sum(1 for e in events if e.get("kind") == "attempt"),
+            }
+        )
+        charts[-1]["svg"] = replay_chart_svg(charts[-1])
+    return charts
+
+
+def diff_table(a: dict[str, float], b: dict[str, float]) -> list[dict[str, Any]]:
+    """The diff table of two runs' metrics (:meth:`labs.engine.replay.Replay.metrics`), its
+    numbers as text (``+2``, ``-350 ms``), each row with a tone saying which way the change
+    went (fewer attempts or failures reads as better)."""
+    better_when_lower = {"failed", "attempts", "dependency_hits", "waiting_ms", "total_ms"}
+    out = []
+    for row in diff_rows(a, b):
+        unit = f" {row['unit']}" if row["unit"] else ""
+
+        def num(x):
+            return f"{x:g}" if isinstance(x, (int, float)) else str(x)
+
+        delta = row["delta"]
+        tone = "same"
+        if delta:
+            lower = delta < 0
+            tone = "better" if lower == (row["key"] in better_when_lower) else "worse"
+            if row["key"] == "fast_failed":
+                tone = "note"
+        out.append(
+            {
+                "key": row["key"],
+                "label": row["label"],
+                "a": num(row["a"]) + unit,
+                "b": num(row["b"]) + unit,
+                "delta": ("+" if delta > 0 else "") + num(delta) + unit,
+                "tone": tone,
+            }
+        )
+    return out
+
+
+#: The comparison presets (labs.engine.replay.PRESETS) in words: each is a change over the
+#: scenario's own policy.
+PRESET_LABELS = {
+    "defaults": "The lesson's own policy, unchanged",
+    "no-retries": "No retries: one attempt per call",
+    "retries-no-jitter": "Up to 4 attempts, backoff without jitter",
+    "full-jitter": "Up to 4 attempts, backoff with full jitter",
+    "retry-budget": "Up to 4 attempts within a retry budget (10 % of calls)",
+    "threshold-1": "The breaker opens after 1 failure",
+    "threshold-5": "The breaker opens after 5 failures",
+}
+
+
+def policy_choice_label(token: str, choices: dict[str, Any]) -> str:
+    """The words for a comparison's picked policy (``token``, as the pickers offer it, see
+    :func:`labs.selectors.replay.compare_choices`); "a policy written as JSON" for the rest."""
+    for group in ("presets", "mine", "bursts"):
+        for value, label in choices.get(group, ()):
+            if value == token:
+                return label
+    for title, options in choices.get("steps", ()):
+        for value, label in options:
+            if value == token:
+                return f"{title}: {label}"
+    return "a policy written as JSON"
+
+
+def shared_diff_table(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """The figures of two runs on the shared dependency's model
+    (:func:`labs.experiments.metastable.figures_for`) side by side, each row with a tone
+    saying which way B went (a quicker recovery, fewer retries and less waste read better)."""
+
+    def recovery(m: dict[str, Any]) -> str:
+        return (
+            "not within the run" if m["recovery_s"] is None else f"after {m['recovery_s']}\u00a0s"
+        )
+
+    def rank(m: dict[str, Any]) -> float:
+        return math.inf if m["recovery_s"] is None else m["recovery_s"]
+
+    rows = [
+        ("recovery_s", "back to 90 % of the healthy goodput", recovery(a), recovery(b),
+         rank(b) - rank(a) if rank(a) != rank(b) else 0),
+        ("below_20_s", "goodput under 20 % after the trigger", f"{a['below_20_s']}\u00a0s",
+         f"{b['below_20_s']}\u00a0s", b["below_20_s"] - a["below_20_s"]),
+        ("retries_per_call", "retries per call", f"{a['retries_per_call']:g}",
+         f"{b['retries_per_call']:g}", b["retries_per_call"] - a["retries_per_call"]),
+        ("peak_over_baseline", "busiest second's load over the healthy load",
+         f"{a['peak_over_baseline']:g}\u00a0x", f"{b['peak_over_baseline']:g}\u00a0x",
+         b["peak_over_baseline"] - a["peak_over_baseline"]),
+        ("shed", "attempts shed by the queue", f"{a['shed']:,}", f"{b['shed']:,}",
+         b["shed"] - a["shed"]),
+        ("wasted_ms", "server time spent for callers who had given up",
+         f"{a['wasted_ms'] / 1000:.1f}\u00a0s", f"{b['wasted_ms'] / 1000:.1f}\u00a0s",
+         b["wasted_ms"] - a["wasted_ms"]),
+        ("calls_ok", "calls that succeeded", f"{a['calls_ok']:,}", f"{b['calls_ok']:,}",
+         -(b["calls_ok"] - a["calls_ok"])),
+    ]  # fmt: skip
+    out = []
+    for key, label, left, right, worse_by in rows:
+        tone = "same" if not worse_by else ("worse" if worse_by > 0 else "better")
+        out.append({"key": key, "label": label, "a": left, "b": right, "tone": tone})
+    return out
+
+
+#: The shared comparison's goodput chart (SVG user units).
+SHARED_CHART_WIDTH = 960
+SHARED_CHART_HEIGHT = 180
+SHARED_CHART_LEFT = 48
+
+
+def shared_goodput_chart(result: dict[str, Any]) -> SafeString:
+    """The inside of the shared comparison's ``<svg>``: calls succeeded per second for A
+    and B over the run, the trigger as a band, the healthy baseline as a dashed line (numbers
+    and fixed classes only)."""
+    params = result["params"]
+    a, b = result["a"], result["b"]
+    top = max([*a["goodput_per_s"], *b["goodput_per_s"], a["baseline_goodput"], 1])
+    width = SHARED_CHART_WIDTH - SHARED_CHART_LEFT - 8
+    bottom = SHARED_CHART_HEIGHT - 20
+
+    def x(second: float) -> float:
+        return round(SHARED_CHART_LEFT + second * width / params.duration_s, 1)
+
+    def y(value: float) -> float:
+        return round(bottom - value * (bottom - 10) / top, 1)
+
+    def line(values: list[int], tone: str) -> str:
+        points = " ".join(f"{x(s + 0.5)},{y(v)}" for s, v in enumerate(values))
+        return f'<polyline class="shared-line shared-line-{tone}" points="{points}"></polyline>'
+
+    start, end = params.trigger_at_s, params.trigger_at_s + params.trigger_s
+    parts = [
+        f'<rect class="shared-trigger" x="{x(start)}" y="10" width="{x(end) - x(start)}" '
+        f'height="{bottom - 10}"><title>the trigger: {params.trigger} for '
+        f"{params.trigger_s} s</title></rect>",
+        f'<line class="shared-baseline" x1="{SHARED_CHART_LEFT}" x2="{x(params.duration_s)}" '
+        f'y1="{y(a["baseline_goodput"])}" y2="{y(a["baseline_goodput"])}"></line>',
+        f'<text class="replay-label" x="4" y="{y(top) + 4}">{top:g}/s</text>',
+        f'<text class="replay-label" x="4" y="{bottom}">0</text>',
+        line(a["goodput_per_s"], "a"),
+        line(b["goodput_per_s"], "b"),
+        f'<text class="replay-label" x="{SHARED_CHART_LEFT}" y="{SHARED_CHART_HEIGHT - 4}">0 s'
+        f'</text><text class="replay-label" x="{x(params.duration_s) - 30}" '
+        f'y="{SHARED_CHART_HEIGHT - 4}">{params.duration_s} s</text>',
+    ]
+    return mark_safe("".join(parts))  # noqa: S308 - numbers and fixed classes only
+
+
+def replay_agreement(real: Sequence[dict[str, Any]], replayed: Sequence[dict[str, Any]]) -> str:
+    """A sentence saying whether a same-policy replay made the real burst's attempts per
+    call, outcomes and transitions, and where it first differs if not."""
+
+    def calls(events):
+        return {
+            e.get("call"): (e.get("data") or {}).get("attempts", e.get("attempt")) or 0
+            for e in events
+            if e.get("kind") == "call_result"
+        }, {e.get("call"): e.get("outcome") for e in events if e.get("kind") == "call_result"}
+
+    def transitions(events):
+        return [
+            (e.get("state_from"), e.get("state_to"), e.get("call"))
+            for e in events
+            if e.get("kind") == "transition"
+        ]
+
+    (real_attempts, real_outcomes), (rep_attempts, rep_outcomes) = calls(real), calls(replayed)
+    for call in sorted(set(real_attempts) | set(rep_attempts), key=lambda c: c or 0):
+        if real_attempts.get(call) != rep_attempts.get(call):
+            return (
+                f"Replayed with its own policy, call {call} makes {rep_attempts.get(call)} "
+                f"attempt(s) where the real burst made {real_attempts.get(call)}."
+            )
+        if real_outcomes.get(call) != rep_outcomes.get(call):
+            return (
+                f"Replayed with its own policy, call {call} ends {rep_outcomes.get(call)} where "
+                f"the real burst ended {real_outcomes.get(call)}."
+            )
+    if transitions(real) != transitions(replayed):
+        return "Replayed with its own policy, the breaker changes state at other calls."
+    return (
+        "Replayed with its own policy, this burst makes the same attempts per call, outcomes "
+        "and breaker transitions as it did."
+    )

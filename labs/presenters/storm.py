@@ -1,0 +1,221 @@
+"""The shared dependency as a lab page and the storm panel show it: status, a session's
+window, the headline tiles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+# --- the shared dependency, as a student's lab page sees it ---------------------------------
+
+#: A queue wait p99 at or above this (ms) in the last complete second counts as overloaded.
+OVERLOAD_WAIT_MS = 250
+#: The per-second counters a lab page gets: the class's totals, never anyone's identity.
+SHARED_PAGE_FIELDS = (
+    "second", "offered", "calls", "retries", "ok", "calls_ok", "error", "shed", "skipped",
+    "timeout", "wait_p99_ms",
+)  # fmt: skip
+
+
+def shared_status(seconds: Sequence[dict[str, Any]], model: dict[str, Any], now_us: int) -> dict:
+    """The shared dependency's state for a student: ``triggered`` while a trigger runs (by
+    the model's clock); else ``overloaded`` when, in the last complete second, an attempt was
+    shed, skipped (it could not start before its deadline) or timed out at its client, or the
+    queue wait p99 was at least :data:`OVERLOAD_WAIT_MS`; else ``healthy``. With the reason
+    in words."""
+    trigger = model.get("trigger")
+    if trigger and trigger["from_us"] <= now_us < trigger["until_us"]:
+        left = (trigger["until_us"] - now_us) / 1e6
+        return {"state": "triggered", "reason": f"{trigger['kind']} trigger, {left:.0f} s left"}
+    last = now_us // 1_000_000 - 1
+    second = next((s for s in seconds if s["second"] == last), None)
+    if second is not None:
+        refused = second["shed"] + second["skipped"]
+        p99 = second.get("wait_p99_ms")
+        if refused or second["timeout"]:
+            parts = []
+            if refused:
+                parts.append(f"{refused} shed")
+            if second["timeout"]:
+                parts.append(f"{second['timeout']} timed out")
+            return {"state": "overloaded", "reason": " and ".join(parts) + " in the last second"}
+        if p99 is not None and p99 >= OVERLOAD_WAIT_MS:
+            return {"state": "overloaded", "reason": f"queue wait p99 {p99:g} ms"}
+    return {"state": "healthy", "reason": "answering within its capacity"}
+
+
+def shared_page_message(recent: dict[str, Any]) -> dict[str, Any]:
+    """What a lab page in ``shared`` mode gets each second (``labs.selectors.storm.storm_recent``):
+    the class's per-second totals (:data:`SHARED_PAGE_FIELDS`), the capacity, the latest
+    trigger's span and the state (:func:`shared_status`). No session or student is named:
+    the page works out its own share from its own journal rows."""
+    model = recent["model"]
+    trigger = model.get("trigger")
+    return {
+        "type": "shared",
+        "active": True,
+        "now": recent["now"],
+        "seconds": [{k: s[k] for k in SHARED_PAGE_FIELDS} for s in recent["seconds"]],
+        "capacity_per_s": model["capacity_per_s"],
+        "trigger": (
+            {"kind": trigger["kind"], "from_s": trigger["from_s"], "until_s": trigger["until_s"]}
+            if trigger
+            else None
+        ),
+        **shared_status(recent["seconds"], model, recent["now_us"]),
+    }
+
+
+# --- the class's live numbers: one session's window, the panel's headline -------------------
+
+#: Complete seconds over which a session's retry ratio, rate and share are measured: the
+#: panel's table, the student's card and the students export all use this window.
+SESSION_WINDOW_S = 5
+#: The retry budget the panel measures against (retries per attempt).
+RETRY_BUDGET = 0.1
+#: Complete seconds the headline tiles average over.
+HEADLINE_SECONDS = 3
+#: Seconds before a trigger whose goodput is the healthy baseline.
+BASELINE_SECONDS = 10
+#: Goodput back to this share of the baseline (with retries within budget) is recovered.
+RECOVERED_GOODPUT = 0.9
+#: Seconds without a single attempt that end a run of traffic (a new start is a new run).
+RUN_GAP_S = 5
+
+
+def offered_load_text(sessions: int, rate: int, capacity_per_s: float) -> str:
+    """What a class-wide Start traffic will offer, against the capacity, before it starts:
+    ``31 sessions x 5 calls/s = 155 calls/s, capacity 200 attempts/s`` (static/js/storm.js
+    writes the same sentence as the form's numbers change)."""
+    noun = "session" if sessions == 1 else "sessions"
+    offered = sessions * rate
+    over = ": over capacity before any trigger" if offered > capacity_per_s else ""
+    return (
+        f"{sessions} {noun} x {rate} calls/s = {offered} calls/s, "
+        f"capacity {round(capacity_per_s)} attempts/s{over}"
+    )
+
+
+def session_window(
+    own: Sequence[dict[str, Any]], class_offered: int, window_s: int = SESSION_WINDOW_S
+) -> dict[str, Any]:
+    """One session's figures over complete seconds, from its own per-second counters in
+    Redis (``RedisSharedModel.session_seconds``) and the class's offered attempts over the
+    same seconds: attempts, retries, their ratio, attempts per second, calls refused by its
+    breaker, the latest breaker state seen (None when it made no call) and its share of the
+    class's load. The one computation behind the panel's table, the card and the export."""
+    attempts = sum(r["offered"] for r in own)
+    retries = sum(r["retries"] for r in own)
+    state = next((r["state"] for r in reversed(own) if r.get("state")), None)
+    return {
+        "attempts": attempts,
+        "retries": retries,
+        "retry_ratio": round(retries / attempts, 4) if attempts else None,
+        "attempts_per_s": round(attempts / window_s, 2),
+        "fast": sum(r["fast"] for r in own),
+        "ok": sum(r["ok"] for r in own),
+        "failed": sum(r["error"] + r["shed"] + r["skipped"] + r["timeout"] for r in own),
+        "state": state,
+        "share": round(attempts / class_offered, 4) if class_offered else None,
+        "class_offered": class_offered,
+    }
+
+
+def _run_start(active: list[int], newest: int) -> int:
+    """The first second of the run of traffic ending at ``newest`` (no gap of RUN_GAP_S)."""
+    start = newest
+    for sec in reversed(active):
+        if start - sec > RUN_GAP_S:
+            break
+        start = sec
+    return start
+
+
+def storm_headline(
+    seconds: Sequence[dict[str, Any]], trigger: dict[str, Any] | None, now: int
+) -> dict[str, Any]:
+    """The storm panel's four tiles from the class's per-second counters, complete seconds
+    only (before ``now``), and the recovery clock's state:
+
+    - ``no_traffic``: no attempt in the last RUN_GAP_S complete seconds; nothing else is
+      measured (no clock, no baseline);
+    - else the *run* is the stretch of seconds with traffic up to now with no gap of
+      RUN_GAP_S; only a trigger that overlaps the run counts (one from a previous run, or
+      from before a restart, is history);
+    - ``healthy``: no such trigger; ``triggered``: it is running; ``not_recovered``: it has
+      ended and no second since has been back (``recovery_s`` counts up from its end);
+      ``recovered``: the first second after its end with retries within the budget and
+      goodput at RECOVERED_GOODPUT of the baseline (``recovery_s`` from the end to it).
+
+    The baseline is the mean goodput of the BASELINE_SECONDS of the run before the trigger;
+    with none (no trigger, or one fired as the run began) the calls asked for per second.
+    Goodput is None while no call is asked for (the end of a run, before it counts as
+    stopped), rather than a 0 % that reads as an outage."""
+    rows = sorted((r for r in seconds if r["second"] < now), key=lambda r: r["second"])
+    active = [r["second"] for r in rows if r["offered"] > 0]
+    out: dict[str, Any] = {
+        "state": "no_traffic",
+        "amplification": None,
+        "retry_ratio": None,
+        "goodput_share": None,
+        "recovery_s": None,
+        "run_start": None,
+        "baseline": None,
+        "trigger": None,
+        "now": now,
+    }
+    if not active or now - 1 - active[-1] >= RUN_GAP_S:
+        return out
+    run_start = _run_start(active, active[-1])
+    run = [r for r in rows if r["second"] >= run_start]
+    recent = rows[-HEADLINE_SECONDS:]
+    offered = sum(r["offered"] for r in recent)
+    calls = sum(r["calls"] for r in recent)
+    retries = sum(r["retries"] for r in recent)
+    goodput = sum(r["calls_ok"] for r in recent) / len(recent)
+    current = trigger if trigger and trigger["until_s"] > run_start else None
+    base = None
+    if current:
+        before = [
+            r for r in run
+            if current["from_s"] - BASELINE_SECONDS <= r["second"] < current["from_s"]
+            and r["calls"] > 0
+        ]  # fmt: skip
+        if before:
+            base = sum(r["calls_ok"] for r in before) / len(before)
+    if not base:
+        asked = [r for r in run if r["calls"] > 0][-HEADLINE_SECONDS:]
+        base = sum(r["calls"] for r in asked) / len(asked) if asked else None
+    out.update(
+        run_start=run_start,
+        baseline=base,
+        amplification=offered / calls if calls else None,
+        retry_ratio=retries / offered if offered else None,
+        goodput_share=goodput / base if base and calls else None,
+        state="healthy",
+    )
+    if current is None:
+        return out
+    out["trigger"] = {k: current[k] for k in ("kind", "from_s", "until_s")}
+    if now < current["until_s"]:
+        out["state"] = "triggered"
+        out["recovery_s"] = None
+        return out
+    end = current["until_s"]
+    back = next(
+        (
+            r for r in run
+            if r["second"] >= int(end) and r["offered"] > 0
+            and r["retries"] / r["offered"] <= RETRY_BUDGET
+            and base and r["calls_ok"] >= RECOVERED_GOODPUT * base
+        ),
+        None,
+    )  # fmt: skip
+    if back is not None:
+        out["state"] = "recovered"
+        out["recovery_s"] = max(0, round(back["second"] - end))
+    else:
+        out["state"] = "not_recovered"
+        out["recovery_s"] = max(0, round(now - end))
+    return out

@@ -1,0 +1,163 @@
+"""The lab page's reads: journal rows and pages, the timeline's events, bursts and their
+summaries, traffic.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.db import connection
+from django.db.models import BooleanField, ExpressionWrapper, Q
+
+from labs.engine.validate import traffic_defaults
+from labs.live import runtime
+from labs.live.journal import event_payload
+from labs.models import (
+    Burst,
+    JournalEvent,
+    LabSession,
+    Traffic,
+)
+from labs.presenters.lab_page import (
+    BURST_FACTS,
+    burst_facts,
+    chart_payload,
+    counts_from_events,
+    summary_panel,
+)
+
+#: Journal rows per page of the lab page's journal.
+JOURNAL_PAGE = 100
+#: Bursts the timeline chart shows (older ones scroll out).
+CHART_BURSTS = 4
+CHART_MAX_EVENTS = 3000
+
+
+def breaker_now(session_id: int, policy: dict[str, Any]) -> dict[str, Any]:
+    """The session's breaker read from Redis (the live truth) at now, with the server's clock
+    (``server_now_ms``: the page counts a cooldown down against its own clock, corrected for
+    the skew). Redis only, no database: a consumer calls it after every state change."""
+    view = runtime.breaker_view_of(session_id, policy)
+    view["server_now_ms"] = round(time.time() * 1000)
+    return view
+
+
+def rows_after(session_id: int, after: int, limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` journal payloads after ``after``, oldest first (marked as
+    :func:`mark_unreplayable` says)."""
+    rows = JournalEvent.objects.filter(session_id=session_id).after(after)[:limit]
+    return mark_unreplayable([event_payload(row) for row in rows])
+
+
+def mark_unreplayable(payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Set ``"whatif": False`` on the payloads of bursts that can never be replayed: finished
+    without a recorded start state (run before replay existed), interrupted or failed. One
+    query for the whole list, none when no row belongs to a burst; the journal row and the
+    timeline then offer no what-if for them (:func:`labs.live.rows.journal_row`)."""
+    ids = {p["burst"] for p in payloads if p.get("burst")}
+    if not ids:
+        return payloads
+    never = set(
+        Burst.objects.filter(pk__in=ids)
+        .filter(
+            Q(status__in=(Burst.Status.INTERRUPTED, Burst.Status.FAILED))
+            | Q(status=Burst.Status.DONE, start_state={})
+        )
+        .values_list("pk", flat=True)
+    )
+    if never:
+        for payload in payloads:
+            if payload.get("burst") in never:
+                payload["whatif"] = False
+    return payloads
+
+
+def newest_seq(session_id: int) -> int:
+    """The session's newest journal sequence number (0: none yet).
+
+    Plain SQL: every page watching a session asks it a second after its pushes stop, and
+    the ORM's query building (``.first()`` and its ordering) cost several times the query."""
+    table = connection.ops.quote_name(LabSession._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT next_seq FROM {table} WHERE id = %s", [session_id])  # noqa: S608
+        row = cursor.fetchone()
+    return (row[0] if row else 1) - 1
+
+
+def count_after(session_id: int, after: int) -> int:
+    return JournalEvent.objects.filter(session_id=session_id, seq__gt=after).count()
+
+
+def journal_page(session: LabSession, before: int | None = None) -> tuple[list[dict], int | None]:
+    """One page of the journal, newest first, and the seq to page on from (None: no older)."""
+    rows = JournalEvent.objects.filter(session=session)
+    if before is not None:
+        rows = rows.filter(seq__lt=before)
+    page = list(rows.order_by("-seq")[: JOURNAL_PAGE + 1])
+    older = page[JOURNAL_PAGE - 1].seq if len(page) > JOURNAL_PAGE else None
+    return mark_unreplayable([event_payload(r) for r in page[:JOURNAL_PAGE]]), older
+
+
+def chart_events(session: LabSession) -> list[dict[str, Any]]:
+    """The journal rows the timeline draws: everything since the start of the last few bursts
+    (oldest first, at most ``CHART_MAX_EVENTS``)."""
+    oldest = (
+        Burst.objects.filter(session=session).order_by("-number").values_list("pk", flat=True)
+    )[:CHART_BURSTS]
+    ids = list(oldest)
+    if not ids:
+        return []
+    first_seq = (
+        JournalEvent.objects.filter(session=session, burst_id__in=ids)
+        .order_by("seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
+    if first_seq is None:
+        return []
+    rows = JournalEvent.objects.filter(session=session, seq__gte=first_seq).order_by("-seq")[
+        :CHART_MAX_EVENTS
+    ]
+    payloads = [chart_payload(p) for p in mark_unreplayable([event_payload(r) for r in rows])]
+    payloads.reverse()
+    return payloads
+
+
+def burst_summary(burst: Burst | None) -> dict[str, Any] | None:
+    """What the summary panel shows for ``burst`` (None: no burst yet): a finished burst's
+    stored summary, a running one's counts from its rows so far."""
+    if burst is None:
+        return None
+    facts = burst_facts(burst)
+    if burst.status == Burst.Status.DONE and burst.summary:
+        return summary_panel(facts, burst.summary)
+    rows = (event_payload(r) for r in burst.events.order_by("seq"))
+    return summary_panel(facts, counts_from_events(rows))
+
+
+def latest_burst(session: LabSession) -> Burst | None:
+    return Burst.objects.filter(session=session).order_by("-number").first()
+
+
+def burst_facts_by_id(burst_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """What the summary panel's heading needs of each burst, by burst id, and whether its
+    start state is recorded."""
+    rows = (
+        Burst.objects.filter(pk__in=burst_ids)
+        .annotate(recorded=ExpressionWrapper(~Q(start_state={}), output_field=BooleanField()))
+        .values("pk", "recorded", *BURST_FACTS[1:])
+    )
+    return {row["pk"]: burst_facts({"id": row["pk"], **row}) for row in rows}
+
+
+def latest_traffic(session: LabSession) -> Traffic | None:
+    """The session's active traffic run, else its latest one (None if it never ran any)."""
+    return session.traffic.order_by("-pk").first()
+
+
+def session_traffic_defaults(session: LabSession) -> dict[str, Any]:
+    """The steady traffic a session's form starts with: its scenario's ``traffic`` (the
+    lesson's rate, duration and arrivals), else the lab's defaults."""
+    script = session.scenario.script if session.scenario_id else {}
+    return traffic_defaults(script)

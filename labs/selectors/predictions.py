@@ -1,0 +1,182 @@
+"""Predictions, attempts and step progress."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from labs.models import (
+    Classroom,
+    JournalEvent,
+    LabSession,
+    Prediction,
+    StepProgress,
+)
+from labs.presenters.lessons import scenario_steps
+from labs.presenters.predictions import prediction_histograms
+from labs.presenters.text import actor_name
+
+# --- predictions ---------------------------------------------------------------------------
+
+
+def session_attempt(session: LabSession) -> int:
+    """The session's attempt at its scenario: 1, and one more after each reset of the lab
+    (counted from the journal's ``session_reset`` rows, the record of each reset)."""
+    return 1 + JournalEvent.objects.filter(session=session, kind="session_reset").count()
+
+
+def session_steps(session: LabSession) -> list[dict]:
+    """The scenario's steps (:func:`labs.presenters.lessons.scenario_steps`) in the current attempt:
+    each with ``done`` (stored on the server) and, for a question, the prediction (None until
+    answered)."""
+    steps = scenario_steps(session.scenario)
+    attempt = session_attempt(session)
+    done = set(
+        StepProgress.objects.filter(session=session, attempt=attempt).values_list("step", flat=True)
+    )
+    by_step = {}
+    if any("ask" in step for step in steps):
+        by_step = {
+            p.step: p
+            for p in Prediction.objects.filter(session=session, attempt=attempt).select_related(
+                "burst"
+            )
+        }
+    for step in steps:
+        step["done"] = step["index"] in done
+        if "ask" in step:
+            step["prediction"] = prediction = by_step.get(step["index"])
+            graded = prediction is not None and prediction.correct is not None
+            step["explaining"] = explaining_rows(prediction) if graded else []
+    return steps
+
+
+def session_prediction(session: LabSession, step: int) -> Prediction | None:
+    """The session's prediction for step ``step`` in the current attempt, or None."""
+    return (
+        Prediction.objects.filter(session=session, attempt=session_attempt(session), step=step)
+        .select_related("burst")
+        .first()
+    )
+
+
+def class_predictions(classroom: Classroom):
+    """Every prediction made in ``classroom`` by a real student (simulated ones left out):
+    student, scenario, step, answer, observation."""
+    return (
+        Prediction.objects.filter(session__classroom=classroom)
+        .people()
+        .select_related("owner", "session__scenario")
+        .order_by(
+            "session__scenario__position",
+            "session__scenario_id",
+            "step",
+            "owner__username",
+            "attempt",
+        )
+    )
+
+
+#: The journal rows that explain each measure's value in a graded step.
+EXPLAINING_KINDS = {
+    "breaker_after": ("transition",),
+    "fast_failed": ("transition", "rejected", "call_result"),
+    "backoff_ms_total": ("sleep",),
+    "dependency_hits": ("attempt", "transition"),
+    "attempts_total": ("call_result", "budget_exhausted", "deadline_exceeded", "transition"),
+}
+EXPLAINING_ROWS = 20
+
+
+def explaining_rows(prediction: Prediction) -> list[dict]:
+    """Up to 20 journal rows of the prediction's burst that show where its measure came from
+    (for attempts: each call's result; for waiting time: the sleeps; ...), oldest first."""
+    if prediction.burst_id is None:
+        return []
+    kinds = EXPLAINING_KINDS.get(prediction.measure, ("call_result", "transition"))
+    rows = JournalEvent.objects.filter(burst_id=prediction.burst_id, kind__in=kinds)
+    return [
+        {"seq": r.seq, "kind": r.kind, "message": r.message}
+        for r in rows.order_by("seq")[:EXPLAINING_ROWS]
+    ]
+
+
+def class_progress(classroom: Classroom) -> list[dict]:
+    """Each student's session in ``classroom``: the current attempt, the steps done in it (of
+    the scenario's), the questions answered and right in it, and the earlier attempts.
+    Simulated students (bots) are left out: they answer nothing."""
+    return _progress_rows(LabSession.objects.filter(classroom=classroom).people())
+
+
+def session_progress(session_id: int) -> dict | None:
+    """One session's :func:`class_progress` row (None when the session is gone): what a
+    ``class.progress`` push makes the dashboards show."""
+    rows = _progress_rows(LabSession.objects.filter(pk=session_id))
+    return rows[0] if rows else None
+
+
+def script_step_counts(script: Any) -> tuple[int, int]:
+    """(steps, steps with a question) of a scenario script (stored JSON, maybe as text)."""
+    import json
+
+    if isinstance(script, str):
+        script = json.loads(script)
+    steps = (script.get("steps") or []) if isinstance(script, dict) else []
+    return len(steps), sum(1 for st in steps if isinstance(st, dict) and "ask" in st)
+
+
+def progress_fields(row: dict) -> dict[str, int]:
+    """A :func:`class_progress` row's numbers only (what a push and a snapshot carry)."""
+    return {k: row[k] for k in ("attempt", "done", "steps", "questions", "answered", "right")}
+
+
+def _progress_rows(sessions_qs) -> list[dict]:
+    from django.db.models import Count, Q
+
+    sessions = list(
+        sessions_qs.select_related("owner", "scenario")
+        .annotate(resets=Count("journal", filter=Q(journal__kind="session_reset")))
+        .order_by("owner__username", "scenario__position", "scenario_id")
+    )
+    done = Counter(
+        (row["session_id"], row["attempt"])
+        for row in StepProgress.objects.filter(session__in=sessions).values("session_id", "attempt")
+    )
+    answered: Counter = Counter()
+    right: Counter = Counter()
+    for p in Prediction.objects.filter(session__in=sessions).values(
+        "session_id", "attempt", "correct"
+    ):
+        answered[(p["session_id"], p["attempt"])] += 1
+        right[(p["session_id"], p["attempt"])] += int(bool(p["correct"]))
+    rows = []
+    for s in sessions:
+        attempt = 1 + s.resets
+        key = (s.pk, attempt)
+        steps, questions = script_step_counts(s.scenario.script)
+        rows.append(
+            {
+                "session": s,
+                "student": actor_name(s.owner),
+                "scenario": s.scenario.title,
+                "attempt": attempt,
+                "done": done[key],
+                "steps": steps,
+                "questions": questions,
+                "answered": answered[key],
+                "right": right[key],
+            }
+        )
+    return rows
+
+
+def class_predictions_page(classroom: Classroom) -> dict[str, Any]:
+    """What the instructor's predictions page shows, for the page and for each websocket
+    update alike: every prediction, the histograms per question, each student's progress."""
+    rows = list(class_predictions(classroom).select_related("burst"))
+    return {
+        "classroom": classroom,
+        "questions": prediction_histograms(rows),
+        "progress": class_progress(classroom),
+        "predictions": rows,
+    }
