@@ -445,14 +445,14 @@ def test_rows_read_back_for_a_reconnecting_socket_are_marked_with_one_query(
     """The consumer's catch-up (``rows_after``) marks the rows of a burst that can never be
     replayed (the timeline reads the mark), for one query more per chunk, whatever its
     length."""
-    from labs import selectors
+    from labs.selectors.lab import rows_after
 
     new = finished_burst(session, 1)
     old = burst_from_before_replay(session, 2)
     failed = Burst.objects.create(session=session, number=3, size=1, status="failed")
     journal.record([journal.entry(session, "burst_failed", "stopped", burst_id=failed.pk)])
     with django_assert_num_queries(2):
-        read_back = selectors.rows_after(session.pk, 0, 500)
+        read_back = rows_after(session.pk, 0, 500)
     assert new.pk in {r["burst"] for r in read_back if r.get("whatif", True)}
     assert {r["burst"] for r in read_back if r.get("whatif") is False} == {old.pk, failed.pk}
 
@@ -460,15 +460,16 @@ def test_rows_read_back_for_a_reconnecting_socket_are_marked_with_one_query(
 def test_the_pushed_summary_panel_has_no_what_if_link(session):
     """The consumer renders the panel at a burst's end from facts it learnt from the
     ``burst_queued`` row or read by id; the burst's what-if link is in the history, not here."""
-    from labs import presenters, selectors
+    from labs.presenters.lab_page import summary_fragment
+    from labs.selectors.lab import burst_facts_by_id
 
     new = finished_burst(session, 1)
     old = burst_from_before_replay(session, 2)
-    facts = selectors.burst_facts_by_id([new.pk, old.pk])
+    facts = burst_facts_by_id([new.pk, old.pk])
     assert (facts[new.pk]["recorded"], facts[old.pk]["recorded"]) == (True, False)
     for burst in (new, old):
         end = JournalEvent.objects.get(burst=burst, kind="burst_end")
-        html = presenters.summary_fragment(journal.event_payload(end), facts[burst.pk])
+        html = summary_fragment(journal.event_payload(end), facts[burst.pk])
         assert f"Burst {burst.number}" in html and "replay/" not in html and "<a " not in html
 
 
@@ -477,7 +478,7 @@ def test_replay_rows_and_charts_rendered_in_python_match_the_template_markup():
     most of the answer's time): the same markup a template would give, values escaped."""
     from django.template import Context, Template
 
-    from labs import presenters
+    from labs.presenters.replay import replay_rows_html, replay_timelines
 
     rows = [
         {"n": 1, "kind": "attempt", "kind_label": "attempt", "tone": "bad", "t_ms": 12.5,
@@ -490,8 +491,8 @@ def test_replay_rows_and_charts_rendered_in_python_match_the_template_markup():
         '<span class="j-time">+{{ r.t_ms }} ms</span> <span class="j-kind">{{ r.kind_label }}'
         '</span> <span class="j-msg">{{ r.message }}</span></li>{% endfor %}'
     )
-    assert presenters.replay_rows_html(rows) == template.render(Context({"rows": rows}))
-    assert "<b>" not in presenters.replay_rows_html(rows)
+    assert replay_rows_html(rows) == template.render(Context({"rows": rows}))
+    assert "<b>" not in replay_rows_html(rows)
 
     start = capture_start(
         dependency=dict(FLAKY, fail_count=2), policy={"max_attempts": 3},
@@ -499,7 +500,7 @@ def test_replay_rows_and_charts_rendered_in_python_match_the_template_markup():
         concurrency=1, first_call=1, burst=1,
     )  # fmt: skip
     events = replay(start).events
-    (chart,) = presenters.replay_timelines([("a <title>", [e.to_dict() for e in events])])
+    (chart,) = replay_timelines([("a <title>", [e.to_dict() for e in events])])
     svg = chart["svg"]
     assert svg.count("<rect ") == chart["attempts"] == len(chart["bars"]) == 5
     assert svg.count('class="replay-label"') == 3 and ">#1</text>" in svg

@@ -56,15 +56,15 @@ def test_seed_demo_loads_every_scenario_file_assigned_to_the_class():
 
 
 def test_seed_demo_gives_the_demo_class_the_storm_lesson_and_a_shared_dependency():
-    from labs import selectors
     from labs.models import SharedDependencyConfig
+    from labs.selectors.storm import storm_configured
 
     seed()
     room = Classroom.objects.get(join_code="DEMO2026")
     lesson = room.scenarios.get(slug="storm_lesson")
     assert lesson.script["dependency"]["mode"] == "shared"
     assert "**What to watch.**" in lesson.instructions
-    assert selectors.storm_configured(room.pk)
+    assert storm_configured(room.pk)
     config = SharedDependencyConfig.objects.get(classroom=room)
     assert (config.servers, config.service_ms, config.max_queue_ms) == (8, 40, 2000)
     # An instructor's own settings survive a second seed.
