@@ -32,7 +32,7 @@
    names nobody else: the class's part is read once per class and process per tick
    (``SHARED_CACHE_S``), however many pages watch, and each page's message adds ``mine``,
    its own session's counters per second and its figures over the last complete seconds
-   (``storm_session_recent``: retry ratio, share, attempts), read from the
+   (``storm_session_now``: retry ratio, share, attempts), read from the
    per-session counters the shared model keeps, the same the storm panel's table shows for
    that second. When the session leaves shared mode the page gets
    ``{"type": "shared", "active": false}``.
@@ -85,10 +85,10 @@ from labs.consumers.base import (
 from labs.live import broadcast, metrics, rows
 from labs.live.journal import BURST_END_KINDS
 from labs.presenters.lab_page import SUMMARY_KINDS, badge, render_badge, summary_fragment
-from labs.presenters.storm import shared_page_message
+from labs.presenters.storm import session_card, shared_page_message
 from labs.selectors.access import session_policy, socket_session
 from labs.selectors.lab import breaker_now, burst_facts_by_id, count_after, newest_seq, rows_after
-from labs.selectors.storm import session_shared_classroom, storm_recent, storm_session_recent
+from labs.selectors.storm import session_shared_classroom, storm_now, storm_session_now
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ def shared_class_text(classroom_id: int, back_s: int) -> tuple[str, int]:
         cached = _shared_cache.get(classroom_id)
         if cached is not None and now - cached[0] < SHARED_CACHE_S:
             return cached[1], cached[2]
-    recent = storm_recent(classroom_id, back_s)
+    recent = storm_now(classroom_id, back_s)
     text = json.dumps(shared_page_message(recent))
     if back_s == SHARED_RESEND_S:
         _shared_cache[classroom_id] = (now, text, recent["now"])
@@ -139,7 +139,7 @@ def shared_message_text(classroom_id: int, session_id: int, back_s: int) -> str:
     """The class's part (:func:`shared_class_text`) with this session's own counters and
     window figures at the same second spliced in as ``mine`` (one more read, Redis only)."""
     text, now = shared_class_text(classroom_id, back_s)
-    mine = storm_session_recent(classroom_id, session_id, now, back_s)
+    mine = session_card(storm_session_now(classroom_id, session_id, now, back_s))
     return f'{text[:-1]}, "mine": {json.dumps(mine)}}}'
 
 

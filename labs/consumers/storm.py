@@ -4,20 +4,19 @@ Only instructors of the class (``teaches``) are let in; anyone else, students an
 other classes' instructors included, is closed with code 4403 right after the handshake.
 
 The consumer pushes a message every ``TICK_S`` (half a second) from its own loop, reading
-the class's shared dependency in Redis once per tick (an ``HMGET`` of the seconds it sends,
-never the whole counters hash) and never because a browser asked: a page that polls nothing
-still gets every second. Counters of a second keep changing after it has passed (a timeout
-is counted when the client gives up, wasted server time when the server finishes), so every
-tick sends the last ``RESEND_S`` seconds again and the page replaces them by second.
+the class's shared dependency in Redis once per tick (``storm_now``: two round trips, no
+database) and never because a browser asked: a page that polls nothing still gets every
+second. Counters of a second keep changing after it has passed (a timeout is counted when
+the client gives up, wasted server time when the server finishes), so every tick sends the
+last ``RESEND_S`` seconds again and the page replaces them by second.
 
 Messages to the page (JSON):
 
 - ``{"type": "snapshot", "now": s, "window_s", "seconds": [second, ...], "model": {...},
   "students": [...], "headline": {...}}``: the last ``STORM_WINDOW_S`` seconds
   (``Second.to_dict`` each, zero rows for quiet seconds), the model's settings, capacity and
-  latest trigger (``storm_model_state``), the per-student table
-  (``storm_students``: the sessions' own counters in Redis over the last complete
-  seconds) and the tiles with the recovery clock (``storm_headline``, computed
+  latest trigger, the per-student table (``presenters.storm.student_rows``: the
+  sessions' own counters in Redis over the last complete seconds) and the tiles with the recovery clock (``storm_headline``, computed
   here from the seconds this consumer holds, complete seconds only). Sent on connect, when a
   tick finds it has fallen more than ``RESEND_S`` seconds behind (a gap: the seconds in
   between would be missing), and when the page asks.
@@ -48,17 +47,11 @@ from labs.consumers.base import (
     read,
     read_redis,
 )
+from labs.engine.shared import SharedConfig
 from labs.live import metrics
-from labs.presenters.storm import storm_headline
+from labs.presenters.storm import storm_headline, student_rows
 from labs.selectors.access import teaches
-from labs.selectors.storm import (
-    STORM_WINDOW_S,
-    storm_model_state,
-    storm_now_s,
-    storm_seconds,
-    storm_sessions,
-    storm_students,
-)
+from labs.selectors.storm import STORM_WINDOW_S, storm_config, storm_now, storm_sessions
 
 logger = logging.getLogger(__name__)
 
@@ -68,17 +61,6 @@ TICK_S = 0.5
 RESEND_S = 6
 SESSIONS_EVERY_S = 5.0
 REFRESH_INTERVAL_S = 1.0
-
-
-def _series(classroom_id: int, first: int | None) -> tuple[int, list[dict[str, Any]], dict]:
-    """(now, the seconds from ``first`` (or the whole window) to now, the model's state)."""
-    now = storm_now_s(classroom_id)
-    start = now - STORM_WINDOW_S + 1 if first is None else max(first, now - RESEND_S)
-    return (
-        now,
-        storm_seconds(classroom_id, start, now),
-        storm_model_state(classroom_id),
-    )
 
 
 class StormPanelConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebsocketConsumer):
@@ -95,6 +77,7 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebs
     _students_now: int | None = None
     _sessions: list[dict[str, Any]] | None = None
     _sessions_at = 0.0
+    _config: SharedConfig | None = None
 
     def _keep(self, now: int, seconds: list[dict[str, Any]], fresh: bool) -> dict[str, Any]:
         """Hold the window's seconds (a snapshot replaces them, a tick updates its own) and
@@ -143,17 +126,27 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebs
         if self.allowed:
             await self._send_snapshot()
 
-    async def _students(self, now: int) -> list[dict[str, Any]]:
+    async def _read(self, back_s: int, *, fresh: bool) -> dict[str, Any]:
+        """The class's shared dependency now, with every session's own counters: one read of
+        Redis (:func:`labs.selectors.storm.storm_now`). The list of sessions and the saved
+        settings (shown while Redis has lost the model's) come from the database before it,
+        the list every ``SESSIONS_EVERY_S``, the settings with each snapshot."""
+        if fresh or self._config is None:
+            self._config = await read(storm_config)(self.classroom_id)
         if self._sessions is None or time.monotonic() - self._sessions_at >= SESSIONS_EVERY_S:
             self._sessions = await read(storm_sessions)(self.classroom_id)
             self._sessions_at = time.monotonic()
-        self._students_now = now
-        return await read_redis(storm_students)(self.classroom_id, now, self._sessions)
+        ids = [s["session"] for s in self._sessions]
+        return await read_redis(storm_now)(self.classroom_id, back_s, ids, self._config)
+
+    def _students(self, read_now: dict[str, Any]) -> list[dict[str, Any]]:
+        self._students_now = read_now["now"]
+        return student_rows(self._sessions or [], read_now["window"], read_now["now"])
 
     async def _send_snapshot(self) -> None:
         self._last_refresh = time.monotonic()
-        now, seconds, model = await read_redis(_series)(self.classroom_id, None)
-        students = await self._students(now)
+        read_now = await self._read(STORM_WINDOW_S - 1, fresh=True)
+        now, seconds, model = read_now["now"], read_now["seconds"], read_now["model"]
         self._last_now = now
         self._trigger = model.get("trigger")
         await self.send_json(
@@ -163,7 +156,7 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebs
                 "window_s": STORM_WINDOW_S,
                 "seconds": seconds,
                 "model": model,
-                "students": students,
+                "students": self._students(read_now),
                 "headline": self._keep(now, seconds, fresh=True),
             }
         )
@@ -179,8 +172,8 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebs
                 logger.exception("storm panel %s: tick failed", self.classroom_id)
 
     async def _tick(self) -> None:
-        first = self._last_now - RESEND_S if self._last_now is not None else None
-        now, seconds, model = await read_redis(_series)(self.classroom_id, first)
+        read_now = await self._read(RESEND_S, fresh=False)
+        now, seconds, model = read_now["now"], read_now["seconds"], read_now["model"]
         if self._last_now is None or now - self._last_now > RESEND_S:
             await self._send_snapshot()  # a gap the resent seconds do not cover
             return
@@ -194,5 +187,5 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebs
             "headline": self._keep(now, seconds, fresh=False),
         }
         if now != self._students_now:
-            message["students"] = await self._students(now)
+            message["students"] = self._students(read_now)
         await self.send_json(message)

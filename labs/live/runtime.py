@@ -36,6 +36,14 @@ from labs.engine import (
 )
 from labs.engine.replay import capture_start
 from labs.engine.routes import build_routes, needs_routes
+from labs.engine.shared import (
+    SECOND_FIELDS,
+    WAIT_BOUNDS_MS,
+    Second,
+    seconds_from_fields,
+    session_field_names,
+    session_seconds_from_fields,
+)
 from labs.live.hub import get_hub
 from labs.live.journal import Written
 from labs.models import Burst, LabSession, SharedDependencyConfig
@@ -109,6 +117,123 @@ def configure_shared(classroom_id: int, config: SharedConfig | None = None) -> R
     model = shared_model(classroom_id)
     model.configure(config or shared_config(classroom_id))
     return model
+
+
+#: The model hash's fields a page reads: the settings and the latest trigger.
+_MODEL_FIELDS = (
+    "servers", "service_us", "max_queue_us", "trig", "trig_from", "trig_until", "trig_pct",
+    "trig_servers",
+)  # fmt: skip
+#: A second's fields in the counters hash (its counts and its wait histogram).
+_SECOND_NAMES = (*SECOND_FIELDS, *(f"q{i}" for i in range(len(WAIT_BOUNDS_MS))))
+
+
+def shared_now(
+    classroom_id: int,
+    *,
+    back_s: int,
+    sessions: Sequence[int] = (),
+    window_s: int = 0,
+    fallback: SharedConfig | None = None,
+) -> dict[str, Any]:
+    """Everything a page's tick shows of the class's shared dependency, from Redis alone in
+    two round trips (``TIME``, then one pipeline), never the database:
+
+    - ``now``, ``now_us``: Redis's clock, the one that stamps the counters;
+    - ``seconds``: the class's counters of every second from ``now - back_s`` to ``now``
+      (``Second.to_dict``, zero rows for quiet seconds; one ``HMGET`` of exactly those
+      fields, never the whole hash, which holds up to an hour of seconds);
+    - ``model``: the settings (``config``, ``capacity_per_s``; ``fallback``, else the
+      engine's defaults, when Redis has none) and the latest trigger with its span in
+      seconds (``from_s``, ``until_s``);
+    - with ``sessions`` and ``window_s``: ``window``, the complete seconds ``now - window_s``
+      to ``now - 1`` (``first``, ``last``), the class's offered attempts over them
+      (``class_offered``) and each session's own rows over them (``sessions``, by id).
+    """
+    client = engine_redis()
+    model = shared_model(classroom_id, client)
+    seconds, micros = client.time()
+    now = int(seconds)
+    win_first, win_last = now - window_s, now - 1
+    reach = min(now - back_s, win_first) if window_s else now - back_s
+    fields = [f"{s}:{name}" for s in range(reach, now + 1) for name in _SECOND_NAMES]
+    names = session_field_names(win_first, win_last) if window_s else []
+    pipe = client.pipeline(transaction=False)
+    pipe.hmget(model.k_counters, fields)
+    pipe.hmget(model.k_model, _MODEL_FIELDS)
+    for session in sessions if window_s else ():
+        pipe.hmget(model.session_key(str(session)), names)
+    counters, settings_, *own = pipe.execute()
+    found = {row.second: row for row in seconds_from_fields(
+        {k: v for k, v in zip(fields, counters, strict=True) if v is not None}
+    )}  # fmt: skip
+    result: dict[str, Any] = {
+        "now": now,
+        "now_us": now * 1_000_000 + int(micros),
+        "seconds": [
+            (found.get(s) or Second(second=s)).to_dict() for s in range(now - back_s, now + 1)
+        ],
+        "model": _model_now(settings_, fallback),
+    }
+    if window_s:
+        result["window"] = {
+            "first": win_first,
+            "last": win_last,
+            "class_offered": sum(
+                found[s].offered for s in range(win_first, win_last + 1) if s in found
+            ),
+            "sessions": {
+                int(session): session_seconds_from_fields(
+                    dict(zip(names, values, strict=True)), win_first, win_last
+                )
+                for session, values in zip(sessions, own, strict=True)
+            },
+        }
+    return result
+
+
+def shared_session_now(
+    classroom_id: int, session_id: int, *, now: int, back_s: int, window_s: int
+) -> dict[str, Any]:
+    """One session's own rows of the seconds ``now - back_s`` to ``now - 1`` (``seconds``)
+    and the class's offered attempts over the last ``window_s`` of them (``class_offered``):
+    one pipelined round trip to Redis, never the database."""
+    model = shared_model(classroom_id)
+    first, last = now - back_s, now - 1
+    names = session_field_names(first, last)
+    offered = [f"{s}:offered" for s in range(now - window_s, now)]
+    pipe = model.client.pipeline(transaction=False)
+    pipe.hmget(model.session_key(str(session_id)), names)
+    pipe.hmget(model.k_counters, offered)
+    own, class_offered = pipe.execute()
+    return {
+        "now": now,
+        "seconds": session_seconds_from_fields(dict(zip(names, own, strict=True)), first, last),
+        "class_offered": sum(int(v) for v in class_offered if v),
+    }
+
+
+def _model_now(values: Sequence[Any], fallback: SharedConfig | None) -> dict[str, Any]:
+    """The settings and latest trigger from the model hash's :data:`_MODEL_FIELDS`."""
+    servers, service_us, queue_us, kind, from_us, until_us, pct, trig_servers = (
+        None if v is None else (v.decode() if isinstance(v, bytes) else str(v)) for v in values
+    )
+    if servers:
+        config = SharedConfig(int(servers), int(service_us) // 1000, int(queue_us) // 1000)
+    else:
+        config = fallback or SharedConfig()
+    trigger = None
+    if kind:
+        trigger = {
+            "kind": kind,
+            "from_us": int(from_us),
+            "until_us": int(until_us),
+            "factor_pct": int(pct),
+            "servers": int(trig_servers),
+            "from_s": int(from_us) / 1e6,
+            "until_s": int(until_us) / 1e6,
+        }
+    return {"config": config.to_dict(), "capacity_per_s": config.capacity_per_s, "trigger": trigger}
 
 
 def is_shared(dependency: dict[str, Any] | None) -> bool:

@@ -46,7 +46,7 @@ def shared_status(seconds: Sequence[dict[str, Any]], model: dict[str, Any], now_
 
 
 def shared_page_message(recent: dict[str, Any]) -> dict[str, Any]:
-    """What a lab page in ``shared`` mode gets each second (``labs.selectors.storm.storm_recent``):
+    """What a lab page in ``shared`` mode gets each second (``labs.selectors.storm.storm_now``):
     the class's per-second totals (:data:`SHARED_PAGE_FIELDS`), the capacity, the latest
     trigger's span and the state (:func:`shared_status`). No session or student is named:
     the page works out its own share from its own journal rows."""
@@ -119,6 +119,48 @@ def session_window(
         "state": state,
         "share": round(attempts / class_offered, 4) if class_offered else None,
         "class_offered": class_offered,
+    }
+
+
+def student_rows(
+    sessions: Sequence[dict[str, Any]], window: dict[str, Any], now: int
+) -> list[dict[str, Any]]:
+    """The panel's per-student table at ``now``: every session (``storm_sessions``) with its
+    figures over the window's complete seconds (:func:`session_window` of the ``window`` a
+    read with sessions returns). Rows carry ``now`` so a page can tell which second they
+    describe."""
+    window_s = window["last"] - window["first"] + 1
+    out = []
+    for s in sessions:
+        own = window["sessions"].get(s["session"], [])
+        figures = session_window(own, window["class_offered"], window_s)
+        out.append(
+            {
+                **s,
+                "now": now,
+                "attempts": figures["attempts"],
+                "retries": figures["retries"],
+                "attempts_per_s": figures["attempts_per_s"],
+                "retry_ratio": figures["retry_ratio"] or 0.0,
+                "state": figures["state"] or "idle",
+                "fast": figures["fast"],
+                "share": figures["share"] or 0.0,
+            }
+        )
+    return out
+
+
+def session_card(mine: dict[str, Any], window_s: int = SESSION_WINDOW_S) -> dict[str, Any]:
+    """A lab page's own part of the shared message (``mine``): its per-second rows for the
+    strip chart's share row and its figures over the last ``window_s`` complete seconds
+    (:func:`session_window`) for its card."""
+    rows = mine["seconds"]
+    return {
+        "now": mine["now"],
+        "seconds": [
+            {k: r[k] for k in ("second", "offered", "retries", "fast", "state")} for r in rows
+        ],
+        "window": session_window(rows[-window_s:], mine["class_offered"], window_s),
     }
 
 

@@ -36,6 +36,7 @@ from labs.live.traffic import ARRIVALS, DURATION_RANGE, RATE_RANGE
 from labs.models import Classroom, JournalEvent, LabSession, Scenario
 from labs.presenters.dashboard import dashboard_row_html
 from labs.presenters.exports import csv_lines
+from labs.presenters.storm import offered_load_text
 from labs.selectors import storm as storm_reads
 from labs.selectors.dashboard import class_dashboard_rows, simulated_count, state_counts
 from labs.selectors.storm import storm_configured, storm_traffic_defaults
@@ -96,13 +97,19 @@ def storm_context(classroom: Classroom) -> dict[str, Any]:
     in the dashboard's storm section: whether the class has a shared dependency, the
     websocket's path, the traffic form's ranges and its defaults (the class's lesson's
     traffic, with the load it will offer against the capacity)."""
+    defaults = storm_traffic_defaults(classroom.pk)
     return {
         "storm_configured": storm_configured(classroom.pk),
         "storm_ws_path": f"/ws/classes/{classroom.pk}/storm/",
         "traffic_rate_range": RATE_RANGE,
         "traffic_duration_range": DURATION_RANGE,
         "traffic_arrivals": ARRIVALS,
-        "traffic_defaults": storm_traffic_defaults(classroom.pk),
+        "traffic_defaults": {
+            **defaults,
+            "load": offered_load_text(
+                defaults["sessions"], defaults["rate"], defaults["capacity_per_s"]
+            ),
+        },
     }
 
 

@@ -23,7 +23,8 @@ from django.views.decorators.http import require_GET, require_POST
 from labs.forms import shared as shared_forms
 from labs.models import Classroom
 from labs.presenters.exports import csv_lines
-from labs.selectors.storm import STORM_WINDOW_S, storm_now_s, storm_seconds, storm_students
+from labs.presenters.storm import student_rows
+from labs.selectors.storm import STORM_WINDOW_S, storm_now, storm_sessions
 from labs.services import storm as storm_services
 from labs.services.traffic import TrafficInvalid
 from labs.views import HtmxHttpRequest
@@ -100,8 +101,7 @@ def storm_traffic(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def storm_export_seconds(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """The shared dependency's per-second counters over the panel's window, as CSV."""
     classroom = taught_classroom(request.user, pk)
-    now = storm_now_s(classroom.pk)
-    seconds = storm_seconds(classroom.pk, now - STORM_WINDOW_S + 1, now)
+    seconds = storm_now(classroom.pk, STORM_WINDOW_S - 1)["seconds"]
 
     def cells() -> Iterator[list[Any]]:
         for s in seconds:
@@ -121,7 +121,9 @@ def storm_export_students(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """The per-student table as the panel shows it now (the sessions' own counters over the
     last complete seconds, ``second`` being the one the figures run up to), as CSV."""
     classroom = taught_classroom(request.user, pk)
-    rows = storm_students(classroom.pk, storm_now_s(classroom.pk))
+    sessions = storm_sessions(classroom.pk)
+    read_now = storm_now(classroom.pk, 0, [s["session"] for s in sessions])
+    rows = student_rows(sessions, read_now["window"], read_now["now"])
 
     def cells() -> Iterator[list[Any]]:
         for r in rows:
