@@ -146,7 +146,7 @@ def shared_now(
     - ``model``: the settings (``config``, ``capacity_per_s``; ``fallback``, else the
       engine's defaults, when Redis has none) and the latest trigger with its span in
       seconds (``from_s``, ``until_s``);
-    - with ``sessions`` and ``window_s``: ``window``, the complete seconds ``now - window_s``
+    - with ``window_s``: ``window``, the complete seconds ``now - window_s``
       to ``now - 1`` (``first``, ``last``), the class's offered attempts over them
       (``class_offered``) and each session's own rows over them (``sessions``, by id).
     """

@@ -59,18 +59,18 @@ def storm_config(classroom_id: int) -> SharedConfig:
 def storm_now(
     classroom_id: int,
     back_s: int,
-    sessions: Sequence[int] = (),
+    sessions: Sequence[int] | None = None,
     config: SharedConfig | None = None,
 ) -> dict[str, Any]:
     """The class's shared dependency now, in one read of Redis (no database): the counters
     of the seconds ``now - back_s`` to ``now``, the settings (``config`` when Redis has none)
-    and the latest trigger, and with ``sessions`` each one's own counters over the last
+    and the latest trigger, and with ``sessions`` (a list, maybe empty) each one's own counters over the last
     ``STORM_STUDENT_WINDOW_S`` complete seconds (:func:`labs.live.runtime.shared_now`)."""
     return runtime.shared_now(
         classroom_id,
         back_s=back_s,
-        sessions=sessions,
-        window_s=STORM_STUDENT_WINDOW_S if sessions else 0,
+        sessions=sessions or (),
+        window_s=0 if sessions is None else STORM_STUDENT_WINDOW_S,
         fallback=config,
     )
 
