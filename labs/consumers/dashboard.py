@@ -58,15 +58,20 @@ from django.template.loader import render_to_string
 from labs.consumers.base import CLOSE_FORBIDDEN, DirectDispatch, RightCheck, SocketLimits, read
 from labs.live import metrics
 from labs.live.broadcast import class_group
-from labs.presenters.dashboard import dashboard_labels, progress_text
+from labs.presenters.dashboard import dashboard_labels, progress_text, row_message
 from labs.selectors.access import teaches
-from labs.selectors.dashboard import class_dashboard_snapshot, simulated_session_ids
+from labs.selectors.dashboard import class_dashboard_rows, simulated_session_ids
 from labs.selectors.predictions import class_predictions_page, progress_fields, session_progress
 
 REFRESH_INTERVAL_S = 1.0
 SETTLE_S = 1.5
 RESYNC_BUSY_S = 15.0
 PREDICTIONS_TEMPLATE = "labs/class_predictions.html#prediction-histograms"
+
+
+def dashboard_snapshot(classroom_id: int) -> list[dict[str, Any]]:
+    """The dashboard's rows as the snapshot sends them, each with its HTML."""
+    return [row_message(row) for row in class_dashboard_rows(classroom_id=classroom_id)]
 
 
 def predictions_html(classroom_id: int) -> str:
@@ -126,7 +131,7 @@ class ClassDashboardConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJson
             html = await read(predictions_html)(self.classroom_id)
             await self.send_json({"type": "predictions", "html": html})
             return
-        rows = await read(class_dashboard_snapshot)(self.classroom_id)
+        rows = await read(dashboard_snapshot)(self.classroom_id)
         # Simulated students' sessions are not rows of the dashboard (it counts them apart):
         # their updates are dropped here, or the page would ask for a snapshot at every one.
         self._hidden = await read(simulated_session_ids)(self.classroom_id)

@@ -101,3 +101,21 @@ def dashboard_row_html(row) -> str:
         fast_fails=row.fast_fails,
         progress=progress_text(row.progress),
     )
+
+
+def row_json(row) -> dict[str, Any]:
+    """A dashboard row (``DashboardRow``) as the page's script holds it: its data with the
+    words the page shows for it."""
+    return {
+        **row.as_dict(),
+        "progress_text": progress_text(row.progress),
+        **dashboard_labels(
+            {"state": row.state, "mode": row.mode, "burst_summary": row.last_summary}
+        ),
+    }
+
+
+def row_message(row) -> dict[str, Any]:
+    """A dashboard row as the websocket's snapshot sends it: :func:`row_json` with its HTML
+    (the page inserts a row it lacks as the server renders it)."""
+    return row_json(row) | {"html": dashboard_row_html(row)}

@@ -89,6 +89,17 @@ def burst_facts(burst: Any) -> dict[str, Any]:
     return facts
 
 
+def burst_panel(burst: Any, rows: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """What the summary panel shows for ``burst`` (None: no burst yet): a finished burst's
+    stored summary, a running one's counts from its ``rows`` so far."""
+    if burst is None:
+        return None
+    facts = burst_facts(burst)
+    if str(burst.status) == "done" and burst.summary:
+        return summary_panel(facts, burst.summary)
+    return summary_panel(facts, counts_from_events(rows))
+
+
 def summary_panel(
     facts: dict[str, Any], counts: dict[str, Any] | None = None, **changes: Any
 ) -> dict[str, Any]:

@@ -18,7 +18,6 @@ from labs.models import (
     Prediction,
     StepProgress,
 )
-from labs.presenters.dashboard import dashboard_labels, dashboard_row_html, progress_text
 from labs.selectors.predictions import script_step_counts
 
 # --- Class dashboard (instructor view) --------------------------------------------------------
@@ -26,7 +25,8 @@ from labs.selectors.predictions import script_step_counts
 
 @dataclass
 class DashboardRow:
-    """One student session as the class dashboard shows it (the JSON form is :meth:`as_dict`)."""
+    """One student session as the class dashboard shows it (its data as JSON:
+    :meth:`as_dict`; with its words and HTML: :mod:`labs.presenters.dashboard`)."""
 
     session_id: int
     student: str
@@ -66,10 +66,6 @@ class DashboardRow:
             "last_seq": self.last_seq,
             "burst_summary": self.last_summary,
             "progress": self.progress,
-            "progress_text": progress_text(self.progress),
-            **dashboard_labels(
-                {"state": self.state, "mode": self.mode, "burst_summary": self.last_summary}
-            ),
         }
 
 
@@ -215,15 +211,6 @@ def state_counts(rows: list[DashboardRow]) -> dict[str, int]:
     for row in rows:
         counts[row.state] = counts.get(row.state, 0) + 1
     return counts
-
-
-def class_dashboard_snapshot(classroom_id: int) -> list[dict[str, Any]]:
-    """The dashboard's rows in their JSON form, each with its HTML (the websocket's snapshot:
-    the page inserts a row it lacks as the server renders it)."""
-    return [
-        row.as_dict() | {"html": dashboard_row_html(row)}
-        for row in class_dashboard_rows(classroom_id=classroom_id)
-    ]
 
 
 def lti_class_status(classroom_id: int) -> dict[str, Any]:

@@ -19,13 +19,6 @@ from labs.models import (
     LabSession,
     Traffic,
 )
-from labs.presenters.lab_page import (
-    BURST_FACTS,
-    burst_facts,
-    chart_payload,
-    counts_from_events,
-    summary_panel,
-)
 
 #: Journal rows per page of the lab page's journal.
 JOURNAL_PAGE = 100
@@ -101,7 +94,8 @@ def journal_page(session: LabSession, before: int | None = None) -> tuple[list[d
 
 def chart_events(session: LabSession) -> list[dict[str, Any]]:
     """The journal rows the timeline draws: everything since the start of the last few bursts
-    (oldest first, at most ``CHART_MAX_EVENTS``)."""
+    (oldest first, at most ``CHART_MAX_EVENTS``; the page keeps of each what
+    ``labs.presenters.lab_page.chart_payload`` keeps)."""
     oldest = (
         Burst.objects.filter(session=session).order_by("-number").values_list("pk", flat=True)
     )[:CHART_BURSTS]
@@ -119,21 +113,18 @@ def chart_events(session: LabSession) -> list[dict[str, Any]]:
     rows = JournalEvent.objects.filter(session=session, seq__gte=first_seq).order_by("-seq")[
         :CHART_MAX_EVENTS
     ]
-    payloads = [chart_payload(p) for p in mark_unreplayable([event_payload(r) for r in rows])]
+    payloads = mark_unreplayable([event_payload(r) for r in rows])
     payloads.reverse()
     return payloads
 
 
-def burst_summary(burst: Burst | None) -> dict[str, Any] | None:
-    """What the summary panel shows for ``burst`` (None: no burst yet): a finished burst's
-    stored summary, a running one's counts from its rows so far."""
-    if burst is None:
-        return None
-    facts = burst_facts(burst)
-    if burst.status == Burst.Status.DONE and burst.summary:
-        return summary_panel(facts, burst.summary)
-    rows = (event_payload(r) for r in burst.events.order_by("seq"))
-    return summary_panel(facts, counts_from_events(rows))
+def burst_rows(burst: Burst | None) -> list[dict[str, Any]]:
+    """The journal payloads of a burst the summary panel counts (oldest first): a running
+    or stopped burst's rows so far; none for a finished burst, whose summary has its counts
+    (``labs.presenters.lab_page.burst_panel``)."""
+    if burst is None or (burst.status == Burst.Status.DONE and burst.summary):
+        return []
+    return [event_payload(r) for r in burst.events.order_by("seq")]
 
 
 def latest_burst(session: LabSession) -> Burst | None:
@@ -141,14 +132,14 @@ def latest_burst(session: LabSession) -> Burst | None:
 
 
 def burst_facts_by_id(burst_ids: list[int]) -> dict[int, dict[str, Any]]:
-    """What the summary panel's heading needs of each burst, by burst id, and whether its
-    start state is recorded."""
+    """What the summary panel's heading needs of each burst (``BURST_FACTS`` of
+    :mod:`labs.presenters.lab_page`), by burst id, and whether its start state is recorded."""
     rows = (
         Burst.objects.filter(pk__in=burst_ids)
         .annotate(recorded=ExpressionWrapper(~Q(start_state={}), output_field=BooleanField()))
-        .values("pk", "recorded", *BURST_FACTS[1:])
+        .values("pk", "recorded", "number", "size", "concurrency", "status", "error")
     )
-    return {row["pk"]: burst_facts({"id": row["pk"], **row}) for row in rows}
+    return {row["pk"]: {"id": row.pop("pk"), **row} for row in rows}
 
 
 def latest_traffic(session: LabSession) -> Traffic | None:

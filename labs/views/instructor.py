@@ -34,7 +34,7 @@ from labs.forms.lab import coerce
 from labs.live.journal import event_payload
 from labs.live.traffic import ARRIVALS, DURATION_RANGE, RATE_RANGE
 from labs.models import Classroom, JournalEvent, LabSession, Scenario
-from labs.presenters.dashboard import dashboard_row_html
+from labs.presenters.dashboard import dashboard_row_html, row_json
 from labs.presenters.exports import csv_lines
 from labs.presenters.storm import offered_load_text
 from labs.selectors import storm as storm_reads
@@ -123,7 +123,7 @@ def page_context(request: HtmxHttpRequest, classroom: Classroom, **extra) -> dic
         "rows_html": mark_safe(  # noqa: S308 (each row is built by format_html)
             "".join(dashboard_row_html(r) for r in rows)
         ),
-        "rows_json": [r.as_dict() for r in rows],
+        "rows_json": [row_json(r) for r in rows],
         "counts": state_counts(rows),
         "simulated": simulated_count(classroom.pk),
         "bursting": sum(1 for r in rows if r.bursting),

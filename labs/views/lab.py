@@ -48,12 +48,12 @@ from labs.forms.lab import (
 from labs.live.journal import event_payload
 from labs.models import Classroom, JournalEvent, LabSession, Scenario
 from labs.presenters.exports import csv_lines
-from labs.presenters.lab_page import badge
+from labs.presenters.lab_page import badge, burst_panel, chart_payload
 from labs.presenters.storm import OVERLOAD_WAIT_MS
 from labs.selectors.access import owned_session, visible_session
 from labs.selectors.lab import (
     breaker_now,
-    burst_summary,
+    burst_rows,
     chart_events,
     journal_page,
     latest_burst,
@@ -103,6 +103,7 @@ def page_context(
     """Everything ``labs/session.html`` renders."""
     rows, older = journal_page(session)
     steps = session_steps(session)
+    burst = latest_burst(session)
     return {
         "session": session,
         "read_only": is_read_only(request.user, session),
@@ -110,8 +111,8 @@ def page_context(
         "journal_rows": rows,
         "older_before": older,
         "last_seq": rows[0]["seq"] if rows else 0,
-        "summary": burst_summary(latest_burst(session)),
-        "chart_events": chart_events(session),
+        "summary": burst_panel(burst, burst_rows(burst)),
+        "chart_events": [chart_payload(e) for e in chart_events(session)],
         "steps": steps,
         **lesson_context(steps),
         "ws_path": f"/ws/sessions/{session.pk}/",

@@ -289,6 +289,7 @@ def test_progress_changes_are_announced_to_the_class_after_the_commit(
 def test_the_dashboard_rows_carry_each_students_step_and_score(
     client, session, student, instructor, classroom
 ):
+    from labs.presenters.dashboard import row_json
     from labs.selectors.dashboard import class_dashboard_rows
 
     predictions.step_mark(session=session, step=1, done=True)
@@ -300,7 +301,7 @@ def test_the_dashboard_rows_carry_each_students_step_and_score(
         "answered": 1, "right": 0,
     }  # fmt: skip
     assert row.progress["questions"] >= 1
-    assert row.as_dict()["progress_text"] == "2/6 steps · 0/1 right"
+    assert row_json(row)["progress_text"] == "2/6 steps · 0/1 right"
     client.force_login(instructor)
     body = client.get(reverse("labs:class_dashboard", args=[classroom.pk])).content.decode()
     assert "Step / score" in body
@@ -309,4 +310,4 @@ def test_the_dashboard_rows_carry_each_students_step_and_score(
     lab.session_reset(session=session, user=student)
     (row,) = class_dashboard_rows(classroom_id=classroom.pk)
     assert (row.progress["attempt"], row.progress["done"], row.progress["answered"]) == (2, 0, 0)
-    assert row.as_dict()["progress_text"] == "0/6 steps · 0/0 right (attempt 2)"
+    assert row_json(row)["progress_text"] == "0/6 steps · 0/0 right (attempt 2)"
