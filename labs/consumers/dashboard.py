@@ -59,6 +59,7 @@ from labs.consumers.base import CLOSE_FORBIDDEN, DirectDispatch, RightCheck, Soc
 from labs.live import metrics
 from labs.live.broadcast import class_group
 from labs.presenters.dashboard import dashboard_labels, progress_text, row_message
+from labs.presenters.predictions import predictions_page
 from labs.selectors.access import teaches
 from labs.selectors.dashboard import class_dashboard_rows, simulated_session_ids
 from labs.selectors.predictions import class_predictions_page, progress_fields, session_progress
@@ -79,7 +80,7 @@ def predictions_html(classroom_id: int) -> str:
     from labs.models import Classroom
 
     classroom = Classroom.objects.get(pk=classroom_id)
-    return render_to_string(PREDICTIONS_TEMPLATE, class_predictions_page(classroom))
+    return render_to_string(PREDICTIONS_TEMPLATE, predictions_page(class_predictions_page(classroom)))
 
 
 class ClassDashboardConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebsocketConsumer):

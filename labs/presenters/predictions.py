@@ -82,3 +82,9 @@ def prediction_row(p: Any) -> list[Any]:
         "" if p.correct is None else measure_value(p.observed_value),
         "" if p.correct is None else ("right" if p.correct else "wrong"),
     ]  # fmt: skip
+
+
+def predictions_page(page: dict[str, Any]) -> dict[str, Any]:
+    """The instructor's predictions page (``class_predictions_page``'s data) with the
+    histograms per question of its predictions."""
+    return {**page, "questions": prediction_histograms(page["predictions"])}

@@ -13,7 +13,6 @@ from labs.models import (
     StepProgress,
 )
 from labs.presenters.lessons import scenario_steps
-from labs.presenters.predictions import prediction_histograms
 from labs.presenters.text import actor_name
 
 # --- predictions ---------------------------------------------------------------------------
@@ -172,11 +171,11 @@ def _progress_rows(sessions_qs) -> list[dict]:
 
 def class_predictions_page(classroom: Classroom) -> dict[str, Any]:
     """What the instructor's predictions page shows, for the page and for each websocket
-    update alike: every prediction, the histograms per question, each student's progress."""
+    update alike: every prediction and each student's progress (the histograms per question
+    are :func:`labs.presenters.predictions.predictions_page`'s)."""
     rows = list(class_predictions(classroom).select_related("burst"))
     return {
         "classroom": classroom,
-        "questions": prediction_histograms(rows),
         "progress": class_progress(classroom),
         "predictions": rows,
     }

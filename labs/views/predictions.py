@@ -15,7 +15,7 @@ from django.views.decorators.http import require_http_methods
 
 from labs.presenters.exports import csv_lines
 from labs.presenters.lessons import scenario_steps, step_question
-from labs.presenters.predictions import PREDICTION_COLUMNS, prediction_row
+from labs.presenters.predictions import PREDICTION_COLUMNS, prediction_row, predictions_page
 from labs.selectors import predictions as prediction_reads
 from labs.selectors.access import visible_session
 from labs.selectors.predictions import class_predictions_page, explaining_rows, session_prediction
@@ -102,7 +102,7 @@ def class_predictions(request, pk: int) -> HttpResponse:
     websocket (``ws/classes/<id>/?view=predictions``): every answer, run, grade or ticked step
     pushes the live part again, rendered from the same partial."""
     classroom = taught_classroom(request.user, pk)
-    context = class_predictions_page(classroom)
+    context = predictions_page(class_predictions_page(classroom))
     context["ws_path"] = f"/ws/classes/{classroom.pk}/?view=predictions"
     return render(request, "labs/class_predictions.html", context)
 
