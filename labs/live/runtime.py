@@ -1,10 +1,11 @@
-"""Adapts the engine to lab sessions: one Redis store per session, engine objects built from
-the session's settings, and the breaker snapshot kept in the database.
+"""The engine on Redis for the lab: one session's store, engine and breaker snapshot, and
+every read of a class's shared dependency a page makes.
 
-The engine knows nothing about Django; this module is where a ``LabSession`` row becomes a
-``GuardedClient`` with a ``RedisStore`` namespaced ``fl:{s<id>}``. Breaker state lives in Redis
-(shared by every worker); the database keeps a snapshot written on every transition and at
-the end of every burst, so if Redis loses a session's keys the state can be put back.
+A ``LabSession`` row becomes a ``GuardedClient`` on a ``RedisStore`` namespaced
+``fl:{s<id>}``; breaker state lives in Redis (shared by every worker), and the database keeps a
+snapshot written on every transition and at each burst's end, put back if Redis loses the
+session's keys. A page's tick reads the class's shared model in one call (:func:`shared_now`),
+from Redis alone.
 """
 
 from __future__ import annotations
