@@ -128,7 +128,8 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebs
 
     async def _read(self, back_s: int, *, fresh: bool) -> dict[str, Any]:
         """The class's shared dependency now, with every session's own counters: one read of
-        Redis (:func:`labs.selectors.storm.storm_now`). The list of sessions and the saved
+        Redis (:func:`labs.selectors.storm.storm_now`; the sessions' only when the second
+        has moved on since the table last went out). The list of sessions and the saved
         settings (shown while Redis has lost the model's) come from the database before it,
         the list every ``SESSIONS_EVERY_S``, the settings with each snapshot."""
         if fresh or self._config is None:
@@ -137,7 +138,8 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebs
             self._sessions = await read(storm_sessions)(self.classroom_id)
             self._sessions_at = time.monotonic()
         ids = [s["session"] for s in self._sessions]
-        return await read_redis(storm_now)(self.classroom_id, back_s, ids, self._config)
+        unless = None if fresh else self._students_now
+        return await read_redis(storm_now)(self.classroom_id, back_s, ids, self._config, unless)
 
     def _students(self, read_now: dict[str, Any]) -> list[dict[str, Any]]:
         self._students_now = read_now["now"]

@@ -135,6 +135,7 @@ def shared_now(
     back_s: int,
     sessions: Sequence[int] = (),
     window_s: int = 0,
+    window_unless: int | None = None,
     fallback: SharedConfig | None = None,
 ) -> dict[str, Any]:
     """Everything a page's tick shows of the class's shared dependency, from Redis alone in
@@ -149,12 +150,15 @@ def shared_now(
       seconds (``from_s``, ``until_s``);
     - with ``window_s``: ``window``, the complete seconds ``now - window_s``
       to ``now - 1`` (``first``, ``last``), the class's offered attempts over them
-      (``class_offered``) and each session's own rows over them (``sessions``, by id).
+      (``class_offered``) and each session's own rows over them (``sessions``, by id),
+      unless ``now`` is ``window_unless`` (a caller that already has that second's window).
     """
     client = engine_redis()
     model = shared_model(classroom_id, client)
     seconds, micros = client.time()
     now = int(seconds)
+    if now == window_unless:
+        window_s = 0
     win_first, win_last = now - window_s, now - 1
     reach = min(now - back_s, win_first) if window_s else now - back_s
     fields = [f"{s}:{name}" for s in range(reach, now + 1) for name in _SECOND_NAMES]

@@ -61,16 +61,19 @@ def storm_now(
     back_s: int,
     sessions: Sequence[int] | None = None,
     config: SharedConfig | None = None,
+    unless_now: int | None = None,
 ) -> dict[str, Any]:
     """The class's shared dependency now, in one read of Redis (no database): the counters
     of the seconds ``now - back_s`` to ``now``, the settings (``config`` when Redis has none)
     and the latest trigger, and with ``sessions`` (a list, maybe empty) each one's own counters over the last
-    ``STORM_STUDENT_WINDOW_S`` complete seconds (:func:`labs.live.runtime.shared_now`)."""
+    ``STORM_STUDENT_WINDOW_S`` complete seconds (:func:`labs.live.runtime.shared_now`),
+    unless ``now`` is ``unless_now`` (the caller has that second's table already)."""
     return runtime.shared_now(
         classroom_id,
         back_s=back_s,
         sessions=sessions or (),
         window_s=0 if sessions is None else STORM_STUDENT_WINDOW_S,
+        window_unless=unless_now,
         fallback=config,
     )
 

@@ -89,3 +89,16 @@ def test_without_settings_in_redis_a_tick_shows_the_ones_it_was_given(classroom,
     read = storm_now(classroom.pk, 0, (), SharedConfig(5, 10, 100))
     assert read["model"]["config"] == SharedConfig(5, 10, 100).to_dict()
     assert storm_now(classroom.pk, 0)["model"]["config"] == SharedConfig().to_dict()
+
+
+@pytest.mark.django_db
+def test_a_tick_in_the_same_second_leaves_the_students_window_out(classroom, model, round_trips):
+    """The table goes out once a second: a second tick within it reads no session's counters."""
+    first = storm_now(classroom.pk, RESEND_S, [9001, 9002])
+    round_trips.clear()
+    again = storm_now(classroom.pk, RESEND_S, [9001, 9002], unless_now=first["now"])
+    if again["now"] == first["now"]:
+        assert "window" not in again
+        assert b"session" not in round_trips[-1]
+    else:  # the second moved on between the reads
+        assert set(again["window"]["sessions"]) == {9001, 9002}
