@@ -251,17 +251,10 @@ def observed_text(measure: str, value: Any) -> str:
     return measure_value(value)
 
 
-def check_rows(checks: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A scenario run's expectation checks with their values as text (admin, run results)."""
-    return [
-        dict(
-            check,
-            expected_text=measure_value(check["expected"])
-            + (f" ± {check['tolerance']:g}" if check.get("tolerance") else ""),
-            observed_text=measure_value(check["observed"]),
-        )
-        for check in checks
-    ]
+def expected_text(check: dict[str, Any]) -> str:
+    """A scenario run's expectation as text, with its tolerance (admin, run results)."""
+    tolerance = f" ± {check['tolerance']:g}" if check.get("tolerance") else ""
+    return measure_value(check["expected"]) + tolerance
 
 
 #: How a question's measure reads beside the answer field.
@@ -337,6 +330,23 @@ def lesson_description(scenario: Any) -> str:
     if scenario.description:
         return scenario.description
     return TOUR_DESCRIPTION if scenario.slug == "tour" else ""
+
+
+def lesson_progress(item: Any) -> str:
+    """A lesson's progress on the home page (``StudentScenario``): :func:`step_progress_text`."""
+    return step_progress_text(item.steps_done, item.steps_total, item.session is not None)
+
+
+def lesson_groups(items: Iterable[Any]) -> list[dict[str, Any]]:
+    """A class's lessons (``StudentScenario``) in the home page's groups
+    (:data:`LESSON_GROUPS`), in order, empty groups left out."""
+    items = list(items)
+    groups = []
+    for key, heading, blurb in LESSON_GROUPS:
+        found = [s for s in items if lesson_group(s.scenario) == key]
+        if found:
+            groups.append({"key": key, "heading": heading, "blurb": blurb, "items": found})
+    return groups
 
 
 def step_progress_text(done: int, total: int, opened: bool) -> str:

@@ -12,13 +12,6 @@ from labs.models import (
     Scenario,
     StepProgress,
 )
-from labs.presenters.lessons import (
-    LESSON_GROUPS,
-    check_rows,
-    lesson_description,
-    lesson_group,
-    step_progress_text,
-)
 
 # --- scenarios -------------------------------------------------------------------------------
 
@@ -49,7 +42,7 @@ class ScenarioRun:
 
     @property
     def checks(self) -> list[dict]:
-        return check_rows(self.result.get("checks", []))
+        return self.result.get("checks", [])
 
     @property
     def checks_failed(self) -> int:
@@ -79,30 +72,11 @@ class StudentScenario:
     steps_done: int = 0
     steps_total: int = 0
 
-    @property
-    def description(self) -> str:
-        return lesson_description(self.scenario)
-
-    @property
-    def progress(self) -> str:
-        return step_progress_text(self.steps_done, self.steps_total, self.session is not None)
-
 
 @dataclass
 class StudentClass:
     classroom: Classroom
     scenarios: list[StudentScenario]
-
-    @property
-    def groups(self) -> list[dict]:
-        """The scenarios in the home page's groups (:data:`labs.presenters.lessons.LESSON_GROUPS`), in
-        order, empty groups left out."""
-        groups = []
-        for key, heading, blurb in LESSON_GROUPS:
-            items = [s for s in self.scenarios if lesson_group(s.scenario) == key]
-            if items:
-                groups.append({"key": key, "heading": heading, "blurb": blurb, "items": items})
-        return groups
 
 
 def _steps_done(sessions: list[LabSession]) -> dict[int, int]:

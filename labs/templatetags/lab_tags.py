@@ -1,4 +1,4 @@
-"""Template helpers of the live lab page: scenario Markdown, labels, journal rows.
+"""Template helpers of the lab's pages: scenario Markdown, labels, journal rows, lessons.
 
 The journal row, labels and step sentences are :mod:`labs.presenters`' (the websocket consumer
 renders the same rows); this module only registers them for templates."""
@@ -88,3 +88,10 @@ def seconds(ms: float | None) -> str:
 def ms(value: float | None) -> str:
     """``175.0`` -> ``175 ms``; ``12.25`` -> ``12.3 ms`` (:func:`labs.presenters.text.ms_text`)."""
     return ms_text(value)
+
+
+register.filter("expected_text", lesson_words.expected_text)
+register.filter("measure", lesson_words.measure_value)
+register.filter("lesson_description", lesson_words.lesson_description)
+register.filter("lesson_progress", lesson_words.lesson_progress)
+register.filter("lesson_groups", lesson_words.lesson_groups)
