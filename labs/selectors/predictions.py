@@ -12,7 +12,6 @@ from labs.models import (
     Prediction,
     StepProgress,
 )
-from labs.presenters.lessons import scenario_steps
 from labs.presenters.text import actor_name
 
 # --- predictions ---------------------------------------------------------------------------
@@ -24,11 +23,10 @@ def session_attempt(session: LabSession) -> int:
     return 1 + JournalEvent.objects.filter(session=session, kind="session_reset").count()
 
 
-def session_steps(session: LabSession) -> list[dict]:
-    """The scenario's steps (:func:`labs.presenters.lessons.scenario_steps`) in the current attempt:
-    each with ``done`` (stored on the server) and, for a question, the prediction (None until
-    answered)."""
-    steps = scenario_steps(session.scenario)
+def session_steps(session: LabSession, steps: list[dict]) -> list[dict]:
+    """The scenario's ``steps`` (as :func:`labs.presenters.lessons.scenario_steps` gives
+    them) in the session's current attempt: each with ``done`` (stored on the server) and,
+    for a question, the prediction (None until answered)."""
     attempt = session_attempt(session)
     done = set(
         StepProgress.objects.filter(session=session, attempt=attempt).values_list("step", flat=True)

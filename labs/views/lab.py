@@ -49,6 +49,7 @@ from labs.live.journal import event_payload
 from labs.models import Classroom, JournalEvent, LabSession, Scenario
 from labs.presenters.exports import csv_lines
 from labs.presenters.lab_page import badge, burst_panel, chart_payload
+from labs.presenters.lessons import scenario_steps
 from labs.presenters.storm import OVERLOAD_WAIT_MS
 from labs.selectors.access import owned_session, visible_session
 from labs.selectors.lab import (
@@ -102,7 +103,7 @@ def page_context(
 ) -> dict[str, Any]:
     """Everything ``labs/session.html`` renders."""
     rows, older = journal_page(session)
-    steps = session_steps(session)
+    steps = session_steps(session, scenario_steps(session.scenario))
     burst = latest_burst(session)
     return {
         "session": session,
