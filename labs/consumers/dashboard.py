@@ -80,7 +80,8 @@ def predictions_html(classroom_id: int) -> str:
     from labs.models import Classroom
 
     classroom = Classroom.objects.get(pk=classroom_id)
-    return render_to_string(PREDICTIONS_TEMPLATE, predictions_page(class_predictions_page(classroom)))
+    page = predictions_page(class_predictions_page(classroom))
+    return render_to_string(PREDICTIONS_TEMPLATE, page)
 
 
 class ClassDashboardConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebsocketConsumer):

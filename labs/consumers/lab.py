@@ -189,8 +189,9 @@ _rendered_badges: dict[tuple[int, int, Any, Any], asyncio.Future] = {}
 
 
 def rendered_summary(session_id: int, event: dict[str, Any], facts: dict[str, Any]) -> str:
-    """The summary panel's HTML as of ``event`` (:func:`labs.presenters.lab_page.summary_fragment`), once in
-    this process for every page watching the session. The panel as of a row depends on the
+    """The summary panel's HTML as of ``event``
+    (:func:`labs.presenters.lab_page.summary_fragment`), once in this process for every page
+    watching the session. The panel as of a row depends on the
     row and on the burst's number, size and concurrency only, which no later row changes."""
     key = _row_key(session_id, event)
     html = _rendered_summaries.get(key)

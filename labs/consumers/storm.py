@@ -15,9 +15,10 @@ Messages to the page (JSON):
 - ``{"type": "snapshot", "now": s, "window_s", "seconds": [second, ...], "model": {...},
   "students": [...], "headline": {...}}``: the last ``STORM_WINDOW_S`` seconds
   (``Second.to_dict`` each, zero rows for quiet seconds), the model's settings, capacity and
-  latest trigger, the per-student table (``presenters.storm.student_rows``: the
-  sessions' own counters in Redis over the last complete seconds) and the tiles with the recovery clock (``storm_headline``, computed
-  here from the seconds this consumer holds, complete seconds only). Sent on connect, when a
+  latest trigger, the per-student table (``presenters.storm.student_rows``: the sessions'
+  own counters in Redis over the last complete seconds) and the tiles with the recovery
+  clock (``storm_headline``, computed here from the seconds this consumer holds, complete
+  seconds only). Sent on connect, when a
   tick finds it has fallen more than ``RESEND_S`` seconds behind (a gap: the seconds in
   between would be missing), and when the page asks.
 - ``{"type": "tick", "now": s, "seconds": [...], "model": {...}, "headline": {...}}``: the

@@ -65,8 +65,8 @@ def storm_now(
 ) -> dict[str, Any]:
     """The class's shared dependency now, in one read of Redis (no database): the counters
     of the seconds ``now - back_s`` to ``now``, the settings (``config`` when Redis has none)
-    and the latest trigger, and with ``sessions`` (a list, maybe empty) each one's own counters over the last
-    ``STORM_STUDENT_WINDOW_S`` complete seconds (:func:`labs.live.runtime.shared_now`),
+    and the latest trigger, and with ``sessions`` (a list, maybe empty) each one's own
+    counters over the last ``STORM_STUDENT_WINDOW_S`` complete seconds (:func:`labs.live.runtime.shared_now`),
     unless ``now`` is ``unless_now`` (the caller has that second's table already)."""
     return runtime.shared_now(
         classroom_id,
