@@ -21,7 +21,15 @@ Everything it started is printed, and stopped at the end, also on Ctrl-C (SIGINT
 or SIGHUP: pytest runs in a process group of its own and gets one SIGINT from here, so its
 fixtures stop their servers before the private Redis and PostgreSQL go.
 
-Extra arguments go to both pytest runs (``make test ARGS="-x -k admin"``).
+Steps 4 and 5 run side by side in four parts (most tests wait on servers, not on the CPU):
+the integration tests in two halves (the second half with the browser tests), every other test,
+and the PostgreSQL run. Each part has its own private redis-server, its own SQLite test
+database and data directory, and its own log, ``artifacts/test-<part>.log``; a line says when
+each part ends, a summary table closes the run, and a failed part's log tail is shown.
+``LAB_TEST_SERIAL=1``, or test paths among the arguments, run steps 4 and 5 one after the
+other in this terminal instead.
+
+Extra arguments go to every pytest run (``make test ARGS="-x -k admin"``).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -41,6 +50,8 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379"
 DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/failurelab"
 DEBIAN_CHROMIUM = "/usr/bin/chromium"
 PYTEST_STOP_TIMEOUT_S = 60.0
+PROGRESS_EVERY_S = 120.0
+LOG_TAIL_LINES = 80
 BROWSER_INSTALL_TIMEOUT_S = 600.0
 OUT = services.Output("test")
 say = OUT.say
@@ -198,6 +209,8 @@ def ensure_postgres(procs: services.Processes, cleanup: list) -> str | None:
 
 
 def run(extra: list[str], env: dict[str, str], procs, cleanup: list) -> int:
+    if not services.env_flag("LAB_TEST_SERIAL") and not names_tests(extra):
+        return run_parts(extra, env, procs, cleanup)
     ensure_redis(procs, env)
     if not ensure_browser(extra, env):
         return 1
@@ -224,6 +237,175 @@ def run(extra: list[str], env: dict[str, str], procs, cleanup: list) -> int:
         say("no test is marked postgres")
         return 1
     return second
+
+
+# --- the suite in parts, side by side -----------------------------------------------------------
+
+
+class Part:
+    """One pytest process of the parallel run: its name, its selection and its log."""
+
+    def __init__(self, name: str, args: list[str], postgres: bool = False) -> None:
+        self.name, self.args, self.postgres = name, args, postgres
+        self.log = ROOT / "artifacts" / f"test-{name}.log"
+        self.proc: subprocess.Popen | None = None
+        self.started = 0.0
+        self.seconds = 0.0
+
+
+def names_tests(args: list[str]) -> bool:
+    """Whether ``args`` name test files or directories (then the selection is the user's and
+    the suite is not split)."""
+    return any(not a.startswith("-") and (ROOT / a.split("::")[0]).exists() for a in args)
+
+
+def test_files(root: Path = ROOT) -> list[str]:
+    """Every test module of the suite, as paths relative to ``root``, sorted."""
+    return sorted(str(p.relative_to(root)) for p in (root / "tests").rglob("test_*.py"))
+
+
+def split_suite(files: list[str]) -> dict[str, list[str]]:
+    """The SQLite parts: the integration tests in two halves by name (a to r, s to z, the
+    second with the browser tests), and everything else. Together they hold every file once."""
+    first, second, rest = [], [], []
+    for path in files:
+        if path.startswith("tests/integration/"):
+            letter = Path(path).name.removeprefix("test_")[:1]
+            (first if letter <= "r" else second).append(path)
+        elif path.startswith("tests/e2e/"):
+            second.append(path)
+        else:
+            rest.append(path)
+    return {"integration-a-r": first, "integration-s-z-and-browser": second, "the-rest": rest}
+
+
+def part_env(env: dict[str, str], part: Part, procs: services.Processes) -> dict[str, str]:
+    """The part's own Redis, SQLite test database and data directory."""
+    own = dict(env)
+    data_dir = ROOT / "db" / f"test-{part.name}"
+    own["LAB_DATA_DIR"] = str(data_dir)
+    own["LAB_TEST_DB_NAME"] = str(data_dir / "test_db.sqlite3")
+    own["REDIS_URL"] = services.start_private_redis(procs, sys.executable, data_dir / "redis", own)
+    own.pop("ENGINE_TEST_REDIS_URL", None)
+    say(f"{part.name}: STARTED a private redis-server at {own['REDIS_URL']} (stopped at the end)")
+    return own
+
+
+def start_part(part: Part, env: dict[str, str]) -> None:
+    part.log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pytest", *part.args]
+    say(f"{part.name}: pytest {' '.join(part.args)[:160]} (log: {part.log.relative_to(ROOT)})")
+    with part.log.open("wb") as out:
+        part.proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+    part.started = time.monotonic()
+
+
+def last_line(log: Path) -> str:
+    """pytest's closing line ("12 passed in 3.4s"), or the log's last line."""
+    lines = [ln.strip("= ") for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if " in " in line and any(w in line for w in ("passed", "failed", "error", "deselected")):
+            return line
+    return lines[-1] if lines else "(empty log)"
+
+
+def part_ok(part: Part, extra: list[str]) -> bool:
+    """Exit 0, or 5 (nothing collected) when the user's options filtered this part empty."""
+    code = part.proc.returncode if part.proc else 1
+    return code == 0 or (code == 5 and bool(extra))
+
+
+def stop_parts(parts: list[Part]) -> None:
+    """One SIGINT to each running part (pytest then tears its fixtures down), a wait, then
+    SIGKILL for what is left."""
+    running = [p for p in parts if p.proc and p.proc.poll() is None]
+    for part in running:
+        services.signal_group(part.proc, signal.SIGINT)
+    deadline = time.monotonic() + PYTEST_STOP_TIMEOUT_S
+    for part in running:
+        try:
+            part.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            say(f"{part.name} did not stop in {PYTEST_STOP_TIMEOUT_S:.0f} s: killing it")
+            services.signal_group(part.proc, signal.SIGKILL)
+            part.proc.wait()
+
+
+def wait_parts(parts: list[Part], extra: list[str]) -> None:
+    """Wait for every part, saying when each ends and, every two minutes, what still runs."""
+    started = time.monotonic()
+    next_progress = started + PROGRESS_EVERY_S
+    pending = list(parts)
+    while pending:
+        time.sleep(0.5)
+        for part in list(pending):
+            if part.proc.poll() is None:
+                continue
+            pending.remove(part)
+            part.seconds = time.monotonic() - part.started
+            verdict = "passed" if part_ok(part, extra) else f"FAILED (exit {part.proc.returncode})"
+            say(f"{part.name} {verdict} after {part.seconds:.0f} s: {last_line(part.log)}")
+        if pending and time.monotonic() >= next_progress:
+            next_progress += PROGRESS_EVERY_S
+            names = ", ".join(p.name for p in pending)
+            say(f"{time.monotonic() - started:.0f} s: still running: {names}")
+
+
+def run_parts(extra: list[str], env: dict[str, str], procs, cleanup: list) -> int:
+    """Steps 4 and 5 side by side; exit 0 only when every part passed."""
+    if not ensure_browser(extra, env):
+        return 1
+    started = time.monotonic()
+    groups = split_suite(test_files())
+    parts = [
+        Part(name, ["-m", "not postgres_only", *paths, *extra]) for name, paths in groups.items()
+    ]
+    say("the suite in parts, side by side (LAB_TEST_SERIAL=1 runs them one after the other):")
+    say("   (tests marked postgres_only are deselected on SQLite and run in the PostgreSQL part)")
+    if services.env_flag("LAB_SKIP_POSTGRES"):
+        say("the PostgreSQL part is SKIPPED: LAB_SKIP_POSTGRES is set")
+    else:
+        pg_url = ensure_postgres(procs, cleanup)
+        if pg_url is None:
+            return 1
+        parts.append(Part("postgresql", ["-m", "postgres", *extra], postgres=True))
+    try:
+        for part in parts:
+            own = part_env(env, part, procs)
+            if part.postgres:
+                own["DATABASE_URL"] = pg_url
+                say(f"{part.name}: DATABASE_URL={pg_url}")
+            start_part(part, own)
+        wait_parts(parts, extra)
+    except Stop:
+        services.ignore_stop_signals()
+        say("interrupted: letting every part stop its servers")
+        stop_parts(parts)
+        raise
+    return report_parts(parts, extra, time.monotonic() - started)
+
+
+def report_parts(parts: list[Part], extra: list[str], seconds: float) -> int:
+    OUT.blank()
+    say(f"{'part':<30} {'result':<8} {'seconds':>8}  pytest")
+    failed = [p for p in parts if not part_ok(p, extra)]
+    for part in parts:
+        result = "FAILED" if part in failed else "passed"
+        say(f"{part.name:<30} {result:<8} {part.seconds:>8.0f}  {last_line(part.log)}")
+    say(f"the whole run took {seconds:.0f} s")
+    for part in failed:
+        OUT.blank()
+        tail = part.log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+        say(f"the last {len(tail)} lines of {part.log.relative_to(ROOT)}:")
+        for line in tail:
+            print(line, flush=True)
+    if all(p.proc.returncode == 5 for p in parts):
+        say("no test was selected")
+        return 1
+    return 1 if failed else 0
 
 
 def main() -> int:

@@ -155,3 +155,105 @@ def test_no_browser_needed_when_no_browser_test_is_selected(monkeypatch):
     monkeypatch.setattr(script, "playwright_chromium", lambda: None)
     monkeypatch.setattr(script, "selects_browser_tests", lambda args, env: False)
     assert script.ensure_browser(["tests/test_settings.py"], {}) is True
+
+
+def test_the_parts_hold_every_test_file_once():
+    script = _load_test_script()
+    files = script.test_files()
+    parts = script.split_suite(files)
+    held = [path for paths in parts.values() for path in paths]
+    assert sorted(held) == files and len(set(held)) == len(held)
+    assert all(parts.values()), parts
+    assert any(p.startswith("tests/e2e/") for p in parts["integration-s-z-and-browser"])
+    assert not any(p.startswith("tests/integration/") for p in parts["the-rest"])
+
+
+def test_test_paths_among_the_arguments_keep_the_run_serial():
+    script = _load_test_script()
+    assert script.names_tests(["-x", "tests/labs/test_models.py::test_x"])
+    assert not script.names_tests(["-x", "-k", "admin"])
+
+
+PARALLEL_SELECTION = "-k test_join_code_is_unique_in_the_database"
+
+
+def _start_make_test(tmp_path):
+    copy = tmp_path / "fresh-failure-lab"
+    copy.mkdir()
+    copy_repository(copy)
+    linked_venv(copy)
+    env = clean_environment()
+    # A private PostgreSQL: the run that runs this test may use the machine's test database.
+    env.update(
+        LAB_SKIP_BROWSER_TESTS="1",
+        REDIS_URL=f"redis://127.0.0.1:{unused_port()}",
+        LAB_TEST_DATABASE_URL=f"postgres://postgres@127.0.0.1:{unused_port()}/failurelab",
+    )
+    log = tmp_path / "make-test.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            ["make", "test", f"ARGS={PARALLEL_SELECTION}"],
+            cwd=copy, env=env, stdout=out, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+    return copy, proc, log
+
+
+def _nothing_left(copy, proc):
+    deadline = time.monotonic() + 20
+    while processes_under(str(copy)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = processes_under(str(copy))
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    for pid, _ in left:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return left
+
+
+@pytest.mark.timeout(TIMEOUT_S + 60)
+def test_make_test_runs_its_parts_side_by_side_each_with_its_own_redis(tmp_path):
+    if not have_make():
+        pytest.fail("make is not installed")
+    copy, proc, log = _start_make_test(tmp_path)
+    try:
+        code = proc.wait(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        code = None
+    left = _nothing_left(copy, proc)
+    output = log.read_text()
+    assert code == 0, output[-6000:]
+    assert not left, left
+    for part in ("integration-a-r", "integration-s-z-and-browser", "the-rest", "postgresql"):
+        assert re.search(
+            rf"{part}: STARTED a private redis-server at redis://127.0.0.1:\d+", output
+        )
+        assert (copy / "artifacts" / f"test-{part}.log").is_file()
+        assert re.search(rf"^\[test\] {part} +passed ", output, re.M), output[-4000:]
+    # The selection is one test, marked postgres: it ran in the SQLite part that holds it and
+    # in the PostgreSQL part; the other parts selected nothing, which is no failure here.
+    assert re.search(r"^\[test\] the-rest +passed +\d+ +1 passed", output, re.M), output[-4000:]
+    assert re.search(r"^\[test\] postgresql +passed +\d+ +1 passed", output, re.M), output[-4000:]
+    assert output.count("stopping a private Redis") == 4, output[-4000:]
+
+
+@pytest.mark.timeout(TIMEOUT_S + 60)
+def test_make_test_stopped_while_its_parts_run_leaves_nothing(tmp_path):
+    if not have_make():
+        pytest.fail("make is not installed")
+    copy, proc, log = _start_make_test(tmp_path)
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while "postgresql: pytest" not in log.read_text():
+            assert proc.poll() is None, log.read_text()[-4000:]
+            assert time.monotonic() < deadline, log.read_text()[-4000:]
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGTERM)
+        code = proc.wait(timeout=TIMEOUT_S)
+    finally:
+        left = _nothing_left(copy, proc)
+    output = log.read_text()
+    assert code != 0, output[-4000:]
+    assert "interrupted: letting every part stop its servers" in output, output[-4000:]
+    assert not left, f"left running: {left}\n{output[-4000:]}"
