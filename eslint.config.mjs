@@ -1,12 +1,19 @@
 // The JavaScript conventions of static/js (static/js/README.md): `npx eslint@9 static/js`.
+const globals = {
+  window: "readonly",
+  document: "readonly",
+  WebSocket: "readonly",
+  performance: "readonly",
+  FormData: "readonly",
+  URLSearchParams: "readonly",
+  ResizeObserver: "readonly",
+  devicePixelRatio: "readonly",
+};
+
 export default [
   {
     files: ["static/js/**/*.js"],
-    languageOptions: {
-      ecmaVersion: 2020,
-      sourceType: "script",
-      globals: { window: "readonly", document: "readonly", WebSocket: "readonly", performance: "readonly" },
-    },
+    languageOptions: { ecmaVersion: 2020, sourceType: "script", globals },
     rules: {
       "no-var": "error",
       "prefer-const": "error",
@@ -33,5 +40,11 @@ export default [
         ),
       ],
     },
+  },
+  // The lab page's parts are ES modules (strict by definition: no "use strict").
+  {
+    files: ["static/js/lab/**/*.js"],
+    languageOptions: { ecmaVersion: 2020, sourceType: "module", globals },
+    rules: { strict: ["error", "never"] },
   },
 ];

@@ -351,7 +351,7 @@ STORAGES = {
         "BACKEND": (
             "django.contrib.staticfiles.storage.StaticFilesStorage"
             if DEBUG
-            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            else "lab_project.static_storage.ModuleManifestStorage"
         )
     },
 }
