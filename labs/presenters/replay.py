@@ -9,7 +9,6 @@ from typing import Any
 
 from django.utils.safestring import SafeString, mark_safe
 
-from labs.engine.events import is_fast_fail
 from labs.engine.replay import diff_rows
 from labs.live.rows import kind_label, row_tone
 
@@ -99,60 +98,42 @@ def _burst_span(events: list[dict[str, Any]]) -> tuple[float, float]:
     return start, end
 
 
+#: What a timeline chart reads of an event (static/js/lab/timeline.js), and of its data.
+_TIMELINE_FIELDS = ("kind", "call", "burst", "attempt", "outcome", "error", "latency_ms",
+                    "backoff_ms", "state_from", "state_to")  # fmt: skip
+_TIMELINE_DATA = ("host", "probe", "breakers", "first_call", "size", "dependency")
+
+
+def _timeline_event(seq: int, event: dict[str, Any], start: float) -> dict[str, Any]:
+    """One event as the timeline chart reads it: ``t`` in ms from the run's start."""
+    item = {key: event[key] for key in _TIMELINE_FIELDS if event.get(key) is not None}
+    data = event.get("data") or {}
+    item |= {"seq": seq, "t": round((_event_ms(event) or start) - start, 3),
+             "data": {key: data[key] for key in _TIMELINE_DATA if data.get(key) is not None}}  # fmt: skip
+    return item
+
+
 def replay_timelines(bursts: Sequence[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
-    """SVG geometry of several bursts drawn on one time axis (the same ms per unit), so a
-    replay lines up under the burst it replays: per call a row, per attempt a bar (ok or
-    failed, its latency long), per fast-failed call a cross.
+    """The data of several timeline charts drawn on one time axis by the page's script
+    (static/js/lab/replay.js), so a replay lines up under the burst it replays: per chart its
+    title, attempts, length in ms, the id of its ``json_script`` block and its events.
 
     ``bursts`` is (title, events) pairs; the events are journal payloads or engine event dicts.
     """
-    spans = [_burst_span(events) for _, events in bursts]
-    longest = max([end - start for start, end in spans] + [1.0])
-    scale = (REPLAY_CHART_WIDTH - REPLAY_CHART_LEFT - 8) / longest
     charts = []
-    for (title, events), (start, end) in zip(bursts, spans, strict=True):
-        calls = sorted({e["call"] for e in events if e.get("call") is not None})
-        row_of = {call: i for i, call in enumerate(calls)}
-        bars, crosses = [], []
-        for e in events:
-            call, t = e.get("call"), _event_ms(e)
-            if call is None or t is None:
-                continue
-            y = 20 + row_of[call] * REPLAY_ROW
-            if e.get("kind") == "attempt":
-                latency = float(e.get("latency_ms") or 0)
-                x = REPLAY_CHART_LEFT + (t - latency - start) * scale
-                bars.append(
-                    {
-                        "x": round(max(x, REPLAY_CHART_LEFT), 1),
-                        "y": y,
-                        "w": round(max(latency * scale, 3), 1),
-                        "tone": "ok" if e.get("outcome") == "ok" else "bad",
-                        "call": call,
-                        "attempt": e.get("attempt"),
-                    }
-                )
-            elif e.get("kind") == "call_result" and is_fast_fail(e.get("outcome") or ""):
-                crosses.append(
-                    {"x": round(REPLAY_CHART_LEFT + (t - start) * scale, 1), "y": y + 10}
-                )
+    for number, (title, events) in enumerate(bursts, 1):
+        start, end = _burst_span(events)
+        drawn = [e for e in events if e.get("call") is not None or e.get("state_to")
+                 or str(e.get("kind") or "").startswith("burst_")]  # fmt: skip
         charts.append(
             {
                 "title": title,
-                "height": 28 + len(calls) * REPLAY_ROW,
-                "width": REPLAY_CHART_WIDTH,
-                "left": REPLAY_CHART_LEFT,
-                "labels": [
-                    {"y": 20 + i * REPLAY_ROW + 10, "text": f"#{c}"} for i, c in enumerate(calls)
-                ],
-                "bars": bars,
-                "crosses": crosses,
-                "end_x": round(REPLAY_CHART_LEFT + (end - start) * scale, 1),
+                "data_id": f"replay-timeline-{number}-data",
+                "events": [_timeline_event(seq, e, start) for seq, e in enumerate(drawn, 1)],
                 "total_ms": round(end - start, 1),
                 "attempts": sum(1 for e in events if e.get("kind") == "attempt"),
             }
         )
-        charts[-1]["svg"] = replay_chart_svg(charts[-1])
     return charts
 
 

@@ -205,6 +205,11 @@ def test_compare_from_the_lab_page_and_the_history_and_the_storm_on_the_shared_m
     mine, lessons = int(cells[0]), int(cells[1])
     assert mine < lessons  # one attempt per call against the lesson's four
     assert page.locator("figure.replay-figure").count() == 2
+    # Both runs drawn by the page's script, a bar per attempt of each.
+    bars = page.eval_on_selector_all(
+        "figure.replay-figure svg", "svgs => svgs.map(s => s.querySelectorAll('rect.tl-ok, rect.tl-bad').length)"
+    )
+    assert bars == [mine, lessons]
     assert "A: My current policy (The tour)." in page.inner_text("#compare-result")
     shot(page, "compare-mine-1920")
 

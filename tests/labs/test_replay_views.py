@@ -473,9 +473,10 @@ def test_the_pushed_summary_panel_has_no_what_if_link(session):
         assert f"Burst {burst.number}" in html and "replay/" not in html and "<a " not in html
 
 
-def test_replay_rows_and_charts_rendered_in_python_match_the_template_markup():
-    """The what-if's rows and SVG bodies are built in Python (a template partial per row was
-    most of the answer's time): the same markup a template would give, values escaped."""
+def test_replay_rows_rendered_in_python_match_the_template_markup_and_charts_are_data():
+    """The what-if's rows are built in Python (a template partial per row was most of the
+    answer's time): the same markup a template would give, values escaped. Its timelines are
+    data for the page's script, which draws the lab page's timeline from them."""
     from django.template import Context, Template
 
     from labs.presenters.replay import replay_rows_html, replay_timelines
@@ -501,11 +502,14 @@ def test_replay_rows_and_charts_rendered_in_python_match_the_template_markup():
     )  # fmt: skip
     events = replay(start).events
     (chart,) = replay_timelines([("a <title>", [e.to_dict() for e in events])])
-    svg = chart["svg"]
-    assert svg.count("<rect ") == chart["attempts"] == len(chart["bars"]) == 5
-    assert svg.count('class="replay-label"') == 3 and ">#1</text>" in svg
-    first = chart["bars"][0]
-    assert (
-        f'<rect class="replay-bar replay-bad" x="{first["x"]}" y="{first["y"]}" '
-        f'width="{first["w"]}" height="12"><title>call 1, attempt 1</title></rect>'
-    ) in svg
+    # The chart's data, drawn by the page's script: what it reads of each event, ``t`` in ms
+    # from the burst's start.
+    drawn = chart["events"]
+    assert chart["attempts"] == sum(e["kind"] == "attempt" for e in drawn) == 5
+    assert {e["call"] for e in drawn if "call" in e} == {1, 2, 3}
+    assert drawn[1] == {
+        "kind": "attempt", "call": 1, "burst": 1, "attempt": 1, "outcome": "error",
+        "error": "503", "latency_ms": 5, "seq": 2, "t": 5.0, "data": {},
+    }  # fmt: skip
+    assert drawn[0]["kind"] == "burst_start" and drawn[0]["data"]["first_call"] == 1
+    assert chart["data_id"] == "replay-timeline-1-data" and chart["total_ms"] == 100.0
