@@ -155,9 +155,7 @@ def test_per_host_breakers_show_each_hosts_breaker_and_no_stale_global_one(
     assert now == ["0", "1", "2"]
     assert page.locator("#timeline-chart .tl-host-band.tl-band-open").count() >= 1
     assert page.text_content("#timeline-desc").startswith("Host breakers now: host 0 CLOSED")
-    strip = page.eval_on_selector_all(
-        "#traffic-strip text", "labels => labels.map(l => l.textContent)"
-    )
+    strip = page.evaluate("failureLab.stripDrawn().labels")
     assert strip and "breaker" not in strip
     assert overlapping_labels(page) == []
     shot(page, "per-host-1920")

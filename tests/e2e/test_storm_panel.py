@@ -336,7 +336,7 @@ def test_the_storm_lesson_as_a_class_card_panel_and_redis_agree_every_second(
         lab_page.wait_for_function(
             "() => ['overloaded', 'triggered', 'healthy'].includes(window.failureLab.shared().state)"
         )
-        assert lab_page.locator("#traffic-strip rect.ts-share").count() > 0
+        assert lab_page.evaluate("failureLab.stripDrawn().shares") > 0
         lab_page.locator("#shared-status").screenshot(path=str(ARTIFACTS / "storm-student-card.png"))
         check_layout(page, "1920x1080 mid-storm")
         page.screenshot(path=str(ARTIFACTS / "storm-panel.png"))

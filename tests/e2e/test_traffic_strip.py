@@ -77,8 +77,14 @@ def test_the_strip_chart_counts_the_traffic_as_the_journal_does(browser, daphne_
         expected = journal_counts(session)
         assert sum(len(c["calls"]) for c in expected.values()) > 0
         assert page.evaluate("failureLab.stripCounts()") == expected
-        expect(page.locator("#traffic-strip rect.ts-attempt-ok").first).to_be_visible()
-        expect(page.locator("#traffic-strip rect.ts-call-ok").first).to_be_visible()
+        # Drawn on uPlot: a canvas a row, every attempt and call of the minute in its bars.
+        expect(page.locator("#traffic-strip .strip-attempts canvas")).to_be_visible()
+        expect(page.locator("#traffic-strip .strip-calls canvas")).to_be_visible()
+        drawn = page.evaluate("failureLab.stripDrawn()")
+        attempts = sum(n for c in expected.values() for n in c["attempts"].values())
+        calls = sum(n for c in expected.values() for n in c["calls"].values())
+        assert (drawn["attempts"], drawn["calls"]) == (attempts, calls)
+        assert drawn["labels"] == ["breaker", "attempts", "calls"]
         expect(page.locator("#traffic-strip-desc")).to_contain_text("15 calls")
         assert not errors, errors
     finally:

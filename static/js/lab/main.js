@@ -116,6 +116,7 @@ function startLab(root) {
     dropConnection: socket.drop,
     stripCounts: function () { return strip.counts(); },
     stripShares: function () { return strip.shares(); },
+    stripDrawn: function () { return strip.drawn(); },
     shared: function () { return shared.last(); },
     rowSeqs: journal.rowSeqs,
   };

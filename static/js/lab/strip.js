@@ -1,25 +1,26 @@
-/* The traffic strip (SVG): per second of the session's last minute of calls (bursts and steady
- * traffic alike), attempts stacked by the outcome the client saw (for the shared dependency,
- * the model's answer: ok, error, shed, skipped, timeout), calls stacked by result (ok, failed,
- * fast-failed), a band with the breaker's state in that second and, in shared mode, the
- * session's share of the shared dependency's load. Drawn from the journal events the page
- * receives; redrawn at most once a frame. */
+/* The traffic strip, on uPlot (static/vendor/uplot): per second of the session's last minute of
+ * calls (bursts and steady traffic alike), attempts stacked by the outcome the client saw (for
+ * the shared dependency, the model's answer: ok, error, shed, skipped, timeout), calls stacked
+ * by result (ok, failed, fast-failed), a band with the breaker's state in that second and, in
+ * shared mode, the session's share of the shared dependency's load: one plot a row, on one
+ * time axis. Drawn from the journal events the page receives; redrawn at most once a frame. */
 
-import { clearSvg, eventTime, onNextFrame, svgEl } from "./util.js";
+import { eventTime, onNextFrame } from "./util.js";
 
-/** The strip chart in #traffic-strip (its text alternative in #traffic-strip-desc). */
+const PANEL_H = { attempts: 96, calls: 72, share: 52 };
+const AXIS_W = 92; // the rows' titles and their largest value
+const BAND_H = 10; // the breaker's band, above the attempts' bars (CSS px)
+const X_AXIS_H = 26;
+const STRIP_SECONDS = 60;
+const ATTEMPT_KINDS = ["ok", "error", "timeout", "shed", "skipped"];
+const CALL_KINDS = ["ok", "failed", "fast"];
+const FAST = { rejected_open: true, rejected_half_open: true, rejected_bulkhead: true };
+
+/** The strip chart in #traffic-strip (its text alternative in #traffic-strip-desc): uPlot
+ * rows made on the first draw, given new data on each one after. */
 export function createStrip() {
-  const svg = document.getElementById("traffic-strip");
+  const box = document.getElementById("traffic-strip");
   const desc = document.getElementById("traffic-strip-desc");
-  const STRIP_SECONDS = 60;
-  const WIDTH = 960;
-  const LEFT = 70;
-  const BAND_H = 10;
-  const ROW_H = 60;
-  const SHARE_H = 30;
-  const ATTEMPT_KINDS = ["ok", "error", "timeout", "shed", "skipped"];
-  const CALL_KINDS = ["ok", "failed", "fast"];
-  const FAST = { rejected_open: true, rejected_half_open: true, rejected_bulkhead: true };
   const seconds = new Map(); // second -> { attempts: {kind: n}, calls: {kind: n} }
   const transitions = [];
   const seen = new Set();
@@ -68,8 +69,10 @@ export function createStrip() {
     }
   }
 
-  const redraw = onNextFrame(function () { if (svg) draw(); });
+  const plots = {}; // row -> uPlot
+  let drawn = { seconds: 0, attempts: 0, calls: 0, shares: 0, labels: [] };
 
+  const redraw = onNextFrame(function () { if (box && window.uPlot) draw(); });
 
   function stateAt(second) {
     transitions.sort(function (a, b) { return a.t - b.t; });
@@ -82,92 +85,238 @@ export function createStrip() {
     return Object.keys(counts).reduce(function (sum, k) { return sum + counts[k]; }, 0);
   }
 
-  function stack(counts, kinds, prefix, x, w, bottom, scale, second) {
-    let y = bottom;
-    kinds.forEach(function (kind) {
-      const n = counts[kind] || 0;
-      if (!n) return;
-      const h = n * scale;
-      y -= h;
-      svg.appendChild(svgEl("rect", {
-        x: x, y: y, width: w, height: h, class: prefix + kind,
-        "data-second": second, "data-count": n,
-      }));
+  function cssVar(name, fallback) {
+    return window.getComputedStyle(document.documentElement).getPropertyValue(name).trim() || fallback;
+  }
+
+  function colors() {
+    const ok = cssVar("--breaker-closed", "#15803d");
+    const bad = cssVar("--danger", "#b91c1c");
+    const wait = cssVar("--wait", "#475569");
+    const probe = cssVar("--probe", "#f59e0b");
+    return {
+      attempts: { ok: ok, error: bad, timeout: wait, shed: probe, skipped: probe },
+      calls: { ok: ok, failed: bad, fast: cssVar("--fast", "#6d28d9") },
+      share: cssVar("--accent", "#2563eb"),
+      band: { closed: cssVar("--breaker-closed-bg", "#dcfce7"), open: cssVar("--breaker-open", "#b91c1c"), half_open: probe },
+      bandEdge: ok,
+      text: cssVar("--fg-muted", "#374151"),
+      grid: cssVar("--border", "#e5e7eb"),
+      font: cssVar("--font", "system-ui"),
+    };
+  }
+
+  // Stacked bars: each series is the running total of the kinds up to its own, drawn from
+  // the tallest down, so every kind shows as its own slice of the second's bar.
+  function stacked(kinds, key, xs, first) {
+    const sums = kinds.map(function () { return []; });
+    xs.forEach(function (_x, i) {
+      const b = seconds.get(first + i);
+      let sum = 0;
+      kinds.forEach(function (kind, k) {
+        const n = b ? b[key][kind] || 0 : 0;
+        sum += n;
+        sums[k].push(n ? sum : null);
+      });
+    });
+    return sums.reverse();
+  }
+
+  function bars(label, color) {
+    return {
+      label: label, fill: color, stroke: color, width: 0, points: { show: false },
+      paths: window.uPlot.paths.bars({ size: [0.82, 24], align: 0 }),
+    };
+  }
+
+  // The row's left gutter, written by its draw hook (gutterHook); a grid line at its largest value.
+  function yAxis(max, c) {
+    return {
+      scale: "y", size: AXIS_W, stroke: c.text, grid: { stroke: c.grid, width: 1 }, ticks: { show: false },
+      splits: function () { return [max]; },
+      values: function () { return [""]; },
+    };
+  }
+
+  // The row's title halfway down its bars and its largest value at their foot (as the
+  // breaker's band, when there is one, sits at the top).
+  function gutterHook(title, max, maxText, c) {
+    return function (u) {
+      const ratio = u.pxRatio || 1;
+      const ctx = u.ctx;
+      const barsTop = u.valToPos(max, "y", true);
+      const bottom = u.valToPos(0, "y", true);
+      ctx.save();
+      ctx.fillStyle = c.text;
+      ctx.font = 13 * ratio + "px " + c.font;
+      ctx.textAlign = "left";
+      ctx.textBaseline = "middle";
+      ctx.fillText(title, 4 * ratio, (barsTop + bottom) / 2);
+      ctx.textBaseline = "bottom";
+      ctx.fillText(maxText, 4 * ratio, bottom);
+      ctx.restore();
+    };
+  }
+
+  function xAxis(c, show) {
+    return {
+      show: show, stroke: c.text, font: "12px " + c.font, size: X_AXIS_H, grid: { show: false },
+      ticks: { show: false },
+      splits: function () { return [-STRIP_SECONDS + 1, 0]; },
+      values: function () { return ["-" + STRIP_SECONDS + " s", "last"]; },
+    };
+  }
+
+  // The breaker's state per second, a band above the attempts' bars ("breaker" beside it).
+  function bandHook(first, c, withBand) {
+    return function (u) {
+      if (!withBand) return;
+      const ctx = u.ctx;
+      const h = BAND_H * (u.pxRatio || 1);
+      const top = u.bbox.top;
+      ctx.save();
+      for (let i = 0; i < STRIP_SECONDS; i++) {
+        const x0 = u.valToPos(i - STRIP_SECONDS + 1 - 0.5, "x", true);
+        const x1 = u.valToPos(i - STRIP_SECONDS + 1 + 0.5, "x", true);
+        const state = stateAt(first + i);
+        ctx.fillStyle = c.band[state] || c.band.closed;
+        ctx.fillRect(x0, top, x1 - x0, h);
+        if (state === "closed") {
+          ctx.strokeStyle = c.bandEdge;
+          ctx.lineWidth = 0.5 * (u.pxRatio || 1);
+          ctx.strokeRect(x0, top, x1 - x0, h);
+        }
+      }
+      ctx.fillStyle = c.text;
+      ctx.font = 13 * (u.pxRatio || 1) + "px " + c.font;
+      ctx.textAlign = "left";
+      ctx.textBaseline = "middle";
+      ctx.fillText("breaker", 4 * (u.pxRatio || 1), top + h / 2);
+      ctx.restore();
+    };
+  }
+
+  function plot(row, options, data) {
+    const width = Math.max(240, box.clientWidth);
+    let u = plots[row];
+    if (u && (u.series.length !== options.series.length || u.width !== width)) {
+      u.destroy();
+      u = null;
+    }
+    if (!u) {
+      const holder = document.createElement("div");
+      holder.className = "strip-row strip-" + row;
+      box.appendChild(holder);
+      u = new window.uPlot(Object.assign({ width: width, padding: [4, 14, 0, 0], legend: { show: false }, cursor: { show: false } }, options), data, holder);
+      plots[row] = u;
+      return;
+    }
+    u.batch(function () {
+      // axes and hooks close over this draw's figures: set them again
+      Object.assign(u.axes[1], { splits: options.axes[1].splits, values: options.axes[1].values });
+      u.hooks.drawClear = options.hooks.drawClear || [];
+      u.hooks.draw = options.hooks.draw || [];
+      u.setScale("y", { min: options.scales.y.range[0], max: options.scales.y.range[1] });
+      u.setData(data, false);
+      u.redraw(false, true);
     });
   }
 
+  function remove(row) {
+    if (!plots[row]) return;
+    plots[row].root.parentNode.remove();
+    delete plots[row];
+  }
+
   function draw() {
-    clearSvg(svg);
+    const empty = box.querySelector(".strip-empty");
     if (!seconds.size) {
-      svg.setAttribute("viewBox", "0 0 " + WIDTH + " 40");
-      svg.appendChild(svgEl("text", { x: 12, y: 26, class: "tl-empty" }, "Start traffic: its calls appear here second by second."));
+      Object.keys(plots).forEach(remove);
+      if (empty) empty.hidden = false;
       if (desc) desc.textContent = "No call yet.";
+      drawn = { seconds: 0, attempts: 0, calls: 0, shares: 0, labels: [] };
       return;
     }
+    if (empty) empty.hidden = true;
+    const c = colors();
     const last = Math.max.apply(null, Array.from(seconds.keys()));
     const first = last - STRIP_SECONDS + 1;
-    const w = (WIDTH - LEFT - 10) / STRIP_SECONDS;
+    const xs = [];
+    for (let s = first; s <= last; s++) xs.push(s - last);
     let maxAttempts = 1;
     let maxCalls = 1;
+    let attempts = 0;
+    let calls = 0;
     for (let s = first; s <= last; s++) {
       const b = seconds.get(s);
       if (!b) continue;
       maxAttempts = Math.max(maxAttempts, total(b.attempts));
       maxCalls = Math.max(maxCalls, total(b.calls));
+      attempts += total(b.attempts);
+      calls += total(b.calls);
     }
-    const bandY = 4;
-    const attemptsBottom = bandY + BAND_H + 6 + ROW_H;
-    const callsBottom = attemptsBottom + 8 + ROW_H;
-    const withShare = offered.size > 0;
-    const shareBottom = withShare ? callsBottom + 8 + SHARE_H : callsBottom;
-    svg.setAttribute("viewBox", "0 0 " + WIDTH + " " + (shareBottom + 20));
     // With a breaker per host there is no dependency-wide breaker to draw (the timeline
     // has a lane per host).
     const badgeNow = document.getElementById("breaker-badge");
     const withBand = !(badgeNow && badgeNow.dataset.scope === "host");
-    if (withBand) svg.appendChild(svgEl("text", { x: 4, y: bandY + 9, class: "tl-axis" }, "breaker"));
-    svg.appendChild(svgEl("text", { x: 4, y: attemptsBottom - ROW_H / 2, class: "tl-axis" }, "attempts"));
-    svg.appendChild(svgEl("text", { x: 4, y: attemptsBottom - 2, class: "tl-axis" }, "max " + maxAttempts));
-    svg.appendChild(svgEl("text", { x: 4, y: callsBottom - ROW_H / 2, class: "tl-axis" }, "calls"));
-    svg.appendChild(svgEl("text", { x: 4, y: callsBottom - 2, class: "tl-axis" }, "max " + maxCalls));
-    let attempts = 0;
-    let calls = 0;
-    for (let s = first; s <= last; s++) {
-      const x = LEFT + (s - first) * w;
-      if (withBand) svg.appendChild(svgEl("rect", { x: x, y: bandY, width: w, height: BAND_H, class: "tl-band-" + stateAt(s) }));
-      const b = seconds.get(s);
-      if (!b) continue;
-      attempts += total(b.attempts);
-      calls += total(b.calls);
-      stack(b.attempts, ATTEMPT_KINDS, "ts-attempt-", x + 0.5, Math.max(1, w - 1), attemptsBottom, ROW_H / maxAttempts, s);
-      stack(b.calls, CALL_KINDS, "ts-call-", x + 0.5, Math.max(1, w - 1), callsBottom, ROW_H / maxCalls, s);
-    }
+    const withShare = offered.size > 0;
+    const xRange = { time: false, range: [-STRIP_SECONDS + 0.5, 0.5] };
+    // the band's room above the tallest bar: BAND_H and a gap, in the row's units
+    const bandRoom = withBand ? (BAND_H + 6) / (PANEL_H.attempts - BAND_H - 6) : 0.05;
+    const attemptSeries = ATTEMPT_KINDS.slice().reverse().map(function (k) { return bars(k, c.attempts[k]); });
+    plot("attempts", {
+      height: PANEL_H.attempts,
+      scales: { x: xRange, y: { range: [0, maxAttempts * (1 + bandRoom)] } },
+      axes: [xAxis(c, false), yAxis(maxAttempts, c)],
+      series: [{}].concat(attemptSeries),
+      hooks: { drawClear: [bandHook(first, c, withBand)], draw: [gutterHook("attempts", maxAttempts, "max " + maxAttempts, c)] },
+    }, [xs].concat(stacked(ATTEMPT_KINDS, "attempts", xs, first)));
+    const callSeries = CALL_KINDS.slice().reverse().map(function (k) { return bars(k, c.calls[k]); });
+    plot("calls", {
+      height: PANEL_H.calls + (withShare ? 0 : X_AXIS_H),
+      scales: { x: xRange, y: { range: [0, maxCalls * 1.05] } },
+      axes: [xAxis(c, !withShare), yAxis(maxCalls, c)],
+      series: [{}].concat(callSeries),
+      hooks: { draw: [gutterHook("calls", maxCalls, "max " + maxCalls, c)] },
+    }, [xs].concat(stacked(CALL_KINDS, "calls", xs, first)));
+    let shareBars = 0;
     if (withShare) {
       let maxShare = 0;
-      const shares = [];
-      for (let s = first; s <= last; s++) {
-        const v = shareAt(s);
-        shares.push(v);
+      const values = xs.map(function (_x, i) {
+        const v = shareAt(first + i);
         if (v !== null && v > maxShare) maxShare = v;
-      }
-      const top = maxShare > 0 ? maxShare : 1;
-      svg.appendChild(svgEl("text", { x: 4, y: shareBottom - SHARE_H / 2, class: "tl-axis" }, "your share"));
-      svg.appendChild(svgEl("text", { x: 4, y: shareBottom - 2, class: "tl-axis" }, "max " + Math.round(top * 100) + " %"));
-      shares.forEach(function (v, i) {
-        if (v === null || v <= 0) return;
-        const h = (v / top) * SHARE_H;
-        svg.appendChild(svgEl("rect", {
-          x: LEFT + i * w + 0.5, y: shareBottom - h, width: Math.max(1, w - 1), height: h,
-          class: "ts-share", "data-second": first + i, "data-share": v.toFixed(4),
-        }));
+        if (v !== null && v > 0) shareBars += 1;
+        return v === null || v <= 0 ? null : v;
       });
+      const top = maxShare > 0 ? maxShare : 1;
+      plot("share", {
+        height: PANEL_H.share + X_AXIS_H,
+        scales: { x: xRange, y: { range: [0, top * 1.05] } },
+        axes: [xAxis(c, true), yAxis(top, c)],
+        series: [{}, bars("your share", c.share)],
+        hooks: { draw: [gutterHook("your share", top, "max " + Math.round(top * 100) + " %", c)] },
+      }, [xs, values]);
+    } else {
+      remove("share");
     }
-    svg.appendChild(svgEl("text", { x: LEFT, y: shareBottom + 16, class: "tl-now" }, "-" + STRIP_SECONDS + " s"));
-    svg.appendChild(svgEl("text", { x: WIDTH - 40, y: shareBottom + 16, class: "tl-now" }, "last"));
+    drawn = {
+      seconds: xs.length, attempts: attempts, calls: calls, shares: shareBars,
+      labels: (withBand ? ["breaker"] : []).concat(["attempts", "calls"], withShare ? ["your share"] : []),
+    };
     if (desc) {
       desc.textContent = "The last " + STRIP_SECONDS + " s of calls: " + attempts + " attempts and " +
         calls + " calls, per second by outcome, and the breaker's state.";
     }
+  }
+
+  // Follow the card's width (a resized window, a phone turned).
+  if (box && window.ResizeObserver) {
+    let width = box.clientWidth;
+    new ResizeObserver(function () {
+      if (box.clientWidth === width) return;
+      width = box.clientWidth;
+      redraw();
+    }).observe(box);
   }
 
   function counts() {
@@ -202,5 +351,5 @@ export function createStrip() {
     return out;
   }
 
-  return { add: add, redraw: redraw, counts: counts, setOffered: setOffered, setOwn: setOwn, shares: shares };
+  return { add: add, redraw: redraw, counts: counts, setOffered: setOffered, setOwn: setOwn, shares: shares, drawn: function () { return drawn; } };
 }
