@@ -7,7 +7,8 @@ ones ``make run`` uses) on its own SQLite file (or DATABASE_URL) and its own ``r
 a free port (``--shared-redis``: the machine's REDIS_URL, databases ``BENCH_REDIS_DB_BASE``,
 default 4..7; or ``BENCH_REDIS_URL``), migrates, creates one student and one lab session per simulated
 browser, logs each in with a real session cookie and opens the page's websocket
-(``ws/sessions/<id>/``) with the ``websockets`` client, exactly as lab.js does.
+(``ws/sessions/<id>/``) with the ``websockets`` client, exactly as the lab page
+(static/js/lab/socket.js) does.
 
 Latency is measured per journal event: from the ``emitted`` stamp the worker puts on each engine
 event (wall clock, when the engine hands it over) to the moment the client has the websocket
@@ -31,7 +32,7 @@ Rows printed:
 
 - one session bursting, N rounds of one burst;
 - 30 and 100 sessions starting a burst at the same moment, N rounds: each page presses Run
-  burst as lab.js does while its socket is live, a ``run_burst`` message over it
+  burst as the lab page does while its socket is live, a ``run_burst`` message over it
   (``--click post``: an htmx POST of the form to daphne, the way without a live socket, from
   a thread per page released together by a barrier);
 - catch-up: 30 sessions bursting while half of the clients drop their socket mid-burst and
@@ -457,7 +458,7 @@ def start_bursts(browsers: list[Browser], calls: int, times: list[float] | None 
 
 
 async def socket_clicks(browsers: list[Browser], calls: int, times: list[float] | None) -> None:
-    """Press Run burst on every page at the same moment as lab.js does with a live socket:
+    """Press Run burst on every page at the same moment as the lab page does with a live socket:
     one ``run_burst`` message each, all sent at once; each click's time runs from that
     moment to its ``burst_reply``."""
     loop = asyncio.get_running_loop()
@@ -684,7 +685,7 @@ def measure(args, bench: Bench) -> None:
     print_table(rows)
     print()
     how = (
-        "over each page's websocket, as lab.js sends a click while it is live"
+        "over each page's websocket, as the lab page sends a click while it is live"
         if args.click == "socket"
         else "POST to daphne, as without a live socket"
     )

@@ -1,6 +1,6 @@
 """What the live lab page shows when the right that let its socket in ends: signed out from
 another tab (the Django session deleted), the page says live updates stopped, in words, and
-does not reconnect (labs.consumers.base.RightCheck; the page's 4403 handling in lab.js)."""
+does not reconnect (labs.consumers.base.RightCheck; the page's 4403 handling in static/js/lab/socket.js)."""
 
 from __future__ import annotations
 

@@ -94,7 +94,7 @@ def test_owner_sees_the_live_page_with_every_control_enabled(owner_client, sessi
         'id="force-open"',
         'id="force-close"',
         f'data-ws-path="/ws/sessions/{session.pk}/"',
-        "js/lab.js",
+        '<script type="module" src="/static/js/lab/main.js">',
     ):
         assert needle in html, needle
     assert "disabled" not in html.split('id="burst-form"')[1].split("</form>")[0]
