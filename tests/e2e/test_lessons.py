@@ -23,6 +23,7 @@ from labs.engine import run_scenario
 from labs.services import lab
 from tests.conftest import DEFAULT_PASSWORD, make_classroom, make_scenario, make_student
 from tests.e2e.conftest import ARTIFACTS, ROOT, login, show_setting
+from tests.e2e.test_lab_page import marks_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -114,11 +115,10 @@ def test_per_host_breakers_isolate_the_host_that_is_down(open_page):
         "#breaker-badge li[data-part]", "items => items.map(i => [i.dataset.part, i.dataset.state])"
     )
     assert parts == [["h0", "closed"], ["h1", "open"], ["h2", "closed"]]
-    lanes = page.eval_on_selector_all(
-        "#timeline-chart .tl-host-axis", "labels => labels.map(l => l.textContent)"
-    )
+    lanes = page.evaluate(f"() => {marks_of('tl-host-axis')}.map(m => m.text)")
     assert lanes == ["host 0", "host 1", "host 2"]
-    assert page.locator("#timeline-chart .tl-host-band.tl-band-open").count() >= 1
+    open_lanes = f"{marks_of('tl-host-band')}.filter(m => m.class.includes('tl-band-open'))"
+    assert page.evaluate(f"() => {open_lanes}.length") >= 1
     assert page.locator('.journal-row[data-kind="attempt"] .j-msg', has_text="host 1,").count() > 0
     shot(page, "per-host-breakers")
     assert errors == []

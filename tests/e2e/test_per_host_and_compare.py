@@ -23,6 +23,7 @@ from labs.services import lab
 from tests.conftest import DEFAULT_PASSWORD, make_classroom, make_scenario, make_student
 from tests.e2e.conftest import ARTIFACTS, ROOT, login, show_setting
 from tests.e2e.test_csp import REPORT_VIOLATIONS
+from tests.e2e.test_lab_page import marks_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -80,11 +81,16 @@ def stat(page, name: str) -> str:
 
 
 def overlapping_labels(page) -> list[str]:
-    """The timeline's row labels whose boxes (as drawn, in CSS pixels) intersect."""
+    """The timeline's row labels whose boxes (as drawn: 13 units of type at their baseline,
+    as wide as the canvas measures them) intersect."""
     return page.evaluate(
         """() => {
-          const labels = Array.from(document.querySelectorAll('#timeline-chart text.tl-axis'));
-          const boxes = labels.map(l => [l.textContent, l.getBoundingClientRect()]);
+          const labels = document.getElementById('timeline-chart').timelineMarks
+            .filter(m => m.class.split(' ').includes('tl-axis'));
+          const ctx = document.createElement('canvas').getContext('2d');
+          ctx.font = '13px ' + getComputedStyle(document.documentElement).getPropertyValue('--font');
+          const boxes = labels.map(l => [l.text, { left: l.x, right: l.x + ctx.measureText(l.text).width,
+                                                    top: l.y - 10, bottom: l.y + 3 }]);
           const out = [];
           for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
             const [ta, a] = boxes[i], [tb, b] = boxes[j];
@@ -115,7 +121,8 @@ def test_per_host_breakers_show_each_hosts_breaker_and_no_stale_global_one(
         run_burst(page, 6, number)
         page.wait_for_timeout(700)
     assert page.locator("#breaker-badge .breaker-big").count() == 1
-    assert page.locator("#timeline-chart text.tl-axis", has_text="breaker").count() == 1
+    breaker_rows = f"{marks_of('tl-axis')}.filter(m => m.text === 'breaker')"
+    assert page.evaluate(f"() => {breaker_rows}.length") == 1
 
     # A breaker per host: the badge changes at once (pushed after the policy change).
     show_setting(page, "#id_breaker_scope")
@@ -144,16 +151,13 @@ def test_per_host_breakers_show_each_hosts_breaker_and_no_stale_global_one(
 
     # The timeline: the last four bursts ran per host, so a lane per host and no
     # dependency-wide row; the "now" tail is each host's state as the badge shows it.
-    axis = page.eval_on_selector_all(
-        "#timeline-chart text.tl-axis", "labels => labels.map(l => l.textContent)"
-    )
+    axis = page.evaluate(f"() => {marks_of('tl-axis')}.map(m => m.text)")
     assert "breaker" not in axis
     assert [a for a in axis if a.startswith("host")] == ["host 0", "host 1", "host 2"]
-    now = page.eval_on_selector_all(
-        "#timeline-chart rect[data-now]", "rects => rects.map(r => r.dataset.host)"
-    )
-    assert now == ["0", "1", "2"]
-    assert page.locator("#timeline-chart .tl-host-band.tl-band-open").count() >= 1
+    now = page.evaluate(f"() => {marks_of('tl-band')}.filter(m => m.now).map(m => m.host)")
+    assert now == [0, 1, 2]
+    open_lanes = f"{marks_of('tl-host-band')}.filter(m => m.class.includes('tl-band-open'))"
+    assert page.evaluate(f"() => {open_lanes}.length") >= 1
     assert page.text_content("#timeline-desc").startswith("Host breakers now: host 0 CLOSED")
     strip = page.evaluate("failureLab.stripDrawn().labels")
     assert strip and "breaker" not in strip
@@ -205,7 +209,8 @@ def test_compare_from_the_lab_page_and_the_history_and_the_storm_on_the_shared_m
     assert page.locator("figure.replay-figure").count() == 2
     # Both runs drawn by the page's script, a bar per attempt of each.
     bars = page.eval_on_selector_all(
-        "figure.replay-figure svg", "svgs => svgs.map(s => s.querySelectorAll('rect.tl-ok, rect.tl-bad').length)"
+        "figure.replay-figure [data-timeline]",
+        "boxes => boxes.map(b => b.timelineMarks.filter(m => /tl-(ok|bad)/.test(m.class)).length)",
     )
     assert bars == [mine, lessons]
     assert "A: My current policy (The tour)." in page.inner_text("#compare-result")

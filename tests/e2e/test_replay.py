@@ -94,8 +94,8 @@ def test_a_student_replays_burst_2_with_threshold_1_and_shares_a_comparison(
         assert charts == [12, 4]
         # Each chart is drawn in the page (the lab page's timeline): a bar per attempt.
         bars = page.eval_on_selector_all(
-            "figure.replay-figure svg",
-            "svgs => svgs.map(s => s.querySelectorAll('rect.tl-ok, rect.tl-bad').length)",
+            "figure.replay-figure [data-timeline]",
+            "boxes => boxes.map(b => b.timelineMarks.filter(m => /tl-(ok|bad)/.test(m.class)).length)",
         )
         assert bars == [12, 4]
         assert page.locator("#replay-rows .journal-row").count() > 0

@@ -1,10 +1,11 @@
-/* The burst timeline (SVG), drawn from journal events: per call its attempts as segments
+/* The burst timeline, drawn from journal events on uPlot's canvas (canvas.js): per call its attempts as segments
  * coloured by outcome, the backoff gaps, fast-fails, half-open probes, and a band with the
  * breaker's state over time (a lane per host with a breaker per host). On the lab page it
  * shows the last four bursts, grows while a burst runs and ends with the breakers' states
  * now; on the replay page each chart is one burst, every chart on one time scale. */
 
-import { clearSvg, eventTime, onNextFrame, svgEl } from "./util.js";
+import { eventTime, onNextFrame } from "./util.js";
+import { createCanvas } from "./canvas.js";
 
 const WIDTH = 960;
 const LEFT = 64;
@@ -22,12 +23,12 @@ const MAX_BURSTS = 4;
 const MIN_BURST_PX = 70;
 
 /**
- * A timeline drawn into ``svg`` (its text alternative into ``desc``). ``options``: live
+ * A timeline drawn into the element ``box`` (its text alternative into ``desc``). ``options``: live
  * (the lab page: the breakers now, growth while a burst runs), now() (the server's clock),
  * badge() (the breaker badge, or null), labels (state labels), time(event) (an event's ms;
  * the journal's clock by default), span (ms: a fixed scale, for charts that line up), maxBursts.
  */
-export function createTimeline(svg, desc, options) {
+export function createTimeline(box, desc, options) {
   const live = !!options.live;
   const labels = options.labels || {};
   const time = options.time || eventTime;
@@ -42,7 +43,13 @@ export function createTimeline(svg, desc, options) {
     events.push(event);
   }
 
-  const redraw = onNextFrame(function () { if (svg) draw(); });
+  const canvas = box ? createCanvas(box, WIDTH) : null;
+  let marks = [];
+  const redraw = onNextFrame(function () { if (canvas) draw(); });
+
+  function mark(shape, attrs, text, title) {
+    marks.push(Object.assign({ shape: shape, text: text, title: title }, attrs));
+  }
 
   function collect() {
     const bursts = {};
@@ -115,10 +122,10 @@ export function createTimeline(svg, desc, options) {
     const data = collect();
     const bursts = data.bursts;
     const now = options.now ? options.now() : 0;
-    clearSvg(svg);
+    marks = [];
     if (!bursts.length) {
-      svg.setAttribute("viewBox", "0 0 " + WIDTH + " 60");
-      svg.appendChild(svgEl("text", { x: 12, y: 34, class: "tl-empty" }, "Run a burst: its calls appear here as they happen."));
+      mark("text", { x: 12, y: 34, class: "tl-empty" }, "Run a burst: its calls appear here as they happen.");
+      canvas.paint(marks, 60);
       if (desc) desc.textContent = "No burst yet.";
       return;
     }
@@ -174,22 +181,20 @@ export function createTimeline(svg, desc, options) {
     y += hostLanes.length * HOST_STEP;
     const rowsY = y + 8;
     const height = rowsY + rows * ROW_H + 26;
-    svg.setAttribute("viewBox", "0 0 " + WIDTH + " " + height);
 
-    if (showGlobal) svg.appendChild(svgEl("text", { x: 4, y: bandY + 13, class: "tl-axis" }, "breaker"));
+    if (showGlobal) mark("text", { x: 4, y: bandY + 13, class: "tl-axis" }, "breaker");
     hostLanes.forEach(function (h, i) {
-      svg.appendChild(svgEl("text", { x: 4, y: hostY + i * HOST_STEP + HOST_H - 2, class: "tl-axis tl-host-axis", "data-host": h }, "host " + h));
+      mark("text", { x: 4, y: hostY + i * HOST_STEP + HOST_H - 2, class: "tl-axis tl-host-axis", host: h }, "host " + h);
     });
     for (let r = 0; r < rows; r++) {
       if (rows <= 12 || r % 2 === 0) {
-        svg.appendChild(svgEl("text", { x: 4, y: rowsY + r * ROW_H + BAR_H, class: "tl-axis" }, "call " + (r + 1)));
+        mark("text", { x: 4, y: rowsY + r * ROW_H + BAR_H, class: "tl-axis" }, "call " + (r + 1));
       }
     }
 
     const summaryText = [];
     bursts.forEach(function (b, index) {
       function px(t) { return b.x + (t - b.start) * b.scale; }
-      const g = svgEl("g", { class: "tl-burst" });
       // state band: split the burst's span at each transition inside it (not drawn for a
       // burst with a breaker per host: no call asked the dependency's breaker then)
       const cuts = [b.start];
@@ -198,10 +203,10 @@ export function createTimeline(svg, desc, options) {
       for (let i = 0; showGlobal && !b.perHost && i < cuts.length - 1; i++) {
         const state = stateAt(data.transitions, cuts[i]);
         const bandX = px(cuts[i]);
-        g.appendChild(svgEl("rect", {
-          x: bandX.toFixed(1), y: bandY, width: Math.max(1, px(cuts[i + 1]) - bandX).toFixed(1),
+        mark("rect", {
+          x: bandX, y: bandY, width: Math.max(1, px(cuts[i + 1]) - bandX),
           height: BAND_H, class: "tl-band tl-band-" + state
-        }));
+        });
       }
       hostLanes.forEach(function (h, lane) {
         if (!b.perHost) return; // the hosts had no breaker of their own in this burst
@@ -212,19 +217,17 @@ export function createTimeline(svg, desc, options) {
         for (let i = 0; i < laneCuts.length - 1; i++) {
           const state = own.length ? stateAt(own, laneCuts[i]) : "closed";
           const laneX = px(laneCuts[i]);
-          const band = svgEl("rect", {
-            x: laneX.toFixed(1), y: hostY + lane * HOST_STEP, width: Math.max(1, px(laneCuts[i + 1]) - laneX).toFixed(1),
-            height: HOST_H, class: "tl-band tl-host-band tl-band-" + state, "data-host": h
-          });
-          band.appendChild(svgEl("title", {}, "host " + h + ": " + (labels[state] || state)));
-          g.appendChild(band);
+          mark("rect", {
+            x: laneX, y: hostY + lane * HOST_STEP, width: Math.max(1, px(laneCuts[i + 1]) - laneX),
+            height: HOST_H, class: "tl-band tl-host-band tl-band-" + state, host: h
+          }, undefined, "host " + h + ": " + (labels[state] || state));
         }
       });
       const last = b.first + Math.max(0, (b.size || 1) - 1);
       const range = last === b.first ? String(b.first) : b.first + "–" + last;
       const noun = last === b.first ? "call " : "calls ";
       const label = b.width > 170 ? noun + range + " · " + Math.round(b.end - b.start) + " ms" : noun + range;
-      g.appendChild(svgEl("text", { x: b.x, y: 15, class: "tl-label" }, label + (b.done ? "" : " …")));
+      mark("text", { x: b.x, y: 15, class: "tl-label" }, label + (b.done ? "" : " …"));
 
       let fastFails = 0;
       Object.keys(b.calls).forEach(function (key) {
@@ -232,48 +235,41 @@ export function createTimeline(svg, desc, options) {
         const c = b.calls[key];
         const y = rowsY + (callNo - b.first) * ROW_H;
         c.sleeps.forEach(function (s) {
-          g.appendChild(svgEl("line", {
-            x1: px(s.start).toFixed(1), x2: px(s.end).toFixed(1), y1: y + BAR_H / 2, y2: y + BAR_H / 2, class: "tl-wait"
-          }));
+          mark("line", {
+            x1: px(s.start), x2: px(s.end), y1: y + BAR_H / 2, y2: y + BAR_H / 2, class: "tl-wait"
+          });
         });
         c.attempts.forEach(function (a) {
           const ax = px(a.start);
-          const rect = svgEl("rect", {
-            x: ax.toFixed(1), y: y, width: Math.max(2, px(a.end) - ax).toFixed(1), height: BAR_H,
-            class: a.ok ? "tl-ok" : "tl-bad"
-          });
           const where = a.host !== undefined && a.host !== null ? " on host " + a.host : "";
-          rect.appendChild(svgEl("title", {}, "call " + callNo + ", attempt " + a.n + where + ": " + (a.ok ? "ok" : a.error)));
-          g.appendChild(rect);
+          mark("rect", {
+            x: ax, y: y, width: Math.max(2, px(a.end) - ax), height: BAR_H, class: a.ok ? "tl-ok" : "tl-bad"
+          }, undefined, "call " + callNo + ", attempt " + a.n + where + ": " + (a.ok ? "ok" : a.error));
         });
         if (c.result && c.result.outcome && c.result.outcome !== "success" && c.attempts.length === 0) {
           fastFails += 1;
           const fx = px(c.result.t);
-          const mark = svgEl("path", {
+          mark("path", {
             d: "M" + (fx - 4) + " " + y + " l8 " + BAR_H + " M" + (fx + 4) + " " + y + " l-8 " + BAR_H,
             class: "tl-fast"
-          });
-          mark.appendChild(svgEl("title", {}, "call " + callNo + ": " + c.result.outcome.replace("_", " ") + ", 0 attempts"));
-          g.appendChild(mark);
+          }, undefined, "call " + callNo + ": " + c.result.outcome.replace("_", " ") + ", 0 attempts");
         }
         if (c.result && c.result.probe) {
           const dx = px(c.result.t) + 6;
           const cy = y + BAR_H / 2;
-          const diamond = svgEl("path", { d: "M" + dx + " " + (cy - 5) + " l5 5 l-5 5 l-5 -5 z", class: "tl-probe" });
-          diamond.appendChild(svgEl("title", {}, "call " + callNo + ": half-open probe, " + c.result.outcome));
-          g.appendChild(diamond);
+          mark("path", { d: "M" + dx + " " + (cy - 5) + " l5 5 l-5 5 l-5 -5 z", class: "tl-probe" }, undefined, "call " + callNo + ": half-open probe, " + c.result.outcome);
         }
       });
       if (index < bursts.length - 1) {
-        g.appendChild(svgEl("text", { x: b.x + b.width + GAP / 2, y: rowsY + 4, class: "tl-gap", "text-anchor": "middle" }, "⋯"));
+        mark("text", { x: b.x + b.width + GAP / 2, y: rowsY + 4, class: "tl-gap", anchor: "middle" }, "⋯");
       }
-      svg.appendChild(g);
       const calls = Object.keys(b.calls).length;
       summaryText.push("calls " + b.first + " to " + (b.first + Math.max(0, calls - 1)) + ": " + calls + " calls" + (fastFails ? ", " + fastFails + " failed fast" : "") + (b.done ? "" : ", running"));
     });
     // the tail: the breakers' states as the badge shows them now (open -> half-open live):
     // each host's with a breaker per host, else the dependency's
     if (!live) {
+      canvas.paint(marks, height);
       if (desc) desc.textContent = summaryText.join("; ") + ".";
       return;
     }
@@ -283,7 +279,7 @@ export function createTimeline(svg, desc, options) {
     if (perHostNow) {
       hostLanes.forEach(function (h, lane) {
         const state = partsNow[h] || "closed";
-        svg.appendChild(svgEl("rect", { x: tailX, y: hostY + lane * HOST_STEP, width: TAIL - 10, height: HOST_H, class: "tl-band tl-host-band tl-band-" + state, "data-host": h, "data-now": "" }));
+        mark("rect", { x: tailX, y: hostY + lane * HOST_STEP, width: TAIL - 10, height: HOST_H, class: "tl-band tl-host-band tl-band-" + state, host: h, now: true });
       });
       nowText = "Host breakers now: " + hostLanes.map(function (h) {
         const state = partsNow[h] || "closed";
@@ -291,10 +287,11 @@ export function createTimeline(svg, desc, options) {
       }).join(", ");
     } else {
       const stateNow = badgeNow ? badgeNow.dataset.state : stateAt(data.transitions, now);
-      svg.appendChild(svgEl("rect", { x: tailX, y: bandY, width: TAIL - 10, height: BAND_H, class: "tl-band tl-band-" + stateNow, "data-now": "" }));
+      mark("rect", { x: tailX, y: bandY, width: TAIL - 10, height: BAND_H, class: "tl-band tl-band-" + stateNow, now: true });
       nowText = "Breaker now " + (labels[stateNow] || stateNow);
     }
-    svg.appendChild(svgEl("text", { x: tailX, y: 15, class: "tl-now" }, "now"));
+    mark("text", { x: tailX, y: 15, class: "tl-now" }, "now");
+    canvas.paint(marks, height);
     if (desc) desc.textContent = nowText + ". Last " + bursts.length + " burst(s), " + summaryText.join("; ") + ".";
   }
 
@@ -316,7 +313,7 @@ export function createTimeline(svg, desc, options) {
   return {
     add: add,
     redraw: redraw,
-    draw: function () { if (svg) draw(); },
+    draw: function () { if (canvas) draw(); },
     span: totalSpan,
     setSpan: function (ms) { span = ms; },
   };

@@ -1,26 +1,11 @@
-/* Small helpers every part of the lab page uses: HTML and SVG elements, the time of a journal
+/* Small helpers every part of the lab page uses: HTML elements, the time of a journal
  * event, a redraw at most once a frame, and the page's screen-reader announcements. */
-
-const SVG_NS = "http://www.w3.org/2000/svg";
 
 /** The first element of an HTML string (a pushed fragment or journal row). */
 export function parseHTML(html) {
   const tpl = document.createElement("template");
   tpl.innerHTML = (html || "").trim();
   return tpl.content.firstElementChild;
-}
-
-/** An SVG element with its attributes and, optionally, its text. */
-export function svgEl(name, attrs, text) {
-  const node = document.createElementNS(SVG_NS, name);
-  for (const key in attrs) node.setAttribute(key, attrs[key]);
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
-
-/** Empty an SVG, keeping its <desc>. */
-export function clearSvg(svg) {
-  while (svg.lastChild && svg.lastChild.nodeName !== "desc") svg.removeChild(svg.lastChild);
 }
 
 /** A journal event's time in ms since the epoch: the server's t_ms, else its ISO time. */
