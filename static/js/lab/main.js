@@ -3,8 +3,8 @@
  *
  * - socket.js: the websocket, its reconnects and pings; journal.js: rows by seq, fragments;
  * - summary.js: the burst summary's live counts; badge.js: the breaker badge's cooldown;
- * - timeline.js: the burst timeline; strip.js: the traffic strip; shared.js: the shared
- *   dependency's card;
+ * - timeline.js: the burst timeline (painted by canvas.js); strip.js: the traffic strip (both
+ *   on the vendored uPlot); shared.js: the shared dependency's card;
  * - burst.js: Run burst over the socket; history.js: the burst history and what-if panel;
  * - forms.js: settings groups and htmx errors; steps.js: the checklist and lesson mode;
  * - replay.js: the timelines of the what-if and compare pages.
