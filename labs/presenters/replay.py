@@ -14,11 +14,6 @@ from labs.live.rows import kind_label, row_tone
 
 # --- replay and compare ----------------------------------------------------------------------
 
-#: The replay timeline's drawing area (SVG user units): left margin for call labels.
-REPLAY_CHART_WIDTH = 960
-REPLAY_CHART_LEFT = 64
-REPLAY_ROW = 16
-
 
 def burst_event_rows(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """One burst's events (journal payloads, or a replay's engine events as dicts) as the
@@ -54,31 +49,6 @@ def replay_rows_html(rows: Iterable[dict[str, Any]]) -> SafeString:
             for r in rows
         )
     )
-
-
-def replay_chart_svg(chart: dict[str, Any]) -> SafeString:
-    """The inside of one :func:`replay_timelines` chart's ``<svg>``: a label per call, the
-    burst's end line, a bar per attempt, a cross per fast-failed call (numbers and tones
-    only, from the geometry; the labels escaped)."""
-    parts = [
-        f'<text class="replay-label" x="4" y="{label["y"]}">{_escape(label["text"])}</text>'
-        for label in chart["labels"]
-    ]
-    parts.append(
-        f'<line class="replay-end" x1="{chart["end_x"]}" x2="{chart["end_x"]}" y1="12" '
-        f'y2="{chart["height"]}"></line>'
-    )
-    parts.extend(
-        f'<rect class="replay-bar replay-{bar["tone"]}" x="{bar["x"]}" y="{bar["y"]}" '
-        f'width="{bar["w"]}" height="12"><title>call {bar["call"]}, attempt '
-        f"{bar['attempt']}</title></rect>"
-        for bar in chart["bars"]
-    )
-    parts.extend(
-        f'<text class="replay-fast" x="{cross["x"]}" y="{cross["y"]}">\u2715</text>'
-        for cross in chart["crosses"]
-    )
-    return mark_safe("".join(parts))  # noqa: S308 - numbers, fixed tones, escaped labels
 
 
 def _event_ms(event: dict[str, Any]) -> float | None:
