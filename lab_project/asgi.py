@@ -3,7 +3,7 @@
 The Django ASGI application is built before anything imports models (consumers do), so the app
 registry is ready; at most LAB_HTTP_CONCURRENCY requests run in Django at once
 (lab_project/http_limit.py says why); websockets are refused from origins not in ALLOWED_HOSTS
-and carry the session's user.
+and carry the session's user (or a course launch's token's: labs/consumers/launch_token.py).
 """
 
 import os
@@ -21,6 +21,7 @@ from django.conf import settings  # noqa: E402
 from django.urls import reverse  # noqa: E402
 
 from lab_project.http_limit import ConcurrencyLimit  # noqa: E402
+from labs.consumers.launch_token import LaunchTokenAuthMiddleware  # noqa: E402
 from labs.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
@@ -34,7 +35,7 @@ application = ProtocolTypeRouter(
             timing=settings.LAB_REQUEST_TIMING,
         ),
         "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+            AuthMiddlewareStack(LaunchTokenAuthMiddleware(URLRouter(websocket_urlpatterns)))
         ),
     }
 )

@@ -58,12 +58,15 @@ def _launch_origins(request: HttpRequest, session) -> list:
 
 def lti_frame_origins(request: HttpRequest) -> list[str]:
     """The origins that may frame this response: the launching platform's, for a page a
-    launch leads to in a session that came from a launch; otherwise none."""
+    launch leads to in a session (or under a launch token) that came from a launch;
+    otherwise none."""
     match = getattr(request, "resolver_match", None)
     session = getattr(request, "session", None)
     if match is None or session is None or match.view_name not in LTI_FRAMEABLE_VIEWS:
         return []
-    origins = _launch_origins(request, session)
+    # A launch-scoped token's grant names its own (labs/views/launch_token.py): no cookie.
+    granted = getattr(request, "lti_frame_origins", None)
+    origins = granted if granted is not None else _launch_origins(request, session)
     return [o for o in origins if isinstance(o, str) and o.startswith(("https://", "http://"))]
 
 

@@ -76,6 +76,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "labs.views.launch_token.LaunchTokenMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     # Last, as django-axes asks: turns a refused login of a locked-out client into the 429 page.
@@ -227,6 +228,11 @@ LAB_WS_SEND_BUFFER_MAX_BYTES = env_int(
 # session still signed in, the class still taught or the session still visible): a logout or
 # a lost class closes it with 4403 within this long (labs/consumers/base.py, RightCheck).
 LAB_WS_RECHECK_MS = env_int("LAB_WS_RECHECK_MS", 2000, min_value=200, max_value=60_000)
+# Seconds a launch-scoped token (an LMS launch's lab page without cookies, docs/lti.md) lasts:
+# a lesson's sitting; after that the learner opens the lesson again from the course.
+LTI_LAUNCH_TOKEN_MAX_AGE_S = env_int(
+    "LTI_LAUNCH_TOKEN_MAX_AGE_S", 2 * 3600, min_value=60, max_value=24 * 3600
+)
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 
 # --- Bursts --------------------------------------------------------------------------------

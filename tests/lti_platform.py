@@ -68,6 +68,8 @@ class Launch:
     kid: str | None = None
     deep_linking: bool = False
     return_url: str | None = None
+    #: launch_presentation's document_target: "iframe", or "window" (a new tab).
+    document_target: str = "iframe"
 
 
 class Platform:
@@ -246,7 +248,7 @@ class Platform:
             claims[LTI + "custom"] = launch.custom
         if launch.return_url:
             claims[LTI + "launch_presentation"] = {
-                "document_target": "iframe",
+                "document_target": launch.document_target,
                 "return_url": launch.return_url,
             }
         claims["https://purl.imsglobal.org/spec/lti-ags/claim/endpoint"] = {

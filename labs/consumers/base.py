@@ -24,6 +24,7 @@ from daphne.ws_protocol import WebSocketProtocol
 from django.conf import settings
 
 from labs.selectors.access import signed_in
+from labs.services.launch_token import launch_token_still_valid
 
 logger = logging.getLogger(__name__)
 
@@ -245,7 +246,11 @@ class RightCheck:
         session_key = getattr(self.scope.get("session"), "session_key", None)
         user_id = getattr(user, "pk", None)
 
+        grant = self.scope.get("launch_grant")
+
         def allowed() -> bool:
+            if grant is not None:  # a course launch's token, not a Django session
+                return launch_token_still_valid(grant) and still_allowed(user)
             return signed_in(session_key, user_id) and still_allowed(user)
 
         interval = settings.LAB_WS_RECHECK_MS / 1000

@@ -324,7 +324,10 @@ def presentation_words(lti_launch: LtiLaunch) -> str:
     target = (lti_launch.launch_presentation_claim or {}).get("document_target", "")
     if target in ("iframe", "embed"):
         return "Opened from your course, inside its page."
-    return "Opened from your course in a window of its own: your course stays in its tab."
+    return (
+        "Opened in a new tab because your course asks for this lesson to open in a window "
+        "of its own: your course stays in its tab."
+    )
 
 
 def role_of(roles: list[str]) -> tuple[str, list[str]]:

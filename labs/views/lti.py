@@ -10,7 +10,7 @@ the launch must bring back), the nonce used once and the id_token's signature
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from django.contrib import messages
 from django.contrib.auth import login
@@ -26,6 +26,7 @@ from lab_project.csp import LTI_FRAME_ORIGINS_KEY
 from labs.models import Classroom
 from labs.selectors.replay import comparable_scenarios
 from labs.services import lti as lti_services
+from labs.services.launch_token import PARAM, launch_token_issue
 
 REFUSED_TEMPLATE = "labs/lti_refused.html"
 #: The deep-linking launch the signed-in instructor is choosing a lesson for.
@@ -69,12 +70,21 @@ def launch(request: HttpRequest) -> HttpResponse:
     login(request, result.user, backend="django.contrib.auth.backends.ModelBackend")
     # The pages this launch leads to may be framed by the launching LMS, and only by it.
     request.session[LTI_FRAME_ORIGINS_KEY] = lti_services.frame_origins(lti_launch)
-    messages.info(request, lti_services.presentation_words(lti_launch))
+    words = lti_services.presentation_words(lti_launch)
+    if result.session is not None and not lti_launch.is_deep_link_launch:
+        # The lab page carries a launch-scoped token: inside an iframe the browser may keep
+        # no cookie of ours (labs/services/launch_token.py). Its words come with it.
+        token = launch_token_issue(
+            user=result.user,
+            session_id=result.session.pk,
+            frame_origins=request.session[LTI_FRAME_ORIGINS_KEY],
+            notice=words,
+        )
+        return redirect(f"{result.session.get_absolute_url()}?{urlencode({PARAM: token})}")
+    messages.info(request, words)
     if lti_launch.is_deep_link_launch:
         request.session[DEEP_LINK_SESSION_KEY] = lti_launch.get_launch_id()
         return redirect("labs:lti_deep_link")
-    if result.session is not None:
-        return redirect(result.session)
     if result.panel == lti_services.STORM_PANEL and result.role == "instructor":
         return redirect("labs:storm_panel", result.classroom.pk)
     if result.role == "instructor":

@@ -24,7 +24,9 @@ export function liveSocket(options) {
 
   function url() {
     const scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
-    return scheme + "//" + window.location.host + options.path + "?after=" + options.after();
+    const plain = scheme + "//" + window.location.host + options.path + "?after=" + options.after();
+    // A course launch's page carries a token instead of cookies (static/js/launch-token.js).
+    return window.failureLabLaunch ? window.failureLabLaunch.withToken(plain) : plain;
   }
 
   function connect() {
