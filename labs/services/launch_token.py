@@ -18,7 +18,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core import signing
 from django.core.cache import cache
-from django.middleware.csrf import CSRF_SECRET_LENGTH, CSRF_ALLOWED_CHARS
+from django.middleware.csrf import CSRF_ALLOWED_CHARS, CSRF_SECRET_LENGTH
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +36,7 @@ class TokenRefused(Exception):
     """A token that grants nothing here; ``message`` says why in words, ``code`` for the log."""
 
     MESSAGES = {
-        "expired": "Your link from the course has expired. Open the lesson again from your "
-        "course.",
+        "expired": "Your link from the course has expired. Open the lesson again from your course.",
         "invalid": "This page's link from your course is not valid. Open the lesson again "
         "from your course.",
         "scope": "Your link from the course opens only the lesson it launched. Open other "
@@ -70,9 +69,7 @@ class Grant:
         return f"/ws/sessions/{self.session_id}/"
 
 
-def launch_token_issue(
-    *, user, session_id: int, frame_origins: list[str], notice: str = ""
-) -> str:
+def launch_token_issue(*, user, session_id: int, frame_origins: list[str], notice: str = "") -> str:
     """A new token for ``user`` on lab session ``session_id``, valid for
     ``LTI_LAUNCH_TOKEN_MAX_AGE_S``; its pages may be framed by ``frame_origins``; ``notice``
     is shown once, on the page it lands on."""
@@ -120,9 +117,7 @@ def launch_token_for_path(token: str, path: str) -> Grant:
     (or its websocket): anything else is refused (``scope``)."""
     grant = launch_token_read(token)
     if not (path.startswith(grant.path_prefix) or path.startswith(grant.socket_path)):
-        logger.warning(
-            "launch token refused (scope): %s for session %s", path, grant.session_id
-        )
+        logger.warning("launch token refused (scope): %s for session %s", path, grant.session_id)
         raise TokenRefused("scope")
     return grant
 
