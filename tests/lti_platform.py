@@ -100,6 +100,8 @@ class Platform:
         self.server: ThreadingHTTPServer | None = None
         #: What the course page (``/course``) frames: the tool's login URL, for a browser.
         self.course_iframe_src = "about:blank"
+        #: When set, the course page links to it in a new tab instead of framing the tool.
+        self.course_window_href = ""
 
     # --- the server ------------------------------------------------------------------
     def start(self, host: str = "127.0.0.1") -> Platform:
@@ -137,10 +139,19 @@ class Platform:
                     )
                 if url.path == "/course":
                     page = (
-                        "<!doctype html><title>Course</title><h1>Course page of the test LMS</h1>"
+                        '<!doctype html><meta name="viewport" content="width=device-width">'
+                        "<title>Course</title><h1>Course page of the test LMS</h1>"
                         f'<iframe id="tool" src="{html.escape(platform.course_iframe_src)}" '
-                        'width="1200" height="800"></iframe>'
+                        'style="width:100%;height:85vh;border:1px solid #888"></iframe>'
                     )
+                    if platform.course_window_href:
+                        page = (
+                            '<!doctype html><meta name="viewport" content="width=device-width">'
+                            "<title>Course</title><h1>Course page of the test LMS</h1>"
+                            f'<a id="tool-link" target="_blank" '
+                            f'href="{html.escape(platform.course_window_href)}">'
+                            "Open the lesson</a>"
+                        )
                     return self._send(200, page.encode(), "text/html; charset=utf-8")
                 if url.path == "/auth":
                     params = {k: v[0] for k, v in parse_qs(url.query).items()}
