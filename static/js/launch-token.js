@@ -24,14 +24,14 @@
   }
 
   function withToken(href) {
-    const url = new URL(href, window.location.href);
+    const url = new window.URL(href, window.location.href);
     if (!inScope(url)) return href;
     url.searchParams.set(PARAM, TOKEN);
     return url.toString();
   }
 
   document.addEventListener("htmx:configRequest", function (event) {
-    const url = new URL(event.detail.path, window.location.href);
+    const url = new window.URL(event.detail.path, window.location.href);
     if (inScope(url)) event.detail.headers[HEADER] = TOKEN;
   });
 
