@@ -155,8 +155,9 @@ def naive_part(script) -> None:
     from asgiref.sync import async_to_sync
     from channels.layers import get_channel_layer
 
-    from labs.live import journal, runtime
-    from labs.live.broadcast import session_group
+    from labs.journal import store as journal
+    from labs.journal.broadcast import session_group
+    from labs.live import runtime
     from labs.live.writer import JournalWriter
     from labs.live.writer_process import JournalPipe
 

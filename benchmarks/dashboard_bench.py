@@ -451,7 +451,7 @@ class BrowserWatch:
                         stats: window.failureLabDashboard.stats,
                         rows: Array.from(document.querySelectorAll('#dash-rows tr')).map(r => [
                           Number(r.dataset.session),
-                          ...['calls', 'attempts', 'fast_fails'].map(
+                          ...['calls', 'attempts_total', 'fast_failed'].map(
                             f => Number(r.querySelector('[data-field=' + f + ']').textContent))]),
                     })"""
                 )
@@ -551,7 +551,7 @@ def browser_row(result: dict, room, what: str) -> tuple[str, str, str, str]:
     if "error" in result:
         return (label, what, f"not measured: {result['error']}", "")
     truth = {
-        r.session_id: (r.calls, r.attempts, r.fast_fails)
+        r.session_id: (r.calls, r.attempts_total, r.fast_failed)
         for r in class_dashboard_rows(classroom_id=room.pk)
     }
     shown = {row[0]: tuple(row[1:]) for row in result["rows"]}

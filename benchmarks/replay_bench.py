@@ -84,7 +84,7 @@ def measure(args, bench: Bench) -> None:
     setup_test_environment()
     old_name = connection.creation.create_test_db(verbosity=0)
     try:
-        from labs.live import journal
+        from labs.journal import store as journal
         from labs.models import Burst
         from labs.services import lab
         from tests.conftest import make_classroom, make_scenario, make_student

@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from labs.engine import STATE_LABELS
+from labs.journal import kinds
 
 JOIN_CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read off a projector
 JOIN_CODE_LENGTH = 8
@@ -380,7 +381,7 @@ class JournalEvent(models.Model):
     burst = models.ForeignKey(
         Burst, on_delete=models.SET_NULL, null=True, blank=True, related_name="events"
     )
-    kind = models.CharField(max_length=32)
+    kind = models.CharField(max_length=32, choices=kinds.CHOICES)
     created_at = models.DateTimeField(default=timezone.now)
     t_ms = models.FloatField(default=0.0, help_text="Engine clock time of the event, in ms.")
     call_no = models.PositiveIntegerField(null=True, blank=True)

@@ -13,9 +13,9 @@ nothing is counted twice.
 Messages to the page (JSON):
 
 - ``{"type": "snapshot", "rows": [row, ...], "at": epoch_s}``: see ``DashboardRow.as_dict``.
-- ``{"type": "session", "session": id, "last_seq", "calls", "attempts", "fast_fails",
-  "successes", optional "state", "activity", "mode", "burst_summary", "emitted"}``: one
-  session of a ``class.sessions`` group message, as labs.live.journal.class_summary built it
+- ``{"type": "session", "session": id, "last_seq", "calls", "attempts_total", "fast_failed",
+  "succeeded", optional "state", "activity", "mode", "burst_summary", "emitted"}``: one
+  session of a ``class.sessions`` group message, as labs.journal.store.class_summary built it
   (deltas of one writer batch).
 
 - ``{"type": "progress", "session": id, "progress": {attempt, done, steps, questions,
@@ -56,8 +56,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.template.loader import render_to_string
 
 from labs.consumers.base import CLOSE_FORBIDDEN, DirectDispatch, RightCheck, SocketLimits, read
+from labs.journal.broadcast import class_group
 from labs.live import metrics
-from labs.live.broadcast import class_group
 from labs.presenters.dashboard import dashboard_labels, progress_text, row_message
 from labs.presenters.predictions import predictions_page
 from labs.selectors.access import teaches

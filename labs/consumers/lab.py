@@ -17,8 +17,8 @@
    journal and sends what it lacks. So each connection delivers
    every row exactly once, in order, with no gap that outlives a second.
 3. Messages to the browser are JSON: ``{"type": "events", "events": [...]}`` where each
-   event is the journal payload plus ``html`` (the row, :func:`labs.live.rows.journal_row`;
-   a pushed row arrives rendered, :func:`labs.live.rows.pushed_row`) and ``fragments``
+   event is the journal payload plus ``html`` (the row, :func:`labs.journal.rows.journal_row`;
+   a pushed row arrives rendered, :func:`labs.journal.rows.pushed_row`) and ``fragments``
    (``{"id", "html"}`` to swap by DOM id: the breaker badge after a state change or a
    burst's end or a change of the policy or the dependency, re-read from Redis so it carries
    ``open_until_ms``, the current failure streak and, with a breaker per host, each host's; the burst summary when a burst is queued, starts or ends). ``{"type": "state"}`` on
@@ -82,8 +82,9 @@ from labs.consumers.base import (
     read,
     read_redis,
 )
-from labs.live import broadcast, metrics, rows
-from labs.live.journal import BURST_END_KINDS
+from labs.journal import broadcast, rows
+from labs.journal.kinds import BURST_END_KINDS
+from labs.live import metrics
 from labs.presenters.lab_page import SUMMARY_KINDS, badge, render_badge, summary_fragment
 from labs.presenters.storm import session_card, shared_page_message
 from labs.selectors.access import session_policy, socket_session
@@ -162,7 +163,7 @@ def _keep(store: dict, key: Any, value: Any, limit: int = RENDERED_ROWS_MAX) -> 
 
 def rendered_row(session_id: int, event: dict[str, Any]) -> str:
     """The JSON text of ``event`` as a page gets it (the journal payload, ``html`` and
-    ``summary_delta``: :func:`labs.live.rows.row_text`).
+    ``summary_delta``: :func:`labs.journal.rows.row_text`).
 
     A pushed row brings its text (``text``, rendered once where the push was built, for every
     page of every web process). A row read back from the database is rendered here once for
@@ -359,7 +360,7 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
     # -- from the channel layer ------------------------------------------------------------
 
     async def journal_events(self, message: dict[str, Any]) -> None:
-        """Newly committed journal rows of this session (``labs.live.broadcast``)."""
+        """Newly committed journal rows of this session (``labs.journal.broadcast``)."""
         if self.session_id is None:
             return
         try:

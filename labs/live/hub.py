@@ -271,7 +271,7 @@ class Hub:
     # -- for callers -------------------------------------------------------------------------
 
     def journal(self, writer: Any, entry: Any) -> None:
-        """Hand ``entry`` to ``writer`` (a :class:`~labs.live.journal.JournalSink`) with the
+        """Hand ``entry`` to ``writer`` (a :class:`~labs.journal.store.JournalSink`) with the
         other entries the callers emit meanwhile, in order: one ``submit_many`` when the hub
         is about to wait, when a run ends, or 2 ms after the last hand-off while it is busy.
         Outside the hub's callers, at once."""

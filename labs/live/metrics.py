@@ -131,7 +131,7 @@ _GIVE_UP_KINDS = ("budget_exhausted", "deadline_exceeded")
 
 
 def journal_committed(written: Sequence) -> None:
-    """Count a just-committed journal batch (``labs.live.journal.Written`` items) and observe
+    """Count a just-committed journal batch (``labs.journal.store.Written`` items) and observe
     its lag. Called by the writer after each commit; never raises into it."""
     if not written:
         return

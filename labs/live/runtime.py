@@ -45,8 +45,8 @@ from labs.engine.shared import (
     session_field_names,
     session_seconds_from_fields,
 )
+from labs.journal.store import Written
 from labs.live.hub import get_hub
-from labs.live.journal import Written
 from labs.models import Burst, LabSession, SharedDependencyConfig
 
 _client: redis.Redis | None = None

@@ -32,8 +32,9 @@ from datetime import datetime
 from django.db import close_old_connections, connection, transaction
 from django.db.utils import DatabaseError, InterfaceError, OperationalError
 
-from labs.live import broadcast, metrics
-from labs.live.journal import Entry, Written, append_entries, pushes_for
+from labs.journal import broadcast
+from labs.journal.store import Entry, Written, append_entries, pushes_for
+from labs.live import metrics
 from labs.models import JournalEvent, LabSession
 
 logger = logging.getLogger(__name__)

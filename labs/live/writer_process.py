@@ -33,7 +33,7 @@ rest of its process group (Ctrl-C under ``make run``, a ``kill`` of the group, a
 manager stopping the worker): killed by them, it would die mid-batch while the worker is
 still finishing its bursts, and the worker would start another one to hand its buffer to.
 
-Interface: :class:`JournalPipe` implements :class:`labs.live.journal.JournalSink`, as the
+Interface: :class:`JournalPipe` implements :class:`labs.journal.store.JournalSink`, as the
 thread writer :class:`labs.live.writer.JournalWriter` does. A write on the pipe never raises
 into a burst: a broken pipe means the writer died, and the entry is in the buffer.
 """
@@ -123,7 +123,7 @@ def _child_main() -> None:
     settings.DATABASES["default"].update(database)
     connections["default"].settings_dict.update(database)
 
-    from labs.live.journal import Entry
+    from labs.journal.store import Entry
     from labs.live.runtime import store_snapshots_after_write
     from labs.live.writer import JournalWriter, witness_committed
 

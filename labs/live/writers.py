@@ -1,7 +1,7 @@
 """This process's journal writer: a process of its own on workers, else a thread.
 
 The choice is ``LAB_JOURNAL_WRITER`` ("process", the default, or "thread"); both
-implement :class:`labs.live.journal.JournalSink`, so a burst does not care which it has.
+implement :class:`labs.journal.store.JournalSink`, so a burst does not care which it has.
 :mod:`labs.live.writer_process` says why workers write from another process.
 """
 
@@ -11,7 +11,7 @@ import threading
 
 from django.conf import settings
 
-from labs.live.journal import JournalSink
+from labs.journal.store import JournalSink
 from labs.live.runtime import store_snapshots_after_write
 from labs.live.writer import JournalWriter
 from labs.live.writer_process import JournalPipe

@@ -54,8 +54,8 @@ DASHBOARD_ROW_HTML = (
     '<td class="c-activity"><span class="activity activity-{activity}" data-field="activity">'
     '{activity}</span></td><td class="c-summary" data-field="summary">{summary}</td>'
     '<td class="num" data-field="calls">{calls}</td>'
-    '<td class="num" data-field="attempts">{attempts}</td>'
-    '<td class="num" data-field="fast_fails">{fast_fails}</td>'
+    '<td class="num" data-field="attempts_total">{attempts_total}</td>'
+    '<td class="num" data-field="fast_failed">{fast_failed}</td>'
     '<td class="c-progress" data-field="progress">{progress}</td></tr>\n'
 )
 
@@ -97,8 +97,8 @@ def dashboard_row_html(row) -> str:
         mode_label=mode_label(row.mode),
         summary=burst_summary_text(row.last_summary) or "no burst yet",
         calls=row.calls,
-        attempts=row.attempts,
-        fast_fails=row.fast_fails,
+        attempts_total=row.attempts_total,
+        fast_failed=row.fast_failed,
         progress=progress_text(row.progress),
     )
 

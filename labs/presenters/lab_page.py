@@ -9,8 +9,8 @@ from typing import Any
 
 from django.template.loader import get_template
 
-from labs.live.journal import BURST_END_KINDS
-from labs.live.rows import summary_delta
+from labs.journal.kinds import BURST_END_KINDS
+from labs.journal.rows import summary_delta
 
 SESSION_TEMPLATE = "labs/session.html"
 
@@ -34,7 +34,7 @@ def chart_payload(payload: dict[str, Any]) -> dict[str, Any]:
     data = payload.get("data") or {}
     small = {k: payload.get(k) for k in keep}
     small["data"] = {k: data[k] for k in _CHART_DATA if k in data}
-    if "whatif" in payload:  # the burst cannot be replayed (see labs.live.rows.journal_row)
+    if "whatif" in payload:  # the burst cannot be replayed (see labs.journal.rows.journal_row)
         small["whatif"] = payload["whatif"]
     return small
 
@@ -118,7 +118,7 @@ def summary_panel(
 def waiting_ms(counts: dict[str, Any]) -> float:
     """The summary's "Time waiting": backoff sleeps and waits for a pool slot together, so it
     is never less than either part the panel shows beside it. A running burst's counts carry
-    it (each sleep and each pooled call's wait adds to it, :func:`labs.live.rows.summary_delta`);
+    it (each sleep and each pooled call's wait adds to it, :func:`labs.journal.rows.summary_delta`);
     a finished burst's summary has the two parts (``backoff_ms_total``, ``wait_ms_total``)."""
     if "waiting_ms_total" in counts:
         return counts["waiting_ms_total"] or 0

@@ -10,7 +10,7 @@ from typing import Any
 from django.utils.safestring import SafeString, mark_safe
 
 from labs.engine.replay import diff_rows
-from labs.live.rows import kind_label, row_tone
+from labs.journal.rows import kind_label, row_tone
 
 # --- replay and compare ----------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ def actor_name(user) -> str:
 
 
 # --- what-if ---------------------------------------------------------------------------------
-# (A journal row's HTML and JSON are labs.live.rows': the journal writer renders each once.)
+# (A journal row's HTML and JSON are labs.journal.rows': the journal writer renders each once.)
 
 
 #: A network address in an error's text (``127.0.0.1:6379``, ``redis:6379``, ``[::1]:5432``):

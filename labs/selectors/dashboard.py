@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from labs.engine import (
-    FAST_FAIL_OUTCOMES,
-)
+from labs.journal.kinds import count_filter
 from labs.models import (
     Burst,
     JournalEvent,
@@ -37,9 +35,9 @@ class DashboardRow:
     state: str
     bursting: bool
     calls: int
-    attempts: int
-    fast_fails: int
-    successes: int
+    attempts_total: int
+    fast_failed: int
+    succeeded: int
     last_seq: int
     last_summary: dict | None
     #: :func:`progress_fields` of the session (steps done, questions answered and right).
@@ -60,9 +58,9 @@ class DashboardRow:
             "state": self.state,
             "activity": self.activity,
             "calls": self.calls,
-            "attempts": self.attempts,
-            "fast_fails": self.fast_fails,
-            "successes": self.successes,
+            "attempts_total": self.attempts_total,
+            "fast_failed": self.fast_failed,
+            "succeeded": self.succeeded,
             "last_seq": self.last_seq,
             "burst_summary": self.last_summary,
             "progress": self.progress,
@@ -127,12 +125,10 @@ def _dashboard_queryset(classroom_id: int):
             state=KT("breaker_snapshot__state"),
             bursting=Exists(active),
             last_summary=Subquery(last_done, output_field=JSONField()),
-            calls=journal_total(Count("*"), kind="call_result"),
-            attempts=journal_total(Count("*"), kind="attempt"),
-            fast_fails=journal_total(
-                Count("*"), kind="call_result", outcome__in=FAST_FAIL_OUTCOMES
-            ),
-            successes=journal_total(Count("*"), kind="call_result", outcome="success"),
+            **{
+                name: journal_total(Count("*"), **count_filter(name))
+                for name in ("calls", "attempts_total", "fast_failed", "succeeded")
+            },
             last_seq=journal_total(Max("seq")),
         )
         .order_by("owner__username", "scenario__position", "pk")
@@ -142,7 +138,7 @@ def _dashboard_queryset(classroom_id: int):
 def class_dashboard_rows(*, classroom_id: int) -> list[DashboardRow]:
     """Every lab session of a class with its live-ish state and journal totals, one query.
 
-    Totals (calls, attempts, fast-fails, successes) are counted from the journal, the source
+    Totals (calls, attempts, fast-fails, succeeded: labs.journal.kinds) are counted from the journal, the source
     of truth, so they agree with the exports. ``last_seq`` is the newest journal row the totals
     include: the page applies a pushed delta only if it is newer, which makes the render and
     the live updates add up exactly. The breaker state is the database snapshot (written with
@@ -172,9 +168,9 @@ def class_dashboard_rows(*, classroom_id: int) -> list[DashboardRow]:
                 state=state,
                 bursting=bool(r["bursting"]),
                 calls=r["calls"] or 0,
-                attempts=r["attempts"] or 0,
-                fast_fails=r["fast_fails"] or 0,
-                successes=r["successes"] or 0,
+                attempts_total=r["attempts_total"] or 0,
+                fast_failed=r["fast_failed"] or 0,
+                succeeded=r["succeeded"] or 0,
                 last_seq=r["last_seq"] or 0,
                 last_summary=summary or None,
                 progress={

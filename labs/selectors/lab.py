@@ -11,8 +11,8 @@ from django.db import connection
 from django.db.models import BooleanField, ExpressionWrapper, Q
 
 from labs.engine.validate import traffic_defaults
+from labs.journal.store import event_payload
 from labs.live import runtime
-from labs.live.journal import event_payload
 from labs.models import (
     Burst,
     JournalEvent,
@@ -47,7 +47,7 @@ def mark_unreplayable(payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Set ``"whatif": False`` on the payloads of bursts that can never be replayed: finished
     without a recorded start state (run before replay existed), interrupted or failed. One
     query for the whole list, none when no row belongs to a burst; the journal row and the
-    timeline then offer no what-if for them (:func:`labs.live.rows.journal_row`)."""
+    timeline then offer no what-if for them (:func:`labs.journal.rows.journal_row`)."""
     ids = {p["burst"] for p in payloads if p.get("burst")}
     if not ids:
         return payloads

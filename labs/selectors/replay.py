@@ -22,7 +22,7 @@ from labs.engine.replay import (
     step_policies,
 )
 from labs.experiments import metastable
-from labs.live.journal import event_payload
+from labs.journal.store import event_payload
 from labs.models import (
     Burst,
     LabSession,

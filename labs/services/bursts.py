@@ -36,7 +36,8 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from labs.engine import LIMITS, Problem
-from labs.live import journal, queue, runtime
+from labs.journal import store as journal
+from labs.live import queue, runtime
 from labs.live.hub import bookkeeping, get_hub
 from labs.live.writers import get_writer
 from labs.models import Burst, LabSession

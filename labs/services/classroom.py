@@ -185,7 +185,7 @@ def classroom_fault_restore(*, fault_id: int, now=None) -> ClassActionResult:
     A running burst picks the restored mode up at its next call boundary (the burst runner
     re-reads the dependency between calls), never in the middle of an attempt.
     """
-    from labs.live import journal
+    from labs.journal import store as journal
 
     now = now or timezone.now()
     result = ClassActionResult()
@@ -302,7 +302,7 @@ def classroom_assign_scenario(
     changes nothing and journals nothing. Refuses an inactive scenario (SettingsInvalid,
     field ``scenario``). Raises PermissionDenied unless ``user`` teaches the class.
     """
-    from labs.live import journal
+    from labs.journal import store as journal
 
     _check_teaches(user=user, classroom=classroom)
     if not scenario.is_active:

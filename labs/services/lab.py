@@ -128,7 +128,7 @@ def session_set_dependency(
         validate_dependency,
         validate_settings,
     )
-    from labs.live import journal
+    from labs.journal import store as journal
 
     if not isinstance(changes, dict):
         raise SettingsInvalid([_problem("dependency", "must be an object")])
@@ -168,7 +168,7 @@ def session_set_policy(*, session: LabSession, user, changes: dict) -> LabSessio
     the next one, and the journal says so. Raises SettingsInvalid; nothing is changed then.
     """
     from labs.engine import merge_settings, parse_policy, validate_policy, validate_settings
-    from labs.live import journal
+    from labs.journal import store as journal
 
     if not isinstance(changes, dict):
         raise SettingsInvalid([_problem("policy", "must be an object")])
@@ -212,7 +212,8 @@ def _problem(field: str, message: str):
 
 def session_ensure_state(*, session: LabSession) -> bool:
     """Restore the breaker from the database snapshot if Redis lost it; journal that it did."""
-    from labs.live import journal, runtime
+    from labs.journal import store as journal
+    from labs.live import runtime
     from labs.services.bursts import restored_entry
 
     if not runtime.restore_if_lost(session):
@@ -228,7 +229,8 @@ def session_force_breaker(*, session: LabSession, user, action: str) -> str:
     Raises SettingsInvalid for an unknown action.
     """
     from labs.engine import EventList
-    from labs.live import journal, runtime
+    from labs.journal import store as journal
+    from labs.live import runtime
 
     if action not in ("open", "closed", "reset"):
         raise SettingsInvalid([_problem("action", "must be one of open, closed, reset")])
@@ -271,7 +273,8 @@ def session_reset(*, session: LabSession, user) -> LabSession:
     The journal is kept (it is the history of what happened) and call numbers keep counting,
     so old rows stay unambiguous. Refused while a burst is active.
     """
-    from labs.live import journal, runtime
+    from labs.journal import store as journal
+    from labs.live import runtime
     from labs.services.bursts import BurstAlreadyRunning
 
     dependency, policy, _seed = _initial_settings(session.scenario)

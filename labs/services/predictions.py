@@ -3,7 +3,7 @@ against what the step's burst did according to the journal.
 
 Every change here that an instructor's page shows (an answer, a step run, a grade, a step
 ticked) is announced to the class's dashboards after the commit: one ``class.progress``
-message naming the session (:func:`labs.live.broadcast.progress_push`); the dashboard
+message naming the session (:func:`labs.journal.broadcast.progress_push`); the dashboard
 consumer reads the session's progress and the class's histograms fresh from the database, so
 the message carries no count that a lost or reordered message could leave wrong. An answer is
 also journaled (``prediction_submitted``, "ada predicted 12 attempts for step 3") in the same
@@ -29,7 +29,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from labs.engine import EVENT_KINDS, STATES, check_situation, grade_answer, observe
-from labs.live import broadcast, journal
+from labs.journal import broadcast
+from labs.journal import store as journal
 from labs.models import Burst, JournalEvent, LabSession, Prediction, StepProgress
 from labs.presenters.text import actor_name
 from labs.selectors.predictions import session_attempt

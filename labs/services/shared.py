@@ -29,7 +29,8 @@ from django.utils import timezone
 
 from labs.engine import Problem, SharedConfig, parse_shared, parse_trigger, validate_shared
 from labs.engine.validate import validate_trigger
-from labs.live import journal, runtime
+from labs.journal import store as journal
+from labs.live import runtime
 from labs.models import Classroom, JournalEvent, LabSession, SharedDependencyConfig
 from labs.presenters.text import actor_name
 from labs.services.lab import SettingsInvalid

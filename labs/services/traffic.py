@@ -34,8 +34,10 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from labs.engine import FAST_FAIL_OUTCOMES, Problem
-from labs.live import journal, queue, runtime
+from labs.engine import Problem
+from labs.journal import kinds
+from labs.journal import store as journal
+from labs.live import queue, runtime
 from labs.live.hub import get_hub
 from labs.live.traffic import (
     ARRIVALS,
@@ -314,8 +316,8 @@ def traffic_run(*, traffic_id: int) -> str:
                 session,
                 "traffic_end",
                 f"traffic {verb}: {summary['started']} of {traffic.calls} call(s) made, "
-                f"{summary['ok']} ok, {summary['failed']} failed, "
-                f"{summary['fast_failed']} fast-failed",
+                f"{summary['succeeded']} succeeded, {summary['degraded']} degraded, "
+                f"{summary['failed']} failed, {summary['fast_failed']} fast-failed",
                 data={"traffic": traffic_id, **summary},
                 emitted=time.time(),
             )
@@ -457,15 +459,15 @@ def _watch_tick(watched: dict[int, _Watched]) -> None:
 
 
 def _summary(traffic: Traffic, started: int, outcomes: Counter[str]) -> dict:
-    fast = sum(n for outcome, n in outcomes.items() if outcome in FAST_FAIL_OUTCOMES)
-    ok = outcomes.get("success", 0) + outcomes.get("ok", 0)
+    """The run's summary: its calls counted as every page counts them (labs.journal.kinds;
+    a call answered by a fallback is degraded, not failed)."""
+    counts = kinds.count_outcomes(outcomes)
+    del counts["attempts_total"]  # a traffic run counts its calls, not their attempts
     return {
         "scheduled": traffic.calls,
         "started": started,
         "finished": sum(outcomes.values()),
-        "ok": ok,
-        "fast_failed": fast,
-        "failed": sum(outcomes.values()) - ok - fast,
+        **counts,
         "outcomes": dict(outcomes),
     }
 

@@ -13,7 +13,7 @@ from django import template
 from django.utils.safestring import SafeString, mark_safe
 
 from labs.engine import state_label as engine_state_label
-from labs.live import rows
+from labs.journal import rows
 from labs.presenters import lessons as lesson_words
 from labs.presenters.lessons import step_sentence
 from labs.presenters.text import ms_text, seconds_text

@@ -31,7 +31,7 @@ from labs.engine import LIMITS
 from labs.engine.config import MODES
 from labs.forms import shared as shared_forms
 from labs.forms.lab import coerce
-from labs.live.journal import event_payload
+from labs.journal.store import event_payload
 from labs.live.traffic import ARRIVALS, DURATION_RANGE, RATE_RANGE
 from labs.models import Classroom, JournalEvent, LabSession, Scenario
 from labs.presenters.dashboard import dashboard_row_html, row_json
@@ -279,7 +279,7 @@ JOURNAL_COLUMNS = [
 
 SUMMARY_COLUMNS = [
     "session", "student", "username", "scenario", "breaker_state", "mode", "activity",
-    "calls", "attempts", "fast_fails", "successes", "last_burst_calls",
+    "calls", "attempts_total", "fast_failed", "succeeded", "last_burst_calls",
     "last_burst_succeeded", "last_burst_fast_failed", "last_burst_attempts",
     "last_burst_wall_ms", "last_seq",
 ]  # fmt: skip
@@ -372,7 +372,7 @@ def class_export_summary(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             last = r.last_summary or {}
             yield [
                 r.session_id, r.student, r.username, r.scenario, r.state, r.mode,
-                r.activity, r.calls, r.attempts, r.fast_fails, r.successes,
+                r.activity, r.calls, r.attempts_total, r.fast_failed, r.succeeded,
                 last.get("calls", ""), last.get("succeeded", ""),
                 last.get("fast_failed", ""), last.get("attempts_total", ""),
                 last.get("wall_ms", ""), r.last_seq,

@@ -45,7 +45,7 @@ from labs.forms.lab import (
     PolicyForm,
     describe_limit,
 )
-from labs.live.journal import event_payload
+from labs.journal.store import event_payload
 from labs.models import Classroom, JournalEvent, LabSession, Scenario
 from labs.presenters.exports import csv_lines
 from labs.presenters.lab_page import badge, burst_panel, chart_payload

@@ -27,7 +27,7 @@
   root.querySelectorAll("[data-count]").forEach(function (cell) { countCells[cell.dataset.count] = cell; });
 
   const STATE_ORDER = { open: 0, half_open: 1, closed: 2 };
-  const NUMERIC = new Set(["calls", "attempts", "fast_fails"]);
+  const NUMERIC = new Set(["calls", "attempts_total", "fast_failed"]);
   const LIVE_FIELDS = ["state", "mode", "activity", "burst_summary"];
   // The words for a live field come from the server with it (labs.presenters.dashboard_labels):
   // the page never makes up a label or a summary sentence of its own.
@@ -247,9 +247,9 @@
     const d = e.data;
     if (seq > e.base) {
       d.calls += msg.calls || 0;
-      d.attempts += msg.attempts || 0;
-      d.fast_fails += msg.fast_fails || 0;
-      d.successes += msg.successes || 0;
+      d.attempts_total += msg.attempts_total || 0;
+      d.fast_failed += msg.fast_failed || 0;
+      d.succeeded += msg.succeeded || 0;
     }
     LIVE_FIELDS.forEach(function (f) {
       if (msg[f] !== undefined && msg[f] !== null && seq > e.seq[f]) {

@@ -152,10 +152,10 @@ def test_instructor_watches_two_students_burst_live_and_downs_the_whole_class(
         wait_row(page, bob.pk, "r.dataset.activity === 'idle'")
         # The live totals are exactly the journal's.
         wait_row(page, alice.pk, "r.querySelector('[data-field=calls]').textContent === '9'")
-        assert row_value(page, alice.pk, "attempts") == "9"
+        assert row_value(page, alice.pk, "attempts_total") == "9"
         wait_row(page, bob.pk, "r.querySelector('[data-field=calls]').textContent === '6'")
-        assert row_value(page, bob.pk, "attempts") == "12"
-        assert row_value(page, bob.pk, "fast_fails") == "3"
+        assert row_value(page, bob.pk, "attempts_total") == "12"
+        assert row_value(page, bob.pk, "fast_failed") == "3"
         assert "8/8 ok" in row_value(page, alice.pk, "summary")
         assert "0/6 ok, 3 fast-failed, 12 attempts" in row_value(page, bob.pk, "summary")
         shot(page, "2-after-bursts")

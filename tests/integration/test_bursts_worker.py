@@ -16,7 +16,8 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connection, connections, transaction
 
-from labs.live import broadcast, runtime
+from labs.journal import broadcast
+from labs.live import runtime
 from labs.live.writers import get_writer
 from labs.models import Burst, JournalEvent, LabSession
 from labs.services import bursts, lab

@@ -10,7 +10,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from labs.live import broadcast
+from labs.journal import broadcast
 from labs.live.channel_layer import LabChannelLayer
 
 pytestmark = [pytest.mark.integration]

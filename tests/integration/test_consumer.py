@@ -20,7 +20,8 @@ from django.test import Client
 
 from lab_project.asgi import application
 from labs.consumers import lab as consumers
-from labs.live import broadcast, journal
+from labs.journal import broadcast
+from labs.journal import store as journal
 from labs.models import Burst, JournalEvent, LabSession
 from labs.selectors.lab import rows_after
 from labs.services import bursts, lab

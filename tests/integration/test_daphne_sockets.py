@@ -24,7 +24,8 @@ from django.test import Client
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from labs.live import broadcast, journal
+from labs.journal import broadcast
+from labs.journal import store as journal
 from labs.services import lab
 from tests.conftest import make_classroom, make_instructor, make_scenario, make_student
 from tests.integration.conftest import DaphneProcess, subprocess_env

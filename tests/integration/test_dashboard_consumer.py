@@ -15,7 +15,7 @@ from django.test import Client
 
 from lab_project.asgi import application
 from labs.consumers.dashboard import REFRESH_INTERVAL_S, SETTLE_S
-from labs.live.broadcast import class_group
+from labs.journal.broadcast import class_group
 from labs.models import Burst
 from labs.presenters.dashboard import dashboard_row_html
 from labs.selectors.dashboard import class_dashboard_rows
@@ -166,7 +166,7 @@ def test_class_group_updates_are_forwarded_and_other_classes_are_not(
         )
         assert await ws.receive_nothing(timeout=0.3)
         update = {"type": "class.session", "session": sessions[0].pk, "last_seq": 7,
-                  "calls": 2, "attempts": 5, "fast_fails": 0, "successes": 2, "state": "open"}  # fmt: skip
+                  "calls": 2, "attempts_total": 5, "fast_failed": 0, "succeeded": 2, "state": "open"}  # fmt: skip
         await layer.group_send(class_group(classroom.pk), update)
         received = await ws.receive_json_from(timeout=TIMEOUT)
         await ws.disconnect()
@@ -203,7 +203,7 @@ def test_a_snapshot_follows_once_updates_stop_so_a_lost_update_heals(
 ):
     """The channel layer may drop an update (a full channel): totals are deltas, so the
     consumer re-sends the truth once the stream goes quiet."""
-    from labs.live import journal
+    from labs.journal import store as journal
 
     alice = sessions[0]
     # Rows committed whose update never reaches the dashboard (as if it had been dropped).
@@ -219,7 +219,7 @@ def test_a_snapshot_follows_once_updates_stop_so_a_lost_update_heals(
     async def flow(ws):
         await _connect_and_snapshot(ws)
         update = {"type": "class.session", "session": sessions[1].pk, "last_seq": 99,
-                  "calls": 1, "attempts": 1, "fast_fails": 0, "successes": 1}  # fmt: skip
+                  "calls": 1, "attempts_total": 1, "fast_failed": 0, "succeeded": 1}  # fmt: skip
         await get_channel_layer().group_send(class_group(classroom.pk), update)
         forwarded = await ws.receive_json_from(timeout=TIMEOUT)
         assert await ws.receive_nothing(timeout=SETTLE_S - 0.5)  # not before the quiet period
@@ -231,7 +231,7 @@ def test_a_snapshot_follows_once_updates_stop_so_a_lost_update_heals(
     assert forwarded["type"] == "session"
     assert settled["type"] == "snapshot"
     row = next(r for r in settled["rows"] if r["session"] == alice.pk)
-    assert row["calls"] == 3 and row["successes"] == 3
+    assert row["calls"] == 3 and row["succeeded"] == 3
 
 
 def test_refresh_asks_for_a_new_snapshot(instructor, classroom, sessions, scenario):
@@ -288,8 +288,8 @@ def test_a_burst_on_a_real_worker_shows_bursting_totals_and_its_summary(
     updates = run(flow, communicator(instructor, classroom.pk))
     assert any(u.get("activity") == "bursting" for u in updates)
     assert sum(u["calls"] for u in updates) == 6
-    assert sum(u["successes"] for u in updates) == 6
-    assert sum(u["attempts"] for u in updates) == 6
+    assert sum(u["succeeded"] for u in updates) == 6
+    assert sum(u["attempts_total"] for u in updates) == 6
     seqs = [u["last_seq"] for u in updates]
     assert seqs == sorted(seqs)
     ended = next(u for u in updates if u.get("activity") == "idle")

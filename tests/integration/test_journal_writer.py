@@ -9,7 +9,7 @@ import threading
 import pytest
 from django.db import connection
 
-from labs.live import journal
+from labs.journal import store as journal
 from labs.live import writer as writer_module
 from labs.models import JournalEvent
 from labs.services import lab
@@ -90,7 +90,7 @@ def test_concurrent_batches_over_the_same_sessions_get_gap_free_numbers_and_no_d
                 if round_no % 2:
                     order.reverse()
                 entries = [
-                    journal.entry(s, "note", f"writer {k} round {round_no}") for s in order for _ in (1, 2)
+                    journal.entry(s, "policy_set", f"writer {k} round {round_no}") for s in order for _ in (1, 2)
                 ]
                 from django.db import transaction
 
@@ -119,11 +119,11 @@ def test_a_batch_naming_a_deleted_session_raises_and_writes_nothing(session):
         user=make_student("ghost", session.classroom), classroom=session.classroom,
         scenario=session.scenario,
     )  # fmt: skip
-    entries = [journal.entry(session, "note", "kept?"), journal.entry(gone, "note", "gone")]
+    entries = [journal.entry(session, "policy_set", "kept?"), journal.entry(gone, "policy_set", "gone")]
     gone.delete()
     with pytest.raises(journal.LabSession.DoesNotExist), transaction.atomic():
         journal.append_entries(entries)
-    assert not JournalEvent.objects.filter(session=session, kind="note").exists()
+    assert not JournalEvent.objects.filter(session=session, kind="policy_set").exists()
 
 
 def test_steady_traffic_rows_wait_longer_for_company_and_a_bursts_row_does_not(session):

@@ -8,7 +8,8 @@ import threading
 import pytest
 from django.db import connections
 
-from labs.live import journal, runtime
+from labs.journal import store as journal
+from labs.live import runtime
 from labs.models import Burst, JournalEvent, LabSession
 from labs.services import bursts, lab
 from tests.conftest import make_classroom, make_scenario, make_student, tour_script

@@ -22,7 +22,8 @@ from django.conf import settings
 from django.test import Client
 
 from lab_project.asgi import application
-from labs.live import broadcast, journal
+from labs.journal import broadcast
+from labs.journal import store as journal
 from labs.services import lab
 from tests.conftest import make_classroom, make_instructor, make_scenario, make_student
 from tests.integration.conftest import OwnRedis

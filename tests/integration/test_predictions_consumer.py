@@ -17,7 +17,7 @@ from django.test import Client
 
 from lab_project.asgi import application
 from labs.consumers.dashboard import SETTLE_S
-from labs.live.broadcast import class_group
+from labs.journal.broadcast import class_group
 from labs.models import Prediction, StepProgress
 from labs.services import lab, predictions
 from tests.conftest import make_student

@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
-from labs.live import journal
+from labs.journal import store as journal
 from labs.models import JournalEvent, LabSession, Membership, Traffic
 from labs.services import lab
 from labs.services.simulate import classroom_simulate
@@ -27,7 +27,7 @@ def test_cleanup_stops_the_running_bots_and_removes_them(worker_process, capsys)
     room.scenarios.add(scenario)
     alice = make_student("alice", room)
     hers = lab.session_open(user=alice, classroom=room, scenario=scenario)
-    journal.record([journal.entry(hers, "note", message="alice was here")])
+    journal.record([journal.entry(hers, "policy_set", message="alice was here")])
 
     simulation = classroom_simulate(
         classroom=room, students=3, policy="naive", rate=5, duration_s=120, arrivals="even"

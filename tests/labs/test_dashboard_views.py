@@ -11,7 +11,7 @@ import pytest
 from django.http import StreamingHttpResponse
 from django.urls import reverse
 
-from labs.live import journal
+from labs.journal import store as journal
 from labs.models import Burst, ClassFault, JournalEvent, LabSession
 from labs.selectors.dashboard import class_dashboard_rows
 from labs.services import lab
@@ -131,11 +131,11 @@ def test_rows_are_read_in_one_query_with_totals_from_the_journal(
     with django_assert_num_queries(1):
         rows = {r.session_id: r for r in class_dashboard_rows(classroom_id=classroom.pk)}
     a, b = rows[alice.pk], rows[bob.pk]
-    assert (a.calls, a.attempts, a.fast_fails, a.successes) == (4, 5, 2, 1)
+    assert (a.calls, a.attempts_total, a.fast_failed, a.succeeded) == (4, 5, 2, 1)
     assert a.last_seq == JournalEvent.objects.filter(session=alice).order_by("-seq")[0].seq
     assert a.last_summary == {"calls": 4, "succeeded": 1}
     assert a.activity == "idle" and b.activity == "bursting"
-    assert (b.calls, b.attempts, b.last_summary) == (0, 0, None)
+    assert (b.calls, b.attempts_total, b.last_summary) == (0, 0, None)
 
 
 def test_breaker_state_and_mode_come_from_the_session(client, instructor, classroom, sessions):
@@ -331,7 +331,7 @@ def test_summary_csv_has_one_row_per_student_session(client, instructor, classro
     response = client.get(url("class_export_summary", classroom))
     table = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
     assert [r["username"] for r in table] == ["alice", "bob_a"]
-    assert (table[0]["calls"], table[0]["attempts"], table[0]["successes"]) == ("1", "1", "1")
+    assert (table[0]["calls"], table[0]["attempts_total"], table[0]["succeeded"]) == ("1", "1", "1")
     assert table[0]["breaker_state"] == "closed"
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from labs.live import journal
-from labs.live.broadcast import class_group, session_group
+from labs.journal import store as journal
+from labs.journal.broadcast import class_group, session_group
 
 
 def _written(session_id: int, classroom_id: int, seq: int, kind: str, outcome: str = ""):
@@ -33,12 +33,12 @@ def test_a_batch_announces_each_sessions_rows_and_one_summary_message_per_class(
     assert [e["seq"] for e in by_group[session_group(1)]["events"]] == [5, 6]
     summaries = by_group[class_group(10)]
     assert summaries["type"] == "class.sessions"
-    assert [(s["session"], s["last_seq"], s["attempts"], s["calls"]) for s in summaries["sessions"]] == [
+    assert [(s["session"], s["last_seq"], s["attempts_total"], s["calls"]) for s in summaries["sessions"]] == [
         (1, 6, 1, 1),
         (2, 9, 1, 0),
     ]
     (other,) = by_group[class_group(20)]["sessions"]
-    assert (other["session"], other["fast_fails"]) == (3, 1)
+    assert (other["session"], other["fast_failed"]) == (3, 1)
 
 
 def test_an_entry_crosses_the_writer_pipe_with_every_field_as_it_was():

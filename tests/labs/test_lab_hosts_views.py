@@ -149,7 +149,7 @@ def test_hosts_text_round_trips():
 
 
 def test_degraded_calls_have_their_own_tone_and_count():
-    from labs.live.rows import row_tone, summary_delta
+    from labs.journal.rows import row_tone, summary_delta
 
     degraded = {"kind": "call_result", "outcome": "degraded"}
     assert row_tone(degraded) == "degraded"

@@ -18,7 +18,8 @@ from django.urls import reverse
 from labs import views as views_lab
 from labs.engine import LIMITS
 from labs.forms.lab import LIST_MAX_LENGTH, NUMBER_MAX_LENGTH
-from labs.live import journal, runtime
+from labs.journal import store as journal
+from labs.live import runtime
 from labs.models import Burst, JournalEvent, LabSession
 from labs.services import lab
 from tests.conftest import make_instructor, make_scenario, make_student, tour_script
@@ -580,8 +581,8 @@ def test_limits_drive_the_form_ranges():
 
 
 def test_a_pushed_row_is_byte_for_byte_the_row_on_the_page(owner_client, session):
-    from labs.live.journal import event_payload
-    from labs.live.rows import journal_row as render_row
+    from labs.journal.rows import journal_row as render_row
+    from labs.journal.store import event_payload
 
     add_rows(session, 3)
     owner_client.post(url("session_dependency", session), {"mode": "down"}, **HTMX)
@@ -864,7 +865,7 @@ def test_an_impossible_advanced_combination_names_both_fields(
 def test_a_rows_clock_is_in_the_sites_zone_to_the_millisecond(settings, moment, zone, text):
     from datetime import UTC, datetime
 
-    from labs.live.rows import clock_text
+    from labs.journal.rows import clock_text
 
     settings.TIME_ZONE = zone
     assert clock_text(datetime(*moment, tzinfo=UTC)) == text

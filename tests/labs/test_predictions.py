@@ -258,7 +258,7 @@ def test_a_refused_or_final_answer_journals_nothing(owner_client, session, stude
 def test_progress_changes_are_announced_to_the_class_after_the_commit(
     owner_client, session, student, classroom, monkeypatch, django_capture_on_commit_callbacks
 ):
-    from labs.live import broadcast
+    from labs.journal import broadcast
 
     sent = []
     monkeypatch.setattr(broadcast, "send_all", lambda pushes: sent.extend(pushes))

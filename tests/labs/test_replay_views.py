@@ -13,7 +13,9 @@ import pytest
 from django.urls import reverse
 
 from labs.engine.replay import capture_start, replay
-from labs.live import journal, rows, runtime
+from labs.journal import rows
+from labs.journal import store as journal
+from labs.live import runtime
 from labs.models import Burst, JournalEvent, LabSession
 from labs.services import lab
 from tests.integration.conftest import _flush_test_redis

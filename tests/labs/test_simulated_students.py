@@ -13,7 +13,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.urls import reverse
 
-from labs.live import journal, runtime
+from labs.journal import store as journal
+from labs.live import runtime
 from labs.management.commands.simulate_class import Command
 from labs.models import JournalEvent, LabSession, Membership, Prediction, Traffic
 from labs.services import lab
@@ -28,7 +29,7 @@ BOTS = 3
 def simulated(classroom, scenario, student):
     """A class with one real student (alice, with a session and a prediction) and 3 bots."""
     session = lab.session_open(user=student, classroom=classroom, scenario=scenario)
-    journal.record([journal.entry(session, "note", message="alice was here")])
+    journal.record([journal.entry(session, "policy_set", message="alice was here")])
     Prediction.objects.create(
         session=session, owner=student, step=1, measure="attempts_total", answer="4"
     )

@@ -52,7 +52,7 @@ def test_time_waiting_is_the_backoff_and_the_slot_waits_together(bulkhead, index
 
 @pytest.mark.parametrize("index", [0, 1])
 def test_a_running_bursts_counts_from_its_rows_agree_with_the_finished_summary(bulkhead, index):
-    """What the page adds up from the rows as they arrive (labs.live.rows.summary_delta) is
+    """What the page adds up from the rows as they arrive (labs.journal.rows.summary_delta) is
     what the burst's summary says once it ends."""
     summary = bulkhead["bursts"][index]
     rows = [e for e in bulkhead["events"] if e.get("burst") == summary["burst"]]

@@ -30,12 +30,11 @@ from typing import Any, NamedTuple, Protocol
 from django.db import connection, transaction
 from django.utils import timezone
 
-from labs.engine import is_fast_fail
-from labs.live import broadcast, rows
+from labs.journal import broadcast, kinds, rows
+from labs.journal.kinds import BURST_END_KINDS
 from labs.models import JournalEvent, LabSession
 
 #: Kinds that end a burst, however it ended.
-BURST_END_KINDS = ("burst_end", "burst_interrupted", "burst_failed")
 
 
 @dataclass(slots=True)
@@ -176,6 +175,7 @@ def append_entries(entries: Sequence[Entry]) -> list[Written]:
     Returns the written entries in input order. Raises LabSession.DoesNotExist if a session
     is gone.
     """
+    kinds.check({entry.kind for entry in entries})  # before anything is written
     per_session: dict[int, list[Entry]] = defaultdict(list)
     for entry in entries:
         per_session[entry.session_id].append(entry)
@@ -254,16 +254,14 @@ def _reserve(cursor, table: str, per_session: dict[int, list[Entry]]) -> dict[in
 
 def pushes_for(written: Iterable[Written]) -> list[broadcast.Push]:
     """The channel-layer messages announcing freshly committed rows: one per session, and
-    one per class for its dashboards (:func:`labs.live.broadcast.journal_pushes`).
+    one per class for its dashboards (:func:`labs.journal.broadcast.journal_pushes`).
 
-    A session's message carries each row rendered (:func:`labs.live.rows.pushed_row`): once
+    A session's message carries each row rendered (:func:`labs.journal.rows.pushed_row`): once
     here, where the batch is written, instead of in every web process with a page watching."""
     per_session: dict[int, list[Written]] = defaultdict(list)
     for item in written:
         per_session[item.entry.session_id].append(item)
-    per_class: dict[int, list[tuple[int, list[dict[str, Any]], dict[str, Any]]]] = defaultdict(
-        list
-    )
+    per_class: dict[int, list[tuple[int, list[dict[str, Any]], dict[str, Any]]]] = defaultdict(list)
     for session_id, items in per_session.items():
         payloads = [entry_payload(item) for item in items]
         per_class[items[0].entry.classroom_id].append(
@@ -279,21 +277,10 @@ def class_summary(payloads: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """What a class dashboard needs from a batch of one session's events: deltas, not rows."""
     summary: dict[str, Any] = {
         "last_seq": payloads[-1]["seq"] if payloads else None,
-        "calls": 0,
-        "attempts": 0,
-        "fast_fails": 0,
-        "successes": 0,
+        **kinds.count_calls(payloads),
     }
     for p in payloads:
         kind = p["kind"]
-        if kind == "attempt":
-            summary["attempts"] += 1
-        elif kind == "call_result":
-            summary["calls"] += 1
-            if p["outcome"] == "success":
-                summary["successes"] += 1
-            elif is_fast_fail(p["outcome"]):
-                summary["fast_fails"] += 1
         if p["state_to"]:
             summary["state"] = p["state_to"]
         if kind == "burst_start":

@@ -4,7 +4,7 @@ Two kinds of group:
 
 - ``lab-session-<id>``: everyone watching one lab session (its student, instructors drilling
   down). Receives ``journal.events`` messages: a list of journal rows, in sequence order,
-  each already rendered as a page gets it (:func:`labs.live.rows.pushed_row`).
+  each already rendered as a page gets it (:func:`labs.journal.rows.pushed_row`).
 - ``lab-class-<id>``: instructors watching a class dashboard. Receives compact
   ``class.sessions`` messages, one per class per batch (never per attempt) with a summary
   of each of its sessions the batch touched, and
@@ -49,7 +49,7 @@ def journal_pushes(
     classroom_id: int, per_session: Sequence[tuple[int, Sequence[dict[str, Any]], dict[str, Any]]]
 ) -> list[Push]:
     """The messages for newly committed journal rows of one class's sessions: one
-    ``journal.events`` per session (its rows as :func:`labs.live.rows.pushed_row` makes
+    ``journal.events`` per session (its rows as :func:`labs.journal.rows.pushed_row` makes
     them, in sequence order) and one ``class.sessions`` for the class's dashboards with each
     session's compact summary (``(session id, payloads, summary)`` items, in order)."""
     pushes: list[Push] = [

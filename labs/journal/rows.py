@@ -3,7 +3,7 @@
 Built where the row is written: the journal writer renders each row once (:func:`row_text`)
 and pushes the text itself, so a web process forwards it to every page watching the session
 without rendering or encoding it again, however many web processes and pages there are
-(``labs.live.journal.pushes_for``). A row read back from the database (a page catching up)
+(``labs.journal.store.pushes_for``). A row read back from the database (a page catching up)
 is rendered by the same functions in the web process; the templates' filters
 (``labs.templatetags.lab_tags``) and the presenters call them too.
 
@@ -21,39 +21,11 @@ from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
 from labs.engine.events import is_fast_fail
-
-KIND_LABELS = {
-    "burst_queued": "burst queued",
-    "burst_start": "burst start",
-    "attempt": "attempt",
-    "sleep": "backoff",
-    "call_result": "call",
-    "rejected": "fast-fail",
-    "budget_exhausted": "budget",
-    "deadline_exceeded": "deadline",
-    "transition": "breaker",
-    "burst_end": "burst end",
-    "burst_interrupted": "interrupted",
-    "burst_failed": "burst failed",
-    "state_restored": "restored",
-    "dependency_set": "dependency",
-    "fault_injected": "fault",
-    "fault_restored": "fault ended",
-    "policy_set": "policy",
-    "breaker_forced": "breaker",
-    "session_reset": "reset",
-    "scenario_assigned": "scenario",
-    "shared_set": "shared dependency",
-    "shared_trigger": "trigger",
-    "shared_restored": "store restarted",
-    "traffic_start": "traffic",
-    "traffic_end": "traffic end",
-    "prediction_submitted": "prediction",
-}
+from labs.journal import kinds
 
 
 def kind_label(kind: str | None) -> str:
-    return KIND_LABELS.get(kind or "", (kind or "").replace("_", " "))
+    return kinds.label(kind)
 
 
 def event_datetime(event: dict[str, Any]) -> datetime | None:
@@ -116,6 +88,7 @@ ROW_HTML = (
     '<span class="j-kind">{}</span> <span class="j-msg">{}</span></li>'
 )
 
+
 def journal_row(event: dict[str, Any]) -> SafeString:
     """One journal row, as the page renders it and the websocket pushes it.
 
@@ -142,26 +115,16 @@ def summary_delta(event: dict[str, Any]) -> dict[str, float]:
     """What one journal event adds to its burst's summary counts ({} for nothing). The page
     adds these as pushes arrive; :func:`counts_from_events` adds them on the server."""
     kind = event["kind"]
-    if kind == "attempt":
-        return {"attempts_total": 1}
     if kind == "sleep":
         backoff = event.get("backoff_ms") or 0
         return {"backoff_ms_total": backoff, "waiting_ms_total": backoff}
-    if kind == "call_result":
-        outcome = event.get("outcome") or ""
-        if outcome == "success":
-            delta: dict[str, float] = {"calls": 1, "succeeded": 1}
-        elif outcome == "degraded":  # answered by the fallback: neither a success nor a failure
-            delta = {"calls": 1, "degraded": 1}
-        else:
-            delta = {"calls": 1, "fast_failed" if is_fast_fail(outcome) else "failed": 1}
-        # A pooled call's wait for a slot is time waiting too (the summary's "Time waiting"
-        # is backoff and slot waits together; labs.presenters.lab_page.summary_panel).
-        waited = (event.get("data") or {}).get("waited_ms")
-        if waited:
-            delta["waiting_ms_total"] = waited
-        return delta
-    return {}
+    delta: dict[str, float] = dict(kinds.delta(kind, event.get("outcome")))
+    # A pooled call's wait for a slot is time waiting too (the summary's "Time waiting" is
+    # backoff and slot waits together; labs.presenters.lab_page.summary_panel).
+    waited = (event.get("data") or {}).get("waited_ms") if kind == "call_result" else None
+    if waited:
+        delta["waiting_ms_total"] = waited
+    return delta
 
 
 #: Kinds whose ``data`` a web process reads from a pushed row (the burst's facts from
@@ -172,7 +135,7 @@ _ENCODE = json.JSONEncoder(default=str).encode
 
 def row_text(payload: dict[str, Any]) -> str:
     """The JSON text of a journal row as a page gets it: the row's payload
-    (:func:`labs.live.journal.event_payload`), its ``html`` (:func:`journal_row`) and, when
+    (:func:`labs.journal.store.event_payload`), its ``html`` (:func:`journal_row`) and, when
     it adds to its burst's counts, ``summary_delta``."""
     item = dict(payload)
     item["html"] = str(journal_row(payload))
