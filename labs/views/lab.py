@@ -45,6 +45,7 @@ from labs.forms.lab import (
     PolicyForm,
     describe_limit,
 )
+from labs.journal import kinds
 from labs.journal.store import event_payload
 from labs.models import Classroom, JournalEvent, LabSession, Scenario
 from labs.presenters.exports import csv_lines
@@ -118,6 +119,7 @@ def page_context(
         **lesson_context(steps),
         "ws_path": f"/ws/sessions/{session.pk}/",
         "state_labels": STATE_LABELS,
+        "count_rules": kinds.count_rules(),
         **traffic_context(session),
         **form_context(
             session,

@@ -10,6 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from labs.engine import FAST_FAIL_OUTCOMES
+from labs.journal import kinds
 from labs.models import JournalEvent, Traffic
 from labs.services import lab
 from labs.services.traffic import traffic_start
@@ -32,13 +33,7 @@ def journal_counts(session) -> dict[str, dict]:
             )
             counts = out[second]["attempts"]
         else:
-            kind = (
-                "ok"
-                if row.outcome in ("success", "ok")
-                else "fast"
-                if row.outcome in FAST_FAIL_OUTCOMES
-                else "failed"
-            )
+            kind = kinds.call_count(row.outcome)
             counts = out[second]["calls"]
         counts[kind] = counts.get(kind, 0) + 1
     return dict(out)
@@ -87,5 +82,30 @@ def test_the_strip_chart_counts_the_traffic_as_the_journal_does(browser, daphne_
         assert drawn["labels"] == ["breaker", "attempts", "calls"]
         expect(page.locator("#traffic-strip-desc")).to_contain_text("15 calls")
         assert not errors, errors
+    finally:
+        context.close()
+
+
+def test_the_page_counts_every_kind_of_row_as_the_server_does(browser, daphne_server):
+    """The page's script reads its count rules from the registry: for every kind and every
+    kind of call outcome, what a row adds to the counts is what labs.journal.kinds says."""
+    scenario = make_scenario("counts", title="Counts")
+    room = make_classroom("Counts class", join_code="COUNTS01")
+    room.scenarios.add(scenario)
+    dana = make_student("dana", room)
+    session = lab.session_open(user=dana, classroom=room, scenario=scenario)
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        login(page, daphne_server, "dana", DEFAULT_PASSWORD)
+        page.goto(f"{daphne_server}/sessions/{session.pk}/")
+        page.wait_for_selector('#live-status[data-state="live"]')
+        outcomes = ["success", "degraded", "failure", "ok", "error", "", *FAST_FAIL_OUTCOMES]
+        cases = [[kind, outcome] for kind in kinds.KINDS for outcome in outcomes]
+        on_page = page.evaluate(
+            "cases => cases.map(([k, o]) => failureLab.countDelta(k, o))", cases
+        )
+        assert on_page == [kinds.delta(kind, outcome) for kind, outcome in cases]
+        assert {"calls": 1, "degraded": 1} in on_page  # a fallback's answer is its own count
     finally:
         context.close()

@@ -13,6 +13,7 @@
  */
 
 import { createBadge } from "./badge.js";
+import { countDelta } from "./counts.js";
 import { burstClicks } from "./burst.js";
 import { actionMessage, startForms } from "./forms.js";
 import { burstEvent, startHistory } from "./history.js";
@@ -119,6 +120,7 @@ function startLab(root) {
     stripDrawn: function () { return strip.drawn(); },
     shared: function () { return shared.last(); },
     rowSeqs: journal.rowSeqs,
+    countDelta: countDelta,
   };
 }
 

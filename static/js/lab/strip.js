@@ -1,10 +1,11 @@
 /* The traffic strip, on uPlot (static/vendor/uplot): per second of the session's last minute of
  * calls (bursts and steady traffic alike), attempts stacked by the outcome the client saw (for
  * the shared dependency, the model's answer: ok, error, shed, skipped, timeout), calls stacked
- * by result (ok, failed, fast-failed), a band with the breaker's state in that second and, in
+ * by result (succeeded, degraded, failed, fast-failed: counted as labs.journal.kinds counts them), a band with the breaker's state in that second and, in
  * shared mode, the session's share of the shared dependency's load: one plot a row, on one
  * time axis. Drawn from the journal events the page receives; redrawn at most once a frame. */
 
+import { callCount } from "./counts.js";
 import { eventTime, onNextFrame } from "./util.js";
 
 const PANEL_H = { attempts: 96, calls: 72, share: 52 };
@@ -13,8 +14,7 @@ const BAND_H = 10; // the breaker's band, above the attempts' bars (CSS px)
 const X_AXIS_H = 26;
 const STRIP_SECONDS = 60;
 const ATTEMPT_KINDS = ["ok", "error", "timeout", "shed", "skipped"];
-const CALL_KINDS = ["ok", "failed", "fast"];
-const FAST = { rejected_open: true, rejected_half_open: true, rejected_bulkhead: true };
+const CALL_KINDS = ["succeeded", "degraded", "failed", "fast_failed"];
 
 /** The strip chart in #traffic-strip (its text alternative in #traffic-strip-desc): uPlot
  * rows made on the first draw, given new data on each one after. */
@@ -48,8 +48,7 @@ export function createStrip() {
   }
 
   function callKind(event) {
-    if (event.outcome === "success" || event.outcome === "ok") return "ok";
-    return FAST[event.outcome] ? "fast" : "failed";
+    return callCount(event.outcome);
   }
 
   function add(event) {
@@ -96,7 +95,7 @@ export function createStrip() {
     const probe = cssVar("--probe", "#f59e0b");
     return {
       attempts: { ok: ok, error: bad, timeout: wait, shed: probe, skipped: probe },
-      calls: { ok: ok, failed: bad, fast: cssVar("--fast", "#6d28d9") },
+      calls: { succeeded: ok, degraded: cssVar("--degraded", "#a16207"), failed: bad, fast_failed: cssVar("--fast", "#6d28d9") },
       share: cssVar("--accent", "#2563eb"),
       band: { closed: cssVar("--breaker-closed-bg", "#dcfce7"), open: cssVar("--breaker-open", "#b91c1c"), half_open: probe },
       bandEdge: ok,
