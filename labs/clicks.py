@@ -16,6 +16,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import auth
+from django.contrib.auth.models import AnonymousUser
 from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django_ratelimit.core import get_usage
@@ -26,6 +27,7 @@ from labs.models import LabSession
 from labs.selectors.access import owned_session_keys
 from labs.services import bursts as burst_services
 from labs.services import predictions as prediction_services
+from labs.services.launch_token import launch_token_still_valid
 
 #: The lab page's template; its ``burst-message`` partial is the form's message line.
 TEMPLATE = "labs/session.html"
@@ -91,13 +93,17 @@ SOCKET_SIGNED_OUT = "You are signed out: reload the page and sign in again."
 SOCKET_NOT_OWNER = "This session belongs to someone else: you can only watch it."
 
 
-def socket_run_burst(session_key: str | None, session_id: int, data: dict[str, Any]) -> dict:
+def socket_run_burst(
+    session_key: str | None, session_id: int, data: dict[str, Any], *, grant=None
+) -> dict:
     """A Run burst click sent over the lab page's websocket (``{"type": "run_burst"}``,
     :mod:`labs.consumers.lab`): the same checks and the same answer as the form's POST,
     without an HTTP request around it.
 
     The user is read again from the socket's Django session, as a request would read it
-    (signed out, deactivated or a changed password: refused), and must own the session.
+    (signed out, deactivated or a changed password: refused), or, for a socket a course
+    launch's token let in (``grant``), from that grant while it holds and names this
+    session; and must own the session.
     The socket itself was opened from an allowed origin (the websocket's CSRF protection,
     ``AllowedHostsOriginValidator``). Returns the reply: ``status``, and ``html``, the
     form's message line; ``fallback`` instead for numbers the form must show beside their
@@ -106,6 +112,9 @@ def socket_run_burst(session_key: str | None, session_id: int, data: dict[str, A
     request.method = "POST"
     request.session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
     request.user = auth.get_user(request)
+    if grant is not None:  # no Django session behind the socket: the launch token's user
+        granted = grant.session_id == session_id and launch_token_still_valid(grant)
+        request.user = grant.user if granted else AnonymousUser()
     if not request.user.is_authenticated:
         return _socket_reply(403, SOCKET_SIGNED_OUT)
     session = owned_session_keys(request.user, session_id)

@@ -333,7 +333,8 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
         data = {k: message.get(k) for k in ("size", "concurrency", "step")}
         session = self.scope.get("session")
         key = getattr(session, "session_key", None)
-        reply = await act(socket_run_burst)(key, self.session_id, data)
+        grant = self.scope.get("launch_grant")  # a course launch's token, no session cookie
+        reply = await act(socket_run_burst)(key, self.session_id, data, grant=grant)
         await self._send({"type": "burst_reply", "id": ask, **reply})
 
     def _ask_replay(self, after: int) -> None:
@@ -567,9 +568,7 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
     async def _send_state(self) -> None:
         assert self.session_id is not None
         view = (
-            await read_redis(breaker_now)(self.session_id, self._policy)
-            if self._policy
-            else None
+            await read_redis(breaker_now)(self.session_id, self._policy) if self._policy else None
         )
         fragments = [{"id": "breaker-badge", "html": render_badge(badge(view))}] if view else []
         await self._send(

@@ -100,3 +100,35 @@ def test_a_grant_gone_from_the_server_closes_the_open_socket(world, settings):  
         await comm.disconnect()
 
     run(scenario)
+
+
+def test_run_burst_over_a_token_socket_is_the_tokens_user_while_the_grant_holds(world):  # noqa: F811
+    """A Run burst click sent over the socket has no Django session behind it: the grant
+    names the user. It queues a burst; once the grant is gone, a click is refused."""
+    session = world["session"]
+    token = token_for(session)
+    comm = socket(session.pk, token)
+
+    async def click(ask: int) -> dict:
+        await comm.send_json_to({"type": "run_burst", "id": ask, "size": "3", "concurrency": "1"})
+        while True:
+            message = await receive(comm)
+            if message["type"] == "burst_reply":
+                assert message["id"] == ask
+                return message
+
+    async def scenario():
+        connected, _ = await comm.connect(TIMEOUT)
+        assert connected
+        assert (await receive(comm))["type"] == "state"
+        first = await click(1)
+        assert first["status"] == 200, first
+        assert await database_sync_to_async(session.bursts.count)() == 1
+        grant_id = signing.loads(token, salt=tokens.SALT)["g"]
+        await database_sync_to_async(cache.delete)(f"lti-launch-grant:{grant_id}")
+        second = await click(2)
+        assert second["status"] == 403, second
+        assert await database_sync_to_async(session.bursts.count)() == 1
+        await comm.disconnect()
+
+    run(scenario)
