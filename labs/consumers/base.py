@@ -168,17 +168,13 @@ def unsent_bytes(transport: Any) -> int:
 class SocketLimits:
     """Consumer mixin: limits on the socket that daphne serves for this consumer.
 
-    - A frame or message from the client over daphne's size limit (1 MiB) closes the socket
-      with 1009 "message too big". Autobahn, under daphne, fails such a socket by dropping the
-      TCP connection, which the browser reports as a bare 1006; here it closes with a close
-      frame instead (``failByDrop`` off for this connection).
-    - What waits in daphne for a client that does not read (autobahn writes to the Twisted
-      transport, which buffers without limit once the kernel's buffers are full) is bounded:
-      when a message is to be sent while more than ``LAB_WS_SEND_BUFFER_MAX_BYTES`` wait, the
-      socket is closed with :data:`CLOSE_TOO_FAR_BEHIND` instead and nothing more is sent.
-      Autobahn drops the connection, and with it the buffer, when the close handshake does not
-      complete within its timeout; a page that comes back catches up from its last sequence
-      number.
+    - A client frame over daphne's size limit (1 MiB) closes the socket with 1009 and a close
+      frame (``failByDrop`` off), not autobahn's dropped connection, which the browser reports
+      as a bare 1006.
+    - When a message is to be sent while more than ``LAB_WS_SEND_BUFFER_MAX_BYTES`` wait in
+      daphne's transport for a client that does not read, the socket is closed with
+      :data:`CLOSE_TOO_FAR_BEHIND` and nothing more is sent; the page catches up when it
+      reconnects.
 
     Under another server (and under ``WebsocketCommunicator``) neither applies.
     """
@@ -217,16 +213,13 @@ class SocketLimits:
 class RightCheck:
     """Consumer mixin: an open socket keeps the right that let it in, or closes.
 
-    A socket is let in once, at its handshake; a logout, an expired session or a class the
-    user no longer teaches would otherwise never reach it, and it would go on streaming
-    (the storm panel's student table included). After a consumer has let a socket in it calls
-    :meth:`keep_checking` with its own test of the right (a function of the ORM, run in the
-    reads' pool); every ``LAB_WS_RECHECK_MS`` the mixin checks that the Django session is
-    still signed in as the socket's user (:func:`labs.selectors.access.signed_in`) and that test.
-    When either fails, nothing more is sent (the consumer's ``base_send`` drops it) and the socket is closed
-    with :data:`CLOSE_FORBIDDEN`: within one interval (two seconds by default) of the change.
-    A check that cannot be made (the database restarting) keeps the socket and tries again
-    at the next interval.
+    A logout, an expired session or a class no longer taught would otherwise never reach a
+    socket let in at its handshake. After letting a socket in, a consumer calls
+    :meth:`keep_checking` with its own test of the right (run in the reads' pool); every
+    ``LAB_WS_RECHECK_MS`` the mixin checks that test and that the Django session is still signed
+    in as the socket's user (:func:`labs.selectors.access.signed_in`). When either fails, nothing
+    more is sent and the socket closes with :data:`CLOSE_FORBIDDEN`; a check that cannot be made
+    (the database restarting) keeps the socket and tries again at the next interval.
     """
 
     _recheck_task: asyncio.Task | None = None

@@ -1,49 +1,10 @@
-"""The class dashboard's websocket: ``ws/classes/<id>/``.
+"""The class dashboard's and predictions page's websocket: ``ws/classes/<id>/``.
 
-Only instructors of the class (``Classroom.objects.for_instructor``) are let in; anyone else,
-students included, is closed with code 4403 right after the handshake (accept, then close, so
-the browser sees the code rather than a bare handshake failure).
-
-Order matters: the consumer joins ``lab-class-<id>`` first, then sends a ``snapshot`` of every
-row (totals up to each session's ``last_seq``). A ``class.sessions`` update that arrives
-meanwhile waits in the consumer's queue and is forwarded after the snapshot; the page adds an
-update's deltas only when its ``last_seq`` is past the snapshot's, so nothing is lost and
-nothing is counted twice.
-
-Messages to the page (JSON):
-
-- ``{"type": "snapshot", "rows": [row, ...], "at": epoch_s}``: see ``DashboardRow.as_dict``.
-- ``{"type": "session", "session": id, "last_seq", "calls", "attempts_total", "fast_failed",
-  "succeeded", optional "state", "activity", "mode", "burst_summary", "emitted"}``: one
-  session of a ``class.sessions`` group message, as labs.journal.store.class_summary built it
-  (deltas of one writer batch).
-
-- ``{"type": "progress", "session": id, "progress": {attempt, done, steps, questions,
-  answered, right}, "progress_text": "3/5 steps · 1/2 right"}``: one ``class.progress``
-  group message (a student answered, ran or ticked a step, or a step was graded). The
-  consumer reads the session's progress when the message arrives
-  (``session_progress``): the values are absolute, so the newest message is right
-  whatever came before it.
-
-The instructor's predictions page connects with ``?view=predictions``. It gets no
-``session`` messages (burst traffic it does not show); on connect, on every ``class.progress``,
-on a ``refresh`` and after the channel layer reconnects it gets
-``{"type": "predictions", "html": ...}``: the page's live part (each student's step and
-score, a histogram per question, every answer) rendered by the template the page itself uses
-(``labs/class_predictions.html#prediction-histograms``), so a lost message is mended by the
-next one.
-
-The page may send ``{"type": "refresh"}`` (it saw a session it has no row for) and gets a new
-snapshot, at most one per ``REFRESH_INTERVAL_S``.
-
-Self-healing: the channel layer delivers at most once (Redis pub/sub: nothing reaches a
-process while its connection to Redis is down), and an update carries deltas, so one lost
-update would leave a row's totals
-short for good. So ``SETTLE_S`` after updates stop (and at least every ``RESYNC_BUSY_S`` while
-they keep coming) the consumer sends a fresh snapshot, and at once when the channel layer has
-subscribed again after losing Redis. It is sent from the consumer's own
-message loop (a message to itself), never from a side task, so it cannot overtake an update
-that is already being forwarded: the page sees updates and snapshots in one order.
+Only the class's instructors are let in (4403 otherwise). The consumer joins the class's
+group before it sends a snapshot, and updates carry deltas that a lost message would leave
+short, so it sends a fresh snapshot after updates settle, while they keep coming and after
+the channel layer reconnects, always from its own message loop so nothing overtakes an
+update. Message shapes: docs/live-page.md, "The sockets' messages".
 """
 
 from __future__ import annotations

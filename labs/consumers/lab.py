@@ -1,63 +1,11 @@
-"""The live lab page's websocket: one session's journal, badge and summary, as they happen.
+"""The live lab page's websocket, ``ws/sessions/<id>/?after=<seq>``: one session's journal,
+badge and summary as they happen, plus Run burst clicks and, in shared mode, the class's
+shared dependency once a second.
 
-``LabSessionConsumer`` (``ws/sessions/<id>/?after=<seq>``):
-
-1. The user must be allowed to see the session (``LabSession.objects.visible_to``); anyone
-   else, anonymous included, is accepted and at once closed with code 4403, so the browser
-   sees why (a socket refused before ``accept`` reaches the page as a bare 1006).
-2. It joins ``lab-session-<id>`` *before* reading the journal, then replays every row after
-   the client's ``after`` in order, then forwards live pushes. A row committed between the
-   join and the replay arrives twice (replay and push): the consumer remembers the last
-   sequence number it sent and drops anything at or below it, and if a push skips numbers
-   (a message the channel layer never delivered: Redis pub/sub delivers at most once, and
-   not to a process whose connection to Redis was down at that moment) it
-   reads the missing rows from the database first. A dropped *last* push has no successor
-   to reveal the gap, so a second after the pushes stop (and on every client ping, and when
-   the channel layer has subscribed again after losing Redis) the consumer compares with the
-   journal and sends what it lacks. So each connection delivers
-   every row exactly once, in order, with no gap that outlives a second.
-3. Messages to the browser are JSON: ``{"type": "events", "events": [...]}`` where each
-   event is the journal payload plus ``html`` (the row, :func:`labs.journal.rows.journal_row`;
-   a pushed row arrives rendered, :func:`labs.journal.rows.pushed_row`) and ``fragments``
-   (``{"id", "html"}`` to swap by DOM id: the breaker badge after a state change or a
-   burst's end or a change of the policy or the dependency, re-read from Redis so it carries
-   ``open_until_ms``, the current failure streak and, with a breaker per host, each host's; the burst summary when a burst is queued, starts or ends). ``{"type": "state"}`` on
-   connect carries the current badge.
-4. In ``shared`` mode (the class's shared dependency), ``{"type": "shared", ...}`` once a
-   second from the consumer's own loop, never asked for by the page
-   (:func:`labs.presenters.storm.shared_page_message`): the dependency's state (healthy,
-   triggered, overloaded), its capacity and latest trigger, and the class's per-second
-   totals, the first message ``SHARED_FIRST_S`` seconds of them, then the last
-   ``SHARED_RESEND_S`` (a second's counters change until its attempts are answered). It
-   names nobody else: the class's part is read once per class and process per tick
-   (``SHARED_CACHE_S``), however many pages watch, and each page's message adds ``mine``,
-   its own session's counters per second and its figures over the last complete seconds
-   (``storm_session_now``: retry ratio, share, attempts), read from the
-   per-session counters the shared model keeps, the same the storm panel's table shows for
-   that second. When the session leaves shared mode the page gets
-   ``{"type": "shared", "active": false}``.
-5. Messages from the browser: ``{"type": "ping"}`` (answered with a pong),
-   ``{"type": "resync", "after": N}`` (one replay at a time per socket: resyncs that arrive
-   while one runs are coalesced into one more, from the lowest ``after``) and
-   ``{"type": "run_burst", "id": N, "size": .., "concurrency": ..}``: a Run burst click,
-   checked and queued as the form's POST would be (:func:`labs.clicks.socket_run_burst`:
-   the user read again from the socket's Django session, the owner only, the same limit),
-   answered with ``{"type": "burst_reply", "id": N, "status": .., "html": ..}``. A click
-   costs less than half of the POST's CPU this way (no HTTP request, middleware or response
-   around it; its CSRF protection is the origin check the socket passed when it opened),
-   which is what lets a whole class's click be answered at once (docs/live-page.md).
-   Anything else is logged and ignored: it never closes this socket, let alone anyone
-   else's.
-
-The ORM is only reached through :func:`labs.consumers.base.read` and Redis through
-:func:`~labs.consumers.base.read_redis` (thread pools of their own, never the one shared sync
-thread; Redis reads never behind a query waiting for a database connection). A pushed row
-needs neither (it arrives rendered); a burst's summary panel is built on the event loop from
-the events themselves when the consumer saw the burst queued, and the badge from Redis with
-the session's policy, which
-the consumer reads when it connects and again only after an event that can change it: live
-pushes cost no query at all. (On PostgreSQL, a hundred students pressing Run burst at once
-hold the process's pooled connections for a moment; a push never waits for one.)
+Only those who may see the session are let in (4403 otherwise). The consumer joins the
+session's group before it replays the journal and drops what it already sent, so each
+connection gets every row exactly once, in order, with no gap that outlives a second. Live
+pushes cost no query. Message shapes and guarantees: docs/live-page.md.
 """
 
 from __future__ import annotations

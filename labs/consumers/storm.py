@@ -1,34 +1,10 @@
 """The storm panel's websocket: ``ws/classes/<id>/storm/``.
 
-Only instructors of the class (``teaches``) are let in; anyone else, students and
-other classes' instructors included, is closed with code 4403 right after the handshake.
-
-The consumer pushes a message every ``TICK_S`` (half a second) from its own loop, reading
-the class's shared dependency in Redis once per tick (``storm_now``: two round trips, no
-database) and never because a browser asked: a page that polls nothing still gets every
-second. Counters of a second keep changing after it has passed (a timeout is counted when
-the client gives up, wasted server time when the server finishes), so every tick sends the
-last ``RESEND_S`` seconds again and the page replaces them by second.
-
-Messages to the page (JSON):
-
-- ``{"type": "snapshot", "now": s, "window_s", "seconds": [second, ...], "model": {...},
-  "students": [...], "headline": {...}}``: the last ``STORM_WINDOW_S`` seconds
-  (``Second.to_dict`` each, zero rows for quiet seconds), the model's settings, capacity and
-  latest trigger, the per-student table (``presenters.storm.student_rows``: the sessions'
-  own counters in Redis over the last complete seconds) and the tiles with the recovery
-  clock (``storm_headline``, computed here from the seconds this consumer holds, complete
-  seconds only). Sent on connect, when a
-  tick finds it has fallen more than ``RESEND_S`` seconds behind (a gap: the seconds in
-  between would be missing), and when the page asks.
-- ``{"type": "tick", "now": s, "seconds": [...], "model": {...}, "headline": {...}}``: the
-  last ``RESEND_S`` seconds up to ``now`` (the current one so far), and ``students`` whenever
-  ``now`` has moved on since the table last went out (once a second); the list of sessions
-  (names, scenarios) is read from the database every ``SESSIONS_EVERY_S`` seconds.
-
-After the channel layer has lost Redis and subscribed again (``layer.reconnected``), a
-snapshot too. The page may send ``{"type": "refresh"}`` (it saw a hole in its series) and gets a snapshot,
-at most one per ``REFRESH_INTERVAL_S``.
+Only the class's instructors are let in (4403 otherwise). Every ``TICK_S`` the consumer
+reads the class's shared dependency from Redis once and pushes the last ``RESEND_S`` seconds
+again (a second's counters keep changing after it has passed); a snapshot goes out on
+connect, after a gap, after the channel layer reconnects and when the page asks. Message
+shapes: docs/live-page.md, "The sockets' messages".
 """
 
 from __future__ import annotations
