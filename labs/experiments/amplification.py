@@ -1,24 +1,11 @@
 """Retry amplification: T tiers, each retrying the next, in front of a failing leaf.
 
-Every tier is the engine's :class:`~labs.engine.GuardedClient` (its retry loop, backoff and
-retry budget) calling the next tier through a small adapter that makes a tier look like a
-dependency; the last tier calls the engine's :class:`~labs.engine.FakeDependency` in ``down``
-mode. Breakers are forced closed (this experiment is about retries alone). Requests are
-made one after another on a :class:`~labs.engine.VirtualClock`.
-
-Without a budget every tier makes up to A attempts per call, so each user request reaches
-the leaf ``A^T`` times: 30 requests x 3^3 = 810 leaf hits.
-
-The budget is the engine's :class:`~labs.engine.RetryBudget`, one bucket per tier (each tier
-has its own store): the bucket starts full at ``budget_tokens``, every call a tier receives
-deposits ``budget_pct`` % of a token (never above ``budget_tokens``), every retry spends one
-whole token, and with less than one token the tier gives up instead of retrying. A tier that
-receives C calls can therefore retry at most about ``budget_tokens + C x budget_pct / 100``
-times (the last deposits can arrive after the last retry was refused, so a little less).
-With the defaults (10 tokens, 10 %): tier 1 gets 30 calls and retries 12 times, so tier 2
-gets 42 calls and retries 14 times, tier 3 gets 56 calls and retries 15 times: 71 leaf hits
-instead of 810, 11.4x fewer (seed 004 reported 69, 11.7x, without saying what reserve its
-budget had).
+Every tier is the engine's :class:`~labs.engine.GuardedClient` (breakers forced closed: this
+is about retries alone) calling the next through a small adapter; the leaf is a ``down``
+:class:`~labs.engine.FakeDependency`, on a :class:`~labs.engine.VirtualClock`. Without a
+budget each request reaches the leaf ``A^T`` times; the engine's
+:class:`~labs.engine.RetryBudget`, one bucket per tier, bounds each tier's retries by a
+ratio of its calls. The budget arithmetic: docs/experiments.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """What every experiment shares: parameter specs, parsing, and the shape of a result.
 
-An experiment module (``amplification``, ``storm``, ...) declares a frozen parameter
-dataclass, a ``LIMITS`` table of :class:`Param` (the allowed range of every field, in display
-order), ``validate(params) -> list[Problem]`` and ``run(params) -> Result``; it ends with an
-:class:`Experiment` descriptor that the registry in :mod:`labs.experiments` collects.
-
-Problems are the engine's :class:`~labs.engine.Problem`, so a message reads the same as the
-engine's own: ``tiers: must be between 1 and 6 (got 0)``. The web form, the management
-command and the tests all go through :meth:`Experiment.parse`, which accepts strings (from a
-form or a command line) as well as typed values.
-
+An experiment module declares a frozen parameter dataclass, a ``LIMITS`` table of
+:class:`Param`, ``validate(params) -> list[Problem]`` and ``run(params) -> Result``, and ends
+with an :class:`Experiment` descriptor the registry in :mod:`labs.experiments` collects. The
+web form, the management command and the tests all parse through :meth:`Experiment.parse`,
+and problems are the engine's :class:`~labs.engine.Problem`, so messages read alike.
 Nothing here imports Django.
 """
 

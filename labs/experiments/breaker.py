@@ -1,19 +1,11 @@
 """Breaker versus no breaker: a dependency dead for a while, then healthy, under a steady
 stream of requests.
 
-The dependency is two of the engine's :class:`~labs.engine.FakeDependency` objects chosen by
-the time an attempt starts: before ``dead_ms`` a ``down`` one that hangs ``hang_ms`` and then
-answers 503, afterwards a ``healthy`` one that answers in ``healthy_ms``. The callers are
-closed loops (call, think ``think_ms``, call again) on one :class:`~labs.engine.VirtualClock`,
-each call made by the engine's :class:`~labs.engine.GuardedClient` with one attempt per call
-(no retries: this experiment isolates the breaker). The same stream runs twice: once with
-the breaker forced closed (no breaker), once with the engine's consecutive-failure
-:class:`~labs.engine.Breaker`.
-
-Counted: calls that reach the dependency while it is dead (the sick dependency's load),
-the time callers spend waiting on failed calls, calls the breaker rejects at once, and when
-the first call succeeds after the recovery (the price of the breaker: it notices the
-recovery only at its next probe).
+Closed-loop callers on one :class:`~labs.engine.VirtualClock`, each call one attempt through
+the engine's :class:`~labs.engine.GuardedClient` (no retries: this isolates the breaker),
+run once with the breaker forced closed and once with the engine's
+:class:`~labs.engine.Breaker`. Counted: the dead dependency's load, callers' time waiting on
+failures, fast rejections, and how late the breaker notices the recovery (docs/experiments.md).
 """
 
 from __future__ import annotations

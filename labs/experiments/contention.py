@@ -1,25 +1,11 @@
-"""Backoff strategies under contention: N clients updating one row with optimistic
-concurrency, the simulation of the AWS Architecture Blog's "Exponential Backoff And Jitter".
+"""Backoff strategies under contention: N clients updating one row with optimistic concurrency,
+the simulation of the AWS Architecture Blog's "Exponential Backoff And Jitter".
 
-The model is the study's: one row with a version number; every client reads the version,
-then writes it back with the version it read; the write succeeds only if no other write
-succeeded in between, otherwise the client backs off and starts again (read, write). Each
-client stops after its one successful write. Every network leg takes ``|N(mean, sd)|`` ms.
-"Calls" are write attempts (the study counted writes); "completion" is when the last client
-receives its success.
-
-Strategies: ``none`` (retry at once), ``exponential`` (no jitter), ``full``, ``equal`` and
-``decorrelated`` jitter. Their sleeps come from the engine's
-:func:`~labs.engine.jittered_backoff_ms` (jitter ``none``, ``full``, ``equal``,
-``decorrelated``). The study's ``expo(n) = base x 2^n`` after the n-th failure is the
-engine's ``backoff_ms(n + 1, base, cap)``: with base 5 ms the first sleep is up to 10 ms.
-
-Time is the engine's :class:`~labs.engine.VirtualClock`, discrete-event style: one scheduled
-write per attempt. A write succeeds when the last successful write happened before the
-client's read reached the server (the version it read is still current), which is the
-study's version check without scheduling the read itself. The read-response and
-write-request legs (and the write-response and next read-request legs) are drawn as one
-``|N(2 x mean, sd x sqrt(2))|`` sum each, which halves the random draws.
+The strategies' sleeps are the engine's :func:`~labs.engine.jittered_backoff_ms`, and time is
+the engine's :class:`~labs.engine.VirtualClock` with one scheduled write per attempt (a write
+succeeds when no write succeeded since the client's read reached the server). The model, the
+mapping of the study's ``expo(n)`` onto ``backoff_ms`` and the simplifications that keep the
+sweep fast: docs/experiments.md.
 """
 
 from __future__ import annotations

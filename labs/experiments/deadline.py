@@ -1,22 +1,11 @@
 """Deadline propagation: a client that gives up after 100 ms, a server whose work takes
 500 ms, and who pays for the work nobody waits for.
 
-A discrete-event simulation on the engine's :class:`~labs.engine.VirtualClock`
-(``call_at`` / ``call_later`` / ``run``): requests arrive every ``interval_ms`` (0: all at
-once), wait in the server's queue for one of ``workers`` workers, and the client gives up
-``client_timeout_ms`` after sending.
-
-* **Per-tier timeouts**: the server knows nothing of the client's timeout; every request it
-  dequeues gets the full ``server_work_ms``. A response finished after the client gave up is
-  a complete response nobody receives, and all its work is wasted.
-* **Propagated deadline**: the client sends the absolute time it will give up at
-  (:class:`Deadline`). The server checks it when it dequeues a request and drops the request
-  at once if the deadline has passed; otherwise it works for at most the time left (the work
-  is cancelled at the deadline). The edge is the engine's: a deadline is over *at or past*
-  its instant, as in :class:`~labs.engine.GuardedClient`'s "a sleep that would end at or
-  past the deadline is not started".
-
-Wasted work = server time spent on requests whose response the client never receives.
+A discrete-event simulation on the engine's :class:`~labs.engine.VirtualClock`, run twice:
+with per-tier timeouts (the server works the full time on every request it dequeues) and
+with a propagated :class:`Deadline` (the server drops a request whose deadline has passed
+and works at most the time left; over *at or past* its instant, as in the engine). Wasted
+work is server time on requests whose response the client never receives (docs/experiments.md).
 """
 
 from __future__ import annotations

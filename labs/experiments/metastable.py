@@ -1,35 +1,11 @@
-"""The class makes its own retry storm: N clients share one dependency of finite capacity;
-a short trigger, and what the clients' retries do next.
+"""The class makes its own retry storm: N clients share one dependency of finite capacity; a
+short trigger, and what the clients' retries do next.
 
-Every client is the engine's :class:`~labs.engine.GuardedClient` (its own breaker, retry
-budget and seeded rng on its own :class:`~labs.engine.MemoryStore`) calling one
-:class:`~labs.engine.MemorySharedModel` through :class:`~labs.engine.SharedDependency`: the
-same model code as a live class's shared dependency. Calls arrive open-loop at ``rate`` per
-client per second (evenly spaced from a seeded phase, or seeded Poisson), each call as a
-cooperative caller of one :class:`~labs.engine.VirtualClock`, so a call sleeps through its
-queue wait, its attempt timeout and its backoff without holding anyone else up. At
-``trigger_at_s`` the model gets the trigger (down, slow or a capacity drop) for
-``trigger_s``; after that it is healthy again and only the clients' load decides whether it
-recovers.
-
-The naive run (retries at once, no jitter, no breaker, no budget, an attempt timeout below
-the queue wait the trigger builds) is compared with the chosen policy (default: full jitter
-+ a retry budget + a breaker), on the same arrivals.
-
-Figures, from the model's per-second counters (seconds of virtual time):
-
-* healthy baseline: mean attempts offered and calls succeeded per second over the seconds
-  ``1 .. trigger_at_s - 1``;
-* peak offered load over the baseline: the busiest second's attempts / baseline attempts;
-* retries per original call: retries / calls the clients made (fast-failed calls included);
-* wasted server time: service time spent on attempts whose client had stopped waiting;
-* time to recovery: from the trigger's end to the first second whose goodput (calls
-  succeeded per second) is at least 90 % of the baseline and from which the mean goodput
-  until the arrivals stop is at least 90 % too (a relapse does not count as recovered; the
-  second-to-second noise of Poisson arrivals does not count as a relapse); "never" when there
-  is no such second;
-* seconds below 20 %: how long after the trigger's end goodput stays below 20 % of the
-  baseline without a break.
+Each client is the engine's :class:`~labs.engine.GuardedClient` calling one
+:class:`~labs.engine.MemorySharedModel` (the same model code as a live class's shared
+dependency) in virtual time, so the lesson matches what a class sees live. The naive policy
+and the chosen one run on the same arrivals. The model, the figures (baseline, peak, wasted
+server time, time to recovery) and their definitions: docs/experiments.md.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """Queueing: the server's queue discipline decides an incident (AWS's queueing simulator).
 
-The runs of the README of ``joemag1/queueingsimulator`` (AWS), on the engine's
-:class:`~labs.engine.server.QueueServer` (the shared dependency with a server policy): 10
-workers, service time Normal(50, 12.5) ms, a queue of 1,000 attempts, a 1,000 ms client
-timeout, requests arriving at ``rate`` per ms (gaps Normal(1 / rate, 1 / (4 rate))); a failed
-request (refused by a full queue, or answered after its timeout) is retried at once with
-probability 0.5, as a new request. The latency spike is the simulator's: the first
-``horizon_ms / 1000`` requests take 10x their service time. As in the simulator, the client
-keeps waiting for a late answer and learns of the timeout when it comes, and the failure rate
-is failed requests / requests (retries count as requests).
-
-The simulator runs 1,000,000 ticks (1 tick = 1 ms here); so do these runs, but to stay under
-a second only part is simulated. A spike run stops once the spike is over and a whole
-10,000 ms stretch passed with no failure and an empty queue at its end; the rest of the
-horizon is counted as ``rate x time left`` requests, all served. The overload run (a steady
-collapse) is simulated for ``overload_ms``; the rest of the horizon is counted at the request
-and failure rates of its second half (the simulator's own figure is nearly all steady state:
-its first seconds, before the queue fills, are a sliver of 1,000,000 ticks).
-
-Beside the README's three runs, the spike is repeated under the server's other defences:
-adaptive LIFO, CoDel, an AIMD concurrency limit, and a token-bucket rate limit (its 429s
-count as failures; the simulator's clients have no Retry-After).
+The README runs of ``joemag1/queueingsimulator`` on the engine's
+:class:`~labs.engine.server.QueueServer`, plus the spike under the server's other defences
+(adaptive LIFO, CoDel, an AIMD limit, a rate limit). To stay under a second only part of the
+simulator's 1,000,000 ticks is simulated and the rest is counted at the simulated rates.
+The setup, what is kept of the simulator and why: docs/experiments.md.
 """
 
 from __future__ import annotations

@@ -2,17 +2,10 @@
 jitter; arrivals per time bin show the synchronised waves.
 
 Each client is the engine's :class:`~labs.engine.GuardedClient` (breaker forced closed)
-calling its own :class:`~labs.engine.FakeDependency` in ``down`` mode, with
-``max_attempts = retries + 1``; the backoff is the engine's formula,
-``min(cap, base x 2^(n-1))`` after the n-th failure, drawn through the engine's jitter
-functions. All clients start at virtual time 0 as cooperative callers of one
-:class:`~labs.engine.VirtualClock` (``run_concurrently``), so their first attempts fail
-together. Only the retries are counted as arrivals: the first attempts are the failure
-that starts the storm.
-
-Figures per mode: peak arrivals in one bin; mean arrivals per bin over the storm (arrivals
-divided by the bins from time 0 to the last arrival); burst factor = peak / mean; duration
-= time of the last arrival.
+against its own ``down`` :class:`~labs.engine.FakeDependency`, all starting at virtual time 0
+on one :class:`~labs.engine.VirtualClock`, so their first attempts fail together; only the
+retries count as arrivals. Figures per mode: peak per bin, mean per bin, burst factor and
+duration (docs/experiments.md).
 """
 
 from __future__ import annotations

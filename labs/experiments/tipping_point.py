@@ -1,24 +1,11 @@
 """The tipping point: for a grid of offered load and trigger, does the shared dependency come
 back after the trigger ends, and how long does it take?
 
-The dependency is the engine's :class:`~labs.engine.MemorySharedModel` (the same model code a
-live class's shared dependency runs on Redis) with its default server policy (FIFO, shedding
-past the longest queue wait). The clients are naive: every call makes up to ``retries + 1``
-attempts, each with an attempt timeout, and retries the moment an attempt fails (503, shed or
-timed out). Calls arrive as one seeded Poisson stream at ``load`` % of the capacity ``C``.
-Each cell of the map is one run of ``trigger_at_s + trigger + observe_s`` seconds of virtual
-time, driven by a heap of events (each decision is one ``decide`` call of the model, with the
-arrival time given), so the whole map runs in well under a second.
-
-The rule it shows (Bronson et al., HotOS 2021; Huang et al., OSDI 2022, Theorem 2): locked in,
-every attempt times out, so each call costs ``1 + r`` attempts; the queue can drain only if
-``load x (1 + r) < C``. Below the **stable line** ``C / (1 + r)`` any trigger recovers; above
-it a long enough trigger locks the system in, and it stays locked in at the load it handled
-fine before the trigger (hysteresis) until the load drops below the line.
-
-Recovery: the first second after the trigger's end from which calls succeed at
-:data:`RECOVERED_PCT` % of the calls arriving (that second, and on average until the run
-ends); "never" when no such second comes within ``observe_s``.
+Each cell runs the engine's :class:`~labs.engine.MemorySharedModel` (the live class's model)
+against naive clients driven by a heap of events, so the whole map runs in well under a
+second. It shows the stable line ``C / (1 + r)`` (Bronson et al., HotOS 2021; Huang et al.,
+OSDI 2022): below it any trigger recovers, above it a long one locks in. Recovery is defined
+by :data:`RECOVERED_PCT`; the model and the rule: docs/experiments.md.
 """
 
 from __future__ import annotations
