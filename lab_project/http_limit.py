@@ -1,24 +1,11 @@
 """At most ``LAB_HTTP_CONCURRENCY`` HTTP requests in Django at once, per web process.
 
-Left alone, Django runs a sync view under ASGI in a thread of the request's own. A hundred
-students pressing Run burst in the same instant then meant a hundred threads running Python
-beside the one thread that forwards every live push (daphne's event loop), and the
-interpreter lock is shared in turns: the loop got its turn a hundredth of the time and pushes
-waited (push_bench at 100 sessions shows it, docs/live-page.md). Requests over the limit wait
-their turn on the event loop, costing nothing while they wait; websockets are not affected.
-
-The default, 2, is about the cores a web process can use: more threads in Python than that
-do not get requests done sooner, they only take turns from the event loop. A long request (a
-class's journal export streams for as long as it takes) holds its turn throughout.
-
-Each turn has a thread of its own for the life of the process, and a request runs its
-synchronous part (the middleware chain and the view) there. Django alone starts a thread for
-every request (its ``ThreadSensitiveContext`` per request) and joins it afterwards; the
-request's database connection, which lives in that thread, is then a new one every time
-(on SQLite about 0.8 ms of connecting and PRAGMAs, run_burst_bench's thread CPU for the
-whole request being about 10 ms), and ``CONN_MAX_AGE`` never applies. In a turn's thread the
-connection is kept between requests like a worker's, and Django's ``close_old_connections``
-at each request's start and end still closes one that is too old or broken.
+Every thread running Python takes turns at the interpreter lock with daphne's event loop,
+which forwards every live push; a classful of simultaneous requests would starve it.
+Requests over the limit wait on the event loop at no cost; websockets are not affected.
+Each turn keeps one thread for the life of the process and runs its requests' synchronous
+part there, so the thread's database connection is kept between requests (``CONN_MAX_AGE``
+applies) instead of opened per request. Why 2, and the figures: docs/live-page.md, docs/scaling.md.
 """
 
 from __future__ import annotations

@@ -1,30 +1,11 @@
 """The login limits a classroom can live with, on django-axes' database handler.
 
-Two rules, both in settings (``LAB_LOGIN_*``, docs/operations.md):
-
-- **A name from one place.** Wrong passwords are counted per username and address together
-  (``AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]``): after
-  ``LAB_LOGIN_FAILURE_LIMIT`` of them that pair waits ``LAB_LOGIN_COOLOFF_SECONDS`` from the
-  last one. Tries during the wait check no password and do not lengthen it. So a class
-  behind one address is never locked out together (every other name from there logs in), and
-  a classmate typing a student's name keeps that student out for one wait at most.
-- **A name from everywhere, per hour.** A username whose passwords were wrong
-  ``LAB_LOGIN_NAME_HOURLY_LIMIT`` times within the last hour (any address: axes' failure log)
-  checks no further password until the oldest of them is an hour old. Guessing stays
-  infeasible however many addresses a guesser has; an administrator can clear it in the admin
-  (Axes: access failures and attempts).
-
-Tries that are refused check no password, and are not counted as guesses.
-
-Both rules are for browsers the name has not logged in on (OWASP's device cookies against
-lockout abuse). A login leaves the browser a signed, HttpOnly device cookie with a random token
-for that name (a ``LoginDevice`` row, ``LAB_LOGIN_DEVICE_*``). A login for that name that
-presents it is limited by that browser's own failures only: each try claims one of
-``LAB_LOGIN_DEVICE_FAILURE_LIMIT`` (a conditional UPDATE, so parallel tries cannot exceed it),
-a right password gives them back, and at the limit the browser is no longer trusted and both
-rules apply to it again. So a student logs in on their own computer at once even while a
-classmate's guesses pause their name, and a guesser without the cookie stays bounded per hour.
-A change of password leaves every browser untrusted for the name.
+Wrong passwords count per username and address together (so a class behind one address is
+never locked out together), and per username per hour from anywhere (so guessing stays
+bounded however many addresses a guesser has); refused tries check no password. Both apply
+only to browsers the name has not logged in on: a trusted browser's device cookie
+(``LoginDevice``) is limited by its own failures alone, claimed with a conditional UPDATE.
+Settings and the rules in full: docs/operations.md, "Login limits".
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""One Redis connection pool per process for Django's cache, not one per request.
+"""One Redis connection pool and one client per process for Django's cache, not one per request.
 
-Django keeps its cache objects in a context-local store, and under ASGI each request has a
-context of its own: every request built a new ``RedisCache`` client, a new connection pool
-and so a new TCP connection to Redis (with redis-py's handshake) just for Run burst's rate
-limit counter. ``CACHES["default"]["OPTIONS"]["pool_class"]`` names :class:`SharedConnectionPool`,
-whose ``from_url`` hands out one pool per URL and options for the whole process: a request
-then borrows an open connection (CHANGELOG.md has what it saved in push_bench).
-
-``CACHES["default"]["BACKEND"]`` names :class:`SharedRedisCache`, which goes one step further:
-Django's client builds a new ``redis.Redis`` for every cache operation (about 0.1 ms each,
-most of it redis-py filling a new instance's table of reply callbacks; Run burst's rate limit
-makes two), where this one hands out the process's one ``redis.Redis`` for the pool. A
-``redis.Redis`` on a connection pool is safe to share between threads.
+Under ASGI each request has a context of its own, and Django keeps its cache objects per
+context, so every request would build a new pool and TCP connection, and Django's client a
+new ``redis.Redis`` per operation. :class:`SharedConnectionPool` (``pool_class``) hands out
+one pool per URL and options; :class:`SharedRedisCache` (``BACKEND``) one ``redis.Redis`` per
+pool, which is safe to share between threads. What it saved: CHANGELOG.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """The one place that talks to the channel layer.
 
-Two kinds of group:
-
-- ``lab-session-<id>``: everyone watching one lab session (its student, instructors drilling
-  down). Receives ``journal.events`` messages: a list of journal rows, in sequence order,
-  each already rendered as a page gets it (:func:`labs.journal.rows.pushed_row`).
-- ``lab-class-<id>``: instructors watching a class dashboard. Receives compact
-  ``class.sessions`` messages, one per class per batch (never per attempt) with a summary
-  of each of its sessions the batch touched, and
-  ``class.progress`` messages (a session's step progress or predictions changed: an answer,
-  a step run or graded, a step ticked), which name the session and carry no counts.
-
-A row is rendered once, where its batch is written (the journal writer), and its text goes
-to every page in every web process as it is; a class dashboard's message carries counts,
-which its consumer renders. The fragments that depend on the page (the summary panel, the
-breaker badge) are each consumer's to build.
-
-Sends happen only after the journal rows are committed (a page that reconnects asks the
-database for everything after its last sequence number, so a push must never announce a row
-that a rollback could take back).
+Two kinds of group: ``lab-session-<id>`` (everyone watching one session) gets
+``journal.events``, the session's rows in sequence order, each already rendered
+(:func:`labs.journal.rows.pushed_row`); ``lab-class-<id>`` (the class's instructors) gets
+``class.sessions``, one compact summary per class per batch, and ``class.progress``, which
+names a session and carries no counts. Sends happen only after the rows are committed: a page
+that reconnects reads the database, so a push must never announce a row a rollback could take
+back. The messages each consumer then sends: docs/live-page.md.
 """
 
 from __future__ import annotations

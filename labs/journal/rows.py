@@ -1,13 +1,9 @@
 """A journal row as every page shows it: its HTML, its JSON, what it adds to a burst's counts.
 
-Built where the row is written: the journal writer renders each row once (:func:`row_text`)
-and pushes the text itself, so a web process forwards it to every page watching the session
-without rendering or encoding it again, however many web processes and pages there are
-(``labs.journal.store.pushes_for``). A row read back from the database (a page catching up)
-is rendered by the same functions in the web process; the templates' filters
-(``labs.templatetags.lab_tags``) and the presenters call them too.
-
-Plain string formatting, no templates: this runs once for every event of every burst.
+The journal writer renders each row once (:func:`row_text`) and pushes the text, so web
+processes forward it to every page without rendering it again; a row read back from the
+database, the templates' filters and the presenters use the same functions. Plain string
+formatting, no templates: this runs once for every event of every burst.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """The journal: every engine event becomes one ``JournalEvent`` row, then a push.
 
-Two ways in, one way down:
-
-- :func:`append_entries` is the only code that assigns sequence numbers and inserts rows. It
-  reserves a block of numbers per session under a row lock (``select_for_update`` on
-  PostgreSQL; SQLite's IMMEDIATE transactions serialise writers already), so numbers are unique
-  and gap-free per session whichever process writes.
-- Request code (a student changing a setting, an instructor injecting a fault) calls
-  :func:`record` inside its transaction; the push goes out on commit.
-- A burst on a worker hands its events to a :class:`JournalSink` instead
-  (:func:`labs.live.writers.get_writer`): the thread writer (:mod:`labs.live.writer`) or the
-  writer process (:mod:`labs.live.writer_process`). Both batch, write with
-  :func:`append_entries` and push with :func:`pushes_for`.
-
-This module builds rows and pushes; it starts no thread and no process.
+:func:`append_entries` is the only code that assigns sequence numbers and inserts rows; it
+reserves a block per session under a row lock, so numbers are unique and gap-free per session
+whichever process writes. Request code calls :func:`record` inside its transaction (the push
+goes out on commit); a burst on a worker hands its events to a :class:`JournalSink`, whose
+writers batch, write with :func:`append_entries` and push with :func:`pushes_for`. This module
+starts no thread and no process (docs/live-page.md, "The path").
 """
 
 from __future__ import annotations

@@ -177,23 +177,17 @@ def _run_start(active: list[int], newest: int) -> int:
 def storm_headline(
     seconds: Sequence[dict[str, Any]], trigger: dict[str, Any] | None, now: int
 ) -> dict[str, Any]:
-    """The storm panel's four tiles from the class's per-second counters, complete seconds
-    only (before ``now``), and the recovery clock's state:
+    """The storm panel's four tiles and the recovery clock's state, from the class's per-second
+    counters, complete seconds only (before ``now``).
 
-    - ``no_traffic``: no attempt in the last RUN_GAP_S complete seconds; nothing else is
-      measured (no clock, no baseline);
-    - else the *run* is the stretch of seconds with traffic up to now with no gap of
-      RUN_GAP_S; only a trigger that overlaps the run counts (one from a previous run, or
-      from before a restart, is history);
-    - ``healthy``: no such trigger; ``triggered``: it is running; ``not_recovered``: it has
-      ended and no second since has been back (``recovery_s`` counts up from its end);
-      ``recovered``: the first second after its end with retries within the budget and
-      goodput at RECOVERED_GOODPUT of the baseline (``recovery_s`` from the end to it).
-
-    The baseline is the mean goodput of the BASELINE_SECONDS of the run before the trigger;
-    with none (no trigger, or one fired as the run began) the calls asked for per second.
-    Goodput is None while no call is asked for (the end of a run, before it counts as
-    stopped), rather than a 0 % that reads as an outage."""
+    States: ``no_traffic`` (no attempt in the last RUN_GAP_S complete seconds; nothing else is
+    measured), ``healthy``, ``triggered``, ``not_recovered`` (``recovery_s`` counts up from the
+    trigger's end) and ``recovered`` (retries within the budget and goodput at RECOVERED_GOODPUT
+    of the baseline). Only a trigger overlapping the current run counts. The baseline is the mean
+    goodput of the run's BASELINE_SECONDS before the trigger, else the calls asked for per
+    second; goodput is None while no call is asked for, not a 0 % that reads as an outage.
+    Definitions: docs/live-page.md, "The tiles and the recovery clock".
+    """
     rows = sorted((r for r in seconds if r["second"] < now), key=lambda r: r["second"])
     active = [r["second"] for r in rows if r["offered"] > 0]
     out: dict[str, Any] = {

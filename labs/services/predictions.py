@@ -1,23 +1,12 @@
 """Predictions: a student's answer to a step's question, fixed once the step runs, graded
 against what the step's burst did according to the journal.
 
-Every change here that an instructor's page shows (an answer, a step run, a grade, a step
-ticked) is announced to the class's dashboards after the commit: one ``class.progress``
-message naming the session (:func:`labs.journal.broadcast.progress_push`); the dashboard
-consumer reads the session's progress and the class's histograms fresh from the database, so
-the message carries no count that a lost or reordered message could leave wrong. An answer is
-also journaled (``prediction_submitted``, "ada predicted 12 attempts for step 3") in the same
-transaction, so the session's journal shows when each prediction was made.
-
-A step may name its ``situation`` (what must have happened for the lesson to be there: a rate
-limit met, a cached answer still fresh). When the step's burst did not produce it (the student
-ran another burst in between, or skipped a wait), :func:`prediction_grade` grades nothing: the
-prediction keeps the step's ``missed`` sentence and is free to run again.
-
-The scenario never holds the right answer: :func:`prediction_grade` reads the burst's engine
-events back from the journal (:func:`labs.services.scenario_runner.event_from_row`) and
-measures them with the engine's :func:`~labs.engine.observe`, the function the scenario
-runner checks expectations with, so a question stays right whatever policy the student set.
+An answer is journaled in its transaction; every change an instructor's page shows is
+announced after the commit as one ``class.progress`` message that carries no count (the
+consumer reads the progress fresh). :func:`prediction_grade` measures the burst's events,
+read back from the journal, with the engine's :func:`~labs.engine.observe`, so the scenario
+never holds the answer; it grades nothing when the step's ``situation`` did not happen
+(docs/predictions.md).
 """
 
 from __future__ import annotations

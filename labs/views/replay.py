@@ -2,19 +2,10 @@
 compare page (two policies against one scenario, the whole comparison in the URL).
 
 A replay runs in virtual time inside the request from the burst's recorded start state
-(``Burst.start_state``, :mod:`labs.engine.replay`): no worker, no Redis, nothing written to
-the session's journal or breaker, so anyone who may see the session may replay its bursts
-(a session they may not see is a 404, as everywhere). The page shows the burst's own timeline
-and journal rows, the policy form prefilled with the policy the burst ran with and, once
-posted, the replay's timeline on the same time axis, its journal rows with their explanation
-sentences and the diff table. A policy out of range answers 422 with the form, the field and
-its range beside it, and runs nothing.
-
-The what-if is reached by the burst's number (``sessions/<id>/bursts/<n>/replay/``: the
-summary panel, the history) or by its id (``bursts/<id>/whatif/``: every journal row of a
-burst and the timeline, which know the id). A burst that cannot be replayed, because it is
-still running, was interrupted or failed, or was recorded before replay existed (no start
-state), answers 409 with a sentence saying which (:func:`labs.presenters.text.whatif_refusal`).
+(:mod:`labs.engine.replay`): no worker, no Redis, nothing written, so anyone who may see the
+session may replay its bursts. A policy out of range answers 422 with the form; a burst that
+cannot be replayed (still running, interrupted, failed, or recorded before replay existed)
+409 with a sentence saying which. Pages and addresses: docs/engine.md, "Replay and compare".
 """
 
 from __future__ import annotations
@@ -234,17 +225,13 @@ PREFILL_KEYS = ("from", "burst")
 def compare(request: HtmxHttpRequest) -> HttpResponse:
     """Two policies against one scenario with a seed, both in virtual time.
 
-    Each policy is picked from the presets, the current policy of the user's sessions, a
-    burst's policy or a lesson step's policy, or written as JSON (``a_json``/``b_json``, the
-    form's advanced part, used instead of the pick when filled in), and edited field by
-    field in the lab page's grouped policy form (:func:`_edit_form`, names ``a-…``/``b-…``;
-    a submitted form redirects to the address holding only the edits). The query string is the
-    whole comparison (``scenario`` or ``dependency`` with ``calls``, ``seed``, ``a``, ``b``),
-    so the URL can be projected or sent; ``from`` or ``burst`` alone only fill the form in.
-    A scenario on the class's shared dependency is compared on the shared dependency's
-    model (:func:`labs.selectors.replay.shared_comparison`); a dependency script cannot use it. A
-    malformed or tampered value answers 400 with a sentence per parameter naming what is
-    allowed, and runs nothing.
+    Each policy is a preset, a session's, a burst's or a step's, or JSON (``a_json``/``b_json``),
+    edited field by field in the lab page's grouped policy form (:func:`_edit_form`); a submitted
+    form redirects to the address holding only the edits. The query string is the whole
+    comparison (``scenario`` or ``dependency`` with ``calls``, ``seed``, ``a``, ``b``); ``from``
+    or ``burst`` alone only fill the form in. A scenario on the class's shared dependency is
+    compared on its model (:func:`labs.selectors.replay.shared_comparison`). A malformed value
+    answers 400 with a sentence per parameter, and runs nothing.
     """
     query = {key: request.GET.get(key, "") for key in COMPARE_KEYS}
     run = any(query.values())
