@@ -65,8 +65,8 @@ def read_redis(function):
 #: Threads for what a browser asks a consumer to do (a Run burst click), apart from the reads'
 #: pool: a class-wide click must not queue behind pages catching up, nor they behind it.
 #: Several, not one: a click spends most of its time waiting (Redis, the broker, the
-#: database's write lock and commit), and one thread made thirty clicks' answers more than
-#: twice as slow (push_bench.py, 30 pages: p99 620 ms against 250 to 304 ms with six).
+#: database's write lock and commit), and one thread makes a class's answers wait on each
+#: other (docs/scaling.md, "Figures behind the code").
 _ACTIONS = ThreadPoolExecutor(max_workers=6, thread_name_prefix="lab-actions")
 
 

@@ -33,7 +33,7 @@ from labs.selectors.storm import STORM_WINDOW_S, storm_config, storm_now, storm_
 logger = logging.getLogger(__name__)
 
 #: Half a second: an attempt counted in Redis reaches the page within a tick and a read
-#: (benchmarks/storm_panel_bench.py; with a 1 s tick its p99 was 1.0 s, the target's edge).
+#: (a whole second sits at the latency target's edge: docs/scaling.md, "Figures behind the code").
 TICK_S = 0.5
 RESEND_S = 6
 SESSIONS_EVERY_S = 5.0

@@ -45,8 +45,8 @@ def clock_text(moment: datetime | None) -> str:
     """``14:03:07.215`` in the site's time zone ("" for no time).
 
     The site's zone is ``TIME_ZONE`` (nothing activates another), taken directly: Django's
-    ``localtime`` looks the current zone up in a context-local on every call, a tenth of what
-    a pushed row cost to render (push_bench under py-spy)."""
+    ``localtime`` looks the current zone up in a context-local on every call, a visible part
+    of a pushed row's rendering (docs/scaling.md, "Figures behind the code")."""
     if moment is None:
         return ""
     local = moment.astimezone(timezone.get_default_timezone())
@@ -89,8 +89,8 @@ def journal_row(event: dict[str, Any]) -> SafeString:
     """One journal row, as the page renders it and the websocket pushes it.
 
     A format string rather than a template: the consumer renders one per event pushed, for
-    every page watching, and this is about ten times cheaper than a template render
-    (benchmarks/push_bench.py). Every value is escaped with ``html.escape`` (what Django's
+    every page watching, and a template render costs several times more (docs/scaling.md,
+    "Figures behind the code"). Every value is escaped with ``html.escape`` (what Django's
     ``escape`` does, minus its lazy-string wrapper).
 
     A row carries no "what if" link: each burst has one, in the page's burst history.

@@ -193,9 +193,9 @@ def append_entries(entries: Sequence[Entry]) -> list[Written]:
         columns = ", ".join(_COLUMNS)
         if connection.vendor == "postgresql" and len(params) > COPY_FROM_ROWS:
             # COPY for a big batch: one huge multi-row INSERT costs psycopg more to parse than
-            # to send (900 rows: ~200 ms either way). A small batch (a click's one row, a
-            # quiet writer's few) is inserted in one pipelined round trip, where COPY's
-            # exchange takes two.
+            # to send (docs/scaling.md, "Figures behind the code"). A small batch (a click's
+            # one row, a quiet writer's few) is inserted in one pipelined round trip, where
+            # COPY's exchange takes two.
             with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
                 for row in params:
                     copy.write_row(row)
@@ -211,8 +211,8 @@ def append_entries(entries: Sequence[Entry]) -> list[Written]:
 def _reserve(cursor, table: str, per_session: dict[int, list[Entry]]) -> dict[int, int]:
     """Reserve each session's block of sequence numbers; returns each session's new
     ``next_seq``. One ``UPDATE ... RETURNING`` for all the batch's sessions (a statement per
-    session was a third of a writer batch's CPU with thirty students bursting:
-    benchmarks/push_bench.py); on PostgreSQL the rows are locked in id order first, so two
+    session costs a writer batch far more CPU: docs/scaling.md, "Figures behind the code");
+    on PostgreSQL the rows are locked in id order first, so two
     writers never wait on each other in a cycle. Raises LabSession.DoesNotExist if a
     session is gone."""
     ids = sorted(per_session)

@@ -77,8 +77,8 @@ def dashboard_row_html(row) -> str:
     """One dashboard row as HTML (every value escaped), for the page and for the websocket's
     snapshot alike, named by its student and its scenario (a student with several sessions
     has one row each, told apart by the scenario). A format string, not a template: the page
-    renders a hundred of them and Django's template engine costs about 5x more
-    (benchmarks/dashboard_bench.py)."""
+    renders a hundred of them and Django's template engine costs several times more
+    (docs/scaling.md, "Figures behind the code")."""
     scenario = (
         format_html(' <span class="hint scenario-name">{}</span>', row.scenario)
         if row.scenario

@@ -38,8 +38,8 @@ def burst_event_rows(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def replay_rows_html(rows: Iterable[dict[str, Any]]) -> SafeString:
     """The ``<li>`` of each :func:`burst_event_rows` row, escaped, in one string: a replay
-    lists a hundred or more rows, and a template partial per row was most of a what-if
-    answer's time (benchmarks/replay_bench.py)."""
+    lists a hundred or more rows, and a template partial per row would be most of a what-if
+    answer's time (docs/scaling.md, "Figures behind the code")."""
     return mark_safe(  # noqa: S308 - every value below is escaped
         "".join(
             f'<li class="journal-row tone-{_escape(r["tone"])}" data-kind="{_escape(r["kind"])}">'

@@ -134,7 +134,7 @@ def _whatif(request: HtmxHttpRequest, session: LabSession, burst: Burst) -> Http
     if request.htmx and request.method == "POST":
         # The form posted stays on the page as typed: the answer is the replay's output, or
         # on 422 the form with its errors (retargeted there). Rendering the form's fields
-        # again was most of a what-if's server time (benchmarks/replay_bench.py). A form
+        # again would be most of a what-if's server time (docs/scaling.md). A form
         # that showed errors posts ERRORS_SHOWN and, corrected, gets the whole panel back
         # in place of the panel, clean.
         if status == 422:
