@@ -1,12 +1,11 @@
 """The one place that talks to the channel layer.
 
-Two kinds of group: ``lab-session-<id>`` (everyone watching one session) gets
-``journal.events``, the session's rows in sequence order, each already rendered
-(:func:`labs.journal.rows.pushed_row`); ``lab-class-<id>`` (the class's instructors) gets
-``class.sessions``, one compact summary per class per batch, and ``class.progress``, which
-names a session and carries no counts. Sends happen only after the rows are committed: a page
-that reconnects reads the database, so a push must never announce a row a rollback could take
-back. The messages each consumer then sends: docs/live-page.md.
+``lab-session-<id>`` (everyone watching a session) gets ``journal.events``: the session's rows
+in sequence order, each already rendered (:func:`labs.journal.rows.pushed_row`).
+``lab-class-<id>`` (the class's instructors) gets ``class.sessions``, one summary per class
+per batch, and ``class.progress``, which names a session and carries no counts. Sends happen
+only after the rows are committed: a page that reconnects reads the database, so a push must
+never announce a row a rollback could take back (what consumers send on: docs/live-page.md).
 """
 
 from __future__ import annotations

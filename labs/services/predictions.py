@@ -2,11 +2,10 @@
 against what the step's burst did according to the journal.
 
 An answer is journaled in its transaction; every change an instructor's page shows is
-announced after the commit as one ``class.progress`` message that carries no count (the
-consumer reads the progress fresh). :func:`prediction_grade` measures the burst's events,
-read back from the journal, with the engine's :func:`~labs.engine.observe`, so the scenario
-never holds the answer; it grades nothing when the step's ``situation`` did not happen
-(docs/predictions.md).
+announced after the commit as one ``class.progress`` message carrying no count (the consumer
+reads progress fresh). :func:`prediction_grade` measures the burst's events, read back from
+the journal, with the engine's :func:`~labs.engine.observe`, so the scenario never holds the
+answer; it grades nothing when the step's ``situation`` did not happen (docs/predictions.md).
 """
 
 from __future__ import annotations
