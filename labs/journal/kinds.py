@@ -1,5 +1,5 @@
-"""Every kind of journal row, in one registry: its label, whether it ends a run, and how it
-changes a burst's or a session's call counts.
+"""Every kind of journal row, in one registry: its label, its tone, whether it ends a run, and
+how it changes a burst's or a session's call counts.
 
 The call counts have one vocabulary (:data:`CALL_COUNTS`) and one rule (:func:`delta`), used by
 the burst result, the traffic summary, the dashboard's SQL (:func:`count_filter`), the exports
@@ -21,12 +21,20 @@ class Kind:
 
     ``counts``: "call" (a call's result: one call, and one of succeeded, degraded, fast_failed
     or failed by its outcome), "attempt" (one more of attempts_total) or "" (no count).
+    ``tone``: the row's colour on a page, one of :data:`TONES`; a call's and an attempt's
+    come from their outcome (:func:`tone`).
     """
 
     name: str
     label: str
     counts: str = ""
     ends_run: bool = False
+    tone: str = "note"
+
+
+#: A journal row's tones (its CSS modifier ``tone-<tone>``): ok, bad, fast (refused at once),
+#: degraded (answered by a fallback), wait, state (the breaker or the session changed) or note.
+TONES = ("ok", "bad", "fast", "degraded", "wait", "state", "note")
 
 
 #: The call counts, in the order the pages show them.
@@ -39,22 +47,22 @@ KINDS: dict[str, Kind] = {
         Kind("burst_queued", "burst queued"),
         Kind("burst_start", "burst start"),
         Kind("attempt", "attempt", counts="attempt"),
-        Kind("sleep", "backoff"),
+        Kind("sleep", "backoff", tone="wait"),
         Kind("call_result", "call", counts="call"),
-        Kind("rejected", "fast-fail"),
-        Kind("budget_exhausted", "budget"),
-        Kind("deadline_exceeded", "deadline"),
-        Kind("transition", "breaker"),
+        Kind("rejected", "fast-fail", tone="fast"),
+        Kind("budget_exhausted", "budget", tone="fast"),
+        Kind("deadline_exceeded", "deadline", tone="fast"),
+        Kind("transition", "breaker", tone="state"),
         Kind("burst_end", "burst end", ends_run=True),
-        Kind("burst_interrupted", "interrupted", ends_run=True),
-        Kind("burst_failed", "burst failed", ends_run=True),
-        Kind("state_restored", "restored"),
+        Kind("burst_interrupted", "interrupted", ends_run=True, tone="bad"),
+        Kind("burst_failed", "burst failed", ends_run=True, tone="bad"),
+        Kind("state_restored", "restored", tone="state"),
         Kind("dependency_set", "dependency"),
         Kind("fault_injected", "fault"),
         Kind("fault_restored", "fault ended"),
         Kind("policy_set", "policy"),
-        Kind("breaker_forced", "breaker"),
-        Kind("session_reset", "reset"),
+        Kind("breaker_forced", "breaker", tone="state"),
+        Kind("session_reset", "reset", tone="state"),
         Kind("scenario_assigned", "scenario"),
         Kind("shared_set", "shared dependency"),
         Kind("shared_trigger", "trigger"),
@@ -89,6 +97,22 @@ def check(kinds: Iterable[str]) -> None:
 def label(kind: str | None) -> str:
     known = KINDS.get(kind or "")
     return known.label if known else (kind or "").replace("_", " ")
+
+
+def tone(kind: str | None, outcome: str | None) -> str:
+    """A row's tone: an attempt's is ok or bad by its answer, a call's follows the count its
+    outcome adds to, any other kind's is the registry's (note for a kind it does not know)."""
+    known = KINDS.get(kind or "")
+    if known is None:
+        return "note"
+    if known.counts == "attempt":
+        return "ok" if outcome == "ok" else "bad"
+    if known.counts == "call":
+        return _CALL_TONES[call_count(outcome)]
+    return known.tone
+
+
+_CALL_TONES = {"succeeded": "ok", "degraded": "degraded", "fast_failed": "fast", "failed": "bad"}
 
 
 def call_count(outcome: str | None) -> str:

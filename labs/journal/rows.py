@@ -16,7 +16,6 @@ from typing import Any
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
-from labs.engine.events import is_fast_fail
 from labs.journal import kinds
 
 
@@ -55,27 +54,9 @@ def clock_text(moment: datetime | None) -> str:
 
 
 def row_tone(event: dict[str, Any]) -> str:
-    """A CSS modifier for a journal row: ok, bad, fast, degraded (answered by a fallback),
-    wait, state or note."""
-    kind = event.get("kind")
-    outcome = event.get("outcome") or ""
-    if kind == "attempt":
-        return "ok" if outcome == "ok" else "bad"
-    if kind == "call_result":
-        if outcome == "success":
-            return "ok"
-        if outcome == "degraded":
-            return "degraded"
-        return "fast" if is_fast_fail(outcome) else "bad"
-    if kind in ("rejected", "budget_exhausted", "deadline_exceeded"):
-        return "fast"
-    if kind == "sleep":
-        return "wait"
-    if kind in ("transition", "breaker_forced", "session_reset", "state_restored"):
-        return "state"
-    if kind in ("burst_interrupted", "burst_failed"):
-        return "bad"
-    return "note"
+    """A CSS modifier for a journal row (one of :data:`labs.journal.kinds.TONES`), from the
+    registry: :func:`labs.journal.kinds.tone`."""
+    return kinds.tone(event.get("kind"), event.get("outcome"))
 
 
 ROW_HTML = (

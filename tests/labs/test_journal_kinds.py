@@ -4,6 +4,7 @@ and every place that counts calls counts them the same way."""
 from __future__ import annotations
 
 import ast
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -143,3 +144,99 @@ def test_the_counts_agree_across_the_traffic_summary_and_the_dashboards_sql():
         expected["fast_failed"],
         expected["succeeded"],
     )
+
+
+def test_every_kind_has_a_tone_and_a_rows_tone_comes_from_the_registry():
+    assert {k.tone for k in kinds.KINDS.values()} <= set(kinds.TONES)
+    cases = {
+        ("attempt", "ok"): "ok", ("attempt", "error"): "bad",
+        ("call_result", "success"): "ok", ("call_result", "degraded"): "degraded",
+        ("call_result", "rejected_open"): "fast", ("call_result", "failure"): "bad",
+        ("rejected", ""): "fast", ("sleep", ""): "wait", ("transition", ""): "state",
+        ("burst_failed", ""): "bad", ("policy_set", ""): "note", ("made_up", ""): "note",
+    }  # fmt: skip
+    assert {case: rows.row_tone({"kind": case[0], "outcome": case[1]}) for case in cases} == cases
+
+
+# --- kinds compared, not only written -------------------------------------------------------
+
+#: Words compared with something called ``kind`` in labs/ that are not journal kinds: a socket
+#: message's type, a policy token's prefix, a change's target, a form field's number type, a
+#: breaker's kind.
+OTHER_KINDS = {"ping", "resync", "run_burst", "mine", "burst", "step", "dependency", "int",
+               "rolling_ratio", "consecutive"}  # fmt: skip
+
+JS_KIND = re.compile(r"\.kind\s*[!=]==?\s*\"([^\"]+)\"")
+
+
+def _strings(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return [s for item in node.elts for s in _strings(item)]
+    if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("frozenset", "set", "tuple"):
+        return [s for arg in node.args for s in _strings(arg)]
+    return []
+
+
+def _is_kind(node: ast.AST) -> bool:
+    """``kind``, ``x.kind``, ``x["kind"]`` or ``x.get("kind")``."""
+    if isinstance(node, ast.Name):
+        return node.id == "kind"
+    if isinstance(node, ast.Attribute):
+        return node.attr == "kind"
+    if isinstance(node, ast.Subscript):
+        return _strings(node.slice) == ["kind"]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr == "get" and bool(node.args) and _strings(node.args[0]) == ["kind"]
+    return False
+
+
+def _compared_kinds(tree: ast.AST) -> list[tuple[int, str]]:
+    """Kind strings compared with a kind (``kind == "x"``, ``row["kind"] in (...)``) or held in
+    a ``*_KIND`` / ``*_KINDS`` constant, by line."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if node.value is not None and any(
+                isinstance(t, ast.Name) and t.id.endswith(("KIND", "KINDS")) for t in targets
+            ):
+                found += [(node.lineno, s) for s in _strings(node.value)]
+        elif isinstance(node, ast.Compare) and _is_kind(node.left):
+            for op, right in zip(node.ops, node.comparators, strict=True):
+                if isinstance(op, ast.Eq | ast.NotEq | ast.In | ast.NotIn):
+                    found += [(node.lineno, s) for s in _strings(right)]
+    return found
+
+
+def test_the_comparison_scan_sees_a_kind_compared_and_a_kind_constant():
+    tree = ast.parse(
+        "if row['kind'] in ('burst_end', 'made_up'):\n    pass\n"
+        "if e.get('kind') == 'also_made_up':\n    pass\n"
+        "LOST_KIND = 'third_made_up'\n"
+    )
+    assert sorted(k for _, k in _compared_kinds(tree)) == [
+        "also_made_up", "burst_end", "made_up", "third_made_up"
+    ]
+    assert JS_KIND.findall('if (e.kind === "made_up" || event.kind !== "x") {') == ["made_up", "x"]
+
+
+def test_every_kind_compared_in_the_code_and_the_scripts_is_in_the_registry():
+    """A kind the code waits for but nothing writes (a typo, a kind renamed on one side) is as
+    wrong as one written that the registry lacks. The engine is left out: its settings, retry
+    budgets and servers have kinds of their own, and its events are checked by the registry."""
+    found = []
+    for path in sorted((ROOT / "labs").rglob("*.py")):
+        relative = path.relative_to(ROOT)
+        if relative.parts[1] in ("migrations", "experiments", "engine"):
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        found += [(f"{relative}:{line}", kind) for line, kind in _compared_kinds(tree)]
+    for path in sorted((ROOT / "static" / "js").rglob("*.js")):
+        for number, text in enumerate(path.read_text().splitlines(), 1):
+            found += [(f"{path.relative_to(ROOT)}:{number}", k) for k in JS_KIND.findall(text)]
+    assert len({kind for _, kind in found}) >= 15, "the scan finds the kinds the code compares"
+    unknown = {where: kind for where, kind in found
+               if kind not in kinds.KINDS and kind not in OTHER_KINDS}  # fmt: skip
+    assert unknown == {}
