@@ -158,8 +158,8 @@ def naive_part(script) -> None:
     from labs.journal import store as journal
     from labs.journal.broadcast import session_group
     from labs.live import runtime
-    from labs.live.writer import JournalWriter
-    from labs.live.writer_process import JournalPipe
+    from labs.worker.writer import JournalWriter
+    from labs.worker.writer_process import JournalPipe
 
     layer = get_channel_layer()
     results = {}
@@ -241,8 +241,8 @@ def floor_part(script) -> None:
     import redis
     from django.conf import settings
 
-    from labs.live import hub as hub_module
     from labs.live import runtime
+    from labs.worker import hub as hub_module
 
     timeline: list[float | None] = []  # a sleep's seconds, or None for a round trip
     hub = hub_module.Hub(name="floor-hub")

@@ -8,7 +8,7 @@ Starts its own ``redis-server`` on a free port and prints, for one client on one
   client thread and Redis both asleep, as between a burst's attempts): its wall time and the
   client thread's CPU time;
 - how far a ``time.sleep`` of 5 ms overshoots;
-- the engine hub's floor (:mod:`labs.live.hub`, no engine code, no journal): attempts arriving
+- the engine hub's floor (:mod:`labs.worker.hub`, no engine code, no journal): attempts arriving
   at 100, 300, 1,000 and 3,000 a second (seeded Poisson), each a caller that sends one
   script and waits for its reply, sleeps 40 ms (an answer's wait) and sends one more command
   without waiting (a result's record). CPU per attempt of this process (the hub's thread) and
@@ -87,7 +87,7 @@ def hub_floor(redis_pid: int, port: int, seconds: float) -> None:
 
     import redis
 
-    from labs.live.hub import Hub
+    from labs.worker.hub import Hub
 
     pool = redis.ConnectionPool(port=port)
     plain = redis.Redis(connection_pool=pool)

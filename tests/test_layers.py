@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("labs.presenters",),
     ("labs.selectors",),
     ("labs.services",),
-    ("labs.tasks",),
+    ("labs.worker",),
     ("labs.forms", "labs.templatetags"),
     ("labs.clicks",),
     ("labs.consumers", "labs.views", "labs.admin"),
@@ -162,6 +162,66 @@ def _cycles() -> list[list[str]]:
         if module not in index:
             visit(module)
     return components
+
+
+#: The two tops: what only a web process runs, and what only a worker runs.
+WEB = ("labs.views", "labs.consumers", "labs.clicks", "labs.forms")
+WORKER = ("labs.worker",)
+
+
+def _within(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+@pytest.mark.parametrize(("top", "other"), [(WEB, WORKER), (WORKER, WEB)])
+def test_neither_top_imports_the_other(top, other):
+    crossing = sorted(
+        f"{module} -> {target}"
+        for module, targets in GRAPH.items()
+        if _within(module, top)
+        for target in targets
+        if _within(target, other)
+    )
+    assert not crossing, f"the web and the worker import each other: {', '.join(crossing)}"
+
+
+def test_below_the_tops_nothing_imports_the_worker():
+    """The worker's machinery (hub, writers, run loop) is its own: no shared layer reaches
+    into it, so a web process never starts a worker's thread by importing something."""
+    below = sorted(
+        f"{module} -> {target}"
+        for module, targets in GRAPH.items()
+        if layer_of(module) < layer_of("labs.worker")
+        for target in targets
+        if _within(target, WORKER)
+    )
+    assert not below, ", ".join(below)
+
+
+def test_no_module_is_named_like_a_standard_module_its_neighbours_import():
+    """``labs/live/queue.py`` beside modules doing ``import queue`` is how a name gets
+    shadowed: no module of the project carries the name of a standard-library module that
+    a module of the same package imports."""
+    import sys
+
+    clashes = []
+    for module, path in MODULES.items():
+        name = module.rpartition(".")[2]
+        if name not in sys.stdlib_module_names or path.name == "__init__.py":
+            continue
+        for sibling in path.parent.glob("*.py"):
+            tree = ast.parse(sibling.read_text())
+            for node in ast.walk(tree):
+                names = (
+                    [a.name.split(".")[0] for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module.split(".")[0]]
+                    if isinstance(node, ast.ImportFrom) and node.module and not node.level
+                    else []
+                )
+                if name in names:
+                    clashes.append(f"{module} (imported as stdlib by {sibling.name})")
+    assert not clashes, ", ".join(sorted(set(clashes)))
 
 
 def test_no_import_cycles_even_lazy_ones():

@@ -1,12 +1,8 @@
 """The lab's health, for ``/healthz``: the database, Redis, the broker, a live worker and its
-journal writer's lag; and the worker heartbeat that the last two are read from.
-
-A worker starts :func:`start_worker_heartbeat` when it is ready. Every ``HEARTBEAT_SECONDS``
-the heartbeat asks the worker's journal writer to flush (a marker through the same queue the
-burst events take, so the time it takes is how far behind the writer is), then records the
-beat and that lag in the broker's Redis: ``WORKERS_KEY`` (a sorted set, worker -> time of its
-last beat) and ``WRITER_LAG_KEY`` (a hash, worker -> seconds). Redis rather than the metrics
-files, so a web process sees workers on other machines too.
+journal writer's lag, read from the beats every worker records in the broker's Redis
+(``labs.worker.beat``): ``WORKERS_KEY`` (a sorted set, worker -> time of its last beat) and
+``WRITER_LAG_KEY`` (a hash, worker -> seconds). Redis rather than the metrics files, so a web
+process sees workers on other machines too.
 
 :func:`run_checks` makes three round trips at most (a query, two Redis pipelines), each bounded
 by ``CHECK_TIMEOUT`` seconds, and reports statuses, counts and durations only: no address,
@@ -28,8 +24,6 @@ from django.db import connection
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from labs.live.writers import get_writer
-
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 5.0
@@ -45,16 +39,15 @@ CHECK_TIMEOUT = 1.0
 WORKERS_KEY = "failurelab:ops:workers"
 WRITER_LAG_KEY = "failurelab:ops:writer-lag"
 #: Both keys expire this long after the last beat of any worker.
-_KEY_TTL_SECONDS = 3600
+KEY_TTL_SECONDS = 3600
 
 WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
 
 _clients: dict[str, redis.Redis] = {}
 _clients_lock = threading.Lock()
-_heartbeat: threading.Thread | None = None
 
 
-def _redis(url: str) -> redis.Redis:
+def redis_client(url: str) -> redis.Redis:
     """A client for ``url`` that fails within CHECK_TIMEOUT and does not retry: a health
     check must answer quickly, above all when Redis does not."""
     with _clients_lock:
@@ -67,56 +60,6 @@ def _redis(url: str) -> redis.Redis:
                 retry=Retry(NoBackoff(), 0),
             )
         return client
-
-
-# --- On the worker ------------------------------------------------------------------------
-
-
-def start_worker_heartbeat() -> None:
-    """Start this worker's heartbeat thread (once per process)."""
-    global _heartbeat
-    with _clients_lock:
-        if _heartbeat is None:
-            _heartbeat = threading.Thread(target=_beat_forever, name="health-heartbeat",
-                                          daemon=True)  # fmt: skip
-            _heartbeat.start()
-
-
-def _beat_forever() -> None:
-    while True:
-        try:
-            beat()
-        except Exception:  # the heartbeat must outlive a Redis outage
-            logger.warning("health heartbeat not recorded", exc_info=True)
-        time.sleep(HEARTBEAT_SECONDS)
-
-
-def beat() -> float:
-    """Measure the journal writer's lag (a flush) and record it with this worker's beat.
-    Returns the lag in seconds, -1 if the flush timed out."""
-    started = time.monotonic()
-    flushed = get_writer().flush(WRITER_FLUSH_TIMEOUT)
-    lag = time.monotonic() - started if flushed else -1.0
-    now = time.time()
-    pipe = _redis(settings.CELERY_BROKER_URL).pipeline(transaction=False)
-    pipe.zadd(WORKERS_KEY, {WORKER_ID: now})
-    pipe.hset(WRITER_LAG_KEY, WORKER_ID, f"{lag:.6f}")
-    pipe.zremrangebyscore(WORKERS_KEY, "-inf", now - _KEY_TTL_SECONDS)
-    pipe.expire(WORKERS_KEY, _KEY_TTL_SECONDS)
-    pipe.expire(WRITER_LAG_KEY, _KEY_TTL_SECONDS)
-    pipe.execute()
-    return lag
-
-
-def stop_worker_heartbeat() -> None:
-    """Withdraw this worker's beat (a worker shutting down cleanly is not live any more)."""
-    try:
-        pipe = _redis(settings.CELERY_BROKER_URL).pipeline(transaction=False)
-        pipe.zrem(WORKERS_KEY, WORKER_ID)
-        pipe.hdel(WRITER_LAG_KEY, WORKER_ID)
-        pipe.execute()
-    except redis.RedisError:
-        logger.warning("health heartbeat not withdrawn", exc_info=True)
 
 
 # --- Anywhere -----------------------------------------------------------------------------
@@ -141,7 +84,7 @@ def _database() -> dict[str, Any]:
 
 
 def _redis_check() -> dict[str, Any]:
-    _redis(settings.LAB_ENGINE_REDIS_URL).ping()
+    redis_client(settings.LAB_ENGINE_REDIS_URL).ping()
     return {}
 
 
@@ -155,7 +98,7 @@ def run_checks() -> dict[str, Any]:
 
     def broker() -> dict[str, Any]:
         now = time.time()
-        pipe = _redis(settings.CELERY_BROKER_URL).pipeline(transaction=False)
+        pipe = redis_client(settings.CELERY_BROKER_URL).pipeline(transaction=False)
         pipe.ping()
         pipe.zrangebyscore(WORKERS_KEY, now - WORKER_STALE_SECONDS, "+inf", withscores=True)
         pipe.hgetall(WRITER_LAG_KEY)

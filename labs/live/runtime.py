@@ -46,7 +46,6 @@ from labs.engine.shared import (
     session_seconds_from_fields,
 )
 from labs.journal.store import Written
-from labs.live.hub import get_hub
 from labs.models import Burst, LabSession, SharedDependencyConfig
 
 _client: redis.Redis | None = None
@@ -76,12 +75,6 @@ def namespace(session_id: int) -> str:
     cluster's nodes.
     """
     return f"fl:{{s{session_id}}}"
-
-
-def hub_redis() -> redis.Redis:
-    """The engine hub's client on the engine's Redis (:mod:`labs.live.hub`): the commands the
-    hub's callers send go out together, one pipeline per round."""
-    return get_hub().redis(engine_redis().connection_pool)
 
 
 def session_store(session_id: int, client: redis.Redis | None = None) -> RedisStore:
@@ -266,7 +259,7 @@ def build_engine(
     client: redis.Redis | None = None,
 ) -> SessionEngine:
     """Engine objects for ``session``'s current settings (their store talks to Redis through
-    ``client``; a running burst or traffic run passes the engine hub's, :func:`hub_redis`,
+    ``client``; a running burst or traffic run passes the engine hub's (``labs.worker.hub``),
     with the hub's clock).
 
     ``rng`` defaults to one seeded from the session's seed and burst count, so a burst can be
@@ -292,9 +285,7 @@ def build_engine(
     breaker = Breaker(policy.breaker, store=store, clock=clock, rng=rng, sink=sink)
     # Hosts, B, a bulkhead, a fallback, keys (labs.engine.routes): only when configured.
     routes = (
-        build_routes(
-            config, policy, store=store, clock=clock, rng=rng, sink=sink, breaker=breaker
-        )
+        build_routes(config, policy, store=store, clock=clock, rng=rng, sink=sink, breaker=breaker)
         if config is not None and needs_routes(config, policy)
         else None
     )
@@ -318,9 +309,7 @@ def burst_rng_seed(session: LabSession) -> str:
     return f"{session.seed}:{session.burst_count}"
 
 
-def start_state(
-    session: LabSession, burst: Burst, rng_seed: str
-) -> tuple[dict[str, Any], bool]:
+def start_state(session: LabSession, burst: Burst, rng_seed: str) -> tuple[dict[str, Any], bool]:
     """The replayable start state of ``burst`` (see :mod:`labs.engine.replay`): the
     session's dependency and policy, its store's state in Redis and the time, read now, just
     before the burst's first call; and whether Redis had lost the session's state, in which

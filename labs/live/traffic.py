@@ -3,7 +3,7 @@
 A traffic run makes its calls at the instants of an arrival schedule fixed in advance
 (:func:`arrival_schedule`: seeded Poisson or even spacing), each call through the session's
 whole policy and concurrently with the calls still in flight. The calls run as cooperative
-callers of the worker process's engine hub (:mod:`labs.live.hub`), one thread for every run
+callers of the worker process's engine hub (:mod:`labs.worker.hub`), one thread for every run
 and burst of the process: a call spends nearly all its time sleeping, so a thread per call
 would spend thousands of threads on sleeping.
 

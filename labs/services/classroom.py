@@ -6,14 +6,14 @@ any session is touched, when its input is invalid (``SettingsInvalid`` naming th
 its range) or the user does not teach the class (``PermissionDenied``).
 
 A timed fault (``duration_s``) is a :class:`~labs.models.ClassFault` row holding, per session,
-the dependency to put back; ``labs.tasks.restore_class_fault`` runs with a countdown and calls
-:func:`classroom_fault_restore`, which claims the row with a conditional UPDATE, so a task
+the dependency to put back; ``labs.worker.tasks.restore_class_fault`` runs with a countdown and
+calls :func:`classroom_fault_restore`, which claims the row with a conditional UPDATE, so a task
 delivered twice (or a sweep racing the task) restores once. A second injection in the same
 class supersedes the first: the first's restore then does nothing, and the second restores the
 modes the first had saved (the modes from before any class-wide fault), not the first fault.
 A fault whose task was lost (its worker died holding it) is restored by a sweep
 (:func:`classroom_faults_restore_due`) that every worker runs every few seconds from the moment
-it is ready (:func:`worker_ready`), and that a class dashboard runs when it loads.
+it is ready (:func:`sweep_faults`), and that a class dashboard runs when it loads.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from labs.engine import Problem
-from labs.live import queue
+from labs.live import enqueue
 from labs.models import ClassFault, Classroom, LabSession, Scenario
 from labs.presenters.text import actor_name
-from labs.services.bursts import BurstAlreadyRunning, start_sweeper
+from labs.services.bursts import BurstAlreadyRunning
 from labs.services.lab import SettingsInvalid, session_reset, session_set_dependency
 
 logger = logging.getLogger(__name__)
@@ -172,7 +172,7 @@ def classroom_set_dependency(
 
 
 def _schedule_restore(fault_id: int, countdown: int) -> None:
-    queue.enqueue_fault_restore(fault_id, countdown)
+    enqueue.enqueue_fault_restore(fault_id, countdown)
 
 
 def classroom_fault_restore(*, fault_id: int, now=None) -> ClassActionResult:
@@ -255,17 +255,10 @@ def classroom_faults_restore_due(*, now=None) -> int:
     return restored
 
 
-def worker_ready() -> None:
-    """Start this worker process's fault sweeper: every ``bursts.reap_interval()`` seconds it
-    restores the timed class faults whose time has passed (:func:`classroom_faults_restore_due`).
-    The restore task is the normal path; a worker that died holding it (the broker does not
-    deliver it again) would otherwise leave the class's dependencies broken until an
-    instructor's dashboard loaded. A fault restored by the task is not due any more, and the
-    restore claims its row, so the two never both restore it."""
-    start_sweeper("fault-sweeper", _sweep_faults)
-
-
-def _sweep_faults() -> None:
+def sweep_faults() -> None:
+    """The worker's backstop for timed class faults whose restore task was lost (a worker
+    that died holding it): restore every one due; the restore claims its row, so the task and
+    the sweep never both restore a fault."""
     restored = classroom_faults_restore_due()
     if restored:
         logger.info("restored %d class fault(s) whose restore task was lost", restored)

@@ -47,7 +47,7 @@ from pylti1p3.lineitem import LineItem
 from pylti1p3.names_roles import NamesRolesProvisioningService
 from pylti1p3.service_connector import ServiceConnector
 
-from labs.live import queue
+from labs.live import enqueue
 from labs.models import (
     Classroom,
     LabSession,
@@ -699,8 +699,8 @@ def lti_grade_queue(*, session: LabSession) -> LtiGradePost | None:
 
 def _send_later(post_id: int, *, countdown: int) -> None:
     try:
-        queue.send_grade_post(post_id, countdown=countdown)
-    except queue.QueueUnavailable as error:  # the row stays pending: a later sweep sends it
+        enqueue.send_grade_post(post_id, countdown=countdown)
+    except enqueue.QueueUnavailable as error:  # the row stays pending: a later sweep sends it
         logger.warning("LTI grade post %s not queued: %s", post_id, error)
 
 

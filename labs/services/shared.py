@@ -10,7 +10,7 @@ class, naming who acted. A trigger fired while another runs replaces it, and eve
 says which one it replaced.
 
 Redis holds the model, the database its settings: after a Redis restart every worker's
-sweeper (:func:`worker_ready`) writes the settings back from the database within a few
+sweeper (:func:`shared_restore_lost`, on the worker's sweeper) writes the settings back from the database within a few
 seconds (:func:`shared_restore_lost`, as a session's breaker is restored from its snapshot),
 and a trigger that was running when the store lost it is ended with a line in every journal
 of the class saying so, not left to look as if it still ran.
@@ -212,11 +212,3 @@ def _running_trigger(classroom_id: int) -> str | None:
     trigger = (row[2] or {}).get("trigger") or {}
     until = row[1] + timedelta(milliseconds=int(trigger.get("duration_ms", 0)))
     return trigger.get("kind", "running") if until > timezone.now() else None
-
-
-def worker_ready() -> None:
-    """Start this worker's shared-dependency sweep: every ``bursts.reap_interval()`` seconds
-    it restores the classes' settings Redis lost (:func:`shared_restore_lost`)."""
-    from labs.services.bursts import start_sweeper
-
-    start_sweeper("shared-restore", shared_restore_lost)

@@ -53,7 +53,7 @@ def _close_background_connections(django_db_setup, django_db_blocker):
     """The journal writer thread keeps its own connection; close it before the test database
     is dropped (PostgreSQL refuses to drop a database someone is connected to)."""
     yield
-    from labs.live.writers import get_writer
+    from labs.worker.writers import get_writer
 
     writer = get_writer()
     with django_db_blocker.unblock():
@@ -65,9 +65,9 @@ def celery_worker(transactional_db):
     """An embedded Celery worker (thread pool) running for the length of one test."""
     from celery.contrib.testing.worker import start_worker
 
-    import labs.tasks  # noqa: F401 - registered before the worker starts
+    import labs.worker.tasks  # noqa: F401 - registered before the worker starts
     from lab_project.celery import app
-    from labs.live.writers import get_writer
+    from labs.worker.writers import get_writer
 
     # Import every task module now: WorkController iterates app.tasks while it starts, and a
     # module with a shared_task imported meanwhile by another thread would change that dict

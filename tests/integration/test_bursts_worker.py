@@ -18,9 +18,10 @@ from django.db import connection, connections, transaction
 
 from labs.journal import broadcast
 from labs.live import runtime
-from labs.live.writers import get_writer
 from labs.models import Burst, JournalEvent, LabSession
 from labs.services import bursts, lab
+from labs.worker import bursts as worker_bursts
+from labs.worker.writers import get_writer
 from tests.conftest import make_classroom, make_scenario, make_student, tour_script
 from tests.integration.conftest import wait_for
 
@@ -83,7 +84,7 @@ def test_redelivered_burst_message_does_nothing(celery_worker):
     burst = bursts.burst_start(session=session, user=session.owner, size=2)
     finished(burst)
     rows = JournalEvent.objects.filter(session=session).count()
-    assert bursts.burst_run(burst_id=burst.pk) == "skipped"
+    assert worker_bursts.burst_run(burst_id=burst.pk) == "skipped"
     get_writer().flush()
     assert JournalEvent.objects.filter(session=session).count() == rows
 
@@ -271,7 +272,7 @@ def _writer_pids(worker_pid: int) -> list[int]:
         except OSError:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == worker_pid and b"labs.live.writer_process" in cmdline:
+        if ppid == worker_pid and b"labs.worker.writer_process" in cmdline:
             pids.append(int(entry.name))
     return pids
 

@@ -1,4 +1,4 @@
-"""The engine hub (labs.live.hub) against a real Redis: callers' commands share pipelines,
+"""The engine hub (labs.worker.hub) against a real Redis: callers' commands share pipelines,
 each caller gets its own reply or error, the hub outlives a dead connection, and a chain of
 sleeps absorbs each wake-up's lateness up to the bound, never more."""
 
@@ -10,8 +10,8 @@ import pytest
 import redis
 from django.conf import settings
 
-from labs.live import hub as hub_module
-from labs.live.hub import CATCH_UP_S, Hub, HubClock
+from labs.worker import hub as hub_module
+from labs.worker.hub import CATCH_UP_S, Hub, HubClock
 
 pytestmark = [pytest.mark.integration]
 

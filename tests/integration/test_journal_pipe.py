@@ -21,9 +21,9 @@ from django.db import connections, transaction
 from django.db.models import F
 
 from labs.journal import store as journal
-from labs.live.writer_process import JournalPipe
 from labs.models import JournalEvent, LabSession
 from labs.services import lab
+from labs.worker.writer_process import JournalPipe
 from tests.conftest import make_classroom, make_scenario, make_student, tour_script
 from tests.integration.conftest import wait_for
 
@@ -91,7 +91,7 @@ def writer_children() -> set[int]:
         if (
             int(stat[1]) == os.getpid()
             and stat[0] != "Z"
-            and b"labs.live.writer_process" in cmdline
+            and b"labs.worker.writer_process" in cmdline
         ):
             pids.add(int(proc.name))
     return pids - _ELSEWHERE
@@ -216,7 +216,7 @@ def test_a_successor_that_dies_before_it_looks_the_batch_up_hands_the_question_o
     stillborn: list[int] = []
 
     def popen(args, **kwargs):
-        if not stillborn and args[-1] == "labs.live.writer_process":
+        if not stillborn and args[-1] == "labs.worker.writer_process":
             process = real_popen([sys.executable, "-c", "pass"], **kwargs)
             stillborn.append(process.pid)
             return process

@@ -10,9 +10,9 @@ import pytest
 from django.db import connection
 
 from labs.journal import store as journal
-from labs.live import writer as writer_module
 from labs.models import JournalEvent
 from labs.services import lab
+from labs.worker import writer as writer_module
 from tests.conftest import make_classroom, make_scenario, make_student, tour_script
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -45,7 +45,7 @@ def test_a_writer_behind_another_sqlite_writer_polls_for_the_lock_without_an_err
     holder.execute("BEGIN IMMEDIATE")
     release = threading.Timer(0.5, lambda: holder.execute("COMMIT"))
     writer = writer_module.JournalWriter(after_write=after_write)
-    caplog.set_level(logging.WARNING, logger="labs.live.writer")
+    caplog.set_level(logging.WARNING, logger="labs.worker.writer")
     try:
         release.start()
         writer.submit(

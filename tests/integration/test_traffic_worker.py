@@ -11,7 +11,7 @@ import pytest
 
 from labs.live.traffic import arrival_schedule, traffic_seed
 from labs.models import JournalEvent, LabSession, Traffic
-from labs.services import lab
+from labs.services import lab, runs
 from labs.services import shared as shared_services
 from labs.services import traffic as svc
 from tests.conftest import make_classroom, make_scenario, make_student, tour_script
@@ -252,8 +252,8 @@ def test_a_run_marked_final_elsewhere_stops_its_schedule_and_journals_no_second_
     )
     wait_for(lambda: len(calls_in(traffic)) >= 3, 120, interval=0.2, message="a few calls")
     traffic.refresh_from_db()
-    assert svc._mark(
-        traffic, Traffic.Status.RUNNING, Traffic.Status.INTERRUPTED, "traffic_end",
+    assert runs.mark(
+        svc.TRAFFIC, traffic, Traffic.Status.RUNNING, Traffic.Status.INTERRUPTED, "traffic_end",
         "traffic interrupted: its worker (elsewhere) stopped responding",
     )  # fmt: skip
 

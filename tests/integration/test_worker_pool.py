@@ -1,6 +1,6 @@
 """A worker on PostgreSQL with a small connection pool, twenty bursts queued at once.
 
-A burst does its database work in the process's bookkeeping turn (``labs.live.hub.
+A burst does its database work in the process's bookkeeping turn (``labs.worker.hub.
 bookkeeping``: one run at a time), and the one holding the turn needs a connection from the
 process's pool (``DATABASE_POOL_SIZE``). So a burst must never wait for the turn while it
 holds a connection: once as many bursts as the pool has connections held theirs between two

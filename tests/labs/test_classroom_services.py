@@ -13,7 +13,7 @@ from labs.models import Burst, ClassFault, JournalEvent, LabSession
 from labs.services import classroom as svc
 from labs.services import lab
 from labs.services.lab import SettingsInvalid
-from labs.tasks import restore_class_fault
+from labs.worker.tasks import restore_class_fault
 from tests.conftest import make_scenario, make_student
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
@@ -255,7 +255,7 @@ def test_timed_fault_commits_its_restore_only_with_the_injection(
 ):
     enqueued = []
     monkeypatch.setattr(
-        "labs.live.queue.enqueue_fault_restore",
+        "labs.live.enqueue.enqueue_fault_restore",
         lambda fault_id, countdown: enqueued.append(((fault_id,), countdown)),
     )
     monkeypatch.setattr("labs.services.lab._arm_dependency", lambda *a: None)

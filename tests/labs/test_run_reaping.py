@@ -14,6 +14,8 @@ from django.utils import timezone
 
 from labs.models import Burst, JournalEvent, Traffic
 from labs.services import bursts, traffic
+from labs.services.runs import WORKER_ID
+from labs.worker import runs
 from tests.conftest import make_session
 
 pytestmark = pytest.mark.django_db
@@ -33,14 +35,12 @@ def _stale_burst(session, worker: str, number: int = 1) -> Burst:
 
 
 def test_a_worker_never_reaps_a_burst_it_is_running_however_old_its_heartbeat(session):
-    burst = _stale_burst(session, bursts.WORKER_ID)
-    with bursts._running_lock:
-        bursts._running.add(burst.pk)
+    burst = _stale_burst(session, WORKER_ID)
+    bursts.BURSTS.here.add(burst.pk)  # as runs.claim does, without starting its threads
     try:
         assert bursts.bursts_reap_stale(session_id=session.pk) == 0
     finally:
-        with bursts._running_lock:
-            bursts._running.discard(burst.pk)
+        bursts.BURSTS.here.discard(burst.pk)
     burst.refresh_from_db()
     assert burst.status == Burst.Status.RUNNING
     assert not JournalEvent.objects.filter(kind="burst_interrupted").exists()
@@ -52,7 +52,7 @@ def test_a_stale_burst_of_another_worker_or_no_longer_running_here_is_reaped(ses
     burst.refresh_from_db()
     assert burst.status == Burst.Status.INTERRUPTED
     # Same worker id, but not in this process's running set (a previous life of the id).
-    _stale_burst(session, bursts.WORKER_ID, number=2)
+    _stale_burst(session, WORKER_ID, number=2)
     assert bursts.bursts_reap_stale(session_id=session.pk) == 1
 
 
@@ -61,14 +61,13 @@ def test_a_worker_never_reaps_a_traffic_run_it_is_running(session):
     run = Traffic.objects.create(
         session=session, rate=1, duration_s=10, seed=1, calls=10, first_call_no=1,
         status=Traffic.Status.RUNNING, started_at=old, heartbeat_at=old,
-        worker=bursts.WORKER_ID,
+        worker=WORKER_ID,
     )  # fmt: skip
-    with traffic._watch_lock:  # as traffic._watch does, without starting its thread
-        traffic._watched[run.pk] = traffic._Watched()
+    traffic.TRAFFIC.here.add(run.pk)
     try:
         assert traffic.traffic_reap_stale(session_id=session.pk) == 0
     finally:
-        traffic._unwatch(run.pk)
+        traffic.TRAFFIC.here.discard(run.pk)
     assert traffic.traffic_reap_stale(session_id=session.pk) == 1
     run.refresh_from_db()
     assert run.status == Traffic.Status.INTERRUPTED
@@ -77,10 +76,10 @@ def test_a_worker_never_reaps_a_traffic_run_it_is_running(session):
 def test_the_heartbeat_is_stamped_by_the_database_when_written(session, monkeypatch):
     """The stamp is the database's clock at the UPDATE, not a Python time taken before the
     wait for a connection: a stand-in clock for Python's ``timezone.now`` is not used."""
-    burst = _stale_burst(session, bursts.WORKER_ID)
+    burst = _stale_burst(session, WORKER_ID)
     frozen = timezone.now() - timedelta(hours=1)
-    monkeypatch.setattr(bursts.timezone, "now", lambda: frozen)
-    bursts._touch_heartbeats([burst.pk])
+    monkeypatch.setattr(runs.timezone, "now", lambda: frozen)
+    runs.touch(bursts.BURSTS, [burst.pk])
     monkeypatch.undo()
     burst.refresh_from_db()
     assert abs((timezone.now() - burst.heartbeat_at).total_seconds()) < 60

@@ -17,7 +17,7 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 @pytest.fixture(autouse=True)
 def _no_worker(monkeypatch):
     """Starting traffic sends a task on commit; these tests only look at the request."""
-    monkeypatch.setattr("labs.live.queue.send_traffic", lambda traffic_id: None)
+    monkeypatch.setattr("labs.live.enqueue.send_traffic", lambda traffic_id: None)
 
 
 @pytest.fixture

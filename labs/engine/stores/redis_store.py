@@ -523,7 +523,7 @@ class _Script:
 
     def send(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         """Run the script for a caller that will not read its reply. A client that can send
-        without waiting (``send_nowait``: the engine hub's, ``labs.live.hub``) sends it with
+        without waiting (``send_nowait``: the engine hub's, ``labs.worker.hub``) sends it with
         its next round trip and None is returned; any other client runs it as a call."""
         nowait = getattr(self.client, "send_nowait", None)
         if nowait is None:

@@ -1,41 +1,9 @@
-"""The journal writer in a process of its own, next to a Celery worker.
+"""The journal writer in a process of its own, next to a Celery worker, so that turning events
+into INSERTs and pushes never takes the interpreter lock from the runs' timed sleeps.
 
-Why a process and not a thread: a burst's timings are real sleeps, and a thread that wakes
-from a sleep needs the interpreter lock back. A writer thread in the same interpreter turning
-events into INSERTs and channel-layer pushes holds that lock often enough to add milliseconds to
-every attempt (benchmarks/burst_bench.py measured it), which is exactly the distortion the lab
-must not show students. In its own process the writer uses the other core and the burst thread's
-whole cost per event is one pickle and one ``send_bytes`` on a pipe.
-
-Crash behaviour: every entry and flush request travels with an id (a counter of this
-process). The writer process reports back, per batch, ``prepared`` (the batch's
-:data:`~labs.live.writer.Witness`, just before its COMMIT) and ``done`` (every id up to this
-one is committed and pushed). The parent keeps what is not done yet in a bounded buffer; when
-the writer process dies (SIGKILL, the OOM killer) its ack reader sees the pipe close, starts a
-new one and hands it the buffer again, so nothing written to the pipe but not committed is
-lost. A batch that was prepared but not reported done is the one that may or may not have
-committed: the new writer process looks its witness row up first and skips the batch if it is
-there, so nothing is written twice. The parent asks every new process until one has answered
-(a successor killed while it boots has not looked). Sequence numbers are assigned only in the committing
-transaction, so a resent entry gets the next number of its session: the journal stays
-gap-free and in order.
-
-What can still be lost: entries pushed out of a full buffer (``max_unacked``, a writer that
-has not committed anything for a long time) when the writer process then dies; the restarted
-one journals a ``journal_lost`` row per session and burst counting them. When the worker
-process itself is killed, its writer process reads to the end of the pipe, writes everything
-and exits.
-
-Stopping: only the parent ends its writer process: :meth:`JournalPipe.stop` (a flush, then
-a stop frame) when the worker shuts down (``lab_project/celery.py``), or the pipe closing
-when the worker dies. The writer process ignores SIGINT and SIGTERM, which reach it with the
-rest of its process group (Ctrl-C under ``make run``, a ``kill`` of the group, a service
-manager stopping the worker): killed by them, it would die mid-batch while the worker is
-still finishing its bursts, and the worker would start another one to hand its buffer to.
-
-Interface: :class:`JournalPipe` implements :class:`labs.journal.store.JournalSink`, as the
-thread writer :class:`labs.live.writer.JournalWriter` does. A write on the pipe never raises
-into a burst: a broken pipe means the writer died, and the entry is in the buffer.
+:class:`JournalPipe` implements :class:`labs.journal.store.JournalSink`; a write on the pipe
+never raises into a run. How the parent keeps what the writer has not committed, restarts a
+dead writer and stops it: docs/scaling.md, "The journal writer process".
 """
 
 from __future__ import annotations
@@ -125,7 +93,7 @@ def _child_main() -> None:
 
     from labs.journal.store import Entry
     from labs.live.runtime import store_snapshots_after_write
-    from labs.live.writer import JournalWriter, witness_committed
+    from labs.worker.writer import JournalWriter, witness_committed
 
     out_lock = threading.Lock()
 
@@ -262,7 +230,7 @@ class JournalPipe:
         env["LAB_JOURNAL_DATABASE"] = json.dumps(database)
         env.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
         process = subprocess.Popen(
-            [sys.executable, "-m", "labs.live.writer_process"],
+            [sys.executable, "-m", "labs.worker.writer_process"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             bufsize=0,
@@ -287,7 +255,7 @@ class JournalPipe:
         # question on to the one after it.
         frames.extend(frame for _, frame, _ in self._unacked)
         if self._evicted:
-            from labs.live.writer import loss_entries
+            from labs.worker.writer import loss_entries
 
             lost = [
                 entry

@@ -1,45 +1,11 @@
 """The engine hub: every call a worker process has in flight, on one thread, with its Redis
 round trips batched.
 
-A worker runs a class's bursts and steady traffic at once: a hundred bursts of twenty calls,
-or thirty traffic runs of ten calls a second, each call sleeping most of its life (the
-dependency's latency, a backoff) between a few Redis round trips. Run as a thread per burst,
-every wake-up is an OS thread taking the interpreter lock back and every round trip is a
-``send`` and a ``recv`` of its own: a hundred bursts then spend more CPU waking up and talking
-to Redis than the attempts themselves need, and their timings stretch (benchmarks/burst_bench.py,
-part b; benchmarks/storm_bench.py).
-
-The hub is one thread per process that runs every call as a cooperative caller (a greenlet)
-of one :class:`HubClock`: the engine's :class:`~labs.engine.clock.VirtualClock` with its
-scheduler paced to the wall clock. The engine code is the same blocking code a call makes
-anywhere (``GuardedClient.call``); only its clock and its Redis client are the hub's:
-
-- ``clock.sleep`` hands the thread to the next due caller; the hub really waits only when
-  nobody is due.
-- A Redis command from a caller (:class:`HubRedis`) does not go out at once: the caller
-  parks, and when every caller due now has run to its next sleep or command, the hub sends
-  all parked commands in **one write** on its own connection (:mod:`labs.live.redis_batch`),
-  then resumes each caller with its own reply, in the order they asked. Each command is
-  still one atomic script or command on the server, in that order, exactly as if the
-  callers' threads had raced there; only the syscalls and wake-ups are shared.
-- A command whose reply nobody will read (:meth:`HubRedis.send_nowait`) goes out with the
-  caller's next ones while the caller goes on; its reply is read with a later batch, and
-  before a finished run's thread is woken.
-- Journal entries the callers emit are handed to the journal writer together
-  (:meth:`Hub.journal`: one pickle and one pipe write for all of them), when the hub is
-  about to wait and at most every 2 ms while it is busy.
-
-Timing. A sleep ends at its due instant plus the hub's lateness in getting to it (timer
-overshoot, about 0.1 to 0.2 ms here, and the callers due before it in the same round). A
-caller's next sleep is shortened by the lateness of the wake-up before it, up to
-:data:`CATCH_UP_S`, so a chain of sleeps keeps to its configured total instead of adding one
-overshoot per sleep; the caller's own work between the two (its Redis round trips) is never
-absorbed, and lateness beyond the bound shows in full (an overloaded process is visible,
-never hidden).
-
-Other threads use the hub through :meth:`Hub.run` (run a function as a caller, wait for its
-result) and never touch its clock's queue directly. A caller must not block the thread on
-anything but the hub: no database query, no lock held across a sleep or a Redis command.
+Every call runs as a cooperative caller (a greenlet) of one :class:`HubClock`, the engine's
+virtual clock paced to the wall clock: a sleep hands the thread to the next due caller, and
+the Redis commands of every caller due now go out in one write. Other threads use the hub
+through :meth:`Hub.run`; a caller must block on nothing but the hub. Why, and its timing
+guarantees: docs/scaling.md, "The engine hub".
 """
 
 from __future__ import annotations
@@ -60,7 +26,9 @@ from redis.exceptions import NoScriptError
 
 from labs.engine import VirtualClock
 from labs.engine.clock import Task
+from labs.live import runtime
 from labs.live.redis_batch import read_replies, write_batch
+from labs.worker.once import once
 
 logger = logging.getLogger(__name__)
 
@@ -421,9 +389,7 @@ class Hub:
         microseconds, and each hand-off wakes the writer process's threads (the writer
         batches for 8 ms anyway)."""
         now = time.monotonic()
-        if self._entries and (
-            idle or self._finished or now - self._handed >= JOURNAL_HANDOFF_S
-        ):
+        if self._entries and (idle or self._finished or now - self._handed >= JOURNAL_HANDOFF_S):
             self._handed = now
             entries, self._entries = self._entries, {}
             for writer, batch in entries.items():
@@ -552,17 +518,15 @@ def _name_native_thread(name: str) -> None:
         pass
 
 
-_hub: Hub | None = None
-_hub_lock = threading.Lock()
-
-
+@once
 def get_hub() -> Hub:
     """This process's hub, created (and its thread started) on first use."""
-    global _hub
-    if _hub is None:
-        with _hub_lock:
-            if _hub is None:
-                hub = Hub()
-                hub.start()
-                _hub = hub
-    return _hub
+    hub = Hub()
+    hub.start()
+    return hub
+
+
+def hub_redis() -> redis.Redis:
+    """The engine hub's client on the engine's Redis: the commands the calls running on the
+    hub send go out together, one batch a round."""
+    return get_hub().redis(runtime.engine_redis().connection_pool)

@@ -1,22 +1,9 @@
-"""The journal writer thread: takes a burst's journal entries off its timing path.
+"""The journal writer thread: takes a run's journal entries off its timing path.
 
-The engine's sink only appends an entry to an in-memory queue (about a microsecond), so
-journaling never sits on the clock path of a burst: the timings a student sees are the
-configured latencies and backoffs, not our inserts. The writer thread drains the queue in
-batches (one transaction per batch, one push per session per batch), in the order the events
-were emitted. On a worker this thread runs inside the writer process
-(:mod:`labs.live.writer_process`); elsewhere (tests, ``LAB_JOURNAL_WRITER=thread``) in the
-process itself. :func:`labs.live.writers.get_writer` chooses.
-
-What a crash can lose: events still in the writer's queue when the process is killed. The
-writer process's parent keeps what it handed over until the writer reports it done
-(``on_prepared`` and ``on_done`` below) and hands it to a restarted writer, so on a worker
-nothing is lost. Rows already committed are never written twice: sequence numbers are
-assigned only inside the committing transaction, and a batch whose commit may or may not have
-happened (the connection broke during COMMIT, the process died before reporting it) is looked
-up by its :data:`Witness` before it is written again. A batch that cannot be written at all
-(an error that is not the database's) leaves a ``journal_lost`` row saying how many events it
-held.
+The engine's sink only appends an entry to an in-memory queue; the writer drains it in
+batches (one transaction a batch, one push per session a batch), in emission order. On a
+worker it runs inside the writer process (:mod:`labs.worker.writer_process`). What a crash can
+lose and why nothing is written twice: docs/scaling.md, "The journal writer thread".
 """
 
 from __future__ import annotations
@@ -224,9 +211,7 @@ class JournalWriter:
                     flushes.append(item)
                 elif isinstance(item, list):
                     batch.extend(item)
-                    if until > started + self._linger and any(
-                        e.burst_id is not None for e in item
-                    ):
+                    if until > started + self._linger and any(e.burst_id is not None for e in item):
                         until = started + self._linger
                 elif item is not None:
                     batch.append(item)

@@ -1,6 +1,6 @@
 """Hands work to the Celery workers, by task name.
 
-:mod:`labs.tasks` defines the tasks (thin: ids in, a service call); the services that
+:mod:`labs.worker.tasks` defines the tasks (thin: ids in, a service call); the services that
 enqueue them sit below it and send by name, so no module imports upward. A test checks that
 every name here is a registered task.
 """
