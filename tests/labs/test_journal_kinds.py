@@ -15,7 +15,7 @@ from labs.journal import kinds, rows
 from labs.journal import store as journal
 from labs.models import JournalEvent, Traffic
 from labs.selectors.dashboard import class_dashboard_rows
-from labs.services.traffic import _summary
+from labs.worker.traffic import _summary
 from tests.conftest import make_classroom, make_scenario, make_session, make_student
 from tests.engine.helpers import Rig
 
