@@ -242,19 +242,20 @@ def test_a_sequential_burst_on_the_hub_is_one_round_trip_per_healthy_call(hub, c
 
 def test_the_worker_ready_hook_opens_the_hubs_connection_and_loads_the_scripts(monkeypatch):
     """The first burst after a worker starts pays neither the hub's connect nor a script load
-    (lab_project.celery._start_engine_hub, run here on a hub of this test's own)."""
+    (labs.worker.boot._start_engine_hub, run here on a hub of this test's own)."""
     import hashlib
 
-    from lab_project import celery as celery_module
     from labs.engine.stores.redis_store import _LUA, _source
     from labs.live import runtime
+    from labs.worker import boot
 
     own = Hub(name="ready-hub")
-    monkeypatch.setattr(hub_module, "_hub", own)
+    monkeypatch.setattr(hub_module, "get_hub", lambda: own)
+    monkeypatch.setattr(boot, "get_hub", lambda: own)
     engine = runtime.engine_redis()
     engine.script_flush()
     assert own.redis(engine.connection_pool)._hub_connection is None
-    celery_module._start_engine_hub()
+    boot._start_engine_hub()
     assert own.rounds == 1  # the PING went through the hub's own round
     assert own.redis(engine.connection_pool)._hub_connection is not None
     shas = [hashlib.sha1(_source(p.stem).encode()).hexdigest() for p in _LUA.glob("*.lua")]  # noqa: S324

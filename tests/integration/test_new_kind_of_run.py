@@ -30,8 +30,14 @@ class Chore(Run):
         app_label = "chores"  # no app, no migration: the test creates its table
 
 
+class ChoreAlreadyRunning(Exception):
+    pass
+
+
 CHORES = RunKind(
     model=Chore,
+    already_running=ChoreAlreadyRunning,
+    active_index="one_active_chore_per_session",
     interrupted_kind="traffic_end",
     failed_kind="traffic_end",
     entry=lambda chore, status: {"data": {"chore": chore.pk, "status": status}},
