@@ -41,21 +41,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks.bench_common import Bench, pct, run  # noqa: E402
-from labs.engine import (  # noqa: E402
+from labs.engine import (
     Breaker,
     BreakerConfig,
     DependencyConfig,
     FakeDependency,
     GuardedClient,
     MemoryStore,
-    RedisStore,
-    RetryBudget,
-    RetryBudgetConfig,
     SystemClock,
     VirtualClock,
     parse_policy,
     run_scenario,
 )
+from labs.engine.config import RetryBudgetConfig
+from labs.engine.redis import RedisStore
+from labs.engine.retry import RetryBudget
 
 TOUR = json.loads((ROOT / "scenarios" / "tour.json").read_text())
 TOUR_SLEEPS_MS = 2810  # 21 attempts x 5 ms + 700 ms backoff + 2000 ms wait + 5 ms probe

@@ -161,7 +161,7 @@ def commandstats(client) -> Counter:
 def lua_commands() -> set[str]:
     """Commands the engine's Lua scripts call (Redis counts them in commandstats too)."""
     names = set()
-    for script in (ROOT / "labs/engine/stores/lua").glob("*.lua"):
+    for script in (ROOT / "labs/engine/redis/lua").glob("*.lua"):
         names |= {m.lower() for m in re.findall(r"redis\.call\(['\"](\w+)", script.read_text())}
     return names
 

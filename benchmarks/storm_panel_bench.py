@@ -45,7 +45,7 @@ import redis
 import websockets
 
 from benchmarks.bench_common import Bench, int_range, pct, run
-from labs.engine.stores.shared_redis import RedisSharedModel
+from labs.engine.redis.shared import RedisSharedModel
 
 
 def login(url: str, username: str, password: str) -> str:

@@ -36,21 +36,21 @@ from __future__ import annotations
 import random
 import threading
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from labs.engine import narrate
 from labs.engine.breaker import Breaker, Outcome, Permit, Rejection
 from labs.engine.clock import Clock
 from labs.engine.config import Policy
 from labs.engine.dependency import AttemptResult, Dependency, FakeDependency
-from labs.engine.events import (
-    FAST_FAIL_OUTCOMES,
-    Event,
-    Sink,
-    fmt_ms,
-    fmt_seconds,
-    is_fast_fail,
-    null_sink,
+from labs.engine.events import Event, Sink, fmt_ms, null_sink
+from labs.engine.outcomes import (
+    CALL_OUTCOMES,
+    BurstResult,
+    CallResult,
+    outcome_counts,
+    round_ms,
 )
 from labs.engine.retry import (
     Delay,
@@ -66,181 +66,11 @@ if TYPE_CHECKING:
 
 __all__ = ["CALL_OUTCOMES", "BurstResult", "CallResult", "GuardedClient"]
 
-CALL_OUTCOMES = (
-    "success",
-    "failure",
-    *FAST_FAIL_OUTCOMES,
-    "budget_exhausted",
-    "deadline_exceeded",
-    "pool_timeout",
-    "degraded",
-)
 #: How often a call waiting for a pool slot looks again (seconds).
 POOL_POLL_S = 0.001
 
-
-@dataclass(frozen=True, slots=True)
-class CallResult:
-    """One call: how many attempts it made, how it ended, how long it slept between them."""
-
-    call: int
-    burst: int | None
-    attempts: int
-    outcome: str
-    backoff_ms: float
-    start_ms: float
-    end_ms: float
-    error: str | None = None
-    probe: bool = False
-    #: What the settings of labs.engine.routes add (dependency, waited_ms, effects, fallback).
-    extra: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable form."""
-        return {
-            "call": self.call,
-            "burst": self.burst,
-            "attempts": self.attempts,
-            "outcome": self.outcome,
-            "backoff_ms": self.backoff_ms,
-            "start_ms": self.start_ms,
-            "end_ms": self.end_ms,
-            "error": self.error,
-            "probe": self.probe,
-        }
-
-
-@dataclass(frozen=True)
-class BurstResult:
-    """A burst of calls; ``calls`` sorted by call number."""
-
-    calls: list[CallResult]
-    wall_ms: float
-    start_ms: float
-    end_ms: float
-    burst: int | None = None
-    concurrency: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def succeeded(self) -> int:
-        """Calls that succeeded."""
-        return sum(1 for c in self.calls if c.outcome == "success")
-
-    @property
-    def fast_failed(self) -> int:
-        """Calls the breaker refused before any attempt."""
-        return sum(1 for c in self.calls if is_fast_fail(c.outcome))
-
-    @property
-    def degraded(self) -> int:
-        """Calls answered by the fallback."""
-        return sum(1 for c in self.calls if c.outcome == "degraded")
-
-    @property
-    def failed(self) -> int:
-        """Calls that did not succeed, were not refused by the breaker and were not answered
-        by a fallback."""
-        return len(self.calls) - self.succeeded - self.fast_failed - self.degraded
-
-    @property
-    def attempts(self) -> list[int]:
-        """Attempts per call, in call order."""
-        return [c.attempts for c in self.calls]
-
-    @property
-    def attempts_total(self) -> int:
-        """Attempts that reached the dependency."""
-        return sum(self.attempts)
-
-    @property
-    def backoff_ms_total(self) -> float:
-        """Time spent sleeping between attempts."""
-        return sum(c.backoff_ms for c in self.calls)
-
-    def summary(self) -> dict[str, Any]:
-        """JSON-serialisable summary (the ``bursts`` entries of the scenario output)."""
-        return {
-            "burst": self.burst,
-            "calls": len(self.calls),
-            "call_numbers": [c.call for c in self.calls],
-            "concurrency": self.concurrency,
-            "succeeded": self.succeeded,
-            "failed": self.failed,
-            "fast_failed": self.fast_failed,
-            "attempts": self.attempts,
-            "attempts_total": self.attempts_total,
-            "backoff_ms_total": _r(self.backoff_ms_total),
-            "start_ms": _r(self.start_ms),
-            "end_ms": _r(self.end_ms),
-            "wall_ms": _r(self.wall_ms),
-            **self.extra,
-        }
-
-
-def _r(x: float) -> float:
-    """Round to the microsecond, so float noise does not leak into JSON."""
-    return round(x, 3)
-
-
-def _attempt_data(answer: AttemptResult) -> dict[str, Any]:
-    """An attempt event's data: the Retry-After hint and what the dependency added."""
-    data = {"retry_after_ms": answer.retry_after_ms} if answer.retry_after_ms else {}
-    if answer.data:
-        data.update(answer.data)
-    return data
-
-
-def _label(route: Route) -> dict[str, Any]:
-    """An event's dependency label when the session has two dependencies."""
-    return {"dependency": route.name} if route.name else {}
-
-
-def _whose(route: Route) -> str:
-    """``dependency B `` / ``dependency A `` when there are two, else nothing."""
-    return f"dependency {route.name.upper()} " if route.name else ""
-
-
-def _failure_words(result: CallResult, why: str | None) -> str:
-    """Why a call failed, in words, for the fallback's explanation."""
-    text = result.outcome.replace("_", " ")
-    if result.error:
-        text += f" (last error {result.error})"
-    return f"{text}; {why}" if why else text
-
-
-def _outcome_counts(calls: list[CallResult]) -> dict[str, int]:
-    succeeded = sum(1 for c in calls if c.outcome == "success")
-    fast = sum(1 for c in calls if is_fast_fail(c.outcome))
-    degraded = sum(1 for c in calls if c.outcome == "degraded")
-    return {
-        "calls": len(calls),
-        "succeeded": succeeded,
-        "failed": len(calls) - succeeded - fast - degraded,
-        "fast_failed": fast,
-        "degraded": degraded,
-        "waited_ms": _r(sum((c.extra or {}).get("waited_ms", 0) for c in calls)),
-    }
-
-
-def _extra_sentence(extra: dict[str, Any]) -> str:
-    """The burst_end sentence's tail for the settings of labs.engine.routes."""
-    parts = []
-    if "degraded" in extra:
-        parts.append(f"{extra['degraded']} degraded (answered by the fallback)")
-    if "wait_ms_total" in extra:
-        parts.append(
-            f"{fmt_ms(extra['wait_ms_total'])} waiting for a pool slot, "
-            f"{extra['rejected_bulkhead']} rejected by the bulkhead, "
-            f"{extra['pool_timeout']} gave up waiting"
-        )
-    for name, counts in extra.get("by_dependency", {}).items():
-        parts.append(f"{name.upper()}: {counts['succeeded']}/{counts['calls']} succeeded")
-    if "effects" in extra:
-        parts.append(
-            f"effects applied {extra['effects']['applied']} for {extra['effects']['calls']} calls"
-        )
-    return "; " + "; ".join(parts) if parts else ""
+#: How a call ends: its result and, for a failure, why the loop stopped (for the explanation).
+Ending = tuple[CallResult, str | None]
 
 
 def _verdict(ok: bool, error: str | None) -> Outcome:
@@ -248,6 +78,40 @@ def _verdict(ok: bool, error: str | None) -> Outcome:
     if ok:
         return "success"
     return "failure" if counts_against_dependency(error) else "ignored"
+
+
+@dataclass(slots=True)
+class _Call:
+    """One call in flight through the retry loop: what it was given, what it has spent, and
+    the breaker's answer for its current attempt."""
+
+    call_no: int
+    burst: int | None
+    start: float
+    limit: int
+    #: The breaker's permit for the whole call (breaker_outside), else None.
+    outer: Permit | None
+    deadline: float | None
+    #: The fake dependency's flaky count when it lives in the breaker's store, else None.
+    fail_left: int | None
+    route: Route | None = None
+    key: str | None = None
+    tally: dict[str, int] | None = None
+    probe: bool = False
+    error: str | None = None
+    backoff_total: float = 0.0
+    previous: float | None = None
+    #: A server pushback restarts the backoff exponent after it.
+    restart: int = 0
+    #: The gRPC throttle's last answer (allowed, tokens).
+    verdict: tuple[bool, float] = (True, 0.0)
+    # -- the current attempt
+    permit: Permit | None = None
+    recorder: Any = None
+    host: int = 0
+    stepped: Any = None
+    #: Whether the attempt's failure opened the breaker (retry_outside).
+    opened: bool = False
 
 
 class GuardedClient:
@@ -309,18 +173,19 @@ class GuardedClient:
                 result, why = self._rejected(call_no, burst, start, permit, 0, 0.0)
             else:
                 limit = 1 if permit.probe else self.policy.max_attempts
-                result, why = self._loop(call_no, burst, start, limit, permit)
+                result, why = self._loop(self._new_call(call_no, burst, start, limit, permit))
                 verdict = _verdict(result.outcome == "success", result.error)
                 self.breaker.record(
                     permit, verdict, error=result.error, duration_ms=self._since(start),
                     reply=False,
                 )  # fmt: skip
         else:
-            result, why = self._loop(call_no, burst, start, self.policy.max_attempts, None)
+            limit = self.policy.max_attempts
+            result, why = self._loop(self._new_call(call_no, burst, start, limit, None))
         self._emit_result(result, why)
         return result
 
-    def _loop(
+    def _new_call(
         self,
         call_no: int,
         burst: int | None,
@@ -328,210 +193,197 @@ class GuardedClient:
         limit: int,
         outer: Permit | None,
         route: Route | None = None,
-        key: str | None = None,
-        tally: dict[str, int] | None = None,
-    ) -> tuple[CallResult, str | None]:
-        """The retry loop; ``outer`` is the breaker's permit for breaker_outside, else None.
-        ``route`` (hosts, B, side effects) and ``key`` (the call's idempotency key) only with
-        the settings of labs.engine.routes. Returns the result and, for a failure, why the
-        loop stopped (for the explanation)."""
-        policy = self.policy
-        breaker = self.breaker if route is None else route.breaker
-        clock = self.clock
+    ) -> _Call:
+        """A call about to enter the retry loop, its deadline set from ``start``."""
+        deadline_ms = self.policy.deadline_ms
+        return _Call(
+            call_no=call_no,
+            burst=burst,
+            start=start,
+            limit=limit,
+            outer=outer,
+            deadline=None if deadline_ms is None else start + deadline_ms / 1000,
+            fail_left=None,
+            route=route,
+            probe=outer.probe if outer is not None else False,
+        )
+
+    def _loop(self, c: _Call) -> Ending:
+        """The retry loop: up to ``c.limit`` attempts, each admitted, made, recorded and
+        judged; between two of them a pause that the deadline and the retry budget may
+        refuse. Returns the call's result and, for a failure, why the loop stopped."""
         budget = self.budget
-        throttled = budget is not None and budget.kind == "grpc"
-        verdict: tuple[bool, float] = (True, 0.0)
         if budget is not None and budget.kind != "grpc":
             budget.deposit(reply=False)
-        restart = 0  # a server pushback restarts the backoff exponent after it
-        deadline = None if policy.deadline_ms is None else start + policy.deadline_ms / 1000
-        backoff_total = 0.0
-        previous: float | None = None
-        attempts = 0
-        probe = outer.probe if outer is not None else False
-        error: str | None = None
         # The fake dependency's state in the breaker's store: each attempt reaches it in the
         # same store operation as the breaker's look before it (one round trip on Redis).
-        fail_left = self._dependency_step() if route is None else None
-        for n in range(1, limit + 1):
-            permit = outer
-            recorder = breaker
-            host = 0
-            stepped = outer.step if outer is not None and n == 1 else None
-            if outer is not None and n > 1:
-                # Another caller's result may have moved the breaker while this call was
-                # backing off: a retry goes only to a breaker that still reads CLOSED.
-                if fail_left is not None:
-                    stepped = breaker.step_if_closed(fail_left)
-                    moved = stepped is None
-                else:
-                    moved = breaker.state() != "closed"
+        c.fail_left = self._dependency_step() if c.route is None else None
+        for n in range(1, c.limit + 1):
+            ending = self._admit(c, n)
+            if ending is not None:
+                return ending
+            answer = self._attempt(c, n)
+            ending = self._judge(c, n, answer)
+            if ending is not None:
+                return ending
+            ending = self._pause(c, n, answer)
+            if ending is not None:
+                return ending
+        raise AssertionError("unreachable: the loop returns on its last attempt")
+
+    def _admit(self, c: _Call, n: int) -> Ending | None:
+        """Ask the breaker whether attempt ``n`` may go (each attempt in retry_outside; a
+        retry in breaker_outside only checks that the breaker still reads CLOSED). Sets the
+        attempt's permit, recorder, host and dependency step; returns an ending if refused."""
+        outer, route = c.outer, c.route
+        breaker = self.breaker if route is None else route.breaker
+        c.permit, c.recorder, c.host = outer, breaker, 0
+        c.stepped = outer.step if outer is not None and n == 1 else None
+        if outer is not None and n > 1:
+            # Another caller's result may have moved the breaker while this call was
+            # backing off: a retry goes only to a breaker that still reads CLOSED.
+            if c.fail_left is not None:
+                c.stepped = breaker.step_if_closed(c.fail_left)
+                moved = c.stepped is None
             else:
-                moved = False
+                moved = breaker.state() != "closed"
             if moved:
-                return self._done(
-                    call_no,
-                    burst,
-                    start,
-                    n - 1,
-                    "failure",
-                    backoff_total,
-                    error,
-                    probe,
-                    "the breaker left CLOSED meanwhile; an open breaker is never retried",
-                )
-            if outer is None:
-                if route is not None and route.host_breakers:
-                    allowed, host, recorder = route.admit(call_no, n, burst)
-                else:
-                    allowed = breaker.allow(call=call_no, burst=burst, dependency_step=fail_left)
-                if isinstance(allowed, Rejection):
-                    return self._rejected(call_no, burst, start, allowed, attempts, backoff_total)
-                permit = allowed
-                probe = probe or permit.probe
-                stepped = permit.step
-            if route is not None and not route.host_breakers:
-                host = route.pick(call_no, n)
-            attempt_start = self._slow and clock.now()
-            if route is not None:
-                answer, effect = route.attempt(host, policy.attempt_timeout_ms, key)
-                if effect == "applied" and tally is not None:
-                    tally["effects"] += 1
-                attempts = n
-                self._emit_routed_attempt(call_no, burst, n, answer, route, host, effect, key)
-            elif self._context:
+                why = "the breaker left CLOSED meanwhile; an open breaker is never retried"
+                return self._stop(c, n - 1, "failure", why)
+        if outer is None:
+            if route is not None and route.host_breakers:
+                allowed, c.host, c.recorder = route.admit(c.call_no, n, c.burst)
+            else:
+                allowed = breaker.allow(call=c.call_no, burst=c.burst, dependency_step=c.fail_left)
+            if isinstance(allowed, Rejection):
+                return self._rejected(c.call_no, c.burst, c.start, allowed, n - 1, c.backoff_total)
+            c.permit = allowed
+            c.probe = c.probe or allowed.probe
+            c.stepped = allowed.step
+        if route is not None and not route.host_breakers:
+            c.host = route.pick(c.call_no, n)
+        return None
+
+    def _attempt(self, c: _Call, n: int) -> AttemptResult:
+        """Make attempt ``n``, tell the sink, and report it to the breaker that admitted it
+        (retry_outside); a gRPC throttle observes it too."""
+        policy, route = self.policy, c.route
+        attempt_start = self._slow and self.clock.now()
+        if route is not None:
+            answer, effect = route.attempt(c.host, policy.attempt_timeout_ms, c.key)
+            if effect == "applied" and c.tally is not None:
+                c.tally["effects"] += 1
+            self._emit_routed_attempt(c, n, answer, effect)
+        else:
+            if self._context:
                 answer = self.dependency.attempt(
-                    policy.attempt_timeout_ms, attempt=n, deadline=deadline, probe=probe
+                    policy.attempt_timeout_ms, attempt=n, deadline=c.deadline, probe=c.probe
                 )
-            elif stepped is not None:
-                answer = self.dependency.attempt(policy.attempt_timeout_ms, step=stepped)
+            elif c.stepped is not None:
+                answer = self.dependency.attempt(policy.attempt_timeout_ms, step=c.stepped)
             else:
                 answer = self.dependency.attempt(policy.attempt_timeout_ms)
-            if route is None:
-                attempts = n
-                self._emit_attempt(call_no, burst, n, answer)
-            opened = False
-            if outer is None and permit is not None:
-                verdict = _verdict(answer.ok, answer.error)
-                recorded = recorder.record(
-                    permit,
-                    verdict,
-                    error=answer.error,
-                    duration_ms=self._since(attempt_start),
-                    reply=not answer.ok,  # a success ends the call: nothing to read
-                )
-                opened = recorded is not None and recorded.transition == "open"
-            if throttled and (answer.ok or is_retryable(answer.error)):
-                verdict = budget.observe(answer.ok)  # type: ignore[union-attr]
-            if answer.ok:
-                return self._done(call_no, burst, start, n, "success", backoff_total, None, probe)
-            error = answer.error
-            if not is_retryable(error):
-                return self._done(
-                    call_no,
-                    burst,
-                    start,
-                    n,
-                    "failure",
-                    backoff_total,
-                    error,
-                    probe,
-                    f"{error} is the caller's fault: not retried",
-                )
-            if n == limit:
-                why = (
-                    "a half-open probe gets one attempt"
-                    if probe and outer is not None
-                    else (f"all {limit} attempts used")
-                )
-                return self._done(
-                    call_no, burst, start, n, "failure", backoff_total, error, probe, why
-                )
-            if opened and not (route is not None and route.host_breakers and route.many_hosts):
-                # (with a breaker per host, the retry moves on to another host)
-                return self._done(
-                    call_no,
-                    burst,
-                    start,
-                    n,
-                    "failure",
-                    backoff_total,
-                    error,
-                    probe,
-                    "the breaker opened; an open breaker is never retried",
-                )
-            pushback = policy.retry_after == "pushback" and bool(answer.retry_after_ms)
-            delay = retry_delay(
-                policy.jitter,
-                n - restart,
-                policy.backoff_base_ms,
-                policy.backoff_cap_ms,
-                self.rng,
-                previous,
-                None if pushback else answer.retry_after_ms,
+            self._emit_attempt(c.call_no, c.burst, n, answer)
+        c.opened = False
+        if c.outer is None and c.permit is not None:
+            recorded = c.recorder.record(
+                c.permit,
+                _verdict(answer.ok, answer.error),
+                error=answer.error,
+                duration_ms=self._since(attempt_start),
+                reply=not answer.ok,  # a success ends the call: nothing to read
             )
-            if pushback:
-                # gRPC's server pushback: the next attempt waits exactly what the server
-                # asked, and the backoff after it starts again from the first step.
-                pushed = float(answer.retry_after_ms or 0)
-                delay = Delay(
-                    pushed,
-                    delay.ms,
-                    f"server pushback {fmt_ms(pushed)}, exactly; the backoff restarts after it",
-                    pushed,
-                )
-                restart = n
-            now = clock.now()
-            if deadline is not None and now + delay.ms / 1000 >= deadline:
-                self._emit(
-                    "deadline_exceeded",
-                    call_no,
-                    burst,
-                    n,
-                    f"attempt {n} failed ({error}); sleeping {fmt_ms(delay.ms)} would end at or past "
-                    f"the {fmt_ms(policy.deadline_ms or 0)} deadline; giving up",
-                    outcome="deadline_exceeded",
-                    error=error,
-                    backoff_ms=delay.ms,
-                    data={
-                        "deadline_ms": policy.deadline_ms,
-                        "elapsed_ms": _r((now - start) * 1000),
-                    },
-                )
-                return self._done(
-                    call_no, burst, start, n, "deadline_exceeded", backoff_total, error, probe
-                )
-            if budget is not None:
-                taken, balance = verdict if throttled else budget.try_withdraw()
-                if not taken:
-                    self._emit(
-                        "budget_exhausted",
-                        call_no,
-                        burst,
-                        n,
-                        f"attempt {n} failed ({error}); {budget.refusal(balance)}; not retrying",
-                        outcome="budget_exhausted",
-                        error=error,
-                        data={"tokens": balance},
-                    )
-                    return self._done(
-                        call_no, burst, start, n, "budget_exhausted", backoff_total, error, probe
-                    )
+            c.opened = recorded is not None and recorded.transition == "open"
+        budget = self.budget
+        throttled = budget is not None and budget.kind == "grpc"
+        if throttled and (answer.ok or is_retryable(answer.error)):
+            c.verdict = budget.observe(answer.ok)
+        return answer
+
+    def _judge(self, c: _Call, n: int, answer: AttemptResult) -> Ending | None:
+        """After attempt ``n``: the call ends on a success, a caller's error, its last
+        attempt, or a breaker that the attempt opened; else None (a retry may follow)."""
+        if answer.ok:
+            return self._done(
+                c.call_no, c.burst, c.start, n, "success", c.backoff_total, None, c.probe
+            )
+        c.error = error = answer.error
+        if not is_retryable(error):
+            return self._stop(c, n, "failure", f"{error} is the caller's fault: not retried")
+        if n == c.limit:
+            probe_only = c.probe and c.outer is not None
+            why = "a half-open probe gets one attempt" if probe_only else f"all {n} attempts used"
+            return self._stop(c, n, "failure", why)
+        route = c.route
+        if c.opened and not (route is not None and route.host_breakers and route.many_hosts):
+            # (with a breaker per host, the retry moves on to another host)
+            why = "the breaker opened; an open breaker is never retried"
+            return self._stop(c, n, "failure", why)
+        return None
+
+    def _pause(self, c: _Call, n: int, answer: AttemptResult) -> Ending | None:
+        """The pause before attempt ``n + 1``: computed, refused if it would end past the
+        deadline or if the retry budget has no token, else slept."""
+        policy, budget, error = self.policy, self.budget, c.error
+        delay = self._delay(c, n, answer)
+        now = self.clock.now()
+        if c.deadline is not None and now + delay.ms / 1000 >= c.deadline:
             self._emit(
-                "sleep",
-                call_no,
-                burst,
-                n,
-                f"attempt {n} failed ({error}); sleeping {fmt_ms(_r(delay.ms))} = {delay.formula}",
-                error=error,
-                backoff_ms=_r(delay.ms),
-                data={"formula": delay.formula, "retry_after_ms": delay.retry_after_ms},
-            )
-            if delay.ms:
-                clock.sleep(delay.ms / 1000)
-            backoff_total += delay.ms
-            previous = delay.ms
-        raise AssertionError("unreachable: the loop returns on its last attempt")
+                "deadline_exceeded", c.call_no, c.burst, n,
+                narrate.deadline(n, error, delay, policy.deadline_ms or 0),
+                outcome="deadline_exceeded", error=error, backoff_ms=delay.ms,
+                data={
+                    "deadline_ms": policy.deadline_ms,
+                    "elapsed_ms": round_ms((now - c.start) * 1000),
+                },
+            )  # fmt: skip
+            return self._stop(c, n, "deadline_exceeded")
+        if budget is not None:
+            taken, balance = c.verdict if budget.kind == "grpc" else budget.try_withdraw()
+            if not taken:
+                self._emit(
+                    "budget_exhausted", c.call_no, c.burst, n,
+                    f"attempt {n} failed ({error}); {budget.refusal(balance)}; not retrying",
+                    outcome="budget_exhausted", error=error, data={"tokens": balance},
+                )  # fmt: skip
+                return self._stop(c, n, "budget_exhausted")
+        self._emit(
+            "sleep", c.call_no, c.burst, n, narrate.sleep(n, error, delay),
+            error=error, backoff_ms=round_ms(delay.ms),
+            data={"formula": delay.formula, "retry_after_ms": delay.retry_after_ms},
+        )  # fmt: skip
+        if delay.ms:
+            self.clock.sleep(delay.ms / 1000)
+        c.backoff_total += delay.ms
+        c.previous = delay.ms
+        return None
+
+    def _delay(self, c: _Call, n: int, answer: AttemptResult) -> Delay:
+        """How long to wait after attempt ``n``: the backoff formula, or the server's
+        pushback exactly (gRPC), after which the backoff starts again from its first step."""
+        policy = self.policy
+        pushback = policy.retry_after == "pushback" and bool(answer.retry_after_ms)
+        delay = retry_delay(
+            policy.jitter,
+            n - c.restart,
+            policy.backoff_base_ms,
+            policy.backoff_cap_ms,
+            self.rng,
+            c.previous,
+            None if pushback else answer.retry_after_ms,
+        )
+        if not pushback:
+            return delay
+        pushed = float(answer.retry_after_ms or 0)
+        c.restart = n
+        formula = f"server pushback {fmt_ms(pushed)}, exactly; the backoff restarts after it"
+        return Delay(pushed, delay.ms, formula, pushed)
+
+    def _stop(self, c: _Call, attempts: int, outcome: str, why: str | None = None) -> Ending:
+        """End ``c`` after ``attempts`` attempts with its last error."""
+        return self._done(
+            c.call_no, c.burst, c.start, attempts, outcome, c.backoff_total, c.error, c.probe, why
+        )
 
     def _dependency_step(self) -> int | None:
         """The fake dependency's flaky count when its state lives in the breaker's store (an
@@ -565,36 +417,12 @@ class GuardedClient:
             # A breaker per host: the dependency-wide one is not asked during this burst (the
             # lab page's timeline then draws the hosts' breakers instead of it).
             data["breakers"] = "host"
-        self._emit(
-            "burst_start",
-            None,
-            burst,
-            None,
-            f"{'burst' if burst is None else f'burst {burst}'} starts: {size} "
-            f"call{'s' if size > 1 else ''} by {concurrency} caller{'s' if concurrency > 1 else ''}",
-            data=data,
-        )
-        results: list[CallResult] = []
+        text = narrate.burst_start(size, concurrency, burst)
+        self._emit("burst_start", None, burst, None, text, data=data)
         if self._pooled:
             results = self._run_pool(size, concurrency, first_call, burst, start)
-        elif concurrency == 1:
-            results = [self.call(first_call + i, burst) for i in range(size)]
         else:
-            lock = threading.Lock()
-            numbers = iter(range(first_call, first_call + size))
-
-            def caller() -> list[CallResult]:
-                mine = []
-                while True:
-                    with lock:
-                        n = next(numbers, None)
-                    if n is None:
-                        return mine
-                    mine.append(self.call(n, burst))
-
-            for part in self.clock.run_concurrently([caller] * min(concurrency, size)):
-                results.extend(part)
-            results.sort(key=lambda c: c.call)
+            results = self._run_callers(size, concurrency, first_call, burst)
         end = self.clock.now()
         outcome = BurstResult(
             calls=results,
@@ -606,19 +434,33 @@ class GuardedClient:
             extra=self._burst_extra(results) if self.routes is not None else {},
         )
         summary = outcome.summary()
-        self._emit(
-            "burst_end",
-            None,
-            burst,
-            None,
-            f"burst ends: {outcome.succeeded}/{size} succeeded, {outcome.failed} failed, "
-            f"{outcome.fast_failed} failed fast; {outcome.attempts_total} "
-            f"attempt{'s' if outcome.attempts_total != 1 else ''}, "
-            f"{fmt_ms(_r(outcome.backoff_ms_total))} of backoff, {fmt_ms(_r(outcome.wall_ms))}"
-            f"{_extra_sentence(outcome.extra)}",
-            data=summary,
-        )
+        self._emit("burst_end", None, burst, None, narrate.burst_end(outcome, size), data=summary)
         return outcome
+
+    def _run_callers(
+        self, size: int, concurrency: int, first_call: int, burst: int | None
+    ) -> list[CallResult]:
+        """``concurrency`` callers each take the next call number until none is left; the
+        results in call order."""
+        if concurrency == 1:
+            return [self.call(first_call + i, burst) for i in range(size)]
+        lock = threading.Lock()
+        numbers = iter(range(first_call, first_call + size))
+
+        def caller() -> list[CallResult]:
+            mine = []
+            while True:
+                with lock:
+                    n = next(numbers, None)
+                if n is None:
+                    return mine
+                mine.append(self.call(n, burst))
+
+        results: list[CallResult] = []
+        for part in self.clock.run_concurrently([caller] * min(concurrency, size)):
+            results.extend(part)
+        results.sort(key=lambda c: c.call)
+        return results
 
     # -- hosts, B, bulkhead, pool, fallback, keys (labs.engine.routes) -------------------------
 
@@ -638,44 +480,38 @@ class GuardedClient:
         return routes[0]
 
     def _call_routed(self, call_no: int, burst: int | None, waited_ms: float | None) -> CallResult:
+        """One call with the settings of labs.engine.routes: through the bulkhead, then the
+        same retry loop with the route's breaker, hosts and idempotency key."""
         route = self._route_of(call_no)
         policy = self.policy
         start = self.clock.now()
-        key = f"call-{call_no}" if policy.idempotency_keys else None
         tally = {"effects": 0}
         if not route.enter(policy.bulkhead):
             self._emit(
-                "rejected",
-                call_no,
-                burst,
-                None,
-                f"rejected: {_whose(route)}already has {policy.bulkhead} call"
-                f"{'s' if policy.bulkhead != 1 else ''} in flight (the bulkhead); not called",
+                "rejected", call_no, burst, None, narrate.bulkhead(route, policy.bulkhead),
                 outcome="rejected_bulkhead",
-                data={"bulkhead": policy.bulkhead, **_label(route)},
-            )
+                data={"bulkhead": policy.bulkhead, **narrate.label(route)},
+            )  # fmt: skip
             result, why = self._done(
                 call_no, burst, start, 0, "rejected_bulkhead", 0.0, None, False
             )
             return self._finish_routed(route, result, "the bulkhead is full", tally, waited_ms)
         try:
-            if policy.nesting == "breaker_outside":
-                permit = route.breaker.allow(call=call_no, burst=burst)
-                if isinstance(permit, Rejection):
-                    result, why = self._rejected(call_no, burst, start, permit, 0, 0.0)
-                else:
-                    limit = 1 if permit.probe else policy.max_attempts
-                    result, why = self._loop(
-                        call_no, burst, start, limit, permit, route, key, tally
-                    )
+            outer = policy.nesting == "breaker_outside"
+            permit = route.breaker.allow(call=call_no, burst=burst) if outer else None
+            if isinstance(permit, Rejection):
+                result, why = self._rejected(call_no, burst, start, permit, 0, 0.0)
+            else:
+                limit = 1 if permit is not None and permit.probe else policy.max_attempts
+                c = self._new_call(call_no, burst, start, limit, permit, route)
+                c.key = f"call-{call_no}" if policy.idempotency_keys else None
+                c.tally = tally
+                result, why = self._loop(c)
+                if permit is not None:
                     verdict = _verdict(result.outcome == "success", result.error)
                     route.breaker.record(
                         permit, verdict, error=result.error, duration_ms=self._since(start)
                     )
-            else:
-                result, why = self._loop(
-                    call_no, burst, start, policy.max_attempts, None, route, key, tally
-                )
         finally:
             route.leave()
         return self._finish_routed(route, result, why, tally, waited_ms)
@@ -691,9 +527,9 @@ class GuardedClient:
         """Label the call, answer it from the fallback if it failed and one is usable, and
         emit its ``call_result``."""
         policy = self.policy
-        extra: dict[str, Any] = _label(route)
+        extra: dict[str, Any] = narrate.label(route)
         if waited_ms is not None:
-            extra["waited_ms"] = _r(waited_ms)
+            extra["waited_ms"] = round_ms(waited_ms)
         if route.config.side_effect:
             extra["effects"] = tally["effects"]
         now_us = int(self.clock.now() * 1e6 + 0.5)
@@ -701,38 +537,37 @@ class GuardedClient:
             if policy.fallback == "cached":
                 route.store.fallback_note(now_us)
         elif policy.fallback is not None:
-            fallback: dict[str, Any] = {"kind": policy.fallback, "instead_of": result.outcome}
-            usable, note = True, "the default answer"
-            if policy.fallback == "cached":
-                last = route.store.fallback_last()
-                limit = policy.fallback_max_age_ms
-                if last is None:
-                    usable, note = False, "no cached answer yet (no call has succeeded)"
-                else:
-                    age = _r((now_us - last) / 1000)
-                    fallback["age_ms"] = age
-                    usable = age <= limit
-                    # under a second in ms: "0.0 s old" would hide that it is fresh
-                    aged = fmt_ms(age) if age < 1000 else fmt_seconds(age)
-                    note = (
-                        f"the cached answer, {aged} old (max age {fmt_seconds(limit)})"
-                        if usable
-                        else f"the cached answer is {fmt_seconds(age)} old, past the max age "
-                        f"{fmt_seconds(limit)}"
-                    )
-            if usable:
-                fallback["why"] = _failure_words(result, why)
-                extra["fallback"] = fallback
-                result = replace(result, outcome="degraded")
-                why = note
-            else:
-                extra["fallback_unusable"] = note
-                if "age_ms" in fallback:  # a cached answer existed, past its max age
-                    extra["fallback_expired_ms"] = fallback["age_ms"]
-                why = f"{why}; no fallback: {note}" if why else f"no fallback: {note}"
+            result, why = self._fallback(route, result, why, extra, now_us)
         result = replace(result, extra=extra or None)
         self._emit_result(result, why)
         return result
+
+    def _fallback(
+        self, route: Route, result: CallResult, why: str | None, extra: dict, now_us: int
+    ) -> Ending:
+        """A failed call answered by the policy's fallback (``degraded``) when one is usable:
+        the default answer, or a cached one younger than its max age. Fills ``extra``."""
+        policy = self.policy
+        fallback: dict[str, Any] = {"kind": policy.fallback, "instead_of": result.outcome}
+        usable, note = True, "the default answer"
+        if policy.fallback == "cached":
+            last = route.store.fallback_last()
+            limit = policy.fallback_max_age_ms
+            if last is None:
+                usable, note = False, "no cached answer yet (no call has succeeded)"
+            else:
+                age = round_ms((now_us - last) / 1000)
+                fallback["age_ms"] = age
+                usable = age <= limit
+                note = narrate.cached_answer(age, limit, usable)
+        if usable:
+            fallback["why"] = narrate.failure_words(result, why)
+            extra["fallback"] = fallback
+            return replace(result, outcome="degraded"), note
+        extra["fallback_unusable"] = note
+        if "age_ms" in fallback:  # a cached answer existed, past its max age
+            extra["fallback_expired_ms"] = fallback["age_ms"]
+        return result, (f"{why}; no fallback: {note}" if why else f"no fallback: {note}")
 
     def _run_pool(
         self, size: int, concurrency: int, first_call: int, burst: int | None, start: float
@@ -780,22 +615,18 @@ class GuardedClient:
     def _pool_timeout(
         self, call_no: int, burst: int | None, arrived: float, slots: int
     ) -> CallResult:
+        """A call that gave up waiting for a pool slot: rejected, never attempted."""
         route = self._route_of(call_no)
         waited = (self.clock.now() - arrived) * 1000
         self._emit(
-            "rejected",
-            call_no,
-            burst,
-            None,
-            f"call {call_no} waited {fmt_ms(_r(waited))} for a free slot of the pool "
-            f"({slots} slot{'s' if slots != 1 else ''}, all busy) and gave up; "
-            f"{_whose(route)}not called",
+            "rejected", call_no, burst, None,
+            narrate.pool_timeout(call_no, waited, slots, route),
             outcome="pool_timeout",
-            data={"waited_ms": _r(waited), **_label(route)},
-        )
+            data={"waited_ms": round_ms(waited), **narrate.label(route)},
+        )  # fmt: skip
         result, _ = self._done(call_no, burst, arrived, 0, "pool_timeout", 0.0, None, False)
         return self._finish_routed(
-            route, result, f"no slot of the pool freed within {fmt_ms(_r(waited))}",
+            route, result, f"no slot of the pool freed within {fmt_ms(round_ms(waited))}",
             {"effects": 0}, waited,
         )  # fmt: skip
 
@@ -808,14 +639,15 @@ class GuardedClient:
         if policy.fallback is not None:
             extra["degraded"] = sum(1 for c in calls if c.outcome == "degraded")
         if self._pooled:
-            extra["wait_ms_total"] = _r(sum((c.extra or {}).get("waited_ms", 0) for c in calls))
+            waited = sum((c.extra or {}).get("waited_ms", 0) for c in calls)
+            extra["wait_ms_total"] = round_ms(waited)
             extra["rejected_bulkhead"] = sum(1 for c in calls if c.outcome == "rejected_bulkhead")
             extra["pool_timeout"] = sum(1 for c in calls if c.outcome == "pool_timeout")
         if len(routes) > 1:
             by: dict[str, dict[str, int]] = {}
             for route in routes:
                 mine = [c for c in calls if (c.extra or {}).get("dependency") == route.name]
-                by[str(route.name)] = _outcome_counts(mine)
+                by[str(route.name)] = outcome_counts(mine)
             extra["by_dependency"] = by
         if any(r.config.side_effect for r in routes):
             extra["effects"] = {
@@ -823,56 +655,6 @@ class GuardedClient:
                 "calls": len(calls),
             }
         return extra
-
-    def _emit_routed_attempt(
-        self,
-        call: int,
-        burst: int | None,
-        n: int,
-        answer: AttemptResult,
-        route: Route,
-        host: int,
-        effect: str | None,
-        key: str | None,
-    ) -> None:
-        took = fmt_ms(answer.latency_ms)
-        where = f"{_whose(route)}" + (f"host {host}, " if route.many_hosts else "")
-        head = f"call {call}, attempt {n}: {where}"
-        if answer.ok:
-            explain = f"{head}ok after {took}"
-        else:
-            hint = (
-                f", Retry-After {fmt_ms(_r(answer.retry_after_ms))}"
-                if answer.retry_after_ms
-                else ""
-            )
-            explain = f"{head}{answer.error} after {took}{hint}"
-        data = _attempt_data(answer)
-        data.update(_label(route))
-        if route.many_hosts:
-            data["host"] = host
-        if route.config.side_effect:
-            kind = route.config.side_effect
-            if effect == "applied":
-                explain += f"; {kind} applied" + (
-                    " (the work was done; the client stopped waiting)" if not answer.ok else ""
-                )
-            elif effect == "duplicate":
-                explain += f"; {kind} not applied again: key {key} was seen before"
-            data["effect"] = effect
-            if key is not None:
-                data["key"] = key
-        self._emit(
-            "attempt",
-            call,
-            burst,
-            n,
-            explain,
-            outcome="ok" if answer.ok else "error",
-            error=answer.error,
-            latency_ms=answer.latency_ms,
-            data=data,
-        )
 
     # -- events ------------------------------------------------------------------------------
 
@@ -898,27 +680,34 @@ class GuardedClient:
         )
 
     def _emit_attempt(self, call: int, burst: int | None, n: int, answer: AttemptResult) -> None:
-        took = fmt_ms(answer.latency_ms)
-        if answer.ok:
-            explain = f"call {call}, attempt {n}: ok after {took}"
-        else:
-            hint = (
-                f", Retry-After {fmt_ms(_r(answer.retry_after_ms))}"
-                if answer.retry_after_ms
-                else ""
-            )
-            explain = f"call {call}, attempt {n}: {answer.error} after {took}{hint}"
         self._emit(
-            "attempt",
-            call,
-            burst,
-            n,
-            explain,
-            outcome="ok" if answer.ok else "error",
-            error=answer.error,
-            latency_ms=answer.latency_ms,
-            data=_attempt_data(answer),
-        )
+            "attempt", call, burst, n, narrate.attempt(call, n, answer),
+            outcome="ok" if answer.ok else "error", error=answer.error,
+            latency_ms=answer.latency_ms, data=narrate.attempt_data(answer),
+        )  # fmt: skip
+
+    def _emit_routed_attempt(
+        self, c: _Call, n: int, answer: AttemptResult, effect: str | None
+    ) -> None:
+        """An attempt event naming the dependency, the host and the side effect."""
+        route, host, key = c.route, c.host, c.key
+        assert route is not None
+        where = narrate.whose(route) + (f"host {host}, " if route.many_hosts else "")
+        explain = narrate.attempt(c.call_no, n, answer, where)
+        data = narrate.attempt_data(answer)
+        data.update(narrate.label(route))
+        if route.many_hosts:
+            data["host"] = host
+        if route.config.side_effect:
+            explain += narrate.effect(route.config.side_effect, effect, answer.ok, key)
+            data["effect"] = effect
+            if key is not None:
+                data["key"] = key
+        self._emit(
+            "attempt", c.call_no, c.burst, n, explain,
+            outcome="ok" if answer.ok else "error", error=answer.error,
+            latency_ms=answer.latency_ms, data=data,
+        )  # fmt: skip
 
     def _rejected(
         self,
@@ -928,42 +717,25 @@ class GuardedClient:
         rejection: Rejection,
         attempts: int,
         backoff: float,
-    ) -> tuple[CallResult, str | None]:
+    ) -> Ending:
+        """A call the breaker refused: before any attempt (a fast-fail), or in retry_outside
+        before a retry (a failure after the attempts it made)."""
         if attempts:
-            # retry_outside: the breaker stopped a call that had already made attempts.
             self._emit(
-                "rejected",
-                call,
-                burst,
-                attempts + 1,
-                rejection.explain,
+                "rejected", call, burst, attempts + 1, rejection.explain,
                 outcome=f"rejected_{rejection.reason}",
                 data={"retry_in_ms": rejection.retry_in_ms},
-            )
-            return self._done(
-                call,
-                burst,
-                start,
-                attempts,
-                "failure",
-                backoff,
-                None,
-                False,
-                f"the breaker refused attempt {attempts + 1}",
-            )
+            )  # fmt: skip
+            why = f"the breaker refused attempt {attempts + 1}"
+            return self._done(call, burst, start, attempts, "failure", backoff, None, False, why)
         outcome = f"rejected_{rejection.reason}"
         if self._context and self.routes is None:
             # the shared model counts the session's refused calls beside its attempts
             self.dependency.refused(rejection.reason)  # type: ignore[attr-defined]
         self._emit(
-            "rejected",
-            call,
-            burst,
-            None,
-            rejection.explain,
-            outcome=outcome,
-            data={"retry_in_ms": rejection.retry_in_ms},
-        )
+            "rejected", call, burst, None, rejection.explain,
+            outcome=outcome, data={"retry_in_ms": rejection.retry_in_ms},
+        )  # fmt: skip
         return self._done(call, burst, start, 0, outcome, 0.0, None, False)
 
     def _done(
@@ -977,15 +749,16 @@ class GuardedClient:
         error: str | None,
         probe: bool,
         why: str | None = None,
-    ) -> tuple[CallResult, str | None]:
+    ) -> Ending:
+        """The call's result, ended now."""
         result = CallResult(
             call=call,
             burst=burst,
             attempts=attempts,
             outcome=outcome,
-            backoff_ms=_r(backoff),
-            start_ms=_r(start * 1000),
-            end_ms=_r(self.clock.now() * 1000),
+            backoff_ms=round_ms(backoff),
+            start_ms=round_ms(start * 1000),
+            end_ms=round_ms(self.clock.now() * 1000),
             error=error,
             probe=probe,
         )
@@ -998,43 +771,10 @@ class GuardedClient:
         return (self.clock.now() - float(start)) * 1000
 
     def _emit_result(self, result: CallResult, why: str | None) -> None:
-        if result.outcome == "success":
-            tail = f"after {result.attempts} attempt{'s' if result.attempts != 1 else ''}"
-            if result.backoff_ms:
-                tail += f", {fmt_ms(result.backoff_ms)} of backoff"
-            explain = f"call {result.call}: success {tail}"
-            if result.probe:
-                explain += " (half-open probe)"
-        elif is_fast_fail(result.outcome):
-            explain = f"call {result.call}: {result.outcome.replace('_', ' ')} in 0 attempts"
-            if why:  # only with the settings of labs.engine.routes: no usable fallback
-                explain += f"; {why}"
-        elif result.outcome == "degraded":
-            fallback = (result.extra or {}).get("fallback", {})
-            explain = (
-                f"call {result.call}: degraded, answered by {why} instead of "
-                f"{fallback.get('why', 'an error')}"
-            )
-        elif result.attempts == 0 and why:
-            explain = f"call {result.call}: {result.outcome.replace('_', ' ')} in 0 attempts; {why}"
-        else:
-            explain = (
-                f"call {result.call}: {result.outcome.replace('_', ' ')} after "
-                f"{result.attempts} attempt{'s' if result.attempts != 1 else ''}"
-            )
-            if result.error:
-                explain += f" (last error {result.error})"
-            if why:
-                explain += f"; {why}"
         self._emit(
-            "call_result",
-            result.call,
-            result.burst,
-            result.attempts or None,
-            explain,
-            outcome=result.outcome,
-            error=result.error,
-            backoff_ms=result.backoff_ms,
+            "call_result", result.call, result.burst, result.attempts or None,
+            narrate.call_result(result, why),
+            outcome=result.outcome, error=result.error, backoff_ms=result.backoff_ms,
             data={
                 "start_ms": result.start_ms,
                 "end_ms": result.end_ms,
@@ -1042,4 +782,4 @@ class GuardedClient:
                 "attempts": result.attempts,
                 **(result.extra or {}),
             },
-        )
+        )  # fmt: skip

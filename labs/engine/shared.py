@@ -52,7 +52,7 @@ counted once for all of them. A session's seconds older than ``keep_s`` (default
 :data:`SESSION_KEEP_S`) before its newest arrival are dropped as it calls.
 
 Two implementations with the same semantics, reply for reply: :class:`MemorySharedModel`
-(one process; a lock) and :class:`~labs.engine.stores.shared_redis.RedisSharedModel` (one Lua
+(one process; a lock) and :class:`~labs.engine.redis.shared.RedisSharedModel` (one Lua
 script per attempt). :class:`SharedDependency` puts either behind the guarded client's
 dependency interface.
 """
@@ -382,7 +382,7 @@ class MemorySharedModel:
     """The model in one process: a lock around the decision and the counters.
 
     ``clock`` (virtual or system) stamps arrivals when ``decide`` gets no ``now_us``. The
-    :class:`~labs.engine.stores.shared_redis.RedisSharedModel` mirrors this code line for line
+    :class:`~labs.engine.redis.shared.RedisSharedModel` mirrors this code line for line
     in Lua; a differential test compares every reply.
     """
 

@@ -14,7 +14,6 @@ import random
 from dataclasses import dataclass
 
 from labs.engine import (
-    AttemptResult,
     Breaker,
     BreakerConfig,
     CallResult,
@@ -24,9 +23,10 @@ from labs.engine import (
     MemoryStore,
     Policy,
     Problem,
-    RetryBudgetConfig,
     VirtualClock,
 )
+from labs.engine.config import RetryBudgetConfig
+from labs.engine.dependency import AttemptResult
 from labs.experiments.base import (
     Chart,
     Column,

@@ -15,7 +15,6 @@ import random
 from dataclasses import dataclass
 
 from labs.engine import (
-    AttemptResult,
     Breaker,
     BreakerConfig,
     CallResult,
@@ -26,8 +25,9 @@ from labs.engine import (
     Policy,
     Problem,
     VirtualClock,
-    is_fast_fail,
 )
+from labs.engine.dependency import AttemptResult
+from labs.engine.events import is_fast_fail
 from labs.experiments.base import (
     Chart,
     Column,

@@ -14,7 +14,8 @@ import math
 import random
 from dataclasses import dataclass
 
-from labs.engine import Problem, VirtualClock, jittered_backoff_ms
+from labs.engine import Problem, VirtualClock
+from labs.engine.retry import jittered_backoff_ms
 from labs.experiments.base import (
     Chart,
     Column,

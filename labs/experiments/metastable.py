@@ -23,13 +23,13 @@ from labs.engine import (
     MemoryStore,
     Policy,
     Problem,
-    RetryBudgetConfig,
     SharedConfig,
     SharedDependency,
     Trigger,
     VirtualClock,
 )
 from labs.engine.config import LIMITS as ENGINE_LIMITS
+from labs.engine.config import RetryBudgetConfig
 from labs.experiments.base import (
     Chart,
     Column,

@@ -259,7 +259,7 @@ class StepRowForm(forms.Form):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        from labs.engine import ASK_MEASURES
+        from labs.engine.expect import ASK_MEASURES
 
         # A select, but a plain text field underneath: an unknown measure is refused by the
         # engine's validator, with the allowed measures.

@@ -25,7 +25,8 @@ from typing import Any
 from django import forms
 from django.http import QueryDict
 
-from labs.engine import LIMITS, Limit, Problem
+from labs.engine import LIMITS, Problem
+from labs.engine.config import Limit
 from labs.forms.bounded import BoundedInputsMixin
 
 #: Characters a number field accepts: more than any value in range, typed any way.

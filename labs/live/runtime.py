@@ -27,14 +27,13 @@ from labs.engine import (
     Breaker,
     FakeDependency,
     GuardedClient,
-    RedisSharedModel,
-    RedisStore,
     SharedConfig,
     SharedDependency,
     SystemClock,
     parse_dependency,
     parse_policy,
 )
+from labs.engine.redis import RedisSharedModel, RedisStore
 from labs.engine.replay import capture_start
 from labs.engine.routes import build_routes, needs_routes
 from labs.engine.shared import (

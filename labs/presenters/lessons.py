@@ -6,8 +6,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from labs.engine import STATES
 from labs.engine import state_label as engine_state_label
+from labs.engine.breaker import STATES
 
 # --- scenario steps --------------------------------------------------------------------------
 

@@ -6,13 +6,7 @@ from typing import Any
 
 from django.shortcuts import get_object_or_404
 
-from labs.engine import (
-    Problem,
-    ValidationError,
-    merge_settings,
-    parse_policy,
-    validate_policy,
-)
+from labs.engine import Problem, ValidationError, merge_settings, parse_policy
 from labs.engine.replay import (
     Replay,
     compare_scenario,
@@ -21,6 +15,7 @@ from labs.engine.replay import (
     replay,
     step_policies,
 )
+from labs.engine.validate import validate_policy
 from labs.experiments import metastable
 from labs.journal.store import event_payload
 from labs.models import (

@@ -87,7 +87,9 @@ def validate_duration(duration_s: object) -> list:
 
 def _validate_for_every_session(sessions: list[LabSession], changes: object) -> list:
     """The engine's problems with ``changes`` merged into each session (deduplicated)."""
-    from labs.engine import default_dependency, merge_settings, validate_dependency
+    from labs.engine import merge_settings
+    from labs.engine.config import default_dependency
+    from labs.engine.validate import validate_dependency
 
     if not isinstance(changes, dict) or not changes:
         return [Problem("dependency", "must be an object with at least a mode")]

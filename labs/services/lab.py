@@ -122,12 +122,8 @@ def session_set_dependency(
     The new mode starts fresh (a flaky counter of N, an outage starting now). Raises
     SettingsInvalid naming every bad field and its allowed range; nothing is changed then.
     """
-    from labs.engine import (
-        merge_settings,
-        parse_dependency,
-        validate_dependency,
-        validate_settings,
-    )
+    from labs.engine import merge_settings, parse_dependency, validate_settings
+    from labs.engine.validate import validate_dependency
     from labs.journal import store as journal
 
     if not isinstance(changes, dict):
@@ -167,7 +163,8 @@ def session_set_policy(*, session: LabSession, user, changes: dict) -> LabSessio
     A running burst or traffic run keeps the policy it started with; the change applies from
     the next one, and the journal says so. Raises SettingsInvalid; nothing is changed then.
     """
-    from labs.engine import merge_settings, parse_policy, validate_policy, validate_settings
+    from labs.engine import merge_settings, parse_policy, validate_settings
+    from labs.engine.validate import validate_policy
     from labs.journal import store as journal
 
     if not isinstance(changes, dict):

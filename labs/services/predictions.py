@@ -16,7 +16,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from labs.engine import EVENT_KINDS, STATES, check_situation, grade_answer, observe
+from labs.engine.breaker import STATES
+from labs.engine.events import EVENT_KINDS
+from labs.engine.expect import check_situation, grade_answer, observe
 from labs.journal import broadcast
 from labs.journal import store as journal
 from labs.models import Burst, JournalEvent, LabSession, Prediction, StepProgress

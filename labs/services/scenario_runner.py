@@ -13,7 +13,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from labs.engine import EVENT_KINDS, Event
+from labs.engine import Event
+from labs.engine.events import EVENT_KINDS
 from labs.live import runtime
 from labs.models import Burst, JournalEvent, LabSession
 from labs.services import bursts, lab

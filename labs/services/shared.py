@@ -27,7 +27,8 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
-from labs.engine import Problem, SharedConfig, parse_shared, parse_trigger, validate_shared
+from labs.engine import Problem, SharedConfig
+from labs.engine.validate import parse_shared, parse_trigger, validate_shared
 from labs.engine.validate import validate_trigger
 from labs.journal import store as journal
 from labs.live import runtime

@@ -36,7 +36,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import reswap, retarget
 
 from labs.clicks import start_burst_for
-from labs.engine import STATE_LABELS
+from labs.engine.breaker import STATE_LABELS
 from labs.forms.lab import (
     MODE_LABELS,
     MODE_PARAMS,

@@ -13,7 +13,7 @@ import sys
 from celery.signals import worker_init, worker_ready, worker_shutdown, worker_shutting_down
 from django.conf import settings
 
-from labs.engine.stores.redis_store import load_scripts
+from labs.engine.redis.store import load_scripts
 from labs.live import runtime
 from labs.services import classroom, lti, shared
 from labs.services.bursts import BURSTS

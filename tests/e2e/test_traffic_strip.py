@@ -9,7 +9,7 @@ from collections import defaultdict
 import pytest
 from playwright.sync_api import expect
 
-from labs.engine import FAST_FAIL_OUTCOMES
+from labs.engine.events import FAST_FAIL_OUTCOMES
 from labs.journal import kinds
 from labs.models import JournalEvent, Traffic
 from labs.services import lab

@@ -35,7 +35,8 @@ def namespace(redis_client):
 @pytest.fixture(params=["memory", "redis"])
 def store(request):
     """The same behaviour tests run on both stores."""
-    from labs.engine import MemoryStore, RedisStore
+    from labs.engine import MemoryStore
+    from labs.engine.redis import RedisStore
 
     if request.param == "memory":
         yield MemoryStore()

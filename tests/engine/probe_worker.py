@@ -25,11 +25,11 @@ from labs.engine import (
     Breaker,
     FakeDependency,
     GuardedClient,
-    RedisStore,
     SystemClock,
     parse_dependency,
     parse_policy,
 )
+from labs.engine.redis import RedisStore
 
 POLICY = {"breaker": {"failure_threshold": 1, "cooldown_ms": 1000}}
 

@@ -15,7 +15,8 @@ import threading
 
 import redis
 
-from labs.engine import RedisSharedModel, SharedDependency, SystemClock
+from labs.engine import SharedDependency, SystemClock
+from labs.engine.redis import RedisSharedModel
 
 
 def main(url: str, model_id: str, threads: int, attempts: int, seed: int) -> None:

@@ -13,10 +13,9 @@ from labs.engine import (
     CircuitOpenError,
     EventList,
     MemoryStore,
-    Permit,
-    Rejection,
     VirtualClock,
 )
+from labs.engine.breaker import Permit, Rejection
 
 
 def make(store, clock=None, **config):
@@ -295,7 +294,8 @@ def test_a_probe_recorded_after_its_lease_expired_is_stale_in_memory():
 
 
 def test_every_state_has_a_label_and_transitions_read_with_them():
-    from labs.engine import STATE_LABELS, STATES, state_label
+    from labs.engine import state_label
+    from labs.engine.breaker import STATE_LABELS, STATES
 
     assert list(STATE_LABELS) == list(STATES) == ["closed", "open", "half_open"]
     assert state_label("half_open") == "HALF-OPEN" and state_label(None) == ""

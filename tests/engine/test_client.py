@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from labs.engine import EVENT_KINDS, SystemClock
+from labs.engine import SystemClock
+from labs.engine.events import EVENT_KINDS
 
 from .helpers import Rig
 
@@ -166,7 +167,8 @@ def test_bad_burst_sizes_are_refused():
 def test_fast_fails_are_the_breakers_and_the_bulkheads_refusals_and_nothing_else():
     """A call refused at once, before any attempt, failed fast: the breaker's refusals and
     the bulkhead's (a pool timeout waited first: it failed, not fast)."""
-    from labs.engine import CALL_OUTCOMES, FAST_FAIL_OUTCOMES, is_fast_fail
+    from labs.engine.events import FAST_FAIL_OUTCOMES, is_fast_fail
+    from labs.engine.outcomes import CALL_OUTCOMES
 
     assert set(FAST_FAIL_OUTCOMES) < set(CALL_OUTCOMES)
     assert [o for o in CALL_OUTCOMES if is_fast_fail(o)] == [

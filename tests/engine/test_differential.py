@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from labs.engine import BreakerConfig, MemoryStore, RedisStore
+from labs.engine import BreakerConfig, MemoryStore
+from labs.engine.redis import RedisStore
 from labs.engine.stores.base import BreakerSpec
 
 #: Decision codes met by the sequences (checked by the last test of this module); the explicit

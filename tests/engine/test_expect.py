@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from labs.engine import ASK_MEASURES, EXPECT_MEASURES, grade_answer, run_scenario, validate_scenario
+from labs.engine import run_scenario, validate_scenario
+from labs.engine.expect import ASK_MEASURES, EXPECT_MEASURES, grade_answer
 
 from .helpers import SCENARIOS, load_scenario
 from .test_cli import run_cli

@@ -9,7 +9,8 @@ import copy
 
 import pytest
 
-from labs.engine import RedisStore, run_scenario, validate_scenario
+from labs.engine import run_scenario, validate_scenario
+from labs.engine.redis import RedisStore
 from labs.engine.scenario import EngineExecutor
 from labs.engine.validate import validate_dependency, validate_policy, validate_settings
 

@@ -10,8 +10,9 @@ import json
 
 import pytest
 
-from labs.engine import check_situation, run_scenario, validate_scenario
+from labs.engine import run_scenario, validate_scenario
 from labs.engine.cli import main
+from labs.engine.expect import check_situation
 
 from .helpers import SCENARIOS, load_scenario
 from .test_dependency import dep

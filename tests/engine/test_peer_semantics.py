@@ -8,14 +8,9 @@ from __future__ import annotations
 
 import random
 
-from labs.engine import (
-    Breaker,
-    BreakerConfig,
-    EventList,
-    RetryBudget,
-    RetryBudgetConfig,
-    VirtualClock,
-)
+from labs.engine import Breaker, BreakerConfig, EventList, VirtualClock
+from labs.engine.config import RetryBudgetConfig
+from labs.engine.retry import RetryBudget
 
 
 def make(store, **config):

@@ -16,14 +16,14 @@ from labs.engine import (
     BreakerConfig,
     FakeDependency,
     MemoryStore,
-    RedisStore,
-    RetryBudget,
-    RetryBudgetConfig,
     SystemClock,
     VirtualClock,
     parse_dependency,
     run_scenario,
 )
+from labs.engine.config import RetryBudgetConfig
+from labs.engine.redis import RedisStore
+from labs.engine.retry import RetryBudget
 from labs.engine.scenario import EngineExecutor
 
 from .helpers import REDIS_URL, ROOT, load_scenario
@@ -457,7 +457,7 @@ def test_a_script_redis_does_not_know_is_loaded_and_the_call_retried(redis_clien
 def test_load_scripts_puts_every_script_in_redis_so_no_first_call_pays_a_load(redis_client):
     import hashlib
 
-    from labs.engine.stores.redis_store import _LUA, _source, load_scripts
+    from labs.engine.redis.store import _LUA, _source, load_scripts
 
     redis_client.script_flush()
     names = sorted(p.stem for p in _LUA.glob("*.lua"))

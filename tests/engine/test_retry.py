@@ -6,15 +6,17 @@ import random
 
 import pytest
 
-from labs.engine import (
-    MemoryStore,
+from labs.engine import MemoryStore
+from labs.engine.config import RetryBudgetConfig
+from labs.engine.retry import (
     RetryBudget,
-    RetryBudgetConfig,
     backoff_ms,
+    counts_against_dependency,
     is_retryable,
+    jitter_bounds_ms,
     jittered_backoff_ms,
+    retry_delay,
 )
-from labs.engine.retry import counts_against_dependency, jitter_bounds_ms, retry_delay
 
 
 def test_backoff_doubles_from_base_and_is_capped():

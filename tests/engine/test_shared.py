@@ -19,20 +19,17 @@ from labs.engine import (
     GuardedClient,
     MemorySharedModel,
     MemoryStore,
-    RedisSharedModel,
     SharedConfig,
     SharedDependency,
     Trigger,
     ValidationError,
     VirtualClock,
     parse_policy,
-    parse_shared,
-    parse_trigger,
-    validate_shared,
-    validate_trigger,
 )
 from labs.engine.config import LIMITS
+from labs.engine.redis import RedisSharedModel
 from labs.engine.shared import SESSION_FIELDS, WAIT_BOUNDS_MS, wait_bucket, wait_quantile_ms
+from labs.engine.validate import parse_shared, parse_trigger, validate_shared, validate_trigger
 
 from .helpers import REDIS_URL, ROOT
 

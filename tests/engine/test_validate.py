@@ -11,17 +11,14 @@ from labs.engine import (
     BreakerConfig,
     DependencyConfig,
     Policy,
-    RetryBudgetConfig,
     ValidationError,
-    default_dependency,
-    default_policy,
     parse_dependency,
     parse_policy,
     parse_scenario,
-    validate_dependency,
-    validate_policy,
     validate_scenario,
 )
+from labs.engine.config import RetryBudgetConfig, default_dependency, default_policy
+from labs.engine.validate import validate_dependency, validate_policy
 
 from .helpers import SCENARIOS, load_scenario
 

@@ -209,14 +209,8 @@ def test_a_sequential_burst_on_the_hub_is_one_round_trip_per_healthy_call(hub, c
     waiting, so it travels with the next call's admission."""
     import random
 
-    from labs.engine import (
-        Breaker,
-        FakeDependency,
-        GuardedClient,
-        RedisStore,
-        parse_dependency,
-        parse_policy,
-    )
+    from labs.engine import Breaker, FakeDependency, GuardedClient, parse_dependency, parse_policy
+    from labs.engine.redis import RedisStore
 
     store = RedisStore(client, "fl:{hubtest}")
     policy = parse_policy({"max_attempts": 3})
@@ -245,7 +239,7 @@ def test_the_worker_ready_hook_opens_the_hubs_connection_and_loads_the_scripts(m
     (labs.worker.boot._start_engine_hub, run here on a hub of this test's own)."""
     import hashlib
 
-    from labs.engine.stores.redis_store import _LUA, _source
+    from labs.engine.redis.store import _LUA, _source
     from labs.live import runtime
     from labs.worker import boot
 

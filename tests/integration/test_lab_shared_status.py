@@ -16,7 +16,7 @@ from django.test import Client
 
 from lab_project.asgi import application
 from labs.consumers.lab import SHARED_FIRST_S, SHARED_RESEND_S
-from labs.engine import parse_trigger
+from labs.engine.validate import parse_trigger
 from labs.live import runtime
 from labs.services import lab
 from labs.services import shared as shared_services

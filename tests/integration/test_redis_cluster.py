@@ -29,15 +29,15 @@ from labs.engine import (
     Breaker,
     BreakerConfig,
     FakeDependency,
-    RedisStore,
-    RetryBudget,
-    RetryBudgetConfig,
     VirtualClock,
     parse_dependency,
     run_scenario,
 )
+from labs.engine.config import RetryBudgetConfig
+from labs.engine.redis import RedisStore
+from labs.engine.redis.store import SCOPES
+from labs.engine.retry import RetryBudget
 from labs.engine.scenario import EngineExecutor
-from labs.engine.stores.redis_store import SCOPES
 from labs.live import runtime
 from tests import servers
 from tests.integration.conftest import ROOT

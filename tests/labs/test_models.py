@@ -322,7 +322,7 @@ def test_instructors_group_has_the_class_permissions():
 
 
 def test_breaker_state_choices_are_the_engines_states_and_labels():
-    from labs.engine import STATE_LABELS
+    from labs.engine.breaker import STATE_LABELS
 
     assert BreakerState.choices == list(STATE_LABELS.items())
     assert BreakerState.HALF_OPEN == "half_open"

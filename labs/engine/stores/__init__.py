@@ -1,15 +1,14 @@
-"""State stores: :class:`MemoryStore` (one process) and :class:`RedisStore` (shared)."""
+"""State stores: the :class:`Store` protocol and :class:`MemoryStore` (one process). The Redis
+store, shared by every process, is :class:`labs.engine.redis.RedisStore`."""
 
 from labs.engine.stores.base import AllowReply, BreakerSpec, RecordReply, Store, effective_state
 from labs.engine.stores.memory import MemoryStore
-from labs.engine.stores.redis_store import RedisStore
 
 __all__ = [
     "AllowReply",
     "BreakerSpec",
     "MemoryStore",
     "RecordReply",
-    "RedisStore",
     "Store",
     "effective_state",
 ]

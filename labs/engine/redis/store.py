@@ -478,7 +478,7 @@ class RedisStore:
 
 
 def load_scripts(client: Any) -> int:
-    """Load every script of ``stores/lua`` into ``client``'s Redis (``SCRIPT LOAD``; one
+    """Load every script of ``redis/lua`` into ``client``'s Redis (``SCRIPT LOAD``; one
     round trip each), so that no call pays the ``NOSCRIPT`` answer and the load on its first
     use of a script. Returns how many. A worker does it when it starts."""
     names = sorted(path.stem for path in _LUA.glob("*.lua"))
@@ -504,7 +504,7 @@ def _source(name: str) -> str:
 
 
 class _Script:
-    """One Lua script of ``stores/lua``, registered with redis-py's ``register_script`` and
+    """One Lua script of ``redis/lua``, registered with redis-py's ``register_script`` and
     called as a single ``EVALSHA`` (if Redis lost the script, the registered object loads it
     again and retries)."""
 

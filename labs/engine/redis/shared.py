@@ -41,6 +41,7 @@ import contextlib
 import struct
 from typing import Any
 
+from labs.engine.redis.store import _Script, _text
 from labs.engine.shared import (
     MAX_SERVERS,
     SESSION_KEEP_S,
@@ -52,7 +53,6 @@ from labs.engine.shared import (
     session_field_names,
     session_seconds_from_fields,
 )
-from labs.engine.stores.redis_store import _Script, _text
 
 __all__ = ["RedisSharedModel"]
 
