@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks.bench_common import Bench, pct, run  # noqa: E402
-from labs.engine import (
+from labs.engine import (  # noqa: E402
     Breaker,
     BreakerConfig,
     DependencyConfig,
@@ -53,9 +53,9 @@ from labs.engine import (
     parse_policy,
     run_scenario,
 )
-from labs.engine.config import RetryBudgetConfig
-from labs.engine.redis import RedisStore
-from labs.engine.retry import RetryBudget
+from labs.engine.config import RetryBudgetConfig  # noqa: E402
+from labs.engine.redis import RedisStore  # noqa: E402
+from labs.engine.retry import RetryBudget  # noqa: E402
 
 TOUR = json.loads((ROOT / "scenarios" / "tour.json").read_text())
 TOUR_SLEEPS_MS = 2810  # 21 attempts x 5 ms + 700 ms backoff + 2000 ms wait + 5 ms probe

@@ -28,8 +28,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from labs.engine import Problem, SharedConfig
-from labs.engine.validate import parse_shared, parse_trigger, validate_shared
-from labs.engine.validate import validate_trigger
+from labs.engine.validate import parse_shared, parse_trigger, validate_shared, validate_trigger
 from labs.journal import store as journal
 from labs.live import runtime
 from labs.models import Classroom, JournalEvent, LabSession, SharedDependencyConfig
