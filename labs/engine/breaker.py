@@ -40,6 +40,7 @@ from labs.engine.stores.base import (
     REOPENED,
     STALE,
     BreakerSpec,
+    RecordReply,
     Store,
     effective_state,
 )
@@ -314,37 +315,15 @@ class Breaker:
         duration_ms: float | None = None,
         reply: bool = True,
     ) -> Recorded | None:
-        """Report the result of a permitted call. One store operation.
-
-        ``reply=False``: the caller will not read what happened. Where the result cannot
-        move the breaker (a closed-state success or ignored result of a consecutive breaker
-        that keeps no counts, no interval and no strict admission), the store may then send
-        it without waiting for its reply (on the engine hub: with the caller's next round
-        trip), and None is returned; anywhere else the result is recorded as with a reply.
-
-        With ``slow_call_ms`` set, a success or failure whose ``duration_ms`` is above it is
-        also a slow call (resilience4j: ``duration > slowCallDurationThreshold``); a result
-        without a duration is not slow.
-
-        Returns whether it was counted (``applied`` is False for a stale generation, or for a
-        probe whose lease expired before the result came) and the
-        state it moved the breaker to, if any. ``error`` only enriches the transition's
-        reason. Raises ValueError for an unknown outcome.
-        """
+        """Report the result of a permitted call, in one store operation. Returns whether it
+        was counted (not for a stale generation or an expired probe lease) and the state it
+        moved the breaker to. A ``duration_ms`` above ``slow_call_ms`` makes it a slow call.
+        ``reply=False``: where the result cannot move the breaker, it is sent without waiting
+        and None is returned. Raises ValueError for an unknown outcome."""
         code = _OUTCOME_CODE.get(outcome)
         if code is None:
             raise ValueError(f"outcome must be success, failure or ignored (got {outcome!r})")
-        cooldown_us = self._cooldown_us
-        if code == "f" or permit.probe or self._timed:
-            now = self._now()
-            now_us = int(now * 1e6 + 0.5)
-            if code == "f" and self._jitter_pct:
-                cooldown_us = round(cooldown_us * (1 + self.rng.random() * self._jitter_pct / 100))
-        else:
-            # A success (or ignored) of a closed-state permit under a consecutive breaker can
-            # neither move the breaker nor feed a time window: the time is not needed (one
-            # clock read saved per success; "in-memory admitted call" in engine_bench.py).
-            now, now_us = 0.0, 0
+        now, now_us, cooldown_us = self._record_time(code, permit)
         if (
             duration_ms is not None
             and self._slow_us
@@ -370,58 +349,16 @@ class Breaker:
             return _STALE
         if rc == OPENED:
             cooldown = fmt_ms((reply.open_until_us - int(now * 1e6 + 0.5)) / 1000)
-            if self._spec.rolling and reply.a < 0:
-                ratio = -reply.a / reply.b
-                why = (
-                    f"slow-call ratio {ratio:.0%} >= {self.config.slow_call_ratio:.0%} "
-                    f"over the last {reply.b} calls (slower than "
-                    f"{fmt_ms(self.config.slow_call_ms or 0)})"
-                )
-            elif self._spec.rolling:
-                ratio = reply.a / reply.b if reply.b else 0.0
-                why = (
-                    f"failure ratio {ratio:.0%} >= {self.config.failure_ratio:.0%} "
-                    f"over the last {reply.b} calls"
-                )
-            else:
-                why = f"{reply.a} consecutive failed calls"
+            why = f"{self._opened_why(reply)}; cooldown {cooldown}"
             self._transition(
-                now,
-                STATE_CLOSED,
-                OPEN,
-                f"{why}; cooldown {cooldown}",
-                permit.call,
-                permit.burst,
-                reply.generation,
+                now, STATE_CLOSED, OPEN, why, permit.call, permit.burst, reply.generation
             )
         elif rc == REOPENED:
             cooldown = fmt_ms((reply.open_until_us - int(now * 1e6 + 0.5)) / 1000)
-            what = f"probe call #{permit.call}" if permit.call is not None else "probe"
-            detail = f" ({error})" if error else ""
-            # reply.b: decided on the failure ratio of the half-open period's probes
-            if reply.a < 0:
-                why = f"{-reply.a} of {reply.b} probes were slow"
-            elif reply.b:
-                why = f"{reply.a} of {reply.b} probes failed"
-            else:
-                why = f"{what} failed{detail}"
-            self._transition(
-                now,
-                HALF_OPEN,
-                OPEN,
-                f"{why}; fresh cooldown {cooldown}",
-                permit.call,
-                permit.burst,
-                reply.generation,
-            )
+            why = f"{_reopened_why(reply, permit, error)}; fresh cooldown {cooldown}"
+            self._transition(now, HALF_OPEN, OPEN, why, permit.call, permit.burst, reply.generation)
         elif rc == CLOSED:
-            what = f"probe call #{permit.call}" if permit.call is not None else "probe"
-            if reply.b:
-                why = f"{reply.a} of {reply.b} probes succeeded"
-            elif self.config.success_threshold > 1:
-                why = f"{reply.a} probe successes (last: {what})"
-            else:
-                why = f"{what} succeeded"
+            why = self._closed_why(reply, permit)
             self._transition(
                 now, HALF_OPEN, STATE_CLOSED, why, permit.call, permit.burst, reply.generation
             )
@@ -429,6 +366,46 @@ class Breaker:
         else:
             return _COUNTED
         return _TO_OPEN
+
+    def _record_time(self, code: str, permit: Permit) -> tuple[float, int, int]:
+        """The time of a result (seconds, microseconds) and the cooldown (with its jitter)
+        that a failure would start. A success (or ignored) of a closed-state permit under a
+        consecutive breaker can neither move the breaker nor feed a time window: the clock
+        is then not read."""
+        cooldown_us = self._cooldown_us
+        if not (code == "f" or permit.probe or self._timed):
+            return 0.0, 0, cooldown_us
+        now = self._now()
+        if code == "f" and self._jitter_pct:
+            cooldown_us = round(cooldown_us * (1 + self.rng.random() * self._jitter_pct / 100))
+        return now, int(now * 1e6 + 0.5), cooldown_us
+
+    def _opened_why(self, reply: RecordReply) -> str:
+        """Why a closed breaker opened: the slow-call or failure ratio over the window, or
+        the consecutive failures."""
+        if self._spec.rolling and reply.a < 0:
+            ratio = -reply.a / reply.b
+            return (
+                f"slow-call ratio {ratio:.0%} >= {self.config.slow_call_ratio:.0%} "
+                f"over the last {reply.b} calls (slower than "
+                f"{fmt_ms(self.config.slow_call_ms or 0)})"
+            )
+        if self._spec.rolling:
+            ratio = reply.a / reply.b if reply.b else 0.0
+            return (
+                f"failure ratio {ratio:.0%} >= {self.config.failure_ratio:.0%} "
+                f"over the last {reply.b} calls"
+            )
+        return f"{reply.a} consecutive failed calls"
+
+    def _closed_why(self, reply: RecordReply, permit: Permit) -> str:
+        """Why a half-open breaker closed: its probes' successes."""
+        what = f"probe call #{permit.call}" if permit.call is not None else "probe"
+        if reply.b:
+            return f"{reply.a} of {reply.b} probes succeeded"
+        if self.config.success_threshold > 1:
+            return f"{reply.a} probe successes (last: {what})"
+        return f"{what} succeeded"
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -588,3 +565,15 @@ class Breaker:
                 data={"generation": generation},
             )
         )
+
+
+def _reopened_why(reply: RecordReply, permit: Permit, error: str | None) -> str:
+    """Why a half-open breaker opened again; ``reply.b``: decided on the failure ratio of
+    the half-open period's probes."""
+    if reply.a < 0:
+        return f"{-reply.a} of {reply.b} probes were slow"
+    if reply.b:
+        return f"{reply.a} of {reply.b} probes failed"
+    what = f"probe call #{permit.call}" if permit.call is not None else "probe"
+    detail = f" ({error})" if error else ""
+    return f"{what} failed{detail}"

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from labs.engine.breaker import Breaker
 from labs.engine.client import GuardedClient
 from labs.engine.clock import Clock, SystemClock, VirtualClock
-from labs.engine.config import DependencyConfig, Policy, Scenario
+from labs.engine.config import DependencyConfig, Policy, Scenario, Step
 from labs.engine.dependency import FakeDependency
 from labs.engine.events import Event, Sink
 from labs.engine.expect import check_expectations, check_situation, observe
@@ -198,28 +198,7 @@ def run_scenario(
                 executor.wait(pause_before_burst_ms)
             burst_events = executor.burst(step.burst, step.concurrency)
             events.extend(burst_events)
-            seen = observe(burst_events, breaker)
-            breaker = seen["breaker_after"]
-            number = next((e.burst for e in burst_events if e.kind == "burst_end"), None)
-            missed = check_situation(step.situation, seen)
-            if step.expect or step.ask or step.situation:
-                observed.append(
-                    {"step": index, "burst": number, **seen, **({"missed": missed} if missed else {})}
-                )
-            if step.situation:
-                checks.append(
-                    {
-                        "step": index,
-                        "burst": number,
-                        "measure": "situation",
-                        "expected": "happened",
-                        "observed": missed or "happened",
-                        "tolerance": 0.0,
-                        "ok": not missed,
-                    }
-                )
-            if step.expect:
-                checks += check_expectations(step.expect, seen, step=index, burst=number)
+            breaker = _check_burst(index, step, burst_events, breaker, checks, observed)
         elif step.action == "wait":
             executor.wait(step.wait_ms or 0)
         elif step.action == "set_dependency":
@@ -241,6 +220,41 @@ def run_scenario(
     if include_events:
         output["events"] = [dict(e.to_dict(), at_ms=_r(e.at_ms - t0)) for e in events]
     return output
+
+
+def _check_burst(
+    index: int,
+    step: Step,
+    burst_events: list[Event],
+    breaker: str,
+    checks: list[dict[str, Any]],
+    observed: list[dict[str, Any]],
+) -> str:
+    """Observe one burst step's events and append its situation and expectation checks (and
+    what it observed, when the step asks or expects anything). Returns the breaker's state
+    after the burst, which the next burst starts from."""
+    seen = observe(burst_events, breaker)
+    number = next((e.burst for e in burst_events if e.kind == "burst_end"), None)
+    missed = check_situation(step.situation, seen)
+    if step.expect or step.ask or step.situation:
+        observed.append(
+            {"step": index, "burst": number, **seen, **({"missed": missed} if missed else {})}
+        )
+    if step.situation:
+        checks.append(
+            {
+                "step": index,
+                "burst": number,
+                "measure": "situation",
+                "expected": "happened",
+                "observed": missed or "happened",
+                "tolerance": 0.0,
+                "ok": not missed,
+            }
+        )
+    if step.expect:
+        checks += check_expectations(step.expect, seen, step=index, burst=number)
+    return seen["breaker_after"]
 
 
 def build_output(events: list[Event], t0_ms: float = 0.0) -> dict[str, Any]:

@@ -465,6 +465,18 @@ class MemorySharedModel:
 
     # -- the decision ------------------------------------------------------------------------
 
+    def _service(self, t: int) -> tuple[int, bool]:
+        """The service time (us) of an attempt arriving at ``t`` and whether the servers are
+        down then: a ``slow`` trigger stretches it, a ``down`` trigger fails it."""
+        service = self._config.service_ms * 1000
+        trig = self._trigger
+        if trig is not None and trig[1] <= t < trig[2]:
+            if trig[0] == "down":
+                return service, True
+            if trig[0] == "slow":
+                service = service * trig[3] // 100
+        return service, False
+
     def decide(
         self,
         now_us: int | None = None,
@@ -482,19 +494,9 @@ class MemorySharedModel:
             t = max(self._now(now_us), self._last)
             self._last = t
             mine = self._session_second(session, _sec(t), state)
-            service = cfg.service_ms * 1000
-            down = False
-            trig = self._trigger
-            if trig is not None and trig[1] <= t < trig[2]:
-                if trig[0] == "down":
-                    down = True
-                elif trig[0] == "slow":
-                    service = service * trig[3] // 100
+            service, down = self._service(t)
             free = self._free
-            best = 0
-            for i in range(1, cfg.servers):
-                if free[i] < free[best]:
-                    best = i
+            best = min(range(cfg.servers), key=free.__getitem__)  # the first free server
             start = max(t, free[best])
             wait = start - t
             counts = self._fields

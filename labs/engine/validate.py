@@ -258,6 +258,19 @@ def _hosts_problems(d: Mapping[str, Any], prefix: str) -> list[Problem]:
     return problems
 
 
+def _validate_breaker(breaker: Any, prefix: str, problems: list[Problem]) -> None:
+    """Append the problems of a policy's ``breaker`` object: its fields, then the settings
+    that do not go together."""
+    if not isinstance(breaker, Mapping):
+        problems += _not_object(prefix, breaker)
+        return
+    problems += _unknown(prefix, breaker, _BREAKER_KEYS)
+    for key in _BREAKER_KEYS:
+        if key in breaker:
+            _check(f"{prefix}.{key}", breaker[key], LIMITS[f"policy.breaker.{key}"], problems)
+    problems += _breaker_combinations(prefix, breaker, problems)
+
+
 def validate_policy(d: Any, prefix: str = "policy") -> list[Problem]:
     """Problems with a policy dict (including ``breaker`` and ``retry_budget``)."""
     if not isinstance(d, Mapping):
@@ -287,20 +300,7 @@ def validate_policy(d: Any, prefix: str = "policy") -> list[Problem]:
                 f"nesting: {_words(nesting)})",
             )
         )
-    breaker = d.get("breaker", {})
-    if not isinstance(breaker, Mapping):
-        problems += _not_object(f"{prefix}.breaker", breaker)
-    else:
-        problems += _unknown(f"{prefix}.breaker", breaker, _BREAKER_KEYS)
-        for key in _BREAKER_KEYS:
-            if key in breaker:
-                _check(
-                    f"{prefix}.breaker.{key}",
-                    breaker[key],
-                    LIMITS[f"policy.breaker.{key}"],
-                    problems,
-                )
-        problems += _breaker_combinations(f"{prefix}.breaker", breaker, problems)
+    _validate_breaker(d.get("breaker", {}), f"{prefix}.breaker", problems)
     budget = d.get("retry_budget")
     if budget is not None:
         if not isinstance(budget, Mapping):
@@ -507,18 +507,7 @@ def validate_scenario(d: Any) -> list[Problem]:
     if not isinstance(d, Mapping):
         return [Problem("scenario", f"must be a JSON object (got {_shown(d)})")]
     problems = _unknown("", d, _SCENARIO_KEYS)
-    name = d.get("name")
-    if not isinstance(name, str) or not name.strip() or len(name) > _MAX_TEXT["name"]:
-        problems.append(
-            Problem(
-                "name", f"must be a non-empty string of at most 100 characters (got {_shown(name)})"
-            )
-        )
-    for key in ("title", "description", "instructions"):
-        if key in d and (not isinstance(d[key], str) or len(d[key]) > _MAX_TEXT[key]):
-            problems.append(
-                Problem(key, f"must be a string of at most {_MAX_TEXT[key]} characters")
-            )
+    _validate_texts(d, problems)
     if "seed" in d:
         _check("seed", d["seed"], LIMITS["seed"], problems)
     dependency = d.get("dependency", {})
@@ -555,58 +544,86 @@ def validate_scenario(d: Any) -> list[Problem]:
         allowed = ("burst", *_BURST_EXTRAS) if action == "burst" else (action,)
         problems += _unknown(path, step, allowed)
         if action == "burst":
-            if "expect" in step:
-                problems += [
-                    Problem(f, m) for f, m in validate_expect(step["expect"], f"{path}.expect")
-                ]
-            if "ask" in step:
-                problems += [Problem(f, m) for f, m in validate_ask(step["ask"], f"{path}.ask")]
-            if "situation" in step:
-                problems += [
-                    Problem(f, m)
-                    for f, m in validate_situation(step["situation"], f"{path}.situation")
-                ]
-            _check(f"{path}.burst", step["burst"], LIMITS["steps[].burst"], problems)
-            if "concurrency" in step:
-                _check(
-                    f"{path}.concurrency",
-                    step["concurrency"],
-                    LIMITS["steps[].concurrency"],
-                    problems,
-                )
+            _validate_burst_step(path, step, problems)
         elif action == "wait_ms":
             _check(f"{path}.wait_ms", step["wait_ms"], LIMITS["steps[].wait_ms"], problems)
         elif action == "set_dependency":
-            changes = step["set_dependency"]
-            if not isinstance(changes, Mapping):
-                problems += _not_object(f"{path}.set_dependency", changes)
-            elif current_dep is None:  # earlier settings are invalid: check the step alone
-                problems += validate_dependency(changes, f"{path}.set_dependency")
-            else:
-                merged = merge_settings(current_dep, changes)
-                found = validate_dependency(merged, f"{path}.set_dependency")
-                if not found and current_pol is not None and {"fallbacks", "b"} & set(changes):
-                    found = validate_settings(
-                        merged, current_pol, f"{path}.set_dependency", "policy"
-                    )
-                problems += found
-                current_dep = merged if not found else None
+            where = f"{path}.set_dependency"
+            current_dep = _set_dependency(where, step[action], current_dep, current_pol, problems)
         else:
-            changes = step["set_policy"]
-            if not isinstance(changes, Mapping):
-                problems += _not_object(f"{path}.set_policy", changes)
-            elif current_pol is None:
-                problems += validate_policy(changes, f"{path}.set_policy")
-            else:
-                merged = merge_settings(current_pol, changes)
-                found = validate_policy(merged, f"{path}.set_policy")
-                if not found and current_dep is not None and "fallback" in changes:
-                    found = validate_settings(
-                        current_dep, merged, "dependency", f"{path}.set_policy"
-                    )
-                problems += found
-                current_pol = merged if not found else None
+            where = f"{path}.set_policy"
+            current_pol = _set_policy(where, step[action], current_dep, current_pol, problems)
     return problems
+
+
+def _validate_texts(d: Mapping[str, Any], problems: list[Problem]) -> None:
+    """Append the problems of a scenario's name, title, description and instructions."""
+    name = d.get("name")
+    if not isinstance(name, str) or not name.strip() or len(name) > _MAX_TEXT["name"]:
+        problems.append(
+            Problem(
+                "name", f"must be a non-empty string of at most 100 characters (got {_shown(name)})"
+            )
+        )
+    for key in ("title", "description", "instructions"):
+        if key in d and (not isinstance(d[key], str) or len(d[key]) > _MAX_TEXT[key]):
+            problems.append(
+                Problem(key, f"must be a string of at most {_MAX_TEXT[key]} characters")
+            )
+
+
+def _validate_burst_step(path: str, step: Mapping[str, Any], problems: list[Problem]) -> None:
+    """Append the problems of a burst step: its size, concurrency, expectations, question and
+    situation."""
+    if "expect" in step:
+        problems += [Problem(f, m) for f, m in validate_expect(step["expect"], f"{path}.expect")]
+    if "ask" in step:
+        problems += [Problem(f, m) for f, m in validate_ask(step["ask"], f"{path}.ask")]
+    if "situation" in step:
+        found = validate_situation(step["situation"], f"{path}.situation")
+        problems += [Problem(f, m) for f, m in found]
+    _check(f"{path}.burst", step["burst"], LIMITS["steps[].burst"], problems)
+    if "concurrency" in step:
+        limit = LIMITS["steps[].concurrency"]
+        _check(f"{path}.concurrency", step["concurrency"], limit, problems)
+
+
+def _set_dependency(
+    where: str, changes: Any, dependency: dict | None, policy: dict | None, problems: list
+) -> dict | None:
+    """Check a ``set_dependency`` step merged into the dependency in force; return the
+    dependency in force after it (None once the settings are invalid)."""
+    if not isinstance(changes, Mapping):
+        problems += _not_object(where, changes)
+        return dependency
+    if dependency is None:  # earlier settings are invalid: check the step alone
+        problems += validate_dependency(changes, where)
+        return None
+    merged = merge_settings(dependency, changes)
+    found = validate_dependency(merged, where)
+    if not found and policy is not None and {"fallbacks", "b"} & set(changes):
+        found = validate_settings(merged, policy, where, "policy")
+    problems += found
+    return merged if not found else None
+
+
+def _set_policy(
+    where: str, changes: Any, dependency: dict | None, policy: dict | None, problems: list
+) -> dict | None:
+    """Check a ``set_policy`` step merged into the policy in force; return the policy in
+    force after it (None once the settings are invalid)."""
+    if not isinstance(changes, Mapping):
+        problems += _not_object(where, changes)
+        return policy
+    if policy is None:
+        problems += validate_policy(changes, where)
+        return None
+    merged = merge_settings(policy, changes)
+    found = validate_policy(merged, where)
+    if not found and dependency is not None and "fallback" in changes:
+        found = validate_settings(dependency, merged, "dependency", where)
+    problems += found
+    return merged if not found else None
 
 
 def _raise_if(problems: list[Problem]) -> None:
