@@ -21,9 +21,9 @@ Everything it started is printed, and stopped at the end, also on Ctrl-C (SIGINT
 or SIGHUP: pytest runs in a process group of its own and gets one SIGINT from here, so its
 fixtures stop their servers before the private Redis and PostgreSQL go.
 
-Steps 4 and 5 run side by side in four parts (most tests wait on servers, not on the CPU):
-the integration tests in two halves (the second half with the browser tests), every other test,
-and the PostgreSQL run. Each part has its own private redis-server, its own SQLite test
+Steps 4 and 5 run side by side in five parts (most tests wait on servers, not on the CPU):
+the integration tests in two halves, the browser tests, every other test, and the PostgreSQL
+run. Each part has its own private redis-server, its own SQLite test
 database and data directory, and its own log, ``artifacts/test-<part>.log``; a line says when
 each part ends, a summary table closes the run, and a failed part's log tail is shown.
 ``LAB_TEST_SERIAL=1``, or test paths among the arguments, run steps 4 and 5 one after the
@@ -265,18 +265,23 @@ def test_files(root: Path = ROOT) -> list[str]:
 
 
 def split_suite(files: list[str]) -> dict[str, list[str]]:
-    """The SQLite parts: the integration tests in two halves by name (a to r, s to z, the
-    second with the browser tests), and everything else. Together they hold every file once."""
-    first, second, rest = [], [], []
+    """The SQLite parts: the integration tests in two halves by name (a to r, s to z), the
+    browser tests, and everything else. Together they hold every file once."""
+    first, second, browser, rest = [], [], [], []
     for path in files:
         if path.startswith("tests/integration/"):
             letter = Path(path).name.removeprefix("test_")[:1]
             (first if letter <= "r" else second).append(path)
         elif path.startswith("tests/e2e/"):
-            second.append(path)
+            browser.append(path)
         else:
             rest.append(path)
-    return {"integration-a-r": first, "integration-s-z-and-browser": second, "the-rest": rest}
+    return {
+        "integration-a-r": first,
+        "integration-s-z": second,
+        "browser": browser,
+        "the-rest": rest,
+    }
 
 
 def part_env(env: dict[str, str], part: Part, procs: services.Processes) -> dict[str, str]:

@@ -164,7 +164,7 @@ def test_the_parts_hold_every_test_file_once():
     held = [path for paths in parts.values() for path in paths]
     assert sorted(held) == files and len(set(held)) == len(held)
     assert all(parts.values()), parts
-    assert any(p.startswith("tests/e2e/") for p in parts["integration-s-z-and-browser"])
+    assert parts["browser"] and all(p.startswith("tests/e2e/") for p in parts["browser"])
     assert not any(p.startswith("tests/integration/") for p in parts["the-rest"])
 
 
@@ -225,7 +225,7 @@ def test_make_test_runs_its_parts_side_by_side_each_with_its_own_redis(tmp_path)
     output = log.read_text()
     assert code == 0, output[-6000:]
     assert not left, left
-    for part in ("integration-a-r", "integration-s-z-and-browser", "the-rest", "postgresql"):
+    for part in ("integration-a-r", "integration-s-z", "browser", "the-rest", "postgresql"):
         assert re.search(
             rf"{part}: STARTED a private redis-server at redis://127.0.0.1:\d+", output
         )
@@ -235,7 +235,7 @@ def test_make_test_runs_its_parts_side_by_side_each_with_its_own_redis(tmp_path)
     # in the PostgreSQL part; the other parts selected nothing, which is no failure here.
     assert re.search(r"^\[test\] the-rest +passed +\d+ +1 passed", output, re.M), output[-4000:]
     assert re.search(r"^\[test\] postgresql +passed +\d+ +1 passed", output, re.M), output[-4000:]
-    assert output.count("stopping a private Redis") == 4, output[-4000:]
+    assert output.count("stopping a private Redis") == 5, output[-4000:]
 
 
 @pytest.mark.timeout(TIMEOUT_S + 60)
