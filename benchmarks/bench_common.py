@@ -257,8 +257,16 @@ def run(name: str, parser: argparse.ArgumentParser,
     """The benchmark's entry point: parse the arguments (``--help`` and a bad argument end
     here, nothing started), then run ``body(args, bench)`` inside a :class:`Bench`. Exits
     with the body's return value; after a stop signal, once everything stopped, at once
-    with 128 + the signal's number (no waiting for the body's threads)."""
+    with 128 + the signal's number (no waiting for the body's threads).
+
+    ``--plain NAME[,NAME]`` runs everything with those overrides of a library's private parts
+    switched off (``LAB_PLAIN``, ``lab_project.env.OVERRIDES``), to measure each beside the
+    plain library (docs/scaling.md)."""
+    parser.add_argument("--plain", metavar="NAME", default="",
+                        help="switch off these overrides (comma-separated; LAB_PLAIN)")
     args = parser.parse_args(argv)
+    if args.plain:
+        os.environ["LAB_PLAIN"] = args.plain
     try:
         with Bench(name) as bench:
             code = body(args, bench)

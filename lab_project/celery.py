@@ -5,6 +5,8 @@ import os
 
 from celery import Celery
 
+from lab_project.env import plain
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
 
 app = Celery("lab_project")
@@ -17,7 +19,8 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 # own reads poll with a 1 s BRPOP, well inside these timeouts.
 app.conf.broker_connection_timeout = 2
 # kombu's Redis transport, keeping one client per channel (lab_project/broker.py)
-app.conf.broker_transport = "lab_project.broker:Transport"
+if not plain("kombu"):
+    app.conf.broker_transport = "lab_project.broker:Transport"
 app.conf.broker_transport_options = {
     "socket_connect_timeout": 1,
     "socket_timeout": 2,

@@ -130,3 +130,20 @@ def env_database_url(name: str, *, environ: Mapping[str, str] | None = None) -> 
             f"got scheme {scheme!r}"
         )
     return value
+
+
+#: The overrides of a library's private parts that ``LAB_PLAIN`` can switch off, each by name.
+OVERRIDES = frozenset({"dispatch", "autobahn", "layer", "kombu", "hub-redis", "sessions"})
+
+
+def plain(name: str, *, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``LAB_PLAIN`` (comma-separated names of :data:`OVERRIDES`) asks for the plain
+    library instead of the override ``name``: the benchmarks' ``--plain`` measures each
+    override beside the library it replaces (docs/scaling.md)."""
+    names = {part.strip() for part in (_raw("LAB_PLAIN", environ) or "").split(",")} - {""}
+    unknown = names - OVERRIDES
+    if unknown:
+        raise ImproperlyConfigured(
+            f"LAB_PLAIN names unknown overrides {sorted(unknown)}; known: {sorted(OVERRIDES)}"
+        )
+    return name in names

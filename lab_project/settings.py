@@ -23,6 +23,7 @@ from lab_project.env import (
     env_list,
     env_redis_url,
     env_str,
+    plain,
     redis_db_url,
 )
 
@@ -370,7 +371,9 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
 # Django's database sessions, read with one raw query instead of the ORM's (lab_project/sessions.py)
-SESSION_ENGINE = "lab_project.sessions"
+SESSION_ENGINE = (
+    "django.contrib.sessions.backends.db" if plain("sessions") else "lab_project.sessions"
+)
 if not DEBUG:
     _secure_cookies = env_bool("DJANGO_SECURE_COOKIES", True)
     SESSION_COOKIE_SECURE = _secure_cookies

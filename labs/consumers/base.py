@@ -23,6 +23,7 @@ from channels.layers import get_channel_layer
 from daphne.ws_protocol import WebSocketProtocol
 from django.conf import settings
 
+from lab_project.env import plain
 from labs.selectors.access import signed_in
 from labs.services.launch_token import launch_token_still_valid
 
@@ -33,7 +34,8 @@ logger = logging.getLogger(__name__)
 # it): four click.style calls a frame, a few per cent of the web process's CPU while it
 # forwards pushes. Plain text costs a fraction of that; the line is never shown unless
 # autobahn's debug logging is on, and then it is uncoloured.
-autobahn.util._HAS_CLICK = False
+if not plain("autobahn"):
+    autobahn.util._HAS_CLICK = False
 
 #: Close code for a socket whose user may not see what it asked for. The consumers accept,
 #: then close with it: a socket refused before ``accept`` reaches the page as a bare 1006.
@@ -130,6 +132,10 @@ class DirectDispatch:
             for task in pumps:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+
+
+if plain("dispatch"):  # Channels' own dispatch and __call__ (LAB_PLAIN, for the benchmarks)
+    DirectDispatch = type("DirectDispatch", (), {"__doc__": DirectDispatch.__doc__})  # type: ignore[misc]
 
 
 def clip(value: Any, limit: int = 120) -> str:

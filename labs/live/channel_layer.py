@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import redis
+from asgiref.sync import async_to_sync
 from channels_redis.pubsub import (
     RedisPubSubChannelLayer,
     RedisPubSubLoopLayer,
@@ -40,7 +41,11 @@ from channels_redis.pubsub import (
 from channels_redis.utils import _consistent_hash, _wrap_close, decode_hosts
 from redis.asyncio.client import PubSub
 
+from lab_project.env import plain
 from labs.live.redis_batch import send_batch
+
+#: channels-redis's own ``group_send`` per message instead of the pipelined batches (LAB_PLAIN).
+PLAIN = plain("layer")
 
 logger = logging.getLogger(__name__)
 
@@ -177,6 +182,10 @@ class LabChannelLayer(RedisPubSubChannelLayer):
 
     async def group_send_many(self, messages: Iterable[tuple[str, dict[str, Any]]]) -> None:
         """``group_send`` each (group, message), in order, one pipeline per Redis host."""
+        if PLAIN:
+            for group, message in messages:
+                await self.group_send(group, message)
+            return
         layer = self._get_layer()  # the per-event-loop layer that owns the connections
         for index, items in self._by_host(messages).items():
             shard = layer._shards[index]
@@ -195,6 +204,10 @@ class LabChannelLayer(RedisPubSubChannelLayer):
         run the send (behind every push it was forwarding), and from a thread with no loop
         at all (a Celery thread) it built an event loop and a Redis connection per call.
         """
+        if PLAIN:
+            for group, message in messages:
+                async_to_sync(self.group_send)(group, message)
+            return
         for index, items in self._by_host(messages).items():
             pool = self._sync_client(index).connection_pool
             conn = pool.get_connection()

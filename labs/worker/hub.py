@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import redis
 from redis.exceptions import NoScriptError
 
+from lab_project.env import plain
 from labs.engine import VirtualClock
 from labs.engine.clock import Task
 from labs.live import runtime
@@ -438,6 +439,11 @@ UNREAD_MAX = 1000
 UNREAD_LOOK_S = 0.002
 
 
+#: redis-py's own pipeline for every batch instead of redis_batch on a kept connection
+#: (LAB_PLAIN, for the benchmarks).
+_PLAIN = plain("hub-redis")
+
+
 def _send(
     client: HubRedis, commands: list[tuple[tuple[Any, ...], dict[str, Any]]], waiting: bool
 ) -> list[Any] | None:
@@ -446,7 +452,7 @@ def _send(
     redis-py would have given for that command alone. With nobody ``waiting`` the replies
     are not read now (None is returned; the hub keeps the commands in ``_hub_unread``), and
     a later batch reads those first."""
-    if any(options for _, options in commands):
+    if _PLAIN or any(options for _, options in commands):
         pipe = client.pipeline(transaction=False)  # options (rare): redis-py's own way
         for args, options in commands:
             pipe.pipeline_execute_command(*args, **options)
