@@ -23,7 +23,6 @@ from lab_project.env import (
     env_list,
     env_redis_url,
     env_str,
-    plain,
     redis_db_url,
 )
 
@@ -370,10 +369,6 @@ WHITENOISE_AUTOREFRESH = DEBUG
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
-# Django's database sessions, read with one raw query instead of the ORM's (lab_project/sessions.py)
-SESSION_ENGINE = (
-    "django.contrib.sessions.backends.db" if plain("sessions") else "lab_project.sessions"
-)
 if not DEBUG:
     _secure_cookies = env_bool("DJANGO_SECURE_COOKIES", True)
     SESSION_COOKIE_SECURE = _secure_cookies
