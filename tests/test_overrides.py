@@ -40,7 +40,7 @@ PINS = [
         "tests/test_broker.py, then benchmarks/run_burst_bench.py beside --plain kombu",
     ),
     Pin(
-        "labs/live/hub.py _send, _closed; labs/live/redis_batch.py",
+        "labs/worker/hub.py _send, _closed; labs/live/redis_batch.py",
         "redis",
         "8.1.0",
         {
@@ -52,7 +52,7 @@ PINS = [
             "redis.client.Redis.execute_command": "a43353b5a0590660",
         },
         "the hub writes batches on a connection it keeps and reads _sock to see it closed: "
-        "tests of labs/live/hub.py, then benchmarks/storm_bench.py beside --plain hub-redis",
+        "tests of labs/worker/hub.py, then benchmarks/storm_bench.py beside --plain hub-redis",
     ),
     Pin(
         "labs/live/channel_layer.py group_send_many, group_send_many_sync",
