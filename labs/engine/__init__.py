@@ -1,24 +1,10 @@
 """Failure Lab's resilience engine: retries, a circuit breaker, a fake dependency, in pure
 Python with time and randomness injected.
 
-No Django import anywhere in this package. Typical use::
-
-    import random
-    from labs.engine import (Breaker, FakeDependency, GuardedClient, MemoryStore,
-                             VirtualClock, parse_dependency, parse_policy)
-
-    clock, store, rng = VirtualClock(), MemoryStore(), random.Random(7)
-    policy = parse_policy({"max_attempts": 4, "breaker": {"failure_threshold": 3}})
-    breaker = Breaker(policy.breaker, store=store, clock=clock, rng=rng)
-    dependency = FakeDependency(parse_dependency({"mode": "flaky", "fail_count": 3}),
-                                store=store, clock=clock, rng=rng)
-    client = GuardedClient(policy, breaker=breaker, dependency=dependency, clock=clock,
-                           rng=rng, sink=lambda event: print(event.explain))
-    print(client.run_burst(6).attempts)   # [4, 1, 1, 1, 1, 1]
-
-The root exports what docs/engine.md documents for a user of the engine; everything else is
-imported from its module (the Redis side from :mod:`labs.engine.redis`).
-"""
+No Django import anywhere in this package, so students can read and run it alone
+(docs/engine.md, "Ten lines without Django"). The root exports what docs/engine.md documents
+for a user of the engine; everything else is imported from its module (the Redis side from
+:mod:`labs.engine.redis`)."""
 
 from labs.engine.breaker import Breaker, CircuitOpenError, state_label
 from labs.engine.client import GuardedClient

@@ -1,23 +1,10 @@
 """The circuit breaker: a two-step surface over a store's atomic state machine.
 
-``allow()`` answers before a call: a :class:`Permit` (carrying the generation it was issued
-in, and a probe lease in half-open) or a :class:`Rejection` saying why. ``record(permit,
-outcome)`` reports the result: ``"success"``, ``"failure"`` or ``"ignored"`` (the call says
-nothing about the dependency; an ignored probe frees its slot and counts for nothing).
-
-States: CLOSED (calls pass, failures are counted) -> OPEN (calls rejected until the cooldown
-has elapsed) -> HALF_OPEN (at most ``half_open_max_probes`` probe calls in flight; the
-required successes close it, any probe failure re-opens it with a fresh cooldown). The
-state is read at the clock's now: an OPEN breaker whose cooldown has elapsed reads
-HALF_OPEN. The cooldown edge is inclusive: at exactly ``opened_at + cooldown`` the breaker
-is half-open.
-
-Every transition bumps a generation number. A result recorded with a permit from an older
-generation changes nothing (it describes a world that no longer exists), except that a
-probe lease it still holds is released. A probe's result is stale too once its lease no
-longer holds its token (the lease expired, and may now belong to a replacement probe): a
-holder paused past its lease cannot undo what the replacement reports.
-"""
+``allow()`` answers before a call with a :class:`Permit` or a :class:`Rejection` saying why;
+``record(permit, outcome)`` reports ``"success"``, ``"failure"`` or ``"ignored"``. CLOSED ->
+OPEN -> HALF_OPEN, read at the clock's now. Every transition bumps a generation, and a result
+from an older generation, or from a probe whose lease no longer holds its token, changes
+nothing: a late caller cannot undo what the breaker has moved on from. docs/engine.md, "The breaker"."""
 
 from __future__ import annotations
 

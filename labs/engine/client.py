@@ -1,35 +1,11 @@
 """The guarded client: retries with backoff and a circuit breaker, in either nesting.
 
-``breaker_outside`` (default; ``scenarios/tour.json``): the breaker admits a *call*; inside it the retry loop
-makes up to ``max_attempts`` attempts; the breaker counts the call's final result. A
-half-open probe gets exactly one attempt.
-
-``retry_outside`` (``scenarios/retry_outside.json``): the retry loop is outside; every *attempt* asks the breaker
-first and reports to it. A rejection ends the call (an open breaker is never retried), and
-an attempt whose failure opens the breaker ends the call at once, without a useless sleep.
-In ``breaker_outside`` too, a call whose retries were admitted while the breaker was closed
-checks the breaker before each retry and stops if other callers' results have moved it out
-of CLOSED (only with concurrent callers; a sequential burst never sees it).
-
-Classification: a 400 is the caller's fault, so it is not retried and the breaker ignores
-it; 503, 500, timeout and 429 are retried and counted. Before each retry the client
-computes the sleep (backoff, jitter, Retry-After up to the cap), gives up with
-``deadline_exceeded`` if that sleep would end at or past the call's deadline, then withdraws
-a retry-budget token (``budget_exhausted`` if none), then sleeps.
-
-Call outcomes: ``success``; ``failure`` (attempts spent, or a non-retryable error);
-``rejected_open`` / ``rejected_half_open`` (the breaker refused the call before any attempt);
-``budget_exhausted``; ``deadline_exceeded``; and with the settings of
-:mod:`labs.engine.routes`: ``rejected_bulkhead`` (the dependency already had the bulkhead's
-number of calls in flight; a fast-fail, as the breaker's refusals), ``pool_timeout`` (no
-slot of the pool freed within ``pool_wait_ms``) and ``degraded`` (the call failed and the policy's fallback answered it:
-never a success).
-
-Hosts, B, the bulkhead, fallbacks and idempotency keys (``routes``): every attempt names its
-host, every call its dependency; with B, a bulkhead or a pool wait, a burst is its calls all
-arriving at once into a pool of ``concurrency`` slots (the callers), and each call records
-how long it waited for one. None of this changes a client whose settings use none of it.
-"""
+``breaker_outside`` (default): the breaker admits a call and the retry loop runs inside it;
+``retry_outside``: every attempt asks the breaker first. A 400 is the caller's fault (not
+retried, ignored by the breaker); 503, 500, timeouts and 429 are retried and counted. A
+retry whose sleep would reach the call's deadline is not made; each retry costs a budget
+token. Hosts, dependency B, the bulkhead and fallbacks (:mod:`labs.engine.routes`) change
+nothing for a client that uses none of them. docs/engine.md, "Both nestings", the outcomes."""
 
 from __future__ import annotations
 

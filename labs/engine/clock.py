@@ -1,32 +1,10 @@
 """Clocks: the only place in the engine that reads real time or really sleeps.
 
-Everything else in :mod:`labs.engine` takes a :class:`Clock` and calls ``clock.now()`` and
-``clock.sleep()``. Two implementations:
-
-* :class:`SystemClock`: real time, real sleeps, real threads for concurrent callers.
-* :class:`VirtualClock`: simulated time. ``sleep`` returns at once with time advanced, so a
-  two-second cooldown costs nothing. It can drive many concurrent callers deterministically,
-  in two styles:
-
-  - cooperative callers (:meth:`VirtualClock.run_concurrently`, :meth:`VirtualClock.spawn`):
-    ordinary blocking code (a :class:`~labs.engine.client.GuardedClient` burst, a retry loop)
-    runs in its own thread, but only one caller runs at a time; a caller gives the baton back
-    when it sleeps, and the scheduler wakes whichever sleeper is due first (ties: the one that
-    went to sleep first). The interleaving depends only on virtual time, never on the OS.
-  - discrete events (:meth:`VirtualClock.call_at`, :meth:`VirtualClock.call_later`,
-    :meth:`VirtualClock.run`): plain callbacks on a time-ordered queue, no thread at all. The
-    cheap choice for simulations of thousands of requests whose steps do not block.
-
-  Both styles share one queue, so callbacks and cooperative callers interleave correctly.
-
-  Cooperative callers run as greenlets when the ``greenlet`` package is installed (about a
-  microsecond per switch) and as OS threads handing a baton to each other otherwise (tens of
-  microseconds per switch). Both backends give the same interleaving.
-
-A cooperative caller must never sleep while holding a lock another caller may want (the
-other caller would block the real thread and the simulation would deadlock). The engine's
-own locks are only held around in-memory bookkeeping, never across a sleep.
-"""
+Everything else takes a :class:`Clock`, so the same code runs for real (:class:`SystemClock`)
+or in simulated time (:class:`VirtualClock`), where a two-second cooldown costs nothing and
+many concurrent callers, cooperative callers and discrete events on one queue, interleave
+deterministically. A cooperative caller must never sleep while holding a lock another caller
+wants. docs/engine.md, "Time", says how the callers are scheduled."""
 
 from __future__ import annotations
 

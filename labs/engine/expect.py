@@ -1,50 +1,11 @@
 """Expectations and questions on a scenario's burst steps: what a step is observed to do.
 
-A burst step may carry ``expect`` (facts the script's author states, checked after the run)
-and ``ask`` (a question for the student whose right answer is *not* written anywhere: it is
-what the run observes). Both name *measures*, and :func:`observe` computes every measure
-from the engine events of one burst, so the CLI, the real worker (events read back from the
-journal) and the lab page grade against the same numbers.
-
-Measures:
-
-``breaker_after``       choice: the breaker state after the step (closed, open, half_open)
-``calls``               number of calls in the burst
-``succeeded``           calls that succeeded
-``failed``              calls that failed after trying (not fast-failed)
-``errors``              calls the user saw answered with an error, whoever produced it (the
-                        dependency, the breaker, the budget, the deadline, the bulkhead): every
-                        call that neither succeeded nor was answered by a fallback
-``throttled``           attempts the dependency answered 429 (a rate limit's window met)
-``fallback_expired``    calls whose cached answer was past the fallback's max age
-``fast_failed``         calls refused at once, without an attempt (breaker or bulkhead)
-``attempts_total``      attempts sent, all calls together
-``dependency_hits``     attempts that reached the dependency (``attempt`` events)
-``backoff_ms_total``    milliseconds spent in backoff sleeps, all calls together
-``attempts``            list: attempts per call, in call order (expect only)
-``degraded``            calls answered by the policy's fallback
-``transition_count``    transitions of every breaker (the dependency's, each host's, B's)
-``effects_applied``     side effects the dependency applied (``dependency.side_effect``)
-``a_succeeded``         calls to dependency A that succeeded (all calls' successes when
-                        there is no B)
-``b_succeeded``         calls to dependency B that succeeded
-``rejected_bulkhead``   calls the bulkhead refused
-``pool_timeout``        calls that gave up waiting for a slot of the pool
-``wait_ms_total``       milliseconds calls spent waiting for a slot, all calls together
-``transitions``         list: the breaker's transitions during the step, each
-                        ``{"from": s, "to": s, "call": n}`` (``from`` and ``call`` optional;
-                        expect only)
-
-A number may be written plain (exact), as ``{"value": v, "tolerance": t}`` (``|observed -
-v| <= t``) or as a range ``{"min": a, "max": b}`` (either end may be left out).
-
-A burst step may also carry ``situation``: ``{"needs": {measure: expected, ...}, "missed":
-sentence}``, what must have happened in the burst for the step's lesson to be there at all
-(a rate limit met, a cached answer fresh enough). The script's own timing always produces
-it; a student who did something else in between (ran another burst, skipped a wait) may
-not. :func:`check_situation` returns the ``missed`` sentence then, and the lab grades
-nothing for that run: the student reads why and runs the step again.
-"""
+``expect`` states facts the script's author checks after the run, ``ask`` a question whose
+right answer is what the run observes, and ``situation`` what must have happened for the
+step's lesson to be there (else the lab grades nothing and says why). All three name
+*measures*, which :func:`observe` computes from one burst's engine events, so the CLI, the
+real worker and the lab page grade against the same numbers. docs/engine.md, "Expectations
+and questions", lists the measures and the forms a value may take."""
 
 from __future__ import annotations
 

@@ -1,28 +1,10 @@
 """Retry arithmetic: backoff, jitter, Retry-After, the retry budget, and classification.
 
-The functions here are pure (randomness comes from the ``rng`` you pass) so simulations can
-reuse exactly the formulas the guarded client uses.
-
-Backoff after the n-th failed attempt (n >= 1)::
-
-    backoff(n) = min(cap, base * 2^(n-1))
-
-Jitter, with ``d = backoff(n)`` and ``U(a, b)`` uniform on [a, b]:
-
-==============  ============================================  ==========================
-jitter          sleep                                         bounds
-==============  ============================================  ==========================
-none            d                                             [d, d]
-full            U(0, d)                                       [0, d]
-equal           d/2 + U(0, d/2)                               [d/2, d]
-decorrelated    U(base, min(cap, 3 * previous)),              [base,
-                previous = the last sleep (base at first)      min(cap, 3 * previous)]
-proportional    min(cap, d * U(0.8, 1.2))  (+-20 %)           [0.8 d, min(cap, 1.2 d)]
-==============  ============================================  ==========================
-
-Retry-After (a 429's hint) is honoured up to the cap: ``sleep = max(sleep, min(cap,
-retry_after))``. Every sleep is therefore at most ``cap``.
-"""
+The functions are pure (randomness comes from the ``rng`` passed in), so simulations reuse
+exactly the formulas the guarded client uses. Backoff after the n-th failed attempt is
+``min(cap, base * 2^(n-1))``, jittered as the policy says; a 429's Retry-After is honoured up
+to the cap, so every sleep is at most ``cap``. docs/engine.md, "Backoff, jitter, Retry-After",
+gives each jitter's formula and bounds."""
 
 from __future__ import annotations
 

@@ -1,34 +1,11 @@
 """Server policies for the shared dependency in virtual time: how a server defends itself.
 
-A :class:`ServerPolicy` chooses
-
-* the **queue discipline**: ``fifo``, ``lifo``, or ``adaptive_lifo`` (FIFO until the oldest
-  waiting attempt is older than ``lifo_after_ms``, then LIFO: "Fail at Scale", ACM Queue 2015);
-* **dropping by queue time**, CoDel-style (``codel_target_ms`` / ``codel_interval_ms``): when
-  the queue has not been empty during the last interval, an attempt that waited longer than
-  the target is dropped when it reaches the front; otherwise one that waited longer than the
-  interval is (the variant of "Fail at Scale");
-* a **concurrency limit** on attempts queued or in service, beyond which an arriving attempt
-  is refused at once: ``fixed`` at ``concurrency_limit``, or adaptive from it: ``aimd``
-  (x 0.9 when an attempt takes longer than ``limit_latency_ms``, + 1 when at least half the
-  limit is in use) or ``gradient`` (limit x min(1, fastest latency / latency) + sqrt(limit),
-  smoothed), between 1 and ``concurrency_max`` (as Netflix's concurrency-limits does);
-* a **token-bucket rate limit** (``rate_per_s``, ``rate_burst``): an attempt finding no token
-  is answered 429 at once, with the time until the next token as its Retry-After;
-* a **queue length cap** (``queue_limit``): an attempt finding that many waiting is refused.
-
-:class:`QueueServer` runs the shared dependency with a policy in virtual time, as a small
-discrete-event simulation (integer microseconds) that the callers schedule their own events
-on. With the default policy (FIFO, nothing else) it *is* the class's shared model: every
-decision is :meth:`MemorySharedModel.decide <labs.engine.shared.MemorySharedModel.decide>`, so
-the defaults behave exactly as before (a test compares them). Any other policy runs an explicit
-queue; there an attempt that waited longer than ``max_queue_ms`` is dropped when it reaches
-the front. The live Redis model does not read these policies yet.
-
-Validation: :data:`SERVER_LIMITS` (the engine's :class:`~labs.engine.config.Limit` rows,
-under ``server.``) and :func:`validate_server_policy` / :func:`parse_server_policy`, which
-name the field and its allowed range like the engine's other validators.
-"""
+A :class:`ServerPolicy` picks a queue discipline (FIFO, LIFO, adaptive LIFO), CoDel-style
+dropping, a fixed or adaptive concurrency limit, a token-bucket rate limit and a queue cap;
+:class:`QueueServer` runs the shared dependency with one as a discrete-event simulation. The
+default policy is :meth:`MemorySharedModel.decide <labs.engine.shared.MemorySharedModel.decide>`
+itself, so the defaults behave exactly as the class's model (a test compares them). The live
+Redis model does not read these policies. docs/experiments.md, "Server policies in virtual time"."""
 
 from __future__ import annotations
 

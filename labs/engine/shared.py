@@ -1,61 +1,11 @@
 """The shared dependency: one server model with finite capacity that many clients call at once.
 
-The model is exact and needs one decision per attempt. It keeps the ``servers`` "free at"
-times (integer microseconds). An attempt arriving at ``t``:
-
-1. takes the server that is free earliest (ties: the lowest index) and would start at
-   ``start = max(t, free_at)``; its queue wait is ``wait = start - t``;
-2. is **shed** at once (a 503, no server taken) when ``wait > max_queue_ms``;
-3. is **skipped** at once (a 503, no server taken, no work) when the client sent a deadline
-   and ``start >= deadline`` (it could not start before it);
-4. otherwise holds the server from ``start`` to ``finish = start + service`` (the server's
-   ``free_at`` becomes ``finish``) and is answered at ``finish``: **ok**, or **error** (503)
-   while a ``down`` trigger runs; unless the client gave an attempt timeout and
-   ``finish - t > timeout``: then the client stops waiting at ``t + timeout`` (**timeout**)
-   while the server still does the work, which nobody receives (**wasted** server time).
-
-Because every attempt takes the earliest free server and only ever pushes that server's
-``free_at`` later, the smallest ``free_at`` never decreases: attempts start in arrival order
-(FIFO) and no two attempts hold one server at overlapping times. The model's time never
-runs backwards: an arrival stamped earlier than the previous one is taken as arriving with it.
-
-Triggers (one at a time; a new one replaces the one running), each for a duration, judged at
-the attempt's arrival:
-
-* ``down``: every attempt is served (it queues and takes its service time) and answers 503;
-* ``slow``: service time x ``factor`` (kept in hundredths: ``service x round(100 k) // 100``);
-* ``capacity``: ``servers`` drops to ``c'`` (0 to servers-1): servers ``c'+1 .. c`` are held
-  busy until the trigger ends (their ``free_at`` is raised to its end), so queued work moves
-  onto them the moment they come back and FIFO still holds. A capacity trigger replaced or
-  cleared early frees the held servers that took no work meanwhile.
-
-After a trigger ends the model is healthy again; whether the queue drains depends only on
-the load the clients send.
-
-Counters per second (second = ``floor(t_us / 10^6)`` on the model's time base), written in
-the same atomic step as the decision:
-
-* at the arrival's second: ``offered``; ``calls`` (attempt 1) or ``retries`` (attempt 2+);
-  ``shed``; ``skipped``; for a served attempt one count in the queue-wait histogram
-  (``q<i>``, bounds :data:`WAIT_BOUNDS_MS`);
-* at the second the client sees the answer: ``ok`` (and ``calls_ok``), ``error``, ``timeout``;
-* at the second the wasted work ends: ``wasted_us`` (the service time of a timed-out attempt).
-
-Counters per session and second, in the same atomic step, when the caller names its session
-(``session``; :data:`SESSION_FIELDS`): the class's ``offered``, ``calls``, ``retries``,
-``ok``, ``error``, ``shed``, ``skipped`` and ``timeout`` at the same seconds, ``fast`` (a
-call the session's breaker refused before any attempt: :meth:`MemorySharedModel.refuse`,
-no attempt reaches the model) and ``state`` (the session's breaker state as the attempt or
-the refusal saw it: ``closed``, ``half_open``, ``open``; the latest in the second). The panel's
-per-student table, the student's card and the exports all read these, so one attempt is
-counted once for all of them. A session's seconds older than ``keep_s`` (default
-:data:`SESSION_KEEP_S`) before its newest arrival are dropped as it calls.
-
-Two implementations with the same semantics, reply for reply: :class:`MemorySharedModel`
-(one process; a lock) and :class:`~labs.engine.redis.shared.RedisSharedModel` (one Lua
-script per attempt). :class:`SharedDependency` puts either behind the guarded client's
-dependency interface.
-"""
+Every attempt is one exact decision (shed, skipped, ok, error, timeout) on the servers'
+free-at times, the class's and the session's per-second counters written in the same atomic
+step, so every page counts an attempt once. Two implementations answer reply for reply alike:
+:class:`MemorySharedModel` (a lock) and :class:`~labs.engine.redis.shared.RedisSharedModel`
+(one Lua script per attempt); :class:`SharedDependency` puts either behind the guarded
+client. docs/engine.md, "The shared dependency", gives the model, triggers and counters."""
 
 from __future__ import annotations
 

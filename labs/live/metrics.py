@@ -1,25 +1,11 @@
 """Prometheus metrics of the lab, correct across its processes.
 
-Every lab process (daphne, the Celery worker, the worker's journal-writer process) counts into
-files of its own in ``settings.LAB_METRICS_DIR`` (prometheus_client's multiprocess mode, which
-reads ``PROMETHEUS_MULTIPROC_DIR``; the settings export it); :func:`exposition` adds them up
-for ``/metrics``. docs/operations.md says what each metric means.
-
-Where the numbers come from:
-
-- The engine's events, counted from the journal entries a writer has just committed
-  (:func:`journal_committed`, one call per batch): every burst event passes through a writer,
-  so attempts, retries, calls, fast-fails, give-ups, transitions and burst durations equal what
-  the journal holds. The same call observes the batch's lag (the oldest entry's ``emitted`` to
-  the commit); :func:`journal_pushed` the push latency (``emitted`` to the channel-layer send).
-- Open websockets: the consumers call :func:`socket_opened` and :func:`socket_closed`.
-- Breaker states per class: read from the sessions' database snapshots at scrape time
-  (:class:`BreakerStates`), so the gauge is right whichever process changed a breaker.
-
-A process's files are named by host and process id (two containers sharing the directory
-may both be pid 1); :func:`mark_process_dead` runs when the process exits, so its open-socket
-gauge stops counting. Its counters stay: they are part of the totals.
-"""
+Every lab process counts into files of its own in ``settings.LAB_METRICS_DIR``
+(prometheus_client's multiprocess mode); :func:`exposition` adds them up for ``/metrics``.
+Engine counts come from the journal entries a writer has just committed
+(:func:`journal_committed`), so they equal what the journal holds; open sockets from the
+consumers; breaker states from the sessions' database snapshots at scrape time, right
+whichever process changed a breaker. docs/operations.md says what each metric means."""
 
 from __future__ import annotations
 

@@ -1,39 +1,11 @@
 """The shared dependency's model in Redis: every worker process of a class calls one model.
 
-Layout for a model id ``ID`` (both keys under the hash tag ``{shared:ID}``, so they live on
-one slot and the scripts run on Redis Cluster; every key a script touches is in ``KEYS``):
-
-=============================  ======  ==================================================
-key                            type    holds
-=============================  ======  ==================================================
-``{shared:ID}:model``          hash    ``servers``, ``service_us``, ``max_queue_us``;
-                                       ``last`` (latest arrival, us); ``free`` (the 64
-                                       servers' free-at times, us, packed as
-                                       little-endian doubles: :data:`FREE_PACK`); the
-                                       trigger: ``trig``, ``trig_from``, ``trig_until``,
-                                       ``trig_pct``, ``trig_servers``, ``held``
-``{shared:ID}:counters``       hash    ``<second>:<name>`` -> count (names: ``offered``,
-                                       ``ok``, ``error``, ``shed``, ``skipped``,
-                                       ``timeout``, ``wasted_us``, ``calls``,
-                                       ``calls_ok``, ``retries``, ``q<bucket>``); expires
-                                       ``counters_ttl_ms`` after the last attempt
-``{shared:ID}:session:SID``    hash    session ``SID``'s ``<second>:<name>`` -> count
-                                       (:data:`~labs.engine.shared.SESSION_FIELDS`),
-                                       ``<second>:state`` (its breaker's state) and
-                                       ``last`` (its newest arrival second); seconds
-                                       older than ``keep_s`` behind it are dropped
-=============================  ======  ==================================================
-
-Every attempt is exactly one ``EVALSHA`` of ``lua/shared_attempt.lua``: the decision, the
-server's new free-at time and all the counters, the calling session's included, in one
-atomic step; a call the session's breaker refused is one ``EVALSHA`` of the same script
-(its session's counters only), sent without waiting for the reply where the client can. Firing or clearing a
-trigger is one ``EVALSHA`` of ``lua/shared_control.lua``. With ``server_time`` (the default)
-arrivals are stamped with Redis's ``TIME`` inside the script, so arrival order is the order
-in which Redis runs the scripts, whatever the callers' clocks say; with ``server_time=False``
-the caller's ``now_us`` is used (a virtual clock drives it deterministically, as the
-differential test does).
-"""
+Every attempt is one ``EVALSHA`` of ``lua/shared_attempt.lua`` (the decision, the server's new
+free-at time and every counter in one atomic step), a trigger one of
+``lua/shared_control.lua``; every key lives under the hash tag ``{shared:ID}`` so the scripts
+run on Redis Cluster. Arrivals are stamped with Redis's ``TIME`` by default, so arrival order
+is the order Redis runs the scripts whatever the callers' clocks say. docs/engine.md, "The two
+implementations", gives the key layout."""
 
 from __future__ import annotations
 

@@ -1,36 +1,11 @@
 """Redis store: the breaker shared by every worker, one Lua script per operation.
 
-Layout for a namespace ``ns`` (which may carry one Redis Cluster hash tag, ``fl:{s42}``, so
-that every key of the namespace hashes to one slot and the scripts run on a cluster too):
-
-==========================  =========  =====================================================
-key                         type       holds
-==========================  =========  =====================================================
-``ns:breaker``              hash       state, generation, streak, open_until, ...
-``ns:window``               hash       rolling time window: ``s:<bucket>`` / ``f:<bucket>``
-                                       (and ``w:<bucket>``, its slow calls)
-``ns:window_calls``         list       rolling count window: newest outcome first
-``ns:probe:<slot>``         string     a half-open probe lease: owner token, ``PX`` TTL
-``ns:dependency``           hash       flaky counter, armed-at time, attempts
-``ns:budget``               hash       retry budget balance in micro-tokens
-``ns:budget_peer``          hash       gRPC throttling milli-tokens (``throttle``), Finagle
-                                       budget slices (``w:<slice>``: net amount)
-``ns:cache``                hash       ``last``: the time of the last success (the cached
-                                       fallback's answer)
-``ns:effects``              set        idempotency keys whose side effect was applied
-``ns:h0`` .. ``ns:h7``,     (scopes)   a host's, or dependency B's, own namespace with the
-``ns:b``                               keys above (``fl:{s42}:h1:breaker``): same hash tag
-==========================  =========  =====================================================
-
-Every admission decision, recorded result, dependency attempt and budget move is exactly
-one ``EVALSHA`` (redis-py ``register_script``); an admission and the admitted call's first
-attempt can be one together (``breaker_allow_step``), as can a retry's look at the breaker
-and the attempt (``breaker_check_step``). Breaker logic uses the time passed in by the
-caller's clock, so a VirtualClock drives it deterministically; probe leases alone expire on
-Redis's clock, so a probe whose process died frees its slot after ``probe_lease_ms`` even
-if nobody ever records its result. Callers on different machines must share a time base
-(``SystemClock(source="wall")``).
-"""
+Every admission, recorded result, dependency attempt and budget move is one ``EVALSHA``, and
+an admission can carry the admitted call's first attempt (``breaker_allow_step``), so a
+healthy call can be one round trip. All keys of a namespace (``fl:{s42}``) share one hash tag,
+so the scripts run on Redis Cluster. Decisions use the caller's clock (a VirtualClock drives
+them deterministically); only probe leases expire on Redis's clock, so a dead prober frees its
+slot. docs/engine.md, "Stores", gives the key layout."""
 
 from __future__ import annotations
 
