@@ -31,8 +31,7 @@ app.conf.broker_transport_options = {
     # happens then: a burst or traffic run nobody claimed within
     # LAB_BURST_QUEUE_TIMEOUT_SECONDS is marked FAILED and its session freed, a claimed one is
     # never run twice, and a timed class fault whose restore task was lost is restored by the
-    # sweep a dashboard load runs (labs.services). The emulation costs about a seventh of the
-    # worker's CPU per event (push_bench --sessions 30).
+    # sweep a dashboard load runs (labs.services), so the emulation's CPU is spent for nothing.
     "ack_emulation": False,
 }
 app.conf.task_publish_retry_policy = {

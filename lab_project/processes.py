@@ -30,8 +30,8 @@ def daphne_fd_cmd(fd: int) -> list[str]:
     Several of them on one socket share one port, the kernel handing each new connection to
     one of them (``LAB_WEB_PROCESSES``): a web process runs Django's requests and the pushes
     under one interpreter lock, so a class-wide click on Run burst queues behind one lock;
-    with a core to spare per process, more processes take more of it at once
-    (benchmarks/push_bench.py --web N; docs/scaling.md has the trade on two cores). Pages
+    with a core to spare per process, more processes take more of it at once (docs/scaling.md
+    has the trade on two cores). Pages
     and their pushes need nothing more: every web process subscribes to the groups of the
     pages it holds.
     """

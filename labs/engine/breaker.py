@@ -197,9 +197,8 @@ class Breaker:
         """
         if self._door is not None:
             # Hot path: a store that can tell "closed" without the time (MemoryStore) spares
-            # the clock read; an unlabelled permit is immutable, so one per generation will do.
-            # Saves a clock read and a Permit allocation per admitted call: the "in-memory
-            # admitted call" row of benchmarks/engine_bench.py.
+            # the clock read; an unlabelled permit is immutable, so one per generation will do:
+            # a clock read and a Permit allocation saved per admitted call.
             door = self._door()
             if door is not None:
                 gen = door[1]

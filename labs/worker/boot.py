@@ -29,16 +29,16 @@ logger = logging.getLogger("labs")
 @worker_init.connect
 def _short_gil_switch_interval(**kwargs) -> None:
     """Bursts sleep on purpose and must wake on time: with a hundred bursts and the journal
-    writer sharing one interpreter, the default 5 ms GIL switch interval would add up to 5 ms
-    to every wake-up. 0.5 ms keeps the timings students see within a fraction of a millisecond
-    of the configured sleeps (benchmarks/burst_bench.py measures it)."""
+    writer sharing one interpreter, the default 5 ms GIL switch interval could add up to 5 ms
+    to every wake-up, and 0.5 ms keeps the timings students see close to the configured
+    sleeps (docs/scaling.md, "Figures behind the code")."""
     sys.setswitchinterval(0.0005)
 
 
 @worker_init.connect
 def _no_line_per_task(**kwargs) -> None:
-    """Celery logs two INFO lines for every task (received, succeeded): a tenth of the
-    worker's CPU per burst (benchmarks/burst_bench.py). The journal has every burst; a failed
+    """Celery logs two INFO lines for every task (received, succeeded), a share of the
+    worker's CPU per burst worth saving. The journal has every burst; a failed
     task is still logged (ERROR), and LAB_LOG_LEVEL=DEBUG brings the lines back."""
     if settings.LAB_LOG_LEVEL != "DEBUG":
         for name in ("celery.app.trace", "celery.worker.strategy"):
@@ -49,9 +49,8 @@ def _no_line_per_task(**kwargs) -> None:
 def _freeze_boot_objects(**kwargs) -> None:
     """Move every object the boot created (Django, Celery, the modules: a few hundred
     thousand) out of the collector's reach: a full collection then scans only what the
-    runs create, instead of stalling every traffic run and burst of the process for 100 to
-    400 ms while it walks the whole boot heap (benchmarks/storm_bench.py: the attempt
-    duration error's max and p99)."""
+    runs create, instead of stalling every traffic run and burst of the process while it
+    walks the whole boot heap."""
     gc.collect()
     gc.freeze()
 
@@ -64,10 +63,9 @@ JOURNAL_WRITER_BOOT_TIMEOUT_S = 60.0
 def _start_journal_writer(**kwargs) -> None:
     """Boot the journal writer (a process of its own by default) and wait until it answers,
     before the worker takes its first task (Celery calls this before its consuming loop
-    starts, and logs "ready." after it). A burst started while the writer process was still
-    booting Django had its rows held back for that long, a second or more, which a page
-    catching up on a quiet second then read from the database instead of getting them
-    pushed. A writer that does not answer in time is logged; the worker starts anyway and
+    starts, and logs "ready." after it): a burst started while the writer process is still
+    booting Django would have its rows held back that long, and a page catching up on a
+    quiet second would read them from the database instead of getting them pushed. A writer that does not answer in time is logged; the worker starts anyway and
     the rows follow when it does."""
     writer = get_writer()
     writer.start()
@@ -82,8 +80,7 @@ def _start_journal_writer(**kwargs) -> None:
 def _start_engine_hub(**kwargs) -> None:
     """Start the engine hub's thread (labs.worker.hub), where every burst's and traffic run's
     calls run, and load the engine's Lua scripts into Redis, before the first burst: its
-    first calls would otherwise each pay a NOSCRIPT answer and a load
-    (benchmarks/burst_bench.py, the first burst after the worker started)."""
+    first calls would otherwise each pay a NOSCRIPT answer and a load."""
     hub = get_hub()
     try:
         load_scripts(runtime.engine_redis())

@@ -421,8 +421,7 @@ def bookkeeping() -> Iterator[None]:
     too every time it wakes to run the calls already going: every thread that wants the
     lock is one more the hub waits behind (CPython hands it over every switch interval to
     whichever waiter the OS picks). Waiting for this turn instead is waiting on a plain lock
-    outside the interpreter, so at most one bookkeeping thread competes with the hub
-    (benchmarks/burst_bench.py, part b).
+    outside the interpreter, so at most one bookkeeping thread competes with the hub.
 
     A thread gives its database connection back before it waits for the turn (on PostgreSQL
     it returns to the process's pool): the holder of the turn needs one from that pool, and

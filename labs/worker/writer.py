@@ -284,9 +284,8 @@ class JournalWriter:
         metrics.journal_committed(written)
         pushes = pushes_for(written)
         if pushes:
-            # One pipelined round trip on a plain client: no event loop per batch (through
-            # the async client and a loop run per batch the pushes cost the writer process
-            # about 40 % of its CPU; benchmarks/storm_bench.py). A failed send is logged
+            # One pipelined round trip on a plain client: no event loop per batch, which
+            # costs the writer process a large share of its CPU. A failed send is logged
             # inside; pages catch up from the journal.
             broadcast.send_all(pushes)
             metrics.journal_pushed(written)

@@ -104,8 +104,7 @@ class RedisStore:
         self._budget_peer = _Script(client, "budget_peer")
         # Keys and per-config arguments encoded once, and the closed-state replies cached per
         # generation: packing the command and building replies are a measurable share of a
-        # decision's client-side cost (the "Redis decision" and "Redis record" rows of
-        # benchmarks/engine_bench.py, beside a bare PING), so the scripts take few arguments.
+        # decision's client-side cost, so the scripts take few arguments.
         self._b_breaker = self.k_breaker.encode()
         self._b_dependency = self.k_dependency.encode()
         self._b_probes = [k.encode() for k in self.k_probes]

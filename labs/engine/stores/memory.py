@@ -85,7 +85,7 @@ class MemoryStore:
         # ``_quiet`` is the applied reply while a success cannot change anything (closed, no
         # failure streak), None otherwise: such a success is recorded without the lock.
         # Together they spare the lock and a reply allocation on both steps of an admitted
-        # call: the "in-memory admitted call" row of benchmarks/engine_bench.py.
+        # call.
         self._quiet: RecordReply | None = self._applied
         self._buckets: dict[int, list[int]] = {}
         self._calls: deque[str] = deque()
