@@ -1,17 +1,11 @@
 """Celery's Redis transport, with one client per channel instead of one per command.
 
-kombu's Redis channel builds a new ``redis.Redis`` for most of what it sends (a publish, a
-queue length, an acknowledgement: ``Channel._create_client`` under ``conn_or_acquire``), on
-the channel's one connection pool. Building one is not free: redis-py fills a
-case-insensitive table of about 170 response callbacks each time, about a quarter of the CPU
-of queueing a burst (a Run burst click in the web process: ``send_task`` 0.48 ms warm, of
-which 0.13 ms building the client; benchmarks/run_burst_bench.py). A client is a thin,
-thread-safe front on its pool, so the channel keeps one for its current pool and builds a new
-one only when kombu replaces the pool (after a lost connection).
-
-Used for every ``redis://``, ``rediss://`` and ``unix://`` broker (the only kinds the settings
-accept): ``lab_project.celery`` sets ``broker_transport`` to :class:`Transport`.
-tests/test_broker.py checks that a publish reuses the client and still reaches the queue.
+kombu's Redis channel builds a new ``redis.Redis`` for most of what it sends, and redis-py
+fills a table of about 170 response callbacks each time: a good part of queueing a burst
+(figures in docs/scaling.md, "Overrides of libraries' private parts"). A client is a thin,
+thread-safe front on its pool, so the channel keeps one per pool and builds a new one only when
+kombu replaces the pool. ``lab_project.celery`` sets ``broker_transport`` to
+:class:`Transport`; tests/test_broker.py and tests/test_overrides.py hold it to kombu's code.
 """
 
 from __future__ import annotations

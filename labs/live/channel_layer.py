@@ -1,25 +1,11 @@
 """The channel layer: channels-redis's pub/sub layer, plus one pipelined send for many groups.
 
-Why pub/sub and not ``channels_redis.core.RedisChannelLayer``: the core layer stores every
-message in a per-channel sorted set, and a receiving process pays a blocking pop, a cleanup
-script and a backup write per message (three Redis round trips), while a ``group_send`` reads
-the group's members and runs one more script. At thirty sessions bursting that was most of the
-web process's CPU and put the live page a few hundred milliseconds behind (benchmarks/
-push_bench.py; figures in docs/live-page.md). With pub/sub a ``group_send`` is one ``PUBLISH``
-and a process receives everything on one subscribed connection.
-
-What pub/sub gives up is delivery to a consumer that is not listening at that moment (no
-per-channel buffer). The consumers never relied on that: the lab page reads any gap from the
-journal (and checks the journal once pushes go quiet), and the class dashboard re-sends a
-snapshot after each quiet period (labs/consumers/). Nor is a consumer left waiting for a push
-to reveal a gap after Redis restarts: once the layer's subscribing connection is back and its
-subscriptions are renewed, every channel of the process receives a ``layer.reconnected``
-message (:data:`RECONNECTED`) and its consumer catches up from the database.
-
-``group_send_many`` is the journal writer's send: every message of a batch (two per session)
-goes out in one pipeline, one round trip instead of one per message. It uses the layer's own
-connection, group naming and serializer (channels-redis 4.3, pinned in requirements.txt;
-tests/integration/test_channel_layer.py checks that a consumer receives what it sends).
+Pub/sub, not the core layer: a ``group_send`` is one ``PUBLISH`` and a process receives
+everything on one subscribed connection (the core layer's per-channel sorted sets cost three
+round trips a message; figures in docs/live-page.md). Pub/sub keeps nothing for a consumer not
+listening, which the consumers never rely on: they catch up from the journal, and after Redis
+comes back every channel gets :data:`RECONNECTED`. ``group_send_many`` is the journal writer's
+send, a batch in one pipeline (pinned in tests/test_overrides.py).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ redis-py's ``pipeline()`` does the same in more Python: it packs each command th
 generator and two wrappers, takes a connection from the pool and gives it back through its
 deprecation and observability layers, and runs a retry wrapper per batch. On the paths that
 send a batch every few milliseconds (the engine hub's round trips, the journal writer's
-pushes) that was the larger part of the sending's CPU (benchmarks/burst_bench.py part b,
-profiled). :func:`send_batch` keeps redis-py's connection (its parser, its reconnecting)
+pushes) that was the larger part of the sending's CPU (figures in docs/scaling.md).
+:func:`send_batch` keeps redis-py's connection (its parser, its reconnecting)
 and response callbacks, and only skips the layers around them.
 """
 
