@@ -133,7 +133,7 @@ def env_database_url(name: str, *, environ: Mapping[str, str] | None = None) -> 
 
 
 #: The overrides of a library's private parts that ``LAB_PLAIN`` can switch off, each by name.
-OVERRIDES = frozenset({"layer", "kombu", "hub-redis"})
+OVERRIDES = frozenset({"dispatch", "layer", "kombu", "hub-redis"})
 
 
 def plain(name: str, *, environ: Mapping[str, str] | None = None) -> bool:

@@ -32,6 +32,18 @@ class Pin:
 
 PINS = [
     Pin(
+        "labs/consumers/base.py DirectDispatch",
+        "channels",
+        "4.3.2",
+        {
+            "channels.consumer.AsyncConsumer.__call__": "e52238720872dbc3",
+            "channels.consumer.AsyncConsumer.dispatch": "39f34e7d4fb0f655",
+        },
+        "DirectDispatch replaces __call__ (one inbox) and dispatch (no per-message hop to the "
+        "sync thread for close_old_connections): tests/integration/test_consumer.py, then "
+        "benchmarks/push_bench.py beside --plain dispatch",
+    ),
+    Pin(
         "lab_project/broker.py Channel._create_client",
         "kombu",
         "5.7.0",

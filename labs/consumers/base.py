@@ -1,11 +1,13 @@
 """What the websocket consumers share: the close codes, the way they read the database and
 Redis and do what a browser asks off the event loop (:func:`read`, :func:`read_redis`,
-:func:`act`), the limits on the socket daphne serves them (:class:`SocketLimits`) and
-the periodic re-check of the right that let a socket in (:class:`RightCheck`)."""
+:func:`act`), a dispatch without a per-message thread hop, the limits on the socket daphne
+serves them (:class:`SocketLimits`) and the periodic re-check of the right that let a socket
+in (:class:`RightCheck`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from collections.abc import Callable
@@ -13,10 +15,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
+from channels.layers import get_channel_layer
 from daphne.ws_protocol import WebSocketProtocol
 from django.conf import settings
 
+from lab_project.env import plain
 from labs.selectors.access import signed_in
 from labs.services.launch_token import launch_token_still_valid
 
@@ -60,6 +66,67 @@ _ACTIONS = ThreadPoolExecutor(max_workers=6, thread_name_prefix="lab-actions")
 def act(function):
     """``function`` (a short write through the ORM) as a coroutine run in the actions' pool."""
     return database_sync_to_async(function, thread_sensitive=False, executor=_ACTIONS)
+
+
+class DirectDispatch:
+    """Consumer mixin: take each message from one inbox (see ``__call__``) and dispatch it
+    straight to its handler.
+
+    Since Channels 4.2, ``AsyncConsumer.dispatch`` runs ``close_old_connections`` through
+    ``sync_to_async`` before every handler, that is, a hop to the process's one
+    thread-sensitive sync thread and back for every push and every frame a browser sends.
+    With a hundred pages that was a queue of thousands of hops a second, shared with the sync
+    views (the Run burst POSTs) that need that thread too. These consumers never use the ORM
+    on the event loop: every query goes through ``database_sync_to_async``, which closes old
+    connections around the call itself, so the per-message hop bought nothing.
+    """
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """``AsyncConsumer.__call__`` (Channels 4.3, pinned in requirements.txt) with a
+        cheaper wait for the next message: one task per source (the browser's frames, the
+        channel layer) feeding one inbox, handled in arrival order, one at a time.
+
+        Channels waits with ``asyncio.wait`` over a fresh task per source and makes a new
+        task for each message it takes: about 14 us of event-loop bookkeeping a message
+        warm, one inbox about 1 us, on the loop that forwards every push of the process."""
+        self.scope = scope
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        sources = [receive]
+        if self.channel_layer is not None:
+            self.channel_name = await self.channel_layer.new_channel()
+            self.channel_receive = functools.partial(
+                self.channel_layer.receive, self.channel_name
+            )
+            sources.append(self.channel_receive)
+        self.base_send = send
+        inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+        async def pump(source: Any) -> None:
+            while True:
+                inbox.put_nowait(await source())
+
+        pumps = [asyncio.ensure_future(pump(source)) for source in sources]
+        try:
+            while True:
+                await self.dispatch(await inbox.get())
+        except StopConsumer:
+            pass
+        finally:
+            for task in pumps:
+                task.cancel()
+            for task in pumps:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+
+if plain("dispatch"):  # Channels' own dispatch and __call__ (LAB_PLAIN, for the benchmarks)
+    DirectDispatch = type("DirectDispatch", (), {"__doc__": DirectDispatch.__doc__})  # type: ignore[misc]
 
 
 def clip(value: Any, limit: int = 120) -> str:

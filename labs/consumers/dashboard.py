@@ -16,7 +16,7 @@ from typing import Any
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.template.loader import render_to_string
 
-from labs.consumers.base import CLOSE_FORBIDDEN, RightCheck, SocketLimits, read
+from labs.consumers.base import CLOSE_FORBIDDEN, DirectDispatch, RightCheck, SocketLimits, read
 from labs.journal.broadcast import class_group
 from labs.live import metrics
 from labs.presenters.dashboard import dashboard_labels, progress_text, row_message
@@ -45,7 +45,7 @@ def predictions_html(classroom_id: int) -> str:
     return render_to_string(PREDICTIONS_TEMPLATE, page)
 
 
-class ClassDashboardConsumer(SocketLimits, RightCheck, AsyncJsonWebsocketConsumer):
+class ClassDashboardConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebsocketConsumer):
     """Forwards a class's ``class.sessions`` updates to one instructor's dashboard page."""
 
     group: str | None = None

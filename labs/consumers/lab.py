@@ -22,6 +22,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from labs.clicks import socket_run_burst
 from labs.consumers.base import (
     CLOSE_FORBIDDEN,
+    DirectDispatch,
     RightCheck,
     SocketLimits,
     act,
@@ -177,7 +178,7 @@ async def _read_badge(session_id: int, policy: dict[str, Any]) -> str:
     return render_badge(badge(await read_redis(breaker_now)(session_id, policy)))
 
 
-class LabSessionConsumer(SocketLimits, RightCheck, AsyncWebsocketConsumer):
+class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocketConsumer):
     """Live journal, badge and summary of one lab session (see the module docstring)."""
 
     session_id: int | None = None

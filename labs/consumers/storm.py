@@ -18,6 +18,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from labs.consumers.base import (
     CLOSE_FORBIDDEN,
+    DirectDispatch,
     RightCheck,
     SocketLimits,
     read,
@@ -39,7 +40,7 @@ SESSIONS_EVERY_S = 5.0
 REFRESH_INTERVAL_S = 1.0
 
 
-class StormPanelConsumer(SocketLimits, RightCheck, AsyncJsonWebsocketConsumer):
+class StormPanelConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebsocketConsumer):
     """Streams a class's shared-dependency counters, a point a second (refreshed every half
     second), to one instructor."""
 

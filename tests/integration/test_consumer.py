@@ -561,6 +561,52 @@ def test_a_malformed_after_in_the_url_replays_from_the_start(world, caplog, monk
     assert any("malformed after" in r.message for r in caplog.records)
 
 
+def test_messages_are_dispatched_without_a_hop_to_the_sync_thread(world, monkeypatch):
+    """Channels' own dispatch runs close_old_connections in the one sync thread before every
+    handler: thousands of hops a second at a hundred pages. Ours dispatches directly; the
+    consumer's queries still close old connections around themselves."""
+    import channels.consumer
+
+    hops: list[None] = []
+    original = channels.consumer.aclose_old_connections
+
+    async def counting():
+        hops.append(None)
+        await original()
+
+    monkeypatch.setattr(channels.consumer, "aclose_old_connections", counting)
+    session, alice = world["session"], world["alice"]
+    page = socket(session.pk, alice, after=0)
+    dashboard = WebsocketCommunicator(
+        application,
+        f"/ws/classes/{session.classroom_id}/",
+        headers=[
+            (b"origin", b"http://localhost"),
+            (b"host", b"localhost"),
+            (b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie_for(world['teacher'])}".encode()),
+        ],
+    )
+
+    async def scenario():
+        assert (await page.connect(TIMEOUT))[0]
+        assert (await receive(page))["type"] == "state"
+        assert (await dashboard.connect(TIMEOUT))[0]
+        assert (await receive(dashboard))["type"] == "snapshot"
+        await page.send_json_to({"type": "ping"})
+        assert (await receive(page))["type"] == "pong"
+        await database_sync_to_async(lab.session_set_dependency)(
+            session=session, user=alice, changes={"mode": "down"}
+        )
+        (event,) = (await receive(page))["events"]
+        assert event["kind"] == "dependency_set"
+        assert (await receive(dashboard))["type"] == "session"
+        for comm in (page, dashboard):
+            await comm.disconnect()
+
+    run(scenario)
+    assert hops == []
+
+
 def test_the_badge_follows_a_policy_change_without_reading_the_session_per_push(world):
     """The consumer keeps the session's policy for the badge and reads it again only after an
     event that can change it: here the threshold goes from 3 to 7, then a forced transition
