@@ -531,7 +531,7 @@ def test_a_failed_post_stays_is_shown_and_is_retried_until_sent(
 ):
     retries = []
     monkeypatch.setattr(
-        lti_services.queue, "send_grade_post", lambda pk, countdown: retries.append(countdown)
+        lti_services.enqueue, "send_grade_post", lambda pk, countdown: retries.append(countdown)
     )
     client.post(f"/sessions/{learner_session.pk}/steps/1/done/")
     post = LtiGradePost.objects.get()

@@ -82,19 +82,3 @@ def test_the_pushed_badge_is_the_pages(client, student, session, forced):
     pushed = render_badge(badge(breaker_now(session.pk, session.policy)))
     assert ("held open by hand" in pushed) == bool(forced)
     assert without_clock(pushed) == without_clock(shown)
-
-
-def test_a_web_process_sends_frames_without_colouring_autobahns_unlogged_debug_line(monkeypatch):
-    """autobahn builds a debug line's arguments for every frame it sends; in the web process
-    they are plain text, never click's coloured text (labs.consumers.base)."""
-    import autobahn.util
-    import click
-
-    import labs.consumers.base  # noqa: F401 - importing it is what the web process does
-
-    def no_colour(*args, **kwargs):
-        raise AssertionError("click.style called for a frame")
-
-    monkeypatch.setattr(click, "style", no_colour)
-    assert autobahn.util.hlval(42) == "42"
-    assert autobahn.util.hltype(test_the_pushed_badge_is_the_pages).endswith(">")
