@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from labs.engine import narrate
+import labs.engine.narrate as narrate
 from labs.engine.breaker import Breaker, Outcome, Permit, Rejection
 from labs.engine.clock import Clock
 from labs.engine.config import Policy
