@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
+from labs.consumers.storm import RESEND_S
 from labs.live import runtime
 from labs.models import Traffic
 from labs.services import lab as lab_services
@@ -353,9 +354,11 @@ def test_the_storm_lesson_as_a_class_card_panel_and_redis_agree_every_second(
         page.wait_for_function(f"() => ({column})().every((v, i, a) => i === 0 || a[i - 1] <= v)")
         page.click('button.sort[data-sort="share"]')
         # A hole in the ticks longer than the seconds each tick resends: the page asks for a
-        # snapshot and heals.
+        # snapshot and heals. The page sees a hole when a tick's first second is more than one
+        # past its own: the pause must cover RESEND_S + 2 seconds whatever the phase of the
+        # second it starts in (7.5 s left a 7 s gap half the time, which is no hole).
         snapshots = page.evaluate("() => window.failureLabStorm.stats.snapshots")
-        page.evaluate("() => window.failureLabStorm.ignoreTicks(7500)")
+        page.evaluate(f"() => window.failureLabStorm.ignoreTicks({(RESEND_S + 3) * 1000})")
         page.wait_for_function(
             f"() => window.failureLabStorm.stats.snapshots > {snapshots}",
             timeout=LIVE_TIMEOUT_MS,
