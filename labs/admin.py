@@ -179,7 +179,7 @@ class ScenarioAdmin(admin.ModelAdmin):
             "Script",
             {
                 "fields": ["seed", "dependency", "policy", "steps"],
-                "description": "Checked by the engine's validator: each problem is shown "
+                "description": "Checked when you save: each problem is shown "
                 "beside the part of the script it names.",
             },
         ),

@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS: list[tuple[str, ...]] = [
     ("labs.engine", "lab_project.settings", "lab_project.env", "lab_project.csp",
      "lab_project.redis_pool", "lab_project.static_storage"),
-    ("labs.models", "labs.apps", "labs.experiments", "labs.migrations", "lab_project.http_limit",
-     "lab_project.processes", "lab_project.login_limits",
+    ("labs.models", "labs.apps", "labs.experiments", "labs.grading", "labs.migrations",
+     "lab_project.http_limit", "lab_project.processes", "lab_project.login_limits",
      "labs.journal.kinds"),
     ("labs.journal",),
     ("labs.live", "lab_project.celery", "lab_project.broker"),

@@ -507,9 +507,10 @@ class Step:
     """One scenario step: ``burst`` (with ``concurrency``), ``wait``, ``set_dependency`` or
     ``set_policy``. A ``set_*`` step carries the keys it changes; they are merged into the
     current settings (nested ``breaker`` / ``retry_budget`` objects merge one level deeper).
-    A burst step may carry ``expect`` (measures checked after the run) and ``ask`` (a question
-    whose answer the run observes) and ``situation`` (what must have happened for the step's
-lesson to be there); see :mod:`labs.engine.expect`."""
+    A burst step may carry ``expect`` (measures checked after the run) and ``situation`` (what
+    must have happened for the step's lesson to be there); see :mod:`labs.engine.expect`. It
+    may also carry ``ask``, a lesson's question whose answer the run observes: the engine
+    keeps it unread, the classroom checks and grades it (``labs.grading``)."""
 
     action: Literal["burst", "wait", "set_dependency", "set_policy"]
     burst: int | None = None

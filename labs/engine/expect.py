@@ -1,11 +1,12 @@
-"""Expectations and questions on a scenario's burst steps: what a step is observed to do.
+"""Expectations and situations on a scenario's burst steps: what a step is observed to do.
 
-``expect`` states facts the script's author checks after the run, ``ask`` a question whose
-right answer is what the run observes, and ``situation`` what must have happened for the
-step's lesson to be there (else the lab grades nothing and says why). All three name
-*measures*, which :func:`observe` computes from one burst's engine events, so the CLI, the
-real worker and the lab page grade against the same numbers. docs/engine.md, "Expectations
-and questions", lists the measures and the forms a value may take."""
+``expect`` states facts the script's author checks after the run, and ``situation`` what must
+have happened for the step's lesson to be there (else the lab grades nothing and says why).
+Both name *measures*, which :func:`observe` computes from one burst's engine events, so the
+CLI, the real worker and the lab page measure the same numbers. A step's ``ask``, the
+lesson's question to a student, is the classroom's to check and grade (``labs.grading``),
+against these same measures. docs/engine.md, "Expectations and questions", lists the
+measures and the forms a value may take."""
 
 from __future__ import annotations
 
@@ -17,15 +18,14 @@ from labs.engine.breaker import STATES
 from labs.engine.events import Event
 
 __all__ = [
-    "ASK_MEASURES",
     "BREAKER_STATES",
+    "CHOICE_MEASURES",
     "EXPECT_MEASURES",
+    "MAX_NUMBER",
     "NUMBER_MEASURES",
     "check_expectations",
     "check_situation",
-    "grade_answer",
     "observe",
-    "validate_ask",
     "validate_expect",
     "validate_situation",
 ]
@@ -54,11 +54,10 @@ NUMBER_MEASURES = (
 CHOICE_MEASURES = ("breaker_after",)
 LIST_MEASURES = ("attempts", "transitions")
 EXPECT_MEASURES = (*CHOICE_MEASURES, *NUMBER_MEASURES, *LIST_MEASURES)
-ASK_MEASURES = (*CHOICE_MEASURES, *NUMBER_MEASURES)
-_ASK_KEYS = ("question", "measure", "tolerance", "explanation")
 _TRANSITION_KEYS = ("from", "to", "call")
-_MAX_NUMBER = 1_000_000
-_MAX_TEXT = {"question": 300, "explanation": 2000}
+#: The largest number an expectation (or a tolerance) may state.
+MAX_NUMBER = 1_000_000
+_MAX_MISSED = 2000
 
 
 def observe(events: Iterable[Event], breaker_before: str = "closed") -> dict[str, Any]:
@@ -127,9 +126,9 @@ def _number_problem(value: Any) -> str | None:
         if unknown:
             return f"unknown key {unknown[0]!r} (allowed: min, max)"
         ends = [value[k] for k in ("min", "max") if k in value]
-        if not all(_number(v) and 0 <= v <= _MAX_NUMBER for v in ends):
-            return f"min and max must be numbers between 0 and {_MAX_NUMBER}"
-        if value.get("min", 0) > value.get("max", _MAX_NUMBER):
+        if not all(_number(v) and 0 <= v <= MAX_NUMBER for v in ends):
+            return f"min and max must be numbers between 0 and {MAX_NUMBER}"
+        if value.get("min", 0) > value.get("max", MAX_NUMBER):
             return "min must be at most max"
         return None
     if isinstance(value, Mapping):
@@ -139,12 +138,12 @@ def _number_problem(value: Any) -> str | None:
         if "value" not in value:
             return "needs value (a number) and optionally tolerance"
         tolerance = value.get("tolerance", 0)
-        if not _number(tolerance) or not 0 <= tolerance <= _MAX_NUMBER:
-            return f"tolerance must be a number between 0 and {_MAX_NUMBER}"
+        if not _number(tolerance) or not 0 <= tolerance <= MAX_NUMBER:
+            return f"tolerance must be a number between 0 and {MAX_NUMBER}"
         value = value["value"]
-    if not _number(value) or not 0 <= value <= _MAX_NUMBER:
+    if not _number(value) or not 0 <= value <= MAX_NUMBER:
         return (
-            f"must be a number between 0 and {_MAX_NUMBER}, or "
+            f"must be a number between 0 and {MAX_NUMBER}, or "
             '{"value": number, "tolerance": number}'
         )
     return None
@@ -198,37 +197,6 @@ def validate_expect(value: Any, path: str) -> list[tuple[str, str]]:
     return problems
 
 
-def validate_ask(value: Any, path: str) -> list[tuple[str, str]]:
-    """Problems with a step's ``ask`` object, as (field, message) pairs."""
-    if not isinstance(value, Mapping):
-        return [(path, 'must be an object {"question": text, "measure": name}')]
-    problems = [
-        (f"{path}.{key}", f"unknown field (allowed: {', '.join(_ASK_KEYS)})")
-        for key in value
-        if key not in _ASK_KEYS
-    ]
-    for key in ("question", "explanation"):
-        text = value.get(key, "")
-        if key == "question" and (not isinstance(text, str) or not text.strip()):
-            problems.append((f"{path}.question", "is required: a non-empty string"))
-        elif not isinstance(text, str) or len(text) > _MAX_TEXT[key]:
-            problems.append(
-                (f"{path}.{key}", f"must be a string of at most {_MAX_TEXT[key]} characters")
-            )
-    measure = value.get("measure")
-    if measure not in ASK_MEASURES:
-        problems.append(
-            (f"{path}.measure", f"must be one of {', '.join(ASK_MEASURES)} (got {measure!r})")
-        )
-    if "tolerance" in value:
-        tolerance = value["tolerance"]
-        if measure in CHOICE_MEASURES:
-            problems.append((f"{path}.tolerance", f"a choice ({measure}) takes no tolerance"))
-        elif not _number(tolerance) or not 0 <= tolerance <= _MAX_NUMBER:
-            problems.append((f"{path}.tolerance", f"must be a number between 0 and {_MAX_NUMBER}"))
-    return problems
-
-
 def _matches_transitions(expected: list[Mapping[str, Any]], observed: list[dict]) -> bool:
     if len(expected) != len(observed):
         return False
@@ -268,12 +236,11 @@ def validate_situation(value: Any, path: str) -> list[tuple[str, str]]:
     ]
     problems += validate_expect(value.get("needs"), f"{path}.needs")
     missed = value.get("missed")
-    if not isinstance(missed, str) or not missed.strip() or len(missed) > _MAX_TEXT["explanation"]:
+    if not isinstance(missed, str) or not missed.strip() or len(missed) > _MAX_MISSED:
         problems.append(
             (
                 f"{path}.missed",
-                f"is required: what went wrong and what to do, at most "
-                f"{_MAX_TEXT['explanation']} characters",
+                f"is required: what went wrong and what to do, at most {_MAX_MISSED} characters",
             )
         )
     return problems
@@ -312,13 +279,3 @@ def check_expectations(
             }
         )
     return checks
-
-
-def grade_answer(ask: Mapping[str, Any], answer: Any, observed: Mapping[str, Any]) -> bool:
-    """Whether ``answer`` (a number, or a breaker state for a choice) is right for the
-    observation, within the question's tolerance."""
-    measure = ask["measure"]
-    value = observed[measure]
-    if measure in CHOICE_MEASURES:
-        return answer == value
-    return _number(answer) and abs(answer - value) <= float(ask.get("tolerance", 0)) + 1e-9

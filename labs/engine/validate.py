@@ -25,10 +25,11 @@ from labs.engine.config import (
     Scenario,
     Step,
 )
-from labs.engine.expect import validate_ask, validate_expect, validate_situation
+from labs.engine.expect import validate_expect, validate_situation
 from labs.engine.shared import SharedConfig, Trigger
 
 __all__ = [
+    "STEP_ACTIONS",
     "Problem",
     "ValidationError",
     "merge_settings",
@@ -74,7 +75,10 @@ _SCENARIO_KEYS = (
     "traffic",
 )
 _TRAFFIC_KEYS = ("rate", "duration_s", "arrivals")
-_STEP_ACTIONS = ("burst", "wait_ms", "set_dependency", "set_policy")
+#: A step's actions: a step has exactly one.
+STEP_ACTIONS = ("burst", "wait_ms", "set_dependency", "set_policy")
+#: What a burst step may carry beside its size. ``ask``, a lesson's question, is carried
+#: unread: the classroom checks it (``labs.grading.validate_lesson``) and grades the answer.
 _BURST_EXTRAS = ("concurrency", "expect", "ask", "situation")
 _MAX_STEPS = 100
 _MAX_TEXT = {"name": 100, "title": 200, "description": 2000, "instructions": 20000}
@@ -532,13 +536,13 @@ def validate_scenario(d: Any) -> list[Problem]:
         if not isinstance(step, Mapping):
             problems += _not_object(path, step)
             continue
-        actions = [a for a in _STEP_ACTIONS if a in step]
+        actions = [a for a in STEP_ACTIONS if a in step]
         if len(actions) != 1:
             got = ", ".join(actions) if actions else "none"
             problems.append(
-                Problem(path, f"must have exactly one of {', '.join(_STEP_ACTIONS)} (got {got})")
+                Problem(path, f"must have exactly one of {', '.join(STEP_ACTIONS)} (got {got})")
             )
-            problems += _unknown(path, step, (*_STEP_ACTIONS, *_BURST_EXTRAS))
+            problems += _unknown(path, step, (*STEP_ACTIONS, *_BURST_EXTRAS))
             continue
         action = actions[0]
         allowed = ("burst", *_BURST_EXTRAS) if action == "burst" else (action,)
@@ -573,12 +577,10 @@ def _validate_texts(d: Mapping[str, Any], problems: list[Problem]) -> None:
 
 
 def _validate_burst_step(path: str, step: Mapping[str, Any], problems: list[Problem]) -> None:
-    """Append the problems of a burst step: its size, concurrency, expectations, question and
-    situation."""
+    """Append the problems of a burst step: its size, concurrency, expectations and
+    situation (its question is the classroom's to check)."""
     if "expect" in step:
         problems += [Problem(f, m) for f, m in validate_expect(step["expect"], f"{path}.expect")]
-    if "ask" in step:
-        problems += [Problem(f, m) for f, m in validate_ask(step["ask"], f"{path}.ask")]
     if "situation" in step:
         found = validate_situation(step["situation"], f"{path}.situation")
         problems += [Problem(f, m) for f, m in found]

@@ -206,7 +206,7 @@ class StepRowForm(forms.Form):
     explanation).
 
     The row checks nothing but JSON syntax itself: :meth:`ScenarioAdminForm.clean` builds the
-    whole script and puts each problem the engine's validator finds beside the row field its
+    whole script and puts each problem the lesson validator finds beside the row field its
     path names (``steps[2].ask.measure`` beside Measure in row 3)."""
 
     action = forms.CharField(
@@ -259,10 +259,10 @@ class StepRowForm(forms.Form):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        from labs.engine.expect import ASK_MEASURES
+        from labs.grading import ASK_MEASURES
 
         # A select, but a plain text field underneath: an unknown measure is refused by the
-        # engine's validator, with the allowed measures.
+        # lesson validator, with the allowed measures.
         self.fields["ask_measure"].widget = forms.Select(
             choices=[("", "(no question)"), *((m, m) for m in ASK_MEASURES)]
         )
@@ -332,8 +332,8 @@ StepRowFormSet = forms.formset_factory(
 
 
 class ScenarioAdminForm(forms.ModelForm):
-    """Edit a scenario script through one field per part, so each problem the engine's
-    validator finds is shown beside the part it names (``policy.max_attempts`` under Policy).
+    """Edit a scenario script through one field per part, so each problem the lesson
+    validator (the engine's checks and the questions') finds is shown beside the part it names (``policy.max_attempts`` under Policy).
 
     The steps can be edited two ways: as raw JSON (the ``steps`` field) or as rows
     (:attr:`step_rows`, a formset of :class:`StepRowForm`, one per step, with a blank row to
@@ -415,9 +415,9 @@ class ScenarioAdminForm(forms.ModelForm):
         else:
             script["seed"] = cleaned["seed"]
 
-        from labs.engine import validate_scenario
+        from labs.grading import validate_lesson
 
-        problems = validate_scenario(script)
+        problems = validate_lesson(script)
         for problem in problems:
             if rows and self._add_row_error(rows, problem):
                 continue

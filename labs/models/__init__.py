@@ -164,16 +164,17 @@ class Membership(models.Model):
 
 
 def validate_scenario_script(value) -> None:
-    """Field validator: the script must pass the engine's validator (docs/engine.md).
+    """Field validator: the script must pass the lesson validator, the engine's checks and
+    its questions' (``labs.grading.validate_lesson``, docs/engine.md).
 
     A field validator (not ``Model.clean``) so a form that edits the script through its own
     fields (the admin's, which maps each problem to the field it names) can exclude it.
     """
     if not isinstance(value, dict):
         raise ValidationError("The scenario script must be a JSON object.", code="invalid")
-    from labs.engine import validate_scenario
+    from labs.grading import validate_lesson
 
-    problems = validate_scenario(value)
+    problems = validate_lesson(value)
     if problems:
         raise ValidationError([ValidationError(str(p), code="invalid_script") for p in problems])
 

@@ -4,8 +4,9 @@ against what the step's burst did according to the journal.
 An answer is journaled in its transaction; every change an instructor's page shows is
 announced after the commit as one ``class.progress`` message carrying no count (the consumer
 reads progress fresh). :func:`prediction_grade` measures the burst's events, read back from
-the journal, with the engine's :func:`~labs.engine.observe`, so the scenario never holds the
-answer; it grades nothing when the step's ``situation`` did not happen (docs/predictions.md).
+the journal, with the engine's :func:`~labs.engine.expect.observe` and grades the answer with
+:func:`labs.grading.grade_answer`, so the scenario never holds the answer; it grades nothing
+when the step's ``situation`` did not happen (docs/predictions.md).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from django.utils import timezone
 
 from labs.engine.breaker import STATES
 from labs.engine.events import EVENT_KINDS
-from labs.engine.expect import check_situation, grade_answer, observe
+from labs.engine.expect import check_situation, observe
+from labs.grading import grade_answer
 from labs.journal import broadcast
 from labs.journal import store as journal
 from labs.models import Burst, JournalEvent, LabSession, Prediction, StepProgress
@@ -210,7 +212,7 @@ def _breaker_before(burst: Burst) -> str:
 
 
 def burst_observation(burst: Burst) -> dict[str, Any]:
-    """Every measure of ``burst`` (see :func:`labs.engine.observe`), from its journal rows."""
+    """Every measure of ``burst`` (see :func:`labs.engine.expect.observe`), from its journal rows."""
     rows = (
         JournalEvent.objects.filter(burst=burst, kind__in=EVENT_KINDS)
         .select_related("burst")

@@ -20,7 +20,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from labs.engine import parse_scenario, run_scenario, validate_scenario
+from labs.engine import parse_scenario, run_scenario
+from labs.grading import validate_lesson
 from labs.live import runtime
 from labs.models import Classroom, Membership, Scenario
 from labs.services.lab import session_open
@@ -48,7 +49,7 @@ class Command(BaseCommand):
                 f"{path}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
                 returncode=2,
             ) from exc
-        problems = validate_scenario(script)
+        problems = validate_lesson(script)
         if problems:
             for problem in problems:
                 self.stderr.write(str(problem))

@@ -49,7 +49,8 @@ def load_scenario_files(directory: Path) -> list[tuple[str, dict]]:
 
 
 def upsert_scenario(slug: str, document: dict, position: int) -> Scenario:
-    """Create or update the scenario ``slug`` from a scenario file, validated by the engine."""
+    """Create or update the scenario ``slug`` from a scenario file, validated as a lesson
+    (``labs.grading.validate_lesson``: the engine's checks and the questions')."""
     script = {k: v for k, v in document.items() if k not in SCRIPT_ONLY_FOR_MODEL}
     script["name"] = slug
     scenario = Scenario.objects.filter(slug=slug).first() or Scenario(slug=slug)
