@@ -48,7 +48,7 @@ Prints:
 - CPU per process (``/proc/<pid>/stat`` user+system) over the run, in ms per attempt: each
   worker, each of its child processes (the journal writer), ``redis-server`` and, with
   ``--pages``, ``daphne`` and whatever it forked;
-- the figures beside their targets (docs/scaling.md, "The storm for a class"): CPU per attempt
+- the figures beside their targets (docs/scaling.md, "The storm bench"): CPU per attempt
   summed over every process (<= 0.4 ms, set at 30 sessions x 10 calls/s with 30 pages); the
   attempt duration error's p99 over the whole run (<= 5 ms); with ``--pages``, the delay from
   a second's end to the first message bringing a page that second as a past one (the lab
@@ -102,7 +102,7 @@ LESSON_LOAD = 150 / 200
 #: The lesson's trigger: ``down`` for 8 s, fired this long after the traffic starts.
 TRIGGER = {"kind": "down", "duration_ms": 8000}
 TRIGGER_AT_S = 10
-#: The targets the figures are printed beside (docs/scaling.md, "The storm for a class").
+#: The targets the figures are printed beside (docs/scaling.md, "The storm bench").
 CPU_TARGET_MS = 0.4
 ERROR_TARGET_MS = 5.0
 DELAY_TARGET_S = 1.0
@@ -542,8 +542,9 @@ def measure(args, bench: Bench) -> None:
     ]
     err = [e for _, e in errors]
     peak_err = [e for s, e in errors if s == peak_second]
-    outcomes = Counter(o for _t, _c, _d, o, _a in attempts)
+    outcomes = Counter(d.get("outcome") or o for _t, _c, d, o, _a in attempts)  # the model's
     calls = rows.filter(kind="call_result").count()
+    counters = runtime.shared_model(room.pk).counters()
 
     print(f"storm_bench: {args.sessions} sessions x {args.rate} calls/s (poisson) for "
           f"{args.for_s} s, policy {policy}, {args.workers} worker process(es); shared "
@@ -556,6 +557,9 @@ def measure(args, bench: Bench) -> None:
                 "journaled it" if fired else "not fired: the runs ended first")  # fmt: skip
         print(f"storm: a {TRIGGER['kind']} trigger for {TRIGGER['duration_ms'] / 1000:g} s "
               f"on the shared dependency, {said}")  # fmt: skip
+        # the class's counters in Redis, each second that has any
+        print(f"offered per second: {' '.join(str(s.offered) for s in counters)}")
+        print(f"ok per second:      {' '.join(str(s.ok) for s in counters)}")
     if args.pages:
         k = min(args.pages, args.sessions)
         print(f"pages: {k} lab page{'s' if k != 1 else ''} and the storm panel on "
@@ -582,7 +586,6 @@ def measure(args, bench: Bench) -> None:
     # One shared model script per attempt (its offered counter) and per call a breaker
     # refused (a "rejected" row). It calls TIME once each; the TIME left over is the pages'
     # reads (labs.live.runtime.shared_now), sent by daphne.
-    counters = runtime.shared_model(room.pk).counters()
     decisions = sum(s.offered for s in counters) + rows.filter(kind="rejected").count()
     page_time = max(0, inner["time"] - decisions)
     inner["time"] -= page_time
