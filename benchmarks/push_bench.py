@@ -57,6 +57,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,52 @@ def process_env(debug: bool = False) -> dict[str, str]:
     return env
 
 
+def start_web(
+    bench: Bench, port: int, logdir: Path, env: dict[str, str], web: int = 1
+) -> list[tuple[str, subprocess.Popen]]:
+    """The web processes as ``make run`` starts them, each with its log in ``logdir``: one
+    ``daphne`` on ``port``, or ``web`` of them accepting on one shared listening socket
+    (``LAB_WEB_PROCESSES``). Returns (name, process) each; :func:`web_answers` says when
+    they serve."""
+    from lab_project.processes import daphne_cmd, daphne_fd_cmd, shared_listener
+
+    commands = []
+    listener = None
+    if web == 1:
+        cmd = daphne_cmd("127.0.0.1", port)
+        if os.environ.get("BENCH_PROFILE_DAPHNE"):  # where the web process spends its CPU
+            cmd = [sys.executable, "-m", "cProfile", "-o", os.environ["BENCH_PROFILE_DAPHNE"],
+                   "-m", "daphne", *cmd[1:]]  # fmt: skip
+        commands.append(("daphne", cmd, ()))
+    else:
+        # Several web processes accept on one listening socket, as make run starts them
+        # with LAB_WEB_PROCESSES: a page's websocket and its POSTs may land on different
+        # processes, as behind any load balancer.
+        listener = shared_listener("127.0.0.1", port)
+        fd = listener.fileno()
+        commands += [(f"daphne{i + 1}", daphne_fd_cmd(fd), (fd,)) for i in range(web)]
+    started = [
+        (name, bench.start(name, cmd, env=env, log=logdir / f"{name}.log", pass_fds=fds))
+        for name, cmd, fds in commands
+    ]
+    if listener is not None:
+        listener.close()  # the web processes hold it
+    return started
+
+
+def web_answers(port: int) -> bool:
+    """Whether the web process on ``port`` serves the login page."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/accounts/login/", timeout=2
+        ) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
 class Processes:
     """daphne and one worker, started by the run's :class:`Bench` (which stops their whole
     process groups however the run ends)."""
@@ -150,58 +197,32 @@ class Processes:
         debug: bool = False,
         web: int = 1,
     ) -> None:
-        from lab_project.processes import daphne_cmd, daphne_fd_cmd, shared_listener, worker_cmd
+        from lab_project.processes import worker_cmd
 
         self.bench = bench
         self.logdir = logdir
-        self.procs: list[subprocess.Popen] = []
-        self.names: list[str] = []
         env = process_env(debug)
         if not debug:
             collect_static(env)
-        commands = []
-        listener = None
-        if web == 1:
-            cmd = daphne_cmd("127.0.0.1", port)
-            if os.environ.get("BENCH_PROFILE_DAPHNE"):  # where the web process spends its CPU
-                cmd = [sys.executable, "-m", "cProfile", "-o", os.environ["BENCH_PROFILE_DAPHNE"],
-                       "-m", "daphne", *cmd[1:]]  # fmt: skip
-            commands.append(("daphne", cmd, ()))
-        else:
-            # Several web processes accept on one listening socket, as make run starts them
-            # with LAB_WEB_PROCESSES: a page's websocket and its POSTs may land on different
-            # processes, as behind any load balancer.
-            listener = shared_listener("127.0.0.1", port)
-            fd = listener.fileno()
-            commands += [(f"daphne{i + 1}", daphne_fd_cmd(fd), (fd,)) for i in range(web)]
-        commands.append(("worker", [*worker_cmd(concurrency), "-n",
-                                    f"push-bench-{os.getpid()}@%h"], ()))  # fmt: skip
-        for name, cmd, fds in commands:
-            self.names.append(name)
-            self.procs.append(
-                bench.start(name, cmd, env=env, log=logdir / f"{name}.log", pass_fds=fds)
-            )
-        if listener is not None:
-            listener.close()  # the web processes hold it
+        started = start_web(bench, port, logdir, env, web)
+        self.names = [name for name, _ in started]
+        self.procs = [proc for _, proc in started]
+        self.names.append("worker")
+        self.procs.append(
+            bench.start("worker", [*worker_cmd(concurrency), "-n", f"push-bench-{os.getpid()}@%h"],
+                        env=env, log=logdir / "worker.log")
+        )  # fmt: skip
         self._wait_ready(port)
 
     def _wait_ready(self, port: int) -> None:
-        import urllib.request
-
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             for proc in self.procs:
                 if proc.poll() is not None:
                     sys.exit(f"a server exited early; see {self.logdir}")
             worker_ready = b"ready." in (self.logdir / "worker.log").read_bytes()
-            try:
-                with urllib.request.urlopen(
-                    f"http://127.0.0.1:{port}/accounts/login/", timeout=2
-                ) as response:
-                    if response.status == 200 and worker_ready:
-                        return
-            except OSError:
-                pass
+            if worker_ready and web_answers(port):
+                return
             time.sleep(0.2)
         sys.exit(f"daphne or the worker did not start in 60 s; see {self.logdir}")
 
@@ -261,17 +282,25 @@ class Processes:
             self.bench.stop(proc)
 
 
-def make_sessions(count: int) -> list[tuple[int, str]]:
-    """``count`` students, each with a lab session; (session id, session cookie) each."""
+def session_cookie(user) -> str:
+    """A Django session logging ``user`` in (saved in the session store, no password needed),
+    as the login form would leave it: its key, the ``sessionid`` cookie's value."""
     from importlib import import_module
 
     from django.conf import settings
-    from django.contrib.auth import (
-        BACKEND_SESSION_KEY,
-        HASH_SESSION_KEY,
-        SESSION_KEY,
-        get_user_model,
-    )
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+
+    web = import_module(settings.SESSION_ENGINE).SessionStore()
+    web[SESSION_KEY] = str(user.pk)
+    web[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    web[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    web.save()
+    return web.session_key
+
+
+def make_sessions(count: int) -> list[tuple[int, str]]:
+    """``count`` students, each with a lab session; (session id, session cookie) each."""
+    from django.contrib.auth import get_user_model
 
     from labs.models import Classroom, Membership, Scenario
     from labs.services.lab import session_open
@@ -279,7 +308,6 @@ def make_sessions(count: int) -> list[tuple[int, str]]:
     scenario = Scenario.objects.create(slug="push-bench", title="Push bench", script=BENCH_SCRIPT)
     room = Classroom.objects.create(name="Push bench")
     room.scenarios.add(scenario)
-    store = import_module(settings.SESSION_ENGINE).SessionStore
     out = []
     for i in range(count):
         user = get_user_model()(username=f"bench{i:03d}")
@@ -287,12 +315,7 @@ def make_sessions(count: int) -> list[tuple[int, str]]:
         user.save()
         Membership.objects.create(user=user, classroom=room, role="student")
         lab_session = session_open(user=user, classroom=room, scenario=scenario)
-        web = store()
-        web[SESSION_KEY] = str(user.pk)
-        web[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-        web[HASH_SESSION_KEY] = user.get_session_auth_hash()
-        web.save()
-        out.append((lab_session.pk, web.session_key))
+        out.append((lab_session.pk, session_cookie(user)))
     return out
 
 
@@ -301,11 +324,17 @@ def make_sessions(count: int) -> list[tuple[int, str]]:
 
 @dataclass
 class Browser:
-    """One page's websocket: remembers every seq it got and the latency of live events."""
+    """One page's websocket: remembers every seq it got and the latency of live events.
+
+    By default the lab page's socket of ``session_id``; ``path`` names another page's
+    (``ws/classes/<id>/storm/``), opened as it is. ``on_message(message, received)`` sees
+    every message with its receipt time (``time.time()``, once the frame is parsed)."""
 
     session_id: int
     cookie: str
     port: int
+    path: str = ""
+    on_message: Callable[[dict[str, Any], float], None] | None = None
     last_seq: int = 0
     seqs: list[int] = field(default_factory=list)
     latencies_ms: list[float] = field(default_factory=list)
@@ -320,7 +349,9 @@ class Browser:
         from websockets.asyncio.client import connect
 
         while not self.stop:
-            url = f"ws://127.0.0.1:{self.port}/ws/sessions/{self.session_id}/?after={self.last_seq}"
+            url = f"ws://127.0.0.1:{self.port}/" + (
+                self.path or f"ws/sessions/{self.session_id}/?after={self.last_seq}"
+            )
             try:
                 async with connect(
                     url,
@@ -333,7 +364,9 @@ class Browser:
                     async for raw in ws:
                         received = time.time()
                         message = json.loads(raw)
-                        if message["type"] == "state":
+                        if self.on_message is not None:
+                            self.on_message(message, received)
+                        if message["type"] in ("state", "snapshot"):  # lab page, storm panel
                             self.connected.set()
                         elif message["type"] == "burst_reply":
                             ask = self.asks.pop(message.get("id"), None)

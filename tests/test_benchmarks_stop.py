@@ -148,6 +148,23 @@ def test_an_out_of_range_argument_is_refused_before_anything_starts(script, tmp_
     assert f"error: argument {option}" in output, output
 
 
+#: storm_bench's other options: each refused, naming it, before anything starts.
+STORM_BENCH_BAD = {
+    "pages": (["--pages", "201"], "--pages"),
+    "servers": (["--servers", "65"], "--servers"),
+    "storm with a policy": (["--storm", "--policy", "naive"], "--policy"),
+}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("case", sorted(STORM_BENCH_BAD))
+def test_storm_bench_refuses_its_other_options_before_anything_starts(case, tmp_path):
+    args, option = STORM_BENCH_BAD[case]
+    code, output = run_to_the_end("storm_bench.py", args, tmp_path)
+    assert code == 2, output
+    assert f"error: argument {option}" in output, output
+
+
 @pytest.mark.timeout(SERVERS_UP_TIMEOUT_S + EXIT_TIMEOUT_S + 120)
 @pytest.mark.parametrize("script", sorted(RUNS))
 def test_sigterm_midway_stops_every_server_it_started(script, tmp_path):
