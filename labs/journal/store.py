@@ -306,6 +306,14 @@ def record(entries: Sequence[Entry]) -> list[Written]:
     return written
 
 
+def record_one(session, kind: str, message: str, *, user=None, **fields: Any) -> Written:
+    """Journal one entry about ``session`` done by ``user`` (:func:`entry`, then
+    :func:`record`): a run's first row, ``burst_queued`` or ``traffic_start``, written in the
+    transaction that creates the run. ``fields`` are the entry's other fields (``burst_id``,
+    ``data``)."""
+    return record([entry(session, kind, message, user=user, **fields)])[0]
+
+
 class JournalSink(Protocol):
     """What a burst hands its journal entries to: both writers implement it."""
 

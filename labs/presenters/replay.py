@@ -204,48 +204,72 @@ def shared_diff_table(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, An
     return out
 
 
-#: The shared comparison's goodput chart (SVG user units).
-SHARED_CHART_WIDTH = 960
-SHARED_CHART_HEIGHT = 180
-SHARED_CHART_LEFT = 48
+#: How the shared model's trigger reads after "the dependency" (MetastableParams.trigger).
+_TRIGGER_WORDS = {"down": "down", "slow": "slow", "capacity": "at reduced capacity"}
 
 
-def shared_goodput_chart(result: dict[str, Any]) -> SafeString:
-    """The inside of the shared comparison's ``<svg>``: calls succeeded per second for A
-    and B over the run, the trigger as a band, the healthy baseline as a dashed line (numbers
-    and fixed classes only)."""
+def shared_goodput_series(result: dict[str, Any]) -> dict[str, Any]:
+    """The shared comparison's goodput chart as the page's script draws it on uPlot
+    (static/js/lab/goodput.js), handed over in a ``json_script`` block: calls succeeded per
+    second for A and B (``x`` is each second's middle), the healthy baseline, the trigger's
+    span and the words of its titles, axes and legend."""
     params = result["params"]
     a, b = result["a"], result["b"]
-    top = max([*a["goodput_per_s"], *b["goodput_per_s"], a["baseline_goodput"], 1])
-    width = SHARED_CHART_WIDTH - SHARED_CHART_LEFT - 8
-    bottom = SHARED_CHART_HEIGHT - 20
+    return {
+        "x": [second + 0.5 for second in range(params.duration_s)],
+        "a": list(a["goodput_per_s"]),
+        "b": list(b["goodput_per_s"]),
+        "baseline": a["baseline_goodput"],
+        "duration_s": params.duration_s,
+        "trigger": {
+            "from_s": params.trigger_at_s,
+            "until_s": params.trigger_at_s + params.trigger_s,
+            "label": f"trigger: {_TRIGGER_WORDS.get(params.trigger, params.trigger)}",
+        },
+        "labels": {
+            "x": "seconds into the run",
+            "y": "calls succeeded / s",
+            "second": "second",
+            "a": "policy A",
+            "b": "policy B",
+            "baseline": "healthy rate",
+        },
+    }
 
-    def x(second: float) -> float:
-        return round(SHARED_CHART_LEFT + second * width / params.duration_s, 1)
 
-    def y(value: float) -> float:
-        return round(bottom - value * (bottom - 10) / top, 1)
-
-    def line(values: list[int], tone: str) -> str:
-        points = " ".join(f"{x(s + 0.5)},{y(v)}" for s, v in enumerate(values))
-        return f'<polyline class="shared-line shared-line-{tone}" points="{points}"></polyline>'
-
+def shared_goodput_summary(result: dict[str, Any]) -> str:
+    """The goodput chart in words, for whoever cannot see it: the healthy rate, the trigger,
+    and per policy its lowest second from the trigger on and when it was back to 90 % of
+    the healthy rate (the figures the chart draws)."""
+    params = result["params"]
     start, end = params.trigger_at_s, params.trigger_at_s + params.trigger_s
-    parts = [
-        f'<rect class="shared-trigger" x="{x(start)}" y="10" width="{x(end) - x(start)}" '
-        f'height="{bottom - 10}"><title>the trigger: {params.trigger} for '
-        f"{params.trigger_s} s</title></rect>",
-        f'<line class="shared-baseline" x1="{SHARED_CHART_LEFT}" x2="{x(params.duration_s)}" '
-        f'y1="{y(a["baseline_goodput"])}" y2="{y(a["baseline_goodput"])}"></line>',
-        f'<text class="replay-label" x="4" y="{y(top) + 4}">{top:g}/s</text>',
-        f'<text class="replay-label" x="4" y="{bottom}">0</text>',
-        line(a["goodput_per_s"], "a"),
-        line(b["goodput_per_s"], "b"),
-        f'<text class="replay-label" x="{SHARED_CHART_LEFT}" y="{SHARED_CHART_HEIGHT - 4}">0 s'
-        f'</text><text class="replay-label" x="{x(params.duration_s) - 30}" '
-        f'y="{SHARED_CHART_HEIGHT - 4}">{params.duration_s} s</text>',
-    ]
-    return mark_safe("".join(parts))  # noqa: S308 - numbers and fixed classes only
+
+    def healthy(m: dict[str, Any]) -> str:
+        return f"{round(m['baseline_goodput']):,}"
+
+    a, b = result["a"], result["b"]
+    before = (
+        f"about {healthy(a)} under either policy" if healthy(a) == healthy(b)
+        else f"about {healthy(a)} under policy A and {healthy(b)} under policy B"
+    )  # fmt: skip
+
+    def after(name: str, m: dict[str, Any]) -> str:
+        lowest = min(m["goodput_per_s"][start:], default=0)
+        if m["recovery_s"] is None:
+            back = (f"not back to 90 % of the healthy rate by the end of the run at "
+                    f"{params.duration_s}\u00a0s")  # fmt: skip
+        elif m["recovery_s"] == 0:
+            back = "back to 90 % of the healthy rate in the first second after the trigger"
+        else:
+            back = (f"back to 90 % of the healthy rate {m['recovery_s']}\u00a0s after the "
+                    f"trigger ended")  # fmt: skip
+        return f"Policy {name} fell to {lowest:,} a second and was {back}."
+
+    trigger = _TRIGGER_WORDS.get(params.trigger, params.trigger)
+    return (
+        f"Calls succeeded per second: before the trigger, {before}. The dependency was "
+        f"{trigger} from {start}\u00a0s to {end}\u00a0s. {after('A', a)} {after('B', b)}"
+    )
 
 
 def replay_agreement(real: Sequence[dict[str, Any]], replayed: Sequence[dict[str, Any]]) -> str:

@@ -113,20 +113,14 @@ def _start(*, session: LabSession, user, size: int, concurrency: int) -> Burst:
             first_call_no=first_call,
             created_by=user if getattr(user, "is_authenticated", False) else None,
         )
-        journal.record(
-            [
-                journal.entry(
-                    session,
-                    "burst_queued",
-                    user=user,
-                    burst_id=burst.pk,
-                    message=(
-                        f"burst {number} queued: {size} call(s) from call "
-                        f"{first_call}, {concurrency} caller(s) at once"
-                    ),
-                    data={"size": size, "concurrency": concurrency, "burst": number},
-                )
-            ]
+        journal.record_one(
+            session,
+            "burst_queued",
+            f"burst {number} queued: {size} call(s) from call {first_call}, "
+            f"{concurrency} caller(s) at once",
+            user=user,
+            burst_id=burst.pk,
+            data={"size": size, "concurrency": concurrency, "burst": number},
         )
         enqueue.enqueue_burst_on_commit(
             burst.pk, on_unavailable=lambda exc: _not_queued(burst, exc)

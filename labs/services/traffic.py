@@ -115,27 +115,20 @@ def _start(session: LabSession, user, rate: int, duration_s: int, arrivals: str)
             first_call_no=first_call,
             created_by=user if getattr(user, "is_authenticated", False) else None,
         )
-        journal.record(
-            [
-                journal.entry(
-                    locked,
-                    "traffic_start",
-                    user=user,
-                    message=(
-                        f"traffic started by {actor_name(user)}: {rate} calls/s "
-                        f"({arrivals}) for {duration_s} s, {calls} call(s) from call "
-                        f"{first_call}"
-                    ),
-                    data={
-                        "traffic": traffic.pk,
-                        "rate": rate,
-                        "duration_s": duration_s,
-                        "arrivals": arrivals,
-                        "calls": calls,
-                        "first_call": first_call,
-                    },
-                )
-            ]
+        journal.record_one(
+            locked,
+            "traffic_start",
+            f"traffic started by {actor_name(user)}: {rate} calls/s ({arrivals}) for "
+            f"{duration_s} s, {calls} call(s) from call {first_call}",
+            user=user,
+            data={
+                "traffic": traffic.pk,
+                "rate": rate,
+                "duration_s": duration_s,
+                "arrivals": arrivals,
+                "calls": calls,
+                "first_call": first_call,
+            },
         )
         transaction.on_commit(lambda: enqueue.send_traffic(traffic.pk))
     return traffic

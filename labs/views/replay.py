@@ -31,7 +31,8 @@ from labs.presenters.replay import (
     replay_rows_html,
     replay_timelines,
     shared_diff_table,
-    shared_goodput_chart,
+    shared_goodput_series,
+    shared_goodput_summary,
 )
 from labs.presenters.text import whatif_refusal
 from labs.selectors import replay as replay_reads
@@ -294,7 +295,8 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
     if result.get("shared"):
         context |= {
             "shared_diff": shared_diff_table(result["a"], result["b"]),
-            "shared_chart": shared_goodput_chart(result),
+            "shared_goodput": shared_goodput_series(result),
+            "shared_goodput_summary": shared_goodput_summary(result),
         }
         return render(request, COMPARE_TEMPLATE, context)
     context |= {

@@ -5,7 +5,9 @@ The dashboard is open while two students run bursts: both rows change live (burs
 the breaker opening). The instructor puts the whole class into "down" from the dashboard:
 every row flips, and the fault shows in each student's journal (live on a student's open lab
 page). The instructor drills down into a student's lab page: read-only, and live. An
-instructor of another class is refused, over HTTP and over the websocket.
+instructor of another class is refused, over HTTP and over the websocket. The sessions
+table's headers wrap between words only, with the widest labels a row shows, at 1400 and
+1920 px; on a phone the table is cards and nothing scrolls the page sideways.
 
 Screenshots go to artifacts/e2e/dashboard-*.png.
 """
@@ -282,4 +284,78 @@ def test_the_dashboard_shows_the_storm_section_live_from_the_storm_websocket(
         assert errors == []
     finally:
         model.clear()
+        context.close()
+
+
+#: The words of the sessions table's headers and cells that a line break cut in two: a word
+#: drawn on more than one line box.
+BROKEN_WORDS = """cells => cells.flatMap(cell => {
+  const out = [];
+  const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (const m of node.textContent.matchAll(/[^\\s-]+-?/g)) {
+      const range = document.createRange();
+      range.setStart(node, m.index);
+      range.setEnd(node, m.index + m[0].length);
+      const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+      if (tops.size > 1) out.push(m[0]);
+    }
+  }
+  return out;
+})"""
+
+
+def test_the_sessions_table_breaks_no_word_and_never_scrolls_the_page(
+    browser, daphne_server, cohort
+):
+    room, sessions = cohort
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    try:
+        login(page, daphne_server, "teacher_a", DEFAULT_PASSWORD)
+        page.goto(f"{daphne_server}/classes/{room.pk}/dashboard/")
+        page.wait_for_selector('#live-status[data-state="live"]')
+        # The widest labels a row shows, in the first row (as a live update would set them).
+        page.evaluate(
+            """id => { const r = document.getElementById('row-' + id);
+                       r.querySelector('[data-field=state]').textContent = 'half-open';
+                       r.querySelector('[data-field=mode]').textContent = 'rate limited';
+                       r.querySelector('[data-field=activity]').textContent = 'bursting'; }""",
+            sessions[0].pk,
+        )
+        for width, height in ((1400, 900), (1920, 1080)):
+            page.set_viewport_size({"width": width, "height": height})
+            page.wait_for_timeout(200)
+            assert page.eval_on_selector_all("#dash-table thead th", BROKEN_WORDS) == []
+            assert page.eval_on_selector_all(
+                "#dash-table [data-field=state], #dash-table [data-field=mode],"
+                " #dash-table [data-field=activity]", BROKEN_WORDS
+            ) == []  # fmt: skip
+            # The table fits its box: it scrolls neither the page nor itself.
+            assert page.evaluate(
+                """() => { const w = document.querySelector('.table-wrap');
+                           return [w.scrollWidth <= w.clientWidth,
+                                   document.documentElement.scrollWidth <= innerWidth]; }"""
+            ) == [True, True]
+            page.locator(".table-wrap").screenshot(
+                path=str(ARTIFACTS / f"dashboard-table-{width}.png")
+            )
+        # Narrower than the columns need, the table scrolls in its own box, not the page.
+        page.set_viewport_size({"width": 1000, "height": 900})
+        page.wait_for_timeout(200)
+        assert page.evaluate(
+            """() => { const w = document.querySelector('.table-wrap');
+                       return [w.scrollWidth > w.clientWidth,
+                               document.documentElement.scrollWidth <= innerWidth]; }"""
+        ) == [True, True]
+        assert page.eval_on_selector_all("#dash-table thead th", BROKEN_WORDS) == []
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.wait_for_timeout(200)
+        assert page.evaluate("document.documentElement.scrollWidth <= innerWidth")
+        assert page.locator("#dash-table thead").is_hidden()  # a card per row
+        shot(page, "table-390")
+        assert errors == []
+    finally:
         context.close()

@@ -8,6 +8,9 @@ real Celery worker and Redis.
 - Compare is reached by clicking, from the lab page and from a burst in the burst history;
   "my current policy" against a preset shows two results; the storm lesson is compared on the
   shared dependency's model and says so.
+- That comparison's goodput chart is drawn on uPlot with the model's own figures for A and B
+  (labs.experiments.metastable.figures_for), its legend reads them second by second under the
+  pointer, its canvas shows both policies' colours, and it fits a phone's width.
 
 No page logs a console error or breaks the Content-Security-Policy. Screenshots:
 artifacts/e2e/per-host-*.png and compare-*.png.
@@ -19,6 +22,10 @@ import json
 
 import pytest
 
+from labs.engine import merge_settings, parse_policy
+from labs.engine.replay import PRESETS
+from labs.experiments import metastable
+from labs.selectors.replay import SHARED_COMPARE
 from labs.services import lab
 from tests.conftest import DEFAULT_PASSWORD, make_classroom, make_scenario, make_student
 from tests.e2e.conftest import ARTIFACTS, ROOT, login, show_setting
@@ -237,7 +244,7 @@ def test_compare_from_the_lab_page_and_the_history_and_the_storm_on_the_shared_m
         '#compare-diff tr[data-key="recovery_s"] td', "cells => cells.map(c => c.textContent)"
     )
     assert recovery[0] == "not within the run" and recovery[1].startswith("after ")
-    assert page.locator("#compare-result .shared-line").count() == 2
+    assert page.evaluate("!!document.getElementById('compare-goodput-chart').goodputPlot")
     shot(page, "compare-storm-1920")
     page.set_viewport_size(PHONE)
     page.wait_for_timeout(300)
@@ -246,5 +253,95 @@ def test_compare_from_the_lab_page_and_the_history_and_the_storm_on_the_shared_m
     page.click("#compare-advanced summary")
     page.locator("#compare-form").screenshot(path=str(ARTIFACTS / "compare-form-390.png"))
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    page.wait_for_load_state("networkidle")
+    assert problems == []
+
+
+def storm_goodput(script: dict, preset: str) -> list[int]:
+    """Calls succeeded per second on the shared model, the storm lesson's policy with
+    ``preset`` over it, for the class the compare page simulates."""
+    params = metastable.MetastableParams(**{**SHARED_COMPARE.__dict__, "seed": script["seed"]})
+    policy = parse_policy(merge_settings(script["policy"], PRESETS[preset]))
+    return metastable.figures_for(params, policy)["goodput_per_s"]
+
+
+#: Whether a colour (CSS rgb, as getComputedStyle gives it) was painted in a part of the
+#: chart's canvas: a pixel within a small distance of it, in device pixels.
+PAINTED = """([box, color, from, to]) => {
+  const u = box.goodputPlot;
+  const [r, g, b] = color.match(/\\d+/g).map(Number);
+  const x0 = Math.round(u.valToPos(from, 'x', true)), x1 = Math.round(u.valToPos(to, 'x', true));
+  const pixels = u.ctx.getImageData(x0, u.bbox.top, x1 - x0, u.bbox.height).data;
+  for (let i = 0; i < pixels.length; i += 4) {
+    if (Math.abs(pixels[i] - r) + Math.abs(pixels[i + 1] - g) + Math.abs(pixels[i + 2] - b) < 40
+        && pixels[i + 3] > 200) return true;
+  }
+  return false;
+}"""
+
+
+def test_the_storm_comparison_draws_each_policys_goodput_on_uplot(daphne_server, watched):
+    page, problems = watched
+    storm = _scenario("storm_lesson")
+    room = make_classroom("Storm compare", join_code="STORMCMP")
+    room.scenarios.add(storm)
+    student = make_student("stormcomparer", room)
+    login(page, daphne_server, student.username, DEFAULT_PASSWORD)
+    page.goto(f"{daphne_server}/compare/?scenario=storm_lesson&a=defaults&b=retry-budget")
+    page.wait_for_function("() => document.getElementById('compare-goodput-chart').goodputPlot")
+    box = page.locator("#compare-goodput-chart")
+
+    # The series the chart holds are the model's figures for A and for B, a point a second.
+    naive, budget = storm_goodput(storm.script, "defaults"), storm_goodput(storm.script, "retry-budget")
+    plot = box.evaluate(
+        """b => { const u = b.goodputPlot;
+                  return { data: u.data, labels: u.series.map(s => s.label),
+                           axes: u.axes.map(a => a.label), x: u.scales.x.min + ',' + u.scales.x.max }; }"""
+    )
+    assert plot["data"][1] == naive and plot["data"][2] == budget
+    assert plot["data"][0] == [s + 0.5 for s in range(60)]
+    assert plot["labels"] == ["second", "policy A", "policy B", "healthy rate"]
+    assert plot["axes"] == ["seconds into the run", "calls succeeded / s"]
+    assert plot["x"] == "0,60"
+    # The naive policy never comes back; the budget does within the run.
+    assert max(naive[20:]) == 0 and min(budget[20:]) > 100
+
+    # Under the pointer, the legend reads second 30's figures.
+    u = "document.getElementById('compare-goodput-chart').goodputPlot"
+    box.scroll_into_view_if_needed()
+    left = box.evaluate("b => b.goodputPlot.valToPos(30.5, 'x')")
+    over = page.locator("#compare-goodput-chart .u-over").bounding_box()
+    page.mouse.move(over["x"] + left, over["y"] + over["height"] / 2)
+    page.wait_for_function(f"() => {u}.cursor.idx === 30")
+    legend = page.eval_on_selector_all(
+        "#compare-goodput-chart .u-legend .u-series",
+        "rows => rows.map(r => [r.querySelector('.u-label').textContent,"
+        " r.querySelector('.u-value').textContent])",
+    )
+    assert legend == [["second", "30\u201331 s"], ["policy A", str(naive[30])],
+                      ["policy B", str(budget[30])], ["healthy rate", str(round(plot["data"][3][0]))]]  # fmt: skip
+    page.mouse.move(0, 0)
+
+    # The canvas shows both lines in their own colours after the trigger, and the band in it.
+    colors = box.evaluate(
+        """b => { const s = getComputedStyle(b);
+                  const rgb = c => { const d = document.createElement('i'); d.style.color = c;
+                    document.body.append(d); const v = getComputedStyle(d).color; d.remove(); return v; };
+                  return [rgb(s.getPropertyValue('--policy-a')), rgb(s.getPropertyValue('--policy-b'))]; }"""
+    )
+    handle = box.element_handle()
+    assert page.evaluate(PAINTED, [handle, colors[0], 25, 55])
+    assert page.evaluate(PAINTED, [handle, colors[1], 25, 55])
+    summary = page.inner_text("#compare-goodput-summary")
+    assert "Policy A fell to 0 a second and was not back" in summary
+    assert box.get_attribute("aria-describedby") == "compare-goodput-summary"
+    shot(page, "compare-goodput-1920")
+
+    # A phone: the chart follows its box's width, and nothing scrolls the page sideways.
+    page.set_viewport_size(PHONE)
+    page.wait_for_function(f"() => {u}.width === {u}.root.parentNode.clientWidth")
+    assert box.evaluate("b => b.goodputPlot.width") < PHONE["width"]
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    box.screenshot(path=str(ARTIFACTS / "compare-goodput-390.png"))
     page.wait_for_load_state("networkidle")
     assert problems == []

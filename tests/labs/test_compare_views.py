@@ -11,6 +11,10 @@ import re
 import pytest
 from django.urls import reverse
 
+from labs.engine import merge_settings, parse_policy
+from labs.engine.replay import PRESETS
+from labs.experiments import metastable
+from labs.selectors.replay import SHARED_COMPARE
 from labs.services import lab
 from tests.conftest import make_scenario, make_student
 from tests.e2e.conftest import ROOT
@@ -129,8 +133,47 @@ def test_the_storm_lesson_is_compared_on_the_shared_model(client, student, storm
                       r'<td class="delta-(\w+)">([^<]+)</td>', html)  # fmt: skip
     assert naive.group(1) == "not within the run"  # the naive policy: the storm sustains
     assert naive.group(3).startswith("after ") and naive.group(2) == "better"
-    assert html.count('class="shared-line shared-line-') == 2
     assert "data-attempts=" not in html  # never a 5-call script run of a private dependency
+
+
+def storm_figures(storm, preset: str) -> dict:
+    """What the shared model gives the storm lesson's policy with ``preset`` over it."""
+    params = metastable.MetastableParams(**{**SHARED_COMPARE.__dict__, "seed": storm.script["seed"]})
+    policy = parse_policy(merge_settings(storm.script["policy"], PRESETS[preset]))
+    return metastable.figures_for(params, policy)
+
+
+def test_the_shared_goodput_chart_gets_the_models_figures_as_json(client, student, storm):
+    client.force_login(student)
+    html = client.get(compare_url(scenario="storm_lesson", a="defaults", b="retry-budget")).content
+    block = re.search(r'<script id="compare-goodput-data" type="application/json">(.+?)</script>',
+                      html.decode(), re.S)  # fmt: skip
+    chart = json.loads(block.group(1))
+    a, b = storm_figures(storm, "defaults"), storm_figures(storm, "retry-budget")
+    assert chart["a"] == a["goodput_per_s"] and chart["b"] == b["goodput_per_s"]
+    assert chart["a"] != chart["b"]
+    assert chart["x"] == [s + 0.5 for s in range(60)]
+    assert chart["baseline"] == a["baseline_goodput"]
+    assert chart["trigger"] == {"from_s": 10, "until_s": 18, "label": "trigger: down"}
+    assert chart["labels"]["a"] == "policy A" and chart["labels"]["b"] == "policy B"
+    assert b'data-goodput="compare-goodput-data"' in html
+    assert b"<svg" not in html
+
+
+def test_the_shared_goodput_chart_is_summarised_in_words(client, student, storm):
+    client.force_login(student)
+    html = client.get(compare_url(scenario="storm_lesson", a="defaults", b="retry-budget"))
+    summary = re.search(r'<figcaption class="help" id="compare-goodput-summary">([^<]+)<',
+                        html.content.decode()).group(1)  # fmt: skip
+    healthy = round(storm_figures(storm, "defaults")["baseline_goodput"])
+    assert f"before the trigger, about {healthy} under either policy" in summary
+    assert "The dependency was down from 10\u00a0s to 18\u00a0s." in summary
+    assert ("Policy A fell to 0 a second and was not back to 90 % of the healthy rate by the end "
+            "of the run at 60\u00a0s.") in summary  # fmt: skip
+    assert ("Policy B fell to 0 a second and was back to 90 % of the healthy rate in the first "
+            "second after the trigger.") in summary  # fmt: skip
+    chart = re.search(r'<div class="shared-chart"[^>]*>', html.content.decode()).group(0)
+    assert 'role="img"' in chart and 'aria-describedby="compare-goodput-summary"' in chart
 
 
 def test_a_dependency_script_cannot_use_the_shared_dependency(client, student):

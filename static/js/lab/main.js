@@ -1,4 +1,4 @@
-/* Failure Lab: the live lab page, and the what-if and compare pages' timelines. Native ES
+/* Failure Lab: the live lab page, and the what-if and compare pages' charts. Native ES
  * modules, no framework, no build step; this one wires the parts together:
  *
  * - socket.js: the websocket, its reconnects and pings; journal.js: rows by seq, fragments;
@@ -7,7 +7,8 @@
  *   on the vendored uPlot); shared.js: the shared dependency's card;
  * - burst.js: Run burst over the socket; history.js: the burst history and what-if panel;
  * - forms.js: settings groups and htmx errors; steps.js: the checklist and lesson mode;
- * - replay.js: the timelines of the what-if and compare pages.
+ * - replay.js: the timelines of the what-if and compare pages; goodput.js: the compare page's
+ *   goodput chart on the shared dependency's model (on uPlot too).
  *
  * window.failureLab exposes a few hooks for the browser tests (see the bottom).
  */
@@ -16,6 +17,7 @@ import { createBadge } from "./badge.js";
 import { countDelta } from "./counts.js";
 import { burstClicks } from "./burst.js";
 import { actionMessage, startForms } from "./forms.js";
+import { drawGoodputCharts } from "./goodput.js";
 import { burstEvent, startHistory } from "./history.js";
 import { createJournal } from "./journal.js";
 import { drawReplayTimelines } from "./replay.js";
@@ -126,6 +128,11 @@ function startLab(root) {
 
 const root = document.getElementById("lab");
 if (root) startLab(root);
-// What-if timelines: on the page, and in what htmx brings (the lab's what-if panel, a replay).
+// What-if and compare charts: on the page, and in what htmx brings (the lab's what-if panel,
+// a replay).
 drawReplayTimelines(document);
-document.body.addEventListener("htmx:load", function (event) { drawReplayTimelines(event.detail.elt); });
+drawGoodputCharts(document);
+document.body.addEventListener("htmx:load", function (event) {
+  drawReplayTimelines(event.detail.elt);
+  drawGoodputCharts(event.detail.elt);
+});
