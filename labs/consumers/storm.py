@@ -26,7 +26,7 @@ from labs.consumers.base import (
 )
 from labs.engine.shared import SharedConfig
 from labs.live import metrics
-from labs.presenters.storm import storm_headline, student_rows
+from labs.presenters.storm import class_retries, storm_headline, student_rows
 from labs.selectors.access import teaches
 from labs.selectors.storm import STORM_WINDOW_S, storm_config, storm_now, storm_sessions
 
@@ -56,9 +56,13 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebs
     _sessions_at = 0.0
     _config: SharedConfig | None = None
 
-    def _keep(self, now: int, seconds: list[dict[str, Any]], fresh: bool) -> dict[str, Any]:
+    def _keep(
+        self, now: int, seconds: list[dict[str, Any]], model: dict[str, Any], fresh: bool
+    ) -> dict[str, Any]:
         """Hold the window's seconds (a snapshot replaces them, a tick updates its own) and
-        return the tiles computed from them (``storm_headline``)."""
+        return the tiles computed from them (``storm_headline``), the load's region against
+        the model's capacity and the class's largest retry count, taken from the list of
+        sessions the consumer already holds (no read of its own)."""
         if fresh or self._held is None:
             self._held = {}
         for row in seconds:
@@ -66,7 +70,10 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebs
         oldest = now - STORM_WINDOW_S + 1
         for sec in [sec for sec in self._held if sec < oldest]:
             del self._held[sec]
-        return storm_headline(list(self._held.values()), self._trigger, now)
+        return storm_headline(
+            list(self._held.values()), self._trigger, now,
+            capacity_per_s=model["capacity_per_s"], retries=class_retries(self._sessions or []),
+        )  # fmt: skip
 
     async def connect(self) -> None:
         self.classroom_id = int(self.scope["url_route"]["kwargs"]["classroom_id"])
@@ -136,7 +143,7 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebs
                 "seconds": seconds,
                 "model": model,
                 "students": self._students(read_now),
-                "headline": self._keep(now, seconds, fresh=True),
+                "headline": self._keep(now, seconds, model, fresh=True),
             }
         )
 
@@ -163,7 +170,7 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebs
             "now": now,
             "seconds": seconds,
             "model": model,
-            "headline": self._keep(now, seconds, fresh=False),
+            "headline": self._keep(now, seconds, model, fresh=False),
         }
         if now != self._students_now:
             message["students"] = self._students(read_now)

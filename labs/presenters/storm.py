@@ -164,6 +164,78 @@ def session_card(mine: dict[str, Any], window_s: int = SESSION_WINDOW_S) -> dict
     }
 
 
+# --- the edge: the stable line, the vulnerable band and the load's region -------------------
+
+#: The regions of the class's load against its capacity C and the stable line C / (1 + r).
+REGIONS = ("stable", "vulnerable", "over_capacity")
+
+
+def class_retries(sessions: Sequence[dict[str, Any]]) -> int | None:
+    """The class's largest retry count r: the most retries a call may make (``max_attempts``
+    - 1) among the sessions on the shared dependency (``storm_sessions``' rows, ``mode`` and
+    ``max_attempts``); None when no session calls it."""
+    counts = [
+        max(0, int(s["max_attempts"]) - 1)
+        for s in sessions
+        if s.get("mode") == "shared" and s.get("max_attempts") is not None
+    ]
+    return max(counts) if counts else None
+
+
+def stable_line(capacity_per_s: float | None, retries: int | None) -> float | None:
+    """The load (calls/s) below which the class is stable: ``C / (1 + r)``. Every call may
+    cost up to 1 + r attempts once a trigger makes attempts fail, so below this line even a
+    class retrying everything stays under the capacity and drains the queue a trigger left;
+    above it a trigger can sustain itself (docs/experiments.md, "The tipping point"). None
+    without a capacity or without a session on the shared dependency (``retries`` None)."""
+    if not capacity_per_s or capacity_per_s <= 0 or retries is None:
+        return None
+    return capacity_per_s / (1 + max(0, retries))
+
+
+def load_region(
+    load_per_s: float | None, capacity_per_s: float | None, retries: int | None
+) -> str | None:
+    """Where the load is: ``stable`` below the stable line, ``over_capacity`` above the
+    capacity, ``vulnerable`` from the line up to the capacity (with no retries the line is
+    the capacity, and only a load of exactly the capacity is vulnerable). None when there is
+    no load to place or no line to place it against."""
+    stable = stable_line(capacity_per_s, retries)
+    if load_per_s is None or stable is None:
+        return None
+    if load_per_s < stable:
+        return "stable"
+    if load_per_s > capacity_per_s:
+        return "over_capacity"
+    return "vulnerable"
+
+
+def storm_edge(
+    seconds: Sequence[dict[str, Any]],
+    now: int,
+    capacity_per_s: float | None,
+    retries: int | None,
+) -> dict[str, Any]:
+    """The edge as the panel shows it: the capacity, the class's largest retry count, the
+    stable line, the load (the calls asked of the shared dependency per second, first
+    attempts only, over the last ``HEADLINE_SECONDS`` complete seconds before ``now``: the
+    same per-second ``calls`` the chart draws) and its region (:func:`load_region`). With no
+    attempt in the last ``RUN_GAP_S`` complete seconds there is no load and no region."""
+    rows = sorted((r for r in seconds if r["second"] < now), key=lambda r: r["second"])
+    active = [r["second"] for r in rows if r["offered"] > 0]
+    load = None
+    if active and now - 1 - active[-1] < RUN_GAP_S:
+        recent = [r for r in rows if r["second"] >= now - HEADLINE_SECONDS]
+        load = sum(r["calls"] for r in recent) / HEADLINE_SECONDS
+    return {
+        "capacity_per_s": capacity_per_s or None,
+        "retries": retries,
+        "stable_per_s": stable_line(capacity_per_s, retries),
+        "load_per_s": load,
+        "region": load_region(load, capacity_per_s, retries),
+    }
+
+
 def _run_start(active: list[int], newest: int) -> int:
     """The first second of the run of traffic ending at ``newest`` (no gap of RUN_GAP_S)."""
     start = newest
@@ -175,10 +247,17 @@ def _run_start(active: list[int], newest: int) -> int:
 
 
 def storm_headline(
-    seconds: Sequence[dict[str, Any]], trigger: dict[str, Any] | None, now: int
+    seconds: Sequence[dict[str, Any]],
+    trigger: dict[str, Any] | None,
+    now: int,
+    *,
+    capacity_per_s: float | None = None,
+    retries: int | None = None,
 ) -> dict[str, Any]:
-    """The storm panel's four tiles and the recovery clock's state, from the class's per-second
-    counters, complete seconds only (before ``now``).
+    """The storm panel's tiles and the recovery clock's state, from the class's per-second
+    counters, complete seconds only (before ``now``); ``edge`` is the load's tile and the
+    chart's stable line (:func:`storm_edge`, from ``capacity_per_s`` and the class's
+    largest retry count ``retries``).
 
     States: ``no_traffic`` (no attempt in the last RUN_GAP_S complete seconds; nothing else is
     measured), ``healthy``, ``triggered``, ``not_recovered`` (``recovery_s`` counts up from the
@@ -200,6 +279,7 @@ def storm_headline(
         "baseline": None,
         "trigger": None,
         "now": now,
+        "edge": storm_edge(seconds, now, capacity_per_s, retries),
     }
     if not active or now - 1 - active[-1] >= RUN_GAP_S:
         return out

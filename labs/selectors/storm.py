@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from labs.engine.config import LIMITS
 from labs.engine.shared import SharedConfig
 from labs.engine.validate import traffic_defaults
 from labs.live import runtime
@@ -98,13 +99,15 @@ def session_shared_classroom(session_id: int) -> int | None:
 
 def storm_sessions(classroom_id: int) -> list[dict[str, Any]]:
     """The class's sessions as the panel's table names them (one query): id, the student's
-    username, the scenario's title and the dependency mode, by student then id."""
+    username, the scenario's title, the dependency mode and the policy's attempts per call
+    (``max_attempts``: the class's largest retry count, the stable line's r, comes from
+    these rows, ``labs.presenters.storm.class_retries``), by student then id."""
     from django.db.models.fields.json import KT
 
     rows = (
         LabSession.objects.filter(classroom_id=classroom_id)
-        .annotate(mode=KT("dependency__mode"))
-        .values("pk", "owner__username", "scenario__title", "mode")
+        .annotate(mode=KT("dependency__mode"), max_attempts=KT("policy__max_attempts"))
+        .values("pk", "owner__username", "scenario__title", "mode", "max_attempts")
         .order_by("owner__username", "pk")
     )
     return [
@@ -113,9 +116,19 @@ def storm_sessions(classroom_id: int) -> list[dict[str, Any]]:
             "student": r["owner__username"],
             "scenario": r["scenario__title"] or "",
             "mode": r["mode"] or "",
+            "max_attempts": _attempts(r["max_attempts"]),
         }
         for r in rows
     ]
+
+
+def _attempts(value: Any) -> int:
+    """A policy's ``max_attempts`` as the JSON field's text gives it; the engine's default
+    when the policy leaves it out (the guarded client then makes that many)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return LIMITS["policy.max_attempts"].default
 
 
 def shared_settings(*, classroom: Classroom) -> dict[str, Any]:

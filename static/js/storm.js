@@ -7,7 +7,10 @@
  * numbers and the per-student table are rewritten. A hole in the seconds (a lost message)
  * asks the server for a snapshot. Only complete seconds are drawn (the one under way is
  * still being counted). The tiles and the recovery clock come computed from the server
- * (labs.presenters.storm_headline), the table's figures too (the sessions' own counters).
+ * (labs.presenters.storm_headline), the table's figures too (the sessions' own counters),
+ * and so does the edge: the stable line, capacity / (1 + the class's largest retry count),
+ * drawn beside the capacity line with the vulnerable band between them shaded, and the region
+ * the class's load is in (the headline's `edge`, the load tile).
  */
 (function () {
   "use strict";
@@ -23,6 +26,7 @@
   const bigs = {};
   root.querySelectorAll("[data-metric]").forEach(function (el) { bigs[el.dataset.metric] = el; });
   const recoveryLabel = document.getElementById("recovery-label");
+  const regionLabel = document.getElementById("region-label");
 
   const RETRY_BUDGET = 0.1;
   const RECOVERED_GOODPUT = 0.9;
@@ -30,7 +34,12 @@
   const LEAD_S = 10;
   const COLORS = { offered: "#4fc3ff", capacity: "#ffffff", goodput: "#4cff7a", shed: "#ff5c5c",
     timeout: "#ffa94d", p50: "#b197fc", p99: "#f783ac", wasted: "#ffd23f",
-    band: "rgba(255, 92, 92, 0.22)" };
+    band: "rgba(255, 92, 92, 0.22)", calls: "#e599f7", stable: "#ffd23f",
+    vulnerable: "rgba(255, 210, 63, 0.22)" };
+  // The words on the chart's vulnerable band, and on the load tile for each region.
+  const VULNERABLE_TEXT = "vulnerable: a trigger here may not end";
+  const REGION_WORDS = { stable: "stable", vulnerable: "vulnerable", over_capacity: "over capacity" };
+  const REGION_TONES = { stable: "good", vulnerable: "warn", over_capacity: "bad" };
 
   /** @type {Map<number, object>} second -> Second.to_dict() */
   const points = new Map();
@@ -66,6 +75,13 @@
     const c = m.config;
     configLine.textContent = c.servers + " servers × " + c.service_ms + " ms, capacity " +
       Math.round(m.capacity_per_s) + " attempts/s";
+  }
+
+  // The headline's edge (labs.presenters.storm.storm_edge): the capacity, the class's
+  // largest retry count, the stable line, the load and its region; nothing before it came.
+  function edge() {
+    const e = headlineNow && headlineNow.edge;
+    return e || { capacity_per_s: null, retries: null, stable_per_s: null, load_per_s: null, region: null };
   }
 
   function applySnapshot(msg) {
@@ -133,9 +149,31 @@
 
   function percent(x) { return Math.round(x * 100) + " %"; }
 
+  // The load tile: the region the class's calls per second are in, against the chart's lines.
+  function drawRegion() {
+    const e = edge();
+    if (!bigs.region) return;
+    if (e.stable_per_s === null) {
+      show("region", "no sessions", "idle");
+      regionLabel.textContent = "load: no session calls the shared dependency yet";
+    } else {
+      const line = "stable below " + fmt(e.stable_per_s) + " calls/s (" + e.retries +
+        (e.retries === 1 ? " retry" : " retries") + " a call)";
+      if (e.region === null) {
+        show("region", "no traffic", "idle");
+        regionLabel.textContent = "load; " + line;
+      } else {
+        show("region", REGION_WORDS[e.region], REGION_TONES[e.region]);
+        regionLabel.textContent = "load " + fmt(e.load_per_s) + " calls/s; " + line;
+      }
+    }
+    root.dataset.region = e.region || "";
+  }
+
   function drawHeadline() {
     const h = headlineNow;
     if (!h) return;
+    drawRegion();
     root.dataset.trafficState = h.state;
     if (h.state === "no_traffic") {
       ["amplification", "retry_ratio", "goodput_share", "recovery"].forEach(function (name) {
@@ -179,6 +217,61 @@
       if (x1 > x0) ctx.fillRect(x0, u.bbox.top, x1 - x0, u.bbox.height);
     });
     ctx.restore();
+  }
+
+  // The vulnerable band, between the stable line and the capacity, behind the lines.
+  function edgeBand(u) {
+    const e = edge();
+    if (e.stable_per_s === null || !(e.capacity_per_s > e.stable_per_s)) return null;
+    const top = Math.max(u.bbox.top, u.valToPos(e.capacity_per_s, "y", true));
+    const bottom = Math.min(u.bbox.top + u.bbox.height, u.valToPos(e.stable_per_s, "y", true));
+    return bottom > top ? { top: top, bottom: bottom } : null;
+  }
+
+  function vulnerableHook(u) {
+    const band = edgeBand(u);
+    if (!band) return;
+    u.ctx.save();
+    u.ctx.fillStyle = COLORS.vulnerable;
+    u.ctx.fillRect(u.bbox.left, band.top, u.bbox.width, band.bottom - band.top);
+    u.ctx.restore();
+  }
+
+  // The band's words, over the lines (on a dark backing, so a line under them cannot hide
+  // them), at its left end, in as many lines as the plot's width needs (a phone's: two);
+  // above the capacity line when the band is too thin to hold them.
+  function vulnerableLabel(u) {
+    const band = edgeBand(u);
+    if (!band) return;
+    const ctx = u.ctx;
+    const px = (compact ? 16 : 20) * devicePixelRatio;
+    const pad = 4 * devicePixelRatio;
+    const x = u.bbox.left + 10 * devicePixelRatio;
+    ctx.save();
+    ctx.font = "bold " + px + "px system-ui";
+    ctx.textBaseline = "middle";
+    const lines = wrap(ctx, VULNERABLE_TEXT, u.bbox.width - 20 * devicePixelRatio - 2 * pad);
+    const width = Math.max.apply(null, lines.map(function (l) { return ctx.measureText(l).width; }));
+    const step = px * 1.2;
+    const height = lines.length * step;
+    const inside = band.bottom - band.top >= height + 2 * pad;
+    const top = inside ? (band.top + band.bottom - height) / 2 : Math.max(u.bbox.top + pad, band.top - height - pad);
+    ctx.fillStyle = "rgba(0, 0, 0, 0.6)";
+    ctx.fillRect(x - pad, top - pad, width + 2 * pad, height + 2 * pad);
+    ctx.fillStyle = COLORS.stable;
+    lines.forEach(function (l, i) { ctx.fillText(l, x, top + step * (i + 0.5)); });
+    ctx.restore();
+  }
+
+  // Words in lines no wider than `room` (a word longer than that gets a line of its own).
+  function wrap(ctx, text, room) {
+    const lines = [];
+    text.split(" ").forEach(function (word) {
+      const last = lines.length ? lines[lines.length - 1] + " " + word : null;
+      if (last !== null && ctx.measureText(last).width <= room) lines[lines.length - 1] = last;
+      else lines.push(word);
+    });
+    return lines;
   }
 
   // The plot fills its box under its legend (one or two lines, measured once it exists).
@@ -270,17 +363,10 @@
       scales: { x: { time: false } },
       // an empty right axis as wide as the wait plot's, so both plots share one time axis
       axes: [xAxis(), yAxis("attempts / s", "y"), gutterAxis("y")],
-      series: [
-        timeSeries(),
-        line("offered", COLORS.offered, 3),
-        line("capacity", COLORS.capacity, 2, [8, 6]),
-        line("goodput", COLORS.goodput, 3),
-        line("shed", COLORS.shed, 2),
-        line("timed out", COLORS.timeout, 2),
-      ],
+      series: LOAD_SERIES.map(function (s) { return s.label === "at" ? timeSeries() : line.apply(null, s.line); }),
       legend: { live: true },
-      hooks: { drawClear: [bandHook], setCursor: [latestLegend] },
-    }), [[], [], [], [], [], []], loadBox);
+      hooks: { drawClear: [bandHook, vulnerableHook], draw: [vulnerableLabel], setCursor: [latestLegend] },
+    }), LOAD_SERIES.map(function () { return []; }), loadBox);
     waitPlot = new window.uPlot(Object.assign(size(waitBox), {
       scales: { x: { time: false }, ms: { auto: true }, wasted: { auto: true } },
       axes: [xAxis(), yAxis("ms", "ms"), yAxis("ms/s", "wasted", 1, COLORS.wasted)],
@@ -316,17 +402,22 @@
     if (n && (u.cursor.left === undefined || u.cursor.left < 0)) u.setLegend({ idx: n - 1 }, false);
   }
 
+  // The load chart's series, in drawing order (goodput over the calls asked, which it
+  // hides while every call succeeds), each with what it draws of a second.
+  const LOAD_SERIES = [
+    { label: "at", value: function (r) { return r.second; } },
+    { label: "offered", line: ["offered", COLORS.offered, 3], value: function (r) { return r.offered; } },
+    { label: "load", line: ["load", COLORS.calls, 3], value: function (r) { return r.calls; } },
+    { label: "capacity", line: ["capacity", COLORS.capacity, 2, [8, 6]], value: function () { return model ? model.capacity_per_s : null; } },
+    { label: "stable line", line: ["stable line", COLORS.stable, 3, [6, 6]], value: function () { return edge().stable_per_s; } },
+    { label: "goodput", line: ["goodput", COLORS.goodput, 3], value: function (r) { return r.calls_ok; } },
+    { label: "shed", line: ["shed", COLORS.shed, 2], value: function (r) { return r.shed; } },
+    { label: "timed out", line: ["timed out", COLORS.timeout, 2], value: function (r) { return r.timeout; } },
+  ];
+
   function drawCharts(rows) {
-    const capacity = model ? model.capacity_per_s : null;
     const xs = rows.map(function (r) { return r.second; });
-    loadPlot.setData([
-      xs,
-      rows.map(function (r) { return r.offered; }),
-      rows.map(function () { return capacity; }),
-      rows.map(function (r) { return r.calls_ok; }),
-      rows.map(function (r) { return r.shed; }),
-      rows.map(function (r) { return r.timeout; }),
-    ]);
+    loadPlot.setData(LOAD_SERIES.map(function (s) { return rows.map(s.value); }));
     waitPlot.setData([
       xs,
       rows.map(function (r) { return r.wait_p50_ms; }),
@@ -556,6 +647,8 @@
     headline: function () { return headlineNow; },
     now: function () { return now; },
     chartData: function () { return loadPlot ? loadPlot.data.map(function (xs) { return Array.from(xs); }) : null; },
+    chartSeries: function () { return LOAD_SERIES.map(function (s) { return s.label; }); },
+    edge: function () { return edge(); },
     tableRows: function () { return studentRows.rows.length; },
     shownRows: function () { return Array.from(studentRows.rows).filter(function (tr) { return !tr.hidden; }).length; },
     ignoreTicks: function (ms) { ignoreTicksUntil = Date.now() + ms; },

@@ -163,3 +163,43 @@ def test_the_layers_reconnected_message_gets_a_snapshot_and_the_stream_goes_on(
     assert kinds[0] == "snapshot"
     assert "snapshot" in kinds[1:]
     assert kinds[-1] == "tick"
+
+
+def test_the_ticks_carry_the_stable_line_and_follow_a_policy_change(
+    configured, instructor, student, scenario
+):
+    """The class's largest retry count comes from the list of sessions the consumer reads
+    every SESSIONS_EVERY_S (no read of its own); a student's new policy reaches the ticks'
+    stable line within that, with no reconnect."""
+    from labs.consumers.storm import SESSIONS_EVERY_S
+    from labs.services import lab
+
+    session = lab.session_open(user=student, classroom=configured, scenario=scenario)
+    lab.session_set_dependency(session=session, user=student, changes={"mode": "shared"})
+    lab.session_set_policy(session=session, user=student, changes={"max_attempts": 4})
+    ws = communicator(instructor, configured.pk)
+    wait_s = SESSIONS_EVERY_S + 10  # the list's period, with a wide margin
+
+    async def scenario_():
+        await ws.connect(timeout=TIMEOUT)
+        snapshot = await ws.receive_json_from(timeout=TIMEOUT)
+        await sync_to_async(lab.session_set_policy)(
+            session=session, user=student, changes={"max_attempts": 2}
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        seen = []
+        while loop.time() < deadline:
+            tick = await ws.receive_json_from(timeout=TIMEOUT)
+            seen.append(tick["headline"]["edge"])
+            if tick["headline"]["edge"]["retries"] == 1:
+                break
+        await ws.disconnect()
+        return snapshot, seen
+
+    snapshot, seen = asyncio.run(scenario_())
+    edge = snapshot["headline"]["edge"]
+    # 2 servers x 50 ms: 40 attempts/s; 4 attempts per call are 3 retries: stable below 10.
+    assert edge["capacity_per_s"] == 40 and edge["retries"] == 3 and edge["stable_per_s"] == 10
+    assert edge["region"] is None and edge["load_per_s"] is None  # no traffic yet
+    assert seen[-1]["retries"] == 1 and seen[-1]["stable_per_s"] == 20, seen
