@@ -348,6 +348,16 @@ class Run(models.Model):
 
     class Meta:
         abstract = True
+        # At most one queued-or-running run of a kind per session: a second concurrent start
+        # loses at the database even if two requests pass the service's check together.
+        # Each kind's Meta extends this list; the name takes the kind's name.
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session"],
+                condition=Q(status__in=["queued", "running"]),
+                name="one_active_%(class)s_per_session",
+            ),
+        ]
 
     @property
     def is_active(self) -> bool:
@@ -370,18 +380,12 @@ class Burst(Run):
         "be replayed; empty until a worker claims the burst.",
     )
 
-    class Meta:
+    class Meta(Run.Meta):
         ordering = ["session", "-number"]
         constraints = [
+            *Run.Meta.constraints,
             models.UniqueConstraint(
                 fields=["session", "number"], name="burst_number_unique_per_session"
-            ),
-            # At most one queued-or-running burst per session: the second concurrent "Run burst"
-            # loses at the database even if two requests pass the service's check together.
-            models.UniqueConstraint(
-                fields=["session"],
-                condition=Q(status__in=["queued", "running"]),
-                name="one_active_burst_per_session",
             ),
             models.CheckConstraint(
                 condition=Q(size__gte=1, size__lte=20), name="burst_size_1_to_20"
@@ -628,14 +632,10 @@ class Traffic(Run):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     stop_requested = models.BooleanField(default=False)
 
-    class Meta:
+    class Meta(Run.Meta):
         ordering = ["session", "-pk"]
         constraints = [
-            models.UniqueConstraint(
-                fields=["session"],
-                condition=Q(status__in=["queued", "running"]),
-                name="one_active_traffic_per_session",
-            ),
+            *Run.Meta.constraints,
             models.CheckConstraint(
                 condition=Q(rate__gte=1, rate__lte=20), name="traffic_rate_1_to_20"
             ),

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 from celery import shared_task
-from django.db import connection, models
+from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone
 
 from labs.journal import store as journal
@@ -26,7 +26,7 @@ class Chore(Run):
     session = models.ForeignKey(LabSession, on_delete=models.CASCADE, related_name="+")
     seconds = models.FloatField(default=0.0)
 
-    class Meta:
+    class Meta(Run.Meta):  # the shared constraints: one active chore per session
         app_label = "chores"  # no app, no migration: the test creates its table
 
 
@@ -114,13 +114,18 @@ def test_a_dead_workers_chore_is_reaped_once_and_journaled(chores, session):
     old = timezone.now() - timedelta(hours=1)
     dead = Chore.objects.create(session=session, status=Chore.Status.RUNNING, started_at=old,
                                 heartbeat_at=old, worker="elsewhere:1")  # fmt: skip
-    lost = Chore.objects.create(session=session)
+    # the shared constraint: one active chore a session
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Chore.objects.create(session=session)
+    other = make_session(make_student("chorer2", session.classroom), session.classroom,
+                         session.scenario)  # fmt: skip
+    lost = Chore.objects.create(session=other)
     Chore.objects.filter(pk=lost.pk).update(created_at=old)
-    assert reap_stale(CHORES, session_id=session.pk) == 2
-    assert reap_stale(CHORES, session_id=session.pk) == 0  # each is marked once
+    assert reap_stale(CHORES) == 2
+    assert reap_stale(CHORES) == 0  # each is marked once
     dead.refresh_from_db()
     lost.refresh_from_db()
     assert dead.status == Chore.Status.INTERRUPTED
     assert "stopped responding" in dead.error
     assert lost.status == Chore.Status.FAILED
-    assert JournalEvent.objects.filter(session=session, kind="traffic_end").count() == 2
+    assert JournalEvent.objects.filter(session__in=[session, other], kind="traffic_end").count() == 2
