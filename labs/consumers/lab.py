@@ -33,14 +33,7 @@ from labs.consumers.base import (
 from labs.journal import broadcast, rows
 from labs.journal.kinds import BURST_END_KINDS
 from labs.live import metrics
-from labs.presenters.lab_page import (
-    POLICY_KINDS,
-    SUMMARY_KINDS,
-    badge,
-    badge_index,
-    render_badge,
-    summary_fragment,
-)
+from labs.presenters.lab_page import SUMMARY_KINDS, badge, render_badge, summary_fragment
 from labs.presenters.storm import session_card, shared_page_message
 from labs.selectors.access import session_policy, socket_session
 from labs.selectors.lab import breaker_now, burst_facts_by_id, count_after, newest_seq, rows_after
@@ -55,6 +48,12 @@ MAX_REPLAY = 5000
 #: Quiet time after a push before checking the journal for rows whose push was dropped.
 SETTLE_SECONDS = 1.0
 
+#: Events after which the session's policy (the breaker's settings) may have changed.
+POLICY_KINDS = ("policy_set", "session_reset", "scenario_assigned")
+#: Events after which the badge is read again besides state changes and a burst's end: a new
+#: policy may switch to per-host breakers or back (the badge then shows other breakers), a
+#: new dependency may add or drop hosts.
+BADGE_KINDS = (*BURST_END_KINDS, *POLICY_KINDS, "dependency_set")
 #: Events after which the session's dependency mode (shared or not) may have changed.
 MODE_KINDS = (
     "dependency_set", "fault_injected", "fault_restored", "session_reset", "scenario_assigned",
@@ -444,7 +443,10 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
         # The badge is re-read (Redis) once per message: after the last state change, at a
         # burst's end (its failure streak / window counts are then up to date), or after a
         # change of the policy or the dependency (BADGE_KINDS).
-        last_state_change = badge_index(events)
+        last_state_change = max(
+            (i for i, e in enumerate(events) if e.get("state_to") or e.get("kind") in BADGE_KINDS),
+            default=None,
+        )
         for i, event in enumerate(events):
             text = rendered_row(self.session_id, event)
             fragments = []
@@ -457,9 +459,7 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
                 html = ""
             if html:
                 fragments.append({"id": "burst-summary", "html": html})
-            if "badge" in event:  # read and rendered where the push was built
-                fragments.append({"id": "breaker-badge", "html": event["badge"]})
-            elif i == last_state_change and self._policy is not None:
+            if i == last_state_change and self._policy is not None:
                 html = await rendered_badge(self.session_id, self._policy, event)
                 fragments.append({"id": "breaker-badge", "html": html})
             if fragments:  # this page's own: spliced in as the row's last key

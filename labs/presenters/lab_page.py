@@ -144,23 +144,6 @@ def render_summary(summary: dict[str, Any] | None) -> str:
     return _partial("burst-summary").render({"summary": summary}).strip()
 
 
-#: Events after which the session's policy (the breaker's settings) may have changed.
-POLICY_KINDS = ("policy_set", "session_reset", "scenario_assigned")
-#: Events after which the badge is read again besides state changes and a burst's end: a new
-#: policy may switch to per-host breakers or back (the badge then shows other breakers), a
-#: new dependency may add or drop hosts.
-BADGE_KINDS = (*BURST_END_KINDS, *POLICY_KINDS, "dependency_set")
-
-
-def badge_index(events: list[dict[str, Any]]) -> int | None:
-    """Which of a message's rows (seq order) carries the breaker badge: the last state change
-    or :data:`BADGE_KINDS` row, read once per message (None: the badge is as it was)."""
-    return max(
-        (i for i, e in enumerate(events) if e.get("state_to") or e.get("kind") in BADGE_KINDS),
-        default=None,
-    )
-
-
 #: Journal kinds after which the summary panel changes.
 SUMMARY_KINDS = ("burst_queued", "burst_start", *BURST_END_KINDS)
 

@@ -131,11 +131,6 @@ def latest_burst(session: LabSession) -> Burst | None:
     return Burst.objects.filter(session=session).order_by("-number").first()
 
 
-def session_policies(session_ids: list[int]) -> dict[int, dict[str, Any]]:
-    """Each session's policy, by id (sessions gone are left out)."""
-    return dict(LabSession.objects.filter(pk__in=session_ids).values_list("pk", "policy"))
-
-
 def burst_facts_by_id(burst_ids: list[int]) -> dict[int, dict[str, Any]]:
     """What the summary panel's heading needs of each burst (``BURST_FACTS`` of
     :mod:`labs.presenters.lab_page`), by burst id, and whether its start state is recorded."""

@@ -23,14 +23,8 @@ from labs.journal import broadcast
 from labs.journal.store import Entry, Written, append_entries, pushes_for
 from labs.live import metrics
 from labs.models import JournalEvent, LabSession
-from labs.presenters.lab_page import (
-    SUMMARY_KINDS,
-    badge,
-    badge_index,
-    render_badge,
-    summary_fragment,
-)
-from labs.selectors.lab import breaker_now, burst_facts_by_id, session_policies
+from labs.presenters.lab_page import SUMMARY_KINDS, summary_fragment
+from labs.selectors.lab import burst_facts_by_id
 
 logger = logging.getLogger(__name__)
 
@@ -291,10 +285,7 @@ class JournalWriter:
         self.written += len(written)
         metrics.journal_committed(written)
         pushes = pushes_for(written)
-        try:
-            with_fragments(pushes)
-        except Exception:  # the rows are committed: push them bare, the pages render them
-            logger.exception("could not render the pushed fragments; pushing the rows alone")
+        with_summaries(pushes)
         if pushes:
             # One pipelined round trip on a plain client: no event loop per batch, which
             # costs the writer process a large share of its CPU. A failed send is logged
@@ -337,35 +328,24 @@ def _witness(written: Sequence[Written]) -> Witness:
     return (last.entry.session_id, last.seq, last.created_at)
 
 
-def with_fragments(pushes: list[broadcast.Push]) -> None:
-    """Give the pushed rows the page's fragments, rendered once here where the batch is
-    pushed rather than in every web process with a page watching (the fragments are the
-    page's own template partials, and a template render per row and process was most of
-    what the web process added per event: docs/scaling.md, "Before and after the live side's
-    new homes"):
-
-    - a burst's start and end row: the summary panel as of that row (``summary``);
-    - each session's last state change (or burst end, or change of policy or dependency) in
-      the batch: the breaker badge read from Redis now (``badge``).
-
-    One query a batch for the bursts' number, size and concurrency, one for the policies."""
-    messages = [m for _, m in pushes if m.get("type") == "journal.events"]
+def with_summaries(pushes: list[broadcast.Push]) -> None:
+    """Give each pushed row that changes its burst's summary panel (a burst's start and end)
+    the panel's HTML under ``summary``, rendered once here where the batch is pushed, not in
+    every web process with a page watching: the panel is the page's template partial, and
+    a template render per row was most of what the web process added per event
+    (docs/scaling.md, "Before and after the live side's new homes"). One query a batch that
+    has such rows, for the bursts' number, size and concurrency."""
     wanted = [
         event
-        for message in messages
+        for _, message in pushes
+        if message.get("type") == "journal.events"
         for event in message["events"]
         if event["kind"] in SUMMARY_KINDS and event.get("burst")
     ]
-    if wanted:
-        facts = burst_facts_by_id(sorted({event["burst"] for event in wanted}))
-        for event in wanted:
-            burst = facts.get(event["burst"])
-            if burst is not None:
-                event["summary"] = summary_fragment(event, burst)
-    badged = {m["session"]: m["events"][i] for m in messages
-              if (i := badge_index(m["events"])) is not None}  # fmt: skip
-    if badged:
-        for session_id, policy in session_policies(sorted(badged)).items():
-            if policy is not None:
-                view = breaker_now(session_id, policy)
-                badged[session_id]["badge"] = render_badge(badge(view))
+    if not wanted:
+        return
+    facts = burst_facts_by_id(sorted({event["burst"] for event in wanted}))
+    for event in wanted:
+        burst = facts.get(event["burst"])
+        if burst is not None:
+            event["summary"] = summary_fragment(event, burst)

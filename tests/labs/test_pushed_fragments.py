@@ -85,36 +85,25 @@ def test_the_pushed_badge_is_the_pages(client, student, session, forced):
 
 
 @pytest.mark.django_db
-def test_the_journal_writer_renders_the_fragments_once_for_every_page(client, student, session):
-    """A burst's start and end rows leave the writer with their summary panel rendered, and a
-    session's last state change in a batch with the breaker badge as Redis has it: the page's
-    own sections as of that row; the web processes forward them as they are."""
-    from labs.worker.writer import with_fragments
+def test_the_journal_writer_renders_a_bursts_start_and_end_panel_once_for_every_page(
+    client, student, session
+):
+    """A burst's start and end rows leave the writer with their summary panel rendered, the
+    page's own section as of that row; the web processes forward it as it is."""
+    from labs.worker.writer import with_summaries
 
     burst = Burst.objects.create(
         session=session, number=3, size=20, concurrency=2, status=Burst.Status.DONE,
         summary=COUNTS, start_state={"v": 1},
     )  # fmt: skip
     events = [
-        {"seq": 7, "kind": "burst_start", "burst": burst.pk, "data": None, "state_to": ""},
-        {"seq": 8, "kind": "transition", "burst": burst.pk, "data": None, "state_to": "open"},
-        {"seq": 9, "kind": "attempt", "burst": burst.pk, "data": None, "state_to": ""},
-        {"seq": 10, "kind": "burst_end", "burst": burst.pk, "data": COUNTS, "state_to": ""},
+        {"seq": 7, "kind": "burst_start", "burst": burst.pk, "data": None},
+        {"seq": 8, "kind": "attempt", "burst": burst.pk, "data": None},
+        {"seq": 9, "kind": "burst_end", "burst": burst.pk, "data": COUNTS},
     ]
-    other = [{"seq": 3, "kind": "attempt", "burst": None, "data": None, "state_to": ""}]
-    pushes = [
-        (f"lab-session-{session.pk}",
-         {"type": "journal.events", "session": session.pk, "events": events}),
-        ("lab-session-0", {"type": "journal.events", "session": 0, "events": other}),
-        ("lab-class-1", {"type": "class.sessions", "sessions": []}),
-    ]  # fmt: skip
-    with_fragments(pushes)
-    start, transition, attempt, end = events
+    pushes = [("lab-session-1", {"type": "journal.events", "events": events})]
+    with_summaries(pushes)
+    start, attempt, end = events
     assert 'data-status="running"' in start["summary"] and "Burst 3" in start["summary"]
-    assert "summary" not in attempt and "summary" not in transition
-    shown = page(client, student, session)
-    assert end["summary"] == section(shown, "burst-summary")
-    # the badge rides on the batch's last row that can change it (the burst's end), once
-    assert [e["seq"] for e in events if "badge" in e] == [10]
-    assert without_clock(end["badge"]) == without_clock(section(shown, "breaker-badge"))
-    assert "badge" not in other[0] and "summary" not in other[0]
+    assert "summary" not in attempt
+    assert end["summary"] == section(page(client, student, session), "burst-summary")
