@@ -285,7 +285,10 @@ class JournalWriter:
         self.written += len(written)
         metrics.journal_committed(written)
         pushes = pushes_for(written)
-        with_summaries(pushes)
+        try:
+            with_summaries(pushes)
+        except Exception:  # the rows are committed: push them bare, the pages render them
+            logger.exception("could not render the pushed summary panels; pushing the rows alone")
         if pushes:
             # One pipelined round trip on a plain client: no event loop per batch, which
             # costs the writer process a large share of its CPU. A failed send is logged
