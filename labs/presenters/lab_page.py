@@ -4,6 +4,7 @@ summary panel.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -54,10 +55,33 @@ def badge(breaker: dict[str, Any]) -> dict[str, Any]:
     return {**breaker, "threshold": (breaker.get("config") or {}).get("failure_threshold")}
 
 
+#: Badges already rendered, by their view without the server's clock (most pushes of a class
+#: show a closed breaker with the same settings and counts); cleared when it fills.
+_BADGES: dict[str, str] = {}
+_BADGES_MAX = 512
+#: Stands for ``server_now_ms`` in a kept badge; the clock read with the view replaces it.
+_NOW = "0.5"
+
+
 def render_badge(view: dict[str, Any]) -> str:
     """The breaker badge (``view`` as :func:`badge` gives it) through the page's template
-    partial (``breaker-badge``): the page's first render and every push use it."""
-    return _partial("breaker-badge").render({"breaker": view}).strip()
+    partial (``breaker-badge``): the page's first render and every push use it.
+
+    A view seen before, but for the server's clock, is not rendered again: the template
+    runs once per different badge and the clock is put in its one attribute. A render per
+    push was a tenth of a web process's CPU per event (docs/scaling.md, "Before and after
+    the live side's new homes")."""
+    key = json.dumps({k: v for k, v in view.items() if k != "server_now_ms"},
+                     sort_keys=True, default=str)  # fmt: skip
+    html = _BADGES.get(key)
+    if html is None:
+        html = _partial("breaker-badge").render({"breaker": {**view, "server_now_ms": _NOW}})
+        html = html.strip()
+        if len(_BADGES) >= _BADGES_MAX:
+            _BADGES.clear()
+        _BADGES[key] = html
+    return html.replace(f'data-server-now-ms="{_NOW}"',
+                        f'data-server-now-ms="{view.get("server_now_ms", "")}"')  # fmt: skip
 
 
 # --- the burst summary panel -----------------------------------------------------------------

@@ -107,3 +107,21 @@ def test_the_journal_writer_renders_a_bursts_start_and_end_panel_once_for_every_
     assert 'data-status="running"' in start["summary"] and "Burst 3" in start["summary"]
     assert "summary" not in attempt
     assert end["summary"] == section(page(client, student, session), "burst-summary")
+
+
+@pytest.mark.django_db
+def test_a_badge_seen_before_is_the_same_render_with_the_new_clock(session):
+    """The badge's renders are kept by their view without the clock: a second read of the same
+    breaker gives what a fresh render gives, with its own clock; another state renders anew."""
+    from labs.presenters import lab_page
+
+    view = badge(breaker_now(session.pk, session.policy))
+    first = render_badge({**view, "server_now_ms": 1_000})
+    again = render_badge({**view, "server_now_ms": 2_500})
+    assert 'data-server-now-ms="1000"' in first and 'data-server-now-ms="2500"' in again
+    assert again == first.replace('data-server-now-ms="1000"', 'data-server-now-ms="2500"')
+    lab_page._BADGES.clear()
+    assert render_badge({**view, "server_now_ms": 2_500}) == again  # as rendered afresh
+    other = "open" if view["state"] != "open" else "closed"  # whatever Redis holds now
+    changed = render_badge({**view, "state": other, "server_now_ms": 2_500})
+    assert f'data-state="{other}"' in changed and changed != again
