@@ -218,6 +218,8 @@ def second_row(session_id: int, counted: dict[str, Any]) -> str:
 
 
 def with_html(session_id: int, counted: dict[str, Any]) -> dict[str, Any]:
-    """A second as a page gets it: its counts, its words (``text``) and its journal line
-    (``html``)."""
-    return {**counted, "text": second_text(counted), "html": second_row(session_id, counted)}
+    """A second as a page gets it: its counts, its time and words (``clock``, ``text``) and
+    its journal line (``html``)."""
+    moment = datetime.fromtimestamp(counted["t"], tz=UTC)
+    return {**counted, "clock": clock_text(moment)[:8], "text": second_text(counted),
+            "html": second_row(session_id, counted)}  # fmt: skip

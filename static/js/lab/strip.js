@@ -103,10 +103,8 @@ export function createStrip() {
     const done = Array.from(traffic.keys()).filter(function (s) { return s < nowSecond; });
     if (!done.length) return;
     const second = traffic.get(Math.max.apply(null, done));
-    const at = new Date(second.t * 1000);
-    const clock = [at.getHours(), at.getMinutes(), at.getSeconds()].map(function (n) { return String(n).padStart(2, "0"); }).join(":");
     latest.dataset.second = String(second.t);
-    latest.textContent = "Last full second of traffic (" + clock + "): " + second.text;
+    latest.textContent = "Last full second of traffic (" + second.clock + "): " + second.text;
   }
 
   function attemptKind(event) {
@@ -382,6 +380,9 @@ export function createStrip() {
         calls + " calls, per second by outcome, and the breaker's state.";
     }
   }
+
+  // The second under way becomes the last full one as the clock moves on, message or not.
+  if (latest) window.setInterval(showLatest, 1000);
 
   // Follow the card's width (a resized window, a phone turned).
   if (box && window.ResizeObserver) {
