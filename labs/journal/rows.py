@@ -142,8 +142,10 @@ def pushed_row(payload: dict[str, Any]) -> dict[str, Any]:
 
 # --- a second of steady traffic (labs.journal.seconds) -----------------------------------------
 
-_ATTEMPT_WORDS = {"ok": "ok", "error": "error", "timeout": "timed out", "shed": "shed",
-                  "skipped": "skipped"}  # fmt: skip
+#: An attempt's answer in words: (one, several).
+_ATTEMPT_WORDS = {"ok": ("ok", "ok"), "error": ("error", "errors"),
+                  "timeout": ("timed out", "timed out"), "shed": ("shed", "shed"),
+                  "skipped": ("skipped", "skipped")}  # fmt: skip
 _CALL_WORDS = (("succeeded", "succeeded"), ("degraded", "degraded"), ("failed", "failed"),
                ("fast_failed", "fast-failed"))  # fmt: skip
 _STATE_WORDS = {"closed": "closed", "open": "open", "half_open": "half-open"}
@@ -155,7 +157,7 @@ def _plural(n: int, word: str) -> str:
 
 def second_text(counted: dict[str, Any]) -> str:
     """A second of steady traffic in words: its calls by result, its attempts by answer and
-    the breaker's changes ("8 calls: 6 succeeded, 2 fast-failed. 9 attempts: 7 ok, 2 error.
+    the breaker's changes ("8 calls: 6 succeeded, 2 fast-failed. 9 attempts: 7 ok, 2 errors.
     Breaker: closed to open.")."""
     counts = counted["counts"]
     calls = counts["calls"]
@@ -165,7 +167,8 @@ def second_text(counted: dict[str, Any]) -> str:
     attempts = counted["attempts"]
     total = sum(attempts.values())
     if total:
-        answers = [f"{attempts[k]} {_ATTEMPT_WORDS[k]}" for k in _ATTEMPT_WORDS if attempts.get(k)]
+        answers = [f"{attempts[k]} {words[attempts[k] != 1]}"
+                   for k, words in _ATTEMPT_WORDS.items() if attempts.get(k)]  # fmt: skip
         text += f" {_plural(total, 'attempt')}: {', '.join(answers)}."
     moves = counted["transitions"]
     if moves:
@@ -190,8 +193,8 @@ def second_tone(counted: dict[str, Any]) -> str:
 
 
 SECOND_HTML = (
-    '<li id="sec-{t}" class="journal-second tone-{tone}" data-second="{t}" data-seq="{seq}" '
-    'data-n="{n}"><details><summary class="journal-row">'
+    '<li id="sec-{t}" class="journal-second" data-second="{t}" data-seq="{seq}" '
+    'data-n="{n}"><details><summary class="journal-row tone-{tone}">'
     '<span class="j-seq" aria-hidden="true"></span> <time class="j-time" datetime="{iso}">{clock}'
     '</time> <span class="j-kind">traffic, 1 s</span> <span class="j-msg">{text}</span>'
     '</summary><div class="second-rows" data-url="{url}"><a href="{url}">'

@@ -81,7 +81,7 @@ def test_a_seconds_words_name_its_counts_for_people():
         "2 calls: 1 succeeded, 1 fast-failed. 2 attempts: 1 ok, 1 error. Breaker: closed to open."
     )
     html = rows.second_row(7, counted)
-    assert f'id="sec-{T0}"' in html and "tone-state" in html
+    assert f'id="sec-{T0}"' in html and 'class="journal-row tone-state"' in html
     assert f'href="/sessions/7/seconds/{T0}/"' in html
 
 
