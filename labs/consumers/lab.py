@@ -141,6 +141,23 @@ def rendered_row(session_id: int, event: dict[str, Any]) -> str:
     return text
 
 
+#: Seconds of steady traffic given their words and journal line (:func:`rendered_second`).
+_rendered_seconds: dict[tuple[int, int, int, int], dict[str, Any]] = {}
+
+
+def rendered_second(session_id: int, counted: dict[str, Any]) -> dict[str, Any]:
+    """A pushed second (counts only, ``labs.journal.seconds``) as a page gets it, with its
+    words and journal line (:func:`labs.journal.rows.with_html`), once in this process for
+    every page watching the session: a second's counts are named by its time, the rows it
+    counts and its newest row."""
+    key = (session_id, counted["t"], counted.get("n", 0), counted.get("seq", 0))
+    done = _rendered_seconds.get(key)
+    if done is None:
+        done = rows.with_html(session_id, counted)
+        _keep(_rendered_seconds, key, done)
+    return done
+
+
 #: The summary panel as of a row (:func:`rendered_summary`), and the badge read after a live
 #: push's row (:func:`rendered_badge`), kept for the pages of this process.
 _rendered_summaries: dict[tuple[int, int, Any, Any], str] = {}
@@ -354,7 +371,11 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
             first, through = message.get("first"), message.get("through")
             if not (isinstance(first, int) and isinstance(through, int) and first <= through):
                 raise ValueError(f"seconds without their rows' numbers ({first!r}, {through!r})")
-            counted = [s for s in message.get("seconds") or [] if isinstance(s, dict)]
+            counted = [
+                rendered_second(self.session_id, s)
+                for s in message.get("seconds") or []
+                if isinstance(s, dict) and isinstance(s.get("t"), int)
+            ]
             async with self._deliver_lock:
                 if first > self.last_seq + 1:
                     # A push went missing (see the module docstring): read the gap.

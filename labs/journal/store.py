@@ -292,9 +292,11 @@ def _interleave(
 ) -> list[broadcast.Push]:
     """A session's seconds (sequence ranges ``ranges``, the seconds ``counted``) and its rows
     ``pushed`` as messages in sequence order: the seconds ride with the first range, the last
-    message is the last rows' when a row is newest."""
+    message is the last rows' when a row is newest. The seconds go as counts: the web process
+    gives each its words and journal line (:func:`labs.journal.rows.with_html`), so the writer
+    needs no URL configuration."""
     out: list[broadcast.Push] = []
-    seconds_left = [rows.with_html(session_id, c) for c in counted]
+    seconds_left = counted
     pending_rows: list[dict[str, Any]] = []
     items = sorted(
         [(a, "range", b) for a, b in ranges] + [(p["seq"], "row", p) for p in pushed],
