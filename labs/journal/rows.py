@@ -182,14 +182,21 @@ def second_text(counted: dict[str, Any]) -> str:
 
 def second_tone(counted: dict[str, Any]) -> str:
     """The line's tone (:data:`labs.journal.kinds.TONES`): state when the breaker changed,
-    else the worst result of its calls."""
+    else the worst result of its calls, else (no call ended in it) bad when an attempt
+    failed."""
     counts = counted["counts"]
     if counted["state_changes"]:
         return "state"
     for key, tone_name in (("failed", "bad"), ("fast_failed", "fast"), ("degraded", "degraded")):
         if counts[key]:
             return tone_name
-    return "ok" if counts["calls"] or counted["attempts"] else "note"
+    if counts["calls"]:
+        return "ok"
+    # No call ended in this second: its attempts say how it went so far.
+    attempts = counted["attempts"]
+    if not attempts:
+        return "note"
+    return "ok" if set(attempts) == {"ok"} else "bad"
 
 
 SECOND_HTML = (

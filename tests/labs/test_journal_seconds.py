@@ -136,3 +136,14 @@ def test_runs_cut_a_replay_into_seconds_and_rows_in_order():
     cut = [(flag, len(run)) for flag, run in
            seconds.runs(payloads, lambda p: kinds.per_second(p["kind"], p["burst"]))]  # fmt: skip
     assert cut == [(True, 2), (False, 2), (True, 1)]
+
+
+def test_a_second_where_no_call_ended_takes_its_tone_from_its_attempts():
+    failing = seconds.empty(T0)
+    seconds.add(failing, entry("attempt", outcome="error"))
+    assert rows.second_tone(failing) == "bad"
+    assert rows.second_text(failing) == "No call ended in this second. 1 attempt: 1 error."
+    waiting = seconds.empty(T0)
+    seconds.add(waiting, entry("attempt", outcome="ok"))
+    assert rows.second_tone(waiting) == "ok"
+    assert rows.second_tone(seconds.empty(T0)) == "note"
