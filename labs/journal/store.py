@@ -255,7 +255,7 @@ def pushes_for(
 
     With a ``tally`` (the journal writer's steady traffic counted by the second), a session's
     seconds not yet pushed go out first, cut around these rows so that a page gets every
-    sequence number in order (:func:`labs.journal.seconds.runs`)."""
+    sequence number in order (:func:`_interleave`)."""
     per_session: dict[int, list[Written]] = defaultdict(list)
     for item in written:
         per_session[item.entry.session_id].append(item)
