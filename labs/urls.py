@@ -38,6 +38,9 @@ urlpatterns = [
     path("sessions/<int:pk>/reset/", lab.session_reset, name="session_reset"),
     path("sessions/<int:pk>/breaker/", lab.session_breaker, name="session_breaker"),
     path("sessions/<int:pk>/journal/", lab.session_journal, name="session_journal"),
+    path(
+        "sessions/<int:pk>/seconds/<int:second>/", lab.session_second, name="session_second"
+    ),
     path("compare/", replay.compare, name="compare"),
     path("sessions/<int:pk>/history/", replay.burst_history, name="burst_history"),
     path(

@@ -30,13 +30,20 @@ from labs.consumers.base import (
     read,
     read_redis,
 )
-from labs.journal import broadcast, rows
+from labs.journal import broadcast, rows, seconds
 from labs.journal.kinds import BURST_END_KINDS
 from labs.live import metrics
 from labs.presenters.lab_page import SUMMARY_KINDS, badge, render_badge, summary_fragment
 from labs.presenters.storm import session_card, shared_page_message
 from labs.selectors.access import session_policy, socket_session
-from labs.selectors.lab import breaker_now, burst_facts_by_id, count_after, newest_seq, rows_after
+from labs.selectors.lab import (
+    breaker_now,
+    burst_facts_by_id,
+    count_after,
+    newest_seq,
+    rows_after,
+    traffic_seconds,
+)
 from labs.selectors.storm import session_shared_classroom, storm_now, storm_session_now
 
 logger = logging.getLogger(__name__)
@@ -47,6 +54,9 @@ REPLAY_CHUNK = 200
 MAX_REPLAY = 5000
 #: Quiet time after a push before checking the journal for rows whose push was dropped.
 SETTLE_SECONDS = 1.0
+#: ... and after a push of steady traffic's seconds, which come once a second: a check
+#: between two of them would find the rows of the second under way, not yet pushed.
+SECONDS_SETTLE_S = 2.5
 
 #: Events after which the session's policy (the breaker's settings) may have changed.
 POLICY_KINDS = ("policy_set", "session_reset", "scenario_assigned")
@@ -131,6 +141,23 @@ def rendered_row(session_id: int, event: dict[str, Any]) -> str:
     return text
 
 
+#: Seconds of steady traffic given their words and journal line (:func:`rendered_second`).
+_rendered_seconds: dict[tuple[int, int, int, int], dict[str, Any]] = {}
+
+
+def rendered_second(session_id: int, counted: dict[str, Any]) -> dict[str, Any]:
+    """A pushed second (counts only, ``labs.journal.seconds``) as a page gets it, with its
+    words and journal line (:func:`labs.journal.rows.with_html`), once in this process for
+    every page watching the session: a second's counts are named by its time, the rows it
+    counts and its newest row."""
+    key = (session_id, counted["t"], counted.get("n", 0), counted.get("seq", 0))
+    done = _rendered_seconds.get(key)
+    if done is None:
+        done = rows.with_html(session_id, counted)
+        _keep(_rendered_seconds, key, done)
+    return done
+
+
 #: The summary panel as of a row (:func:`rendered_summary`), and the badge read after a live
 #: push's row (:func:`rendered_badge`), kept for the pages of this process.
 _rendered_summaries: dict[tuple[int, int, Any, Any], str] = {}
@@ -176,6 +203,10 @@ def _forget_failed_badge(key: tuple[int, int, Any, Any], done: asyncio.Future) -
 
 async def _read_badge(session_id: int, policy: dict[str, Any]) -> str:
     return render_badge(badge(await read_redis(breaker_now)(session_id, policy)))
+
+
+def _per_second_row(payload: dict[str, Any]) -> bool:
+    return seconds.per_second(payload.get("kind"), payload.get("burst"))
 
 
 class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocketConsumer):
@@ -331,6 +362,29 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
             logger.exception("lab session %s: could not forward journal events", self.session_id)
         self._arm_settle()
 
+    async def traffic_seconds(self, message: dict[str, Any]) -> None:
+        """Steady traffic's seconds (``labs.journal.seconds``): rows ``first`` to
+        ``through`` of this session, counted, with the seconds they fall in."""
+        if self.session_id is None:
+            return
+        try:
+            first, through = message.get("first"), message.get("through")
+            if not (isinstance(first, int) and isinstance(through, int) and first <= through):
+                raise ValueError(f"seconds without their rows' numbers ({first!r}, {through!r})")
+            counted = [
+                rendered_second(self.session_id, s)
+                for s in message.get("seconds") or []
+                if isinstance(s, dict) and isinstance(s.get("t"), int)
+            ]
+            async with self._deliver_lock:
+                if first > self.last_seq + 1:
+                    # A push went missing (see the module docstring): read the gap.
+                    await self._catch_up(upto=first - 1)
+                await self._send_seconds(counted, through, first)
+        except Exception:
+            logger.exception("lab session %s: could not forward seconds", self.session_id)
+        self._arm_settle(SECONDS_SETTLE_S)
+
     async def layer_reconnected(self, message: dict[str, Any]) -> None:
         """The channel layer lost Redis and has subscribed again (labs.live.channel_layer):
         rows pushed meanwhile reached nobody, so read them now, and once more a moment later
@@ -343,14 +397,14 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
             logger.exception("lab session %s: journal check failed", self.session_id)
         self._arm_settle()
 
-    def _arm_settle(self) -> None:
-        """Check the journal once the pushes have been quiet for ``SETTLE_SECONDS``.
+    def _arm_settle(self, quiet: float = SETTLE_SECONDS) -> None:
+        """Check the journal once the pushes have been quiet for ``quiet`` seconds.
 
         Every push moves the due time; one timer per socket follows it (when it fires early it
         waits out the rest), so a push costs a float assignment, not a task created and one
         cancelled."""
         loop = asyncio.get_running_loop()
-        self._settle_at = loop.time() + SETTLE_SECONDS
+        self._settle_at = loop.time() + quiet
         if self._settle_timer is None:
             self._settle_timer = loop.call_at(self._settle_at, self._settle_due)
 
@@ -412,7 +466,15 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
                 rows = [r for r in rows if r["seq"] <= upto]
             if not rows:
                 return
-            await self._send_events(rows)
+            # Steady traffic's rows go as the seconds they fall in, counted afresh from the
+            # journal (every row of each second, also those after ``upto``), as pushed live.
+            for counted_by_second, run in seconds.runs(rows, _per_second_row):
+                if counted_by_second:
+                    wanted = {seconds.second_of(r["t_ms"]) for r in run} - {None}
+                    counted = await read(traffic_seconds)(self.session_id, wanted)
+                    await self._send_seconds([counted[t] for t in sorted(counted)], run[-1]["seq"])
+                else:
+                    await self._send_events(run)
             if len(rows) < REPLAY_CHUNK:
                 return
 
@@ -471,6 +533,28 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
         # {"type": "events", "events": [...]} writes, without encoding each row again).
         await self.send(text_data='{"type": "events", "events": [' + ", ".join(out) + "]}")
         self.last_seq = events[-1]["seq"]
+
+    async def _send_seconds(
+        self, counted: list[dict[str, Any]], through: int, first: int = 0
+    ) -> None:
+        """Send steady traffic's ``counted`` seconds, the rows up to ``through`` had, with the
+        breaker badge read again when one of them saw the breaker change. Seconds that come
+        again (a page gets a second's counts anew as its rows are written) replace the
+        page's: their counts are absolute."""
+        assert self.session_id is not None
+        if not counted and through <= self.last_seq:
+            return
+        message: dict[str, Any] = {"type": "seconds", "through": max(through, self.last_seq)}
+        message["seconds"] = counted
+        if through > self.last_seq and self._policy is not None and any(
+            c.get("state_changes") for c in counted
+        ):
+            # Once per process for every page of the session (a live push: ``first`` names it).
+            key_event = {"seq": through, "at": "seconds", "emitted": first or None}
+            html = await rendered_badge(self.session_id, self._policy, key_event)
+            message["fragments"] = [{"id": "breaker-badge", "html": html}]
+        await self._send(message)
+        self.last_seq = max(self.last_seq, through)
 
     async def _shared_loop(self) -> None:
         """Once a second, the shared dependency's state and the class's totals (module

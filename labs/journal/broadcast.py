@@ -87,3 +87,22 @@ def send_all(pushes: Iterable[Push]) -> None:
         get_channel_layer().group_send_many_sync(pushes)
     except Exception as exc:
         logger.warning("channel layer send of %d message(s) failed: %r", len(pushes), exc)
+
+
+def seconds_push(
+    session_id: int, first: int, through: int, seconds: Sequence[dict[str, Any]]
+) -> Push:
+    """The message counting rows ``first`` to ``through`` of session ``session_id`` (all of
+    them steady traffic's, :mod:`labs.journal.seconds`) and carrying ``seconds``: the seconds
+    they fall in, each with every row of it counted so far."""
+    return (
+        session_group(session_id),
+        {"type": "traffic.seconds", "session": session_id, "first": first, "through": through,
+         "seconds": list(seconds)},
+    )  # fmt: skip
+
+
+def class_seconds_push(classroom_id: int, deltas: Sequence[dict[str, Any]]) -> Push:
+    """One ``class.sessions`` for a class's dashboards: each session's steady traffic since
+    the last (count deltas, ``first_seq`` and ``last_seq``, newest breaker state)."""
+    return (class_group(classroom_id), {"type": "class.sessions", "sessions": list(deltas)})

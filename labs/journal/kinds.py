@@ -76,6 +76,17 @@ KINDS: dict[str, Kind] = {
 
 assert set(EVENT_KINDS) <= set(KINDS), "every engine event is a journal kind"
 
+#: The kinds a run of steady traffic writes (the engine's events): with no burst, a page gets
+#: them counted by the second, not row by row (labs.journal.seconds).
+PER_SECOND_KINDS = frozenset(EVENT_KINDS)
+
+
+def per_second(kind: str | None, burst_id: int | None) -> bool:
+    """Whether a row is counted by the second (a steady-traffic engine event) rather than
+    pushed on its own (a burst's rows, and everything a person or the lab itself did)."""
+    return burst_id is None and kind in PER_SECOND_KINDS
+
+
 #: The kinds that end a burst (its last row).
 BURST_END_KINDS = tuple(name for name, k in KINDS.items() if k.ends_run)
 
@@ -183,4 +194,5 @@ def count_rules() -> dict[str, Any]:
         "attempts_total": [k for k, v in KINDS.items() if v.counts == "attempt"],
         "fast_fail_outcomes": list(FAST_FAIL_OUTCOMES),
         "counts": list(CALL_COUNTS),
+        "per_second_kinds": sorted(PER_SECOND_KINDS),
     }

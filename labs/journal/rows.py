@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from html import escape as _escape
 from typing import Any
 
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
@@ -137,3 +138,98 @@ def pushed_row(payload: dict[str, Any]) -> dict[str, Any]:
         "data": payload["data"] if kind in PUSHED_DATA_KINDS else None,
         "text": row_text(payload),
     }
+
+
+# --- a second of steady traffic (labs.journal.seconds) -----------------------------------------
+
+#: An attempt's answer in words: (one, several).
+_ATTEMPT_WORDS = {"ok": ("ok", "ok"), "error": ("error", "errors"),
+                  "timeout": ("timed out", "timed out"), "shed": ("shed", "shed"),
+                  "skipped": ("skipped", "skipped")}  # fmt: skip
+_CALL_WORDS = (("succeeded", "succeeded"), ("degraded", "degraded"), ("failed", "failed"),
+               ("fast_failed", "fast-failed"))  # fmt: skip
+_STATE_WORDS = {"closed": "closed", "open": "open", "half_open": "half-open"}
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def second_text(counted: dict[str, Any]) -> str:
+    """A second of steady traffic in words: its calls by result, its attempts by answer and
+    the breaker's changes ("8 calls: 6 succeeded, 2 fast-failed. 9 attempts: 7 ok, 2 errors.
+    Breaker: closed to open.")."""
+    counts = counted["counts"]
+    calls = counts["calls"]
+    parts = [f"{counts[key]} {word}" for key, word in _CALL_WORDS if counts[key]]
+    text = (f"{_plural(calls, 'call')}: {', '.join(parts)}." if calls
+            else "No call ended in this second.")  # fmt: skip
+    attempts = counted["attempts"]
+    total = sum(attempts.values())
+    if total:
+        answers = [f"{attempts[k]} {words[attempts[k] != 1]}"
+                   for k, words in _ATTEMPT_WORDS.items() if attempts.get(k)]  # fmt: skip
+        text += f" {_plural(total, 'attempt')}: {', '.join(answers)}."
+    moves = counted["transitions"]
+    if moves:
+        path = [_STATE_WORDS.get(moves[0][0], moves[0][0]) or "closed"]
+        path += [_STATE_WORDS.get(to, to) for _, to in moves]
+        text += f" Breaker: {' to '.join(path)}."
+    elif counted["state_changes"]:
+        text += f" {_plural(counted['state_changes'], 'breaker change')} (per host)."
+    return text
+
+
+def second_tone(counted: dict[str, Any]) -> str:
+    """The line's tone (:data:`labs.journal.kinds.TONES`): state when the breaker changed,
+    else the worst result of its calls, else (no call ended in it) bad when an attempt
+    failed."""
+    counts = counted["counts"]
+    if counted["state_changes"]:
+        return "state"
+    for key, tone_name in (("failed", "bad"), ("fast_failed", "fast"), ("degraded", "degraded")):
+        if counts[key]:
+            return tone_name
+    if counts["calls"]:
+        return "ok"
+    # No call ended in this second: its attempts say how it went so far.
+    attempts = counted["attempts"]
+    if not attempts:
+        return "note"
+    return "ok" if set(attempts) == {"ok"} else "bad"
+
+
+SECOND_HTML = (
+    '<li id="sec-{t}" class="journal-second" data-second="{t}" data-seq="{seq}" '
+    'data-n="{n}"><details><summary class="journal-row tone-{tone}">'
+    '<span class="j-seq" aria-hidden="true"></span> <time class="j-time" datetime="{iso}">{clock}'
+    '</time> <span class="j-kind">traffic, 1 s</span> <span class="j-msg">{text}</span>'
+    '</summary><div class="second-rows" data-url="{url}"><a href="{url}">'
+    "Every row of this second ({rows})</a></div></details></li>"
+)
+
+
+def second_url(session_id: int, second: int) -> str:
+    """Where a second's rows are read (``labs.views.lab.session_second``)."""
+    return reverse("labs:session_second", args=[session_id, second])
+
+
+def second_row(session_id: int, counted: dict[str, Any]) -> str:
+    """A second of steady traffic as one line of the journal: its time, its counts in words
+    (:func:`second_text`) and, opened, its rows (fetched then from ``second_url``)."""
+    moment = datetime.fromtimestamp(counted["t"], tz=UTC)
+    clock = clock_text(moment)[:8]
+    return SECOND_HTML.format(
+        t=int(counted["t"]), tone=second_tone(counted), seq=int(counted["seq"]),
+        n=int(counted["n"]), iso=moment.isoformat(), clock=clock,
+        text=_escape(second_text(counted)), url=_escape(second_url(session_id, counted["t"])),
+        rows=_plural(int(counted["n"]), "row"),
+    )  # fmt: skip
+
+
+def with_html(session_id: int, counted: dict[str, Any]) -> dict[str, Any]:
+    """A second as a page gets it: its counts, its time and words (``clock``, ``text``) and
+    its journal line (``html``)."""
+    moment = datetime.fromtimestamp(counted["t"], tz=UTC)
+    return {**counted, "clock": clock_text(moment)[:8], "text": second_text(counted),
+            "html": second_row(session_id, counted)}  # fmt: skip

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple, Protocol
 from django.db import connection, transaction
 from django.utils import timezone
 
-from labs.journal import broadcast, kinds, rows
+from labs.journal import broadcast, kinds, rows, seconds
 from labs.journal.kinds import BURST_END_KINDS
 from labs.models import JournalEvent, LabSession
 
@@ -244,24 +244,99 @@ def _reserve(cursor, table: str, per_session: dict[int, list[Entry]]) -> dict[in
     return reserved
 
 
-def pushes_for(written: Iterable[Written]) -> list[broadcast.Push]:
+def pushes_for(
+    written: Iterable[Written], tally: seconds.Tally | None = None
+) -> list[broadcast.Push]:
     """The channel-layer messages announcing freshly committed rows: one per session, and
     one per class for its dashboards (:func:`labs.journal.broadcast.journal_pushes`).
 
     A session's message carries each row rendered (:func:`labs.journal.rows.pushed_row`): once
-    here, where the batch is written, instead of in every web process with a page watching."""
+    here, where the batch is written, instead of in every web process with a page watching.
+
+    With a ``tally`` (the journal writer's steady traffic counted by the second), a session's
+    seconds not yet pushed go out first, cut around these rows so that a page gets every
+    sequence number in order (:func:`_interleave`)."""
     per_session: dict[int, list[Written]] = defaultdict(list)
     for item in written:
         per_session[item.entry.session_id].append(item)
     per_class: dict[int, list[tuple[int, list[dict[str, Any]], dict[str, Any]]]] = defaultdict(list)
+    before: list[broadcast.Push] = []
+    deltas: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for session_id, items in per_session.items():
         payloads = [entry_payload(item) for item in items]
-        per_class[items[0].entry.classroom_id].append(
-            (session_id, [rows.pushed_row(p) for p in payloads], class_summary(payloads))
-        )
-    pushes: list[broadcast.Push] = []
+        pushed = [rows.pushed_row(p) for p in payloads]
+        classroom_id = items[0].entry.classroom_id
+        taken = tally.take(session_id) if tally is not None else None
+        if taken is not None:
+            _, ranges, counted, delta = taken
+            deltas[classroom_id].append({"session": session_id, **delta})
+            pieces = _interleave(session_id, ranges, counted, pushed)
+            before.extend(pieces[:-1])
+            pushed = pieces[-1][1]["events"] if pieces[-1][1]["type"] == "journal.events" else []
+            if not pushed:
+                before.append(pieces[-1])
+        per_class[classroom_id].append((session_id, pushed, class_summary(payloads)))
+    pushes: list[broadcast.Push] = list(before)
     for classroom_id, sessions in per_class.items():
         pushes.extend(broadcast.journal_pushes(classroom_id, sessions))
+    for classroom_id, session_deltas in deltas.items():
+        pushes.append(broadcast.class_seconds_push(classroom_id, session_deltas))
+    return pushes
+
+
+def _interleave(
+    session_id: int,
+    ranges: list[list[int]],
+    counted: list[dict[str, Any]],
+    pushed: list[dict[str, Any]],
+) -> list[broadcast.Push]:
+    """A session's seconds (sequence ranges ``ranges``, the seconds ``counted``) and its rows
+    ``pushed`` as messages in sequence order: the seconds ride with the first range, the last
+    message is the last rows' when a row is newest. The seconds go as counts: the web process
+    gives each its words and journal line (:func:`labs.journal.rows.with_html`), so the writer
+    needs no URL configuration."""
+    out: list[broadcast.Push] = []
+    seconds_left = counted
+    pending_rows: list[dict[str, Any]] = []
+    items = sorted(
+        [(a, "range", b) for a, b in ranges] + [(p["seq"], "row", p) for p in pushed],
+        key=lambda x: x[0],
+    )
+    for seq, what, value in items:
+        if what == "row":
+            pending_rows.append(value)
+            continue
+        if pending_rows:
+            out.append(_rows_push(session_id, pending_rows))
+            pending_rows = []
+        out.append(broadcast.seconds_push(session_id, seq, value, seconds_left))
+        seconds_left = []
+    if pending_rows:
+        out.append(_rows_push(session_id, pending_rows))
+    return out
+
+
+def _rows_push(session_id: int, pushed: list[dict[str, Any]]) -> broadcast.Push:
+    return (
+        broadcast.session_group(session_id),
+        {"type": "journal.events", "session": session_id, "events": list(pushed)},
+    )
+
+
+def tally_pushes(tally: seconds.Tally) -> list[broadcast.Push]:
+    """Everything ``tally`` holds, as messages: per session its seconds (one message per range
+    of sequence numbers, the seconds on the first), per class one ``class.sessions``."""
+    pushes: list[broadcast.Push] = []
+    deltas: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for session_id in tally.sessions():
+        taken = tally.take(session_id)
+        if taken is None:
+            continue
+        classroom_id, ranges, counted, delta = taken
+        pushes.extend(_interleave(session_id, ranges, counted, []))
+        deltas[classroom_id].append({"session": session_id, **delta})
+    for classroom_id, session_deltas in deltas.items():
+        pushes.append(broadcast.class_seconds_push(classroom_id, session_deltas))
     return pushes
 
 

@@ -54,6 +54,14 @@ register.filter("row_tone", rows.row_tone)
 register.simple_tag(rows.journal_row, name="journal_row")
 
 
+@register.simple_tag
+def journal_item(item: dict[str, Any]) -> str:
+    """A line of the lab page's journal: a row, or a second of steady traffic (its ``line``,
+    :func:`labs.selectors.lab.journal_items`)."""
+    line = item.get("line")
+    return mark_safe(line) if line is not None else rows.journal_row(item)  # noqa: S308 - rendered escaped
+
+
 @register.filter
 def event_time(event: dict[str, Any]) -> str:
     """``14:03:07.215`` in the site's time zone."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -46,6 +47,7 @@ from labs.forms.lab import (
     describe_limit,
 )
 from labs.journal import kinds
+from labs.journal.rows import clock_text
 from labs.journal.store import event_payload
 from labs.models import Classroom, JournalEvent, LabSession, Scenario
 from labs.presenters.exports import csv_lines
@@ -57,10 +59,13 @@ from labs.selectors.lab import (
     breaker_now,
     burst_rows,
     chart_events,
+    journal_items,
     journal_page,
     latest_burst,
     latest_traffic,
+    second_rows,
     session_traffic_defaults,
+    strip_seconds,
 )
 from labs.selectors.predictions import session_steps
 from labs.services import bursts as burst_services
@@ -110,11 +115,12 @@ def page_context(
         "session": session,
         "read_only": is_read_only(request.user, session),
         "breaker": breaker_for_page(session),
-        "journal_rows": rows,
+        "journal_rows": journal_items(session.pk, rows),
         "older_before": older,
         "last_seq": rows[0]["seq"] if rows else 0,
         "summary": burst_panel(burst, burst_rows(burst)),
         "chart_events": [chart_payload(e) for e in chart_events(session)],
+        "strip_seconds": strip_seconds(session.pk),
         "steps": steps,
         **lesson_context(steps),
         "ws_path": f"/ws/sessions/{session.pk}/",
@@ -290,10 +296,30 @@ def session_journal(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     except ValueError:
         return HttpResponse("before must be a sequence number", status=400)
     rows, older = journal_page(session, before)
-    context = {"session": session, "journal_rows": rows, "older_before": older}
+    context = {
+        "session": session,
+        "journal_rows": journal_items(session.pk, rows),
+        "older_before": older,
+    }
     if request.htmx:
         return render_partial(request, "journal-older", context)
     return render(request, "labs/session_journal.html", context)
+
+
+@require_GET
+@login_required
+def session_second(request: HtmxHttpRequest, pk: int, second: int) -> HttpResponse:
+    """Every journal row of one second of the session's steady traffic (the lab page pushes
+    its counts; a student who opens the second gets its rows here). Whoever may see the page
+    may see its rows: the session's owner and its class's instructors; a 404 for anyone else."""
+    session = visible_session(request.user, pk)
+    rows, total = second_rows(session.pk, second)
+    moment = datetime.fromtimestamp(second, tz=UTC)
+    context = {"session": session, "second_rows": rows, "second_total": total,
+               "second": second, "second_clock": clock_text(moment)[:8]}  # fmt: skip
+    if request.htmx:
+        return render_partial(request, "second-rows", context)
+    return render(request, "labs/session_second.html", context)
 
 
 # --- writes (owner only) ---------------------------------------------------------------------

@@ -19,8 +19,8 @@ from datetime import datetime
 from django.db import close_old_connections, connection, transaction
 from django.db.utils import DatabaseError, InterfaceError, OperationalError
 
-from labs.journal import broadcast
-from labs.journal.store import Entry, Written, append_entries, pushes_for
+from labs.journal import broadcast, seconds
+from labs.journal.store import Entry, Written, append_entries, pushes_for, tally_pushes
 from labs.live import metrics
 from labs.models import JournalEvent, LabSession
 from labs.presenters.lab_page import SUMMARY_KINDS, summary_fragment
@@ -68,6 +68,10 @@ LOST_KIND = "journal_lost"
 #: How long a batch of steady traffic's rows (no burst's among them) waits for more rows
 #: before it is written: see JournalWriter._run.
 TRAFFIC_LINGER_S = 0.05
+#: Steady traffic's rows are pushed as seconds (labs.journal.seconds), once a second, this
+#: long after the second's end: the rows of the second just ended have been written by then
+#: (they wait TRAFFIC_LINGER_S at most), so a page mostly gets each second complete at once.
+SECONDS_AFTER_S = 0.2
 
 
 def witness_committed(witness: Witness) -> bool:
@@ -143,6 +147,10 @@ class JournalWriter:
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self.written = 0  # rows written so far (for benchmarks and tests)
+        # Steady traffic's committed rows, counted by the second, not yet pushed; pushed at
+        # ``_seconds_due`` (monotonic), by this thread only.
+        self._tally = seconds.Tally()
+        self._seconds_due: float | None = None
         self._sqlite_polling: object | None = None  # the raw connection set up for polling
 
     def submit(self, entry: Entry) -> None:
@@ -195,7 +203,11 @@ class JournalWriter:
 
     def _run(self) -> None:
         while True:
-            first = self._queue.get()
+            try:
+                first = self._queue.get(timeout=self._until_seconds())
+            except queue.Empty:
+                self._push_seconds()
+                continue
             batch: list[Entry] = []
             flushes: list[_Flush] = []
             item: Entry | list[Entry] | _Flush | None = first
@@ -239,6 +251,9 @@ class JournalWriter:
                     self._journal_loss(batch, exc)
                 if self._on_done is not None:
                     self._on_done(batch)
+            if flushes or (self._seconds_due is not None and time.monotonic() >= self._seconds_due):
+                # A flush means committed and pushed: a run's end waits for its last seconds.
+                self._push_seconds()
             for marker in flushes:
                 if marker.close:
                     connection.close()
@@ -284,7 +299,18 @@ class JournalWriter:
                 delay = min(delay * 2, 2.0)
         self.written += len(written)
         metrics.journal_committed(written)
-        pushes = pushes_for(written)
+        # Steady traffic's rows are counted by the second and pushed once a second
+        # (_push_seconds); every other row now, after its session's seconds so far.
+        rows = []
+        for item in written:
+            entry = item.entry
+            if seconds.per_second(entry.kind, entry.burst_id):
+                self._tally.add(entry.session_id, entry.classroom_id, item.seq, entry)
+            else:
+                rows.append(item)
+        if self._tally and self._seconds_due is None:
+            self._seconds_due = _next_second_push()
+        pushes = pushes_for(rows, self._tally) if rows else []
         try:
             with_summaries(pushes)
         except Exception:  # the rows are committed: push them bare, the pages render them
@@ -294,7 +320,22 @@ class JournalWriter:
             # costs the writer process a large share of its CPU. A failed send is logged
             # inside; pages catch up from the journal.
             broadcast.send_all(pushes)
-            metrics.journal_pushed(written)
+            metrics.journal_pushed(rows)
+
+    def _until_seconds(self) -> float | None:
+        """How long the thread may wait for entries before the seconds are due (None: no
+        seconds waiting)."""
+        if self._seconds_due is None:
+            return None
+        return max(0.0, self._seconds_due - time.monotonic())
+
+    def _push_seconds(self) -> None:
+        """Push the seconds of steady traffic counted since the last time: per session one
+        message (more only when other rows fall between its rows), per class one."""
+        self._seconds_due = None
+        if not self._tally:
+            return
+        broadcast.send_all(tally_pushes(self._tally))
 
     def _poll_sqlite_lock(self) -> None:
         """On SQLite, make this connection's busy handler give up after a millisecond or two,
@@ -324,6 +365,13 @@ class JournalWriter:
                 self.written += len(append_entries(loss_entries(batch, type(exc).__name__)))
         except Exception:
             logger.exception("could not journal the loss of %d events", len(batch))
+
+
+def _next_second_push() -> float:
+    """When (monotonic) the seconds counted now are pushed: ``SECONDS_AFTER_S`` after the end
+    of the current wall-clock second."""
+    now = time.time()
+    return time.monotonic() + (1.0 - now % 1.0) + SECONDS_AFTER_S
 
 
 def _witness(written: Sequence[Written]) -> Witness:

@@ -7,7 +7,8 @@
  * Exactness: every row carries `base` (the journal sequence number its totals include, from
  * the server render or the websocket's snapshot). An update adds its deltas only when its
  * last_seq is past `base` (a writer batch is one transaction, so it is wholly before or wholly
- * after a snapshot). State, mode and activity take the newest value by last_seq, so two
+ * after a snapshot; steady traffic's update of a second spans batches and says where it
+ * starts, `first_seq`: one that straddles `base` asks for a snapshot instead). State, mode and activity take the newest value by last_seq, so two
  * updates delivered out of order cannot leave an old state on screen.
  */
 (function () {
@@ -245,6 +246,12 @@
     }
     const seq = msg.last_seq || 0;
     const d = e.data;
+    if (msg.first_seq && msg.first_seq <= e.base && seq > e.base) {
+      // A second of steady traffic (several batches) straddling the snapshot: part of it is
+      // in the row's totals already, so only a fresh snapshot is exact.
+      askRefresh();
+      return;
+    }
     if (seq > e.base) {
       d.calls += msg.calls || 0;
       d.attempts_total += msg.attempts_total || 0;

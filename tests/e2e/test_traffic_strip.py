@@ -1,16 +1,20 @@
 """The lab page's traffic strip chart in real Chromium: steady traffic run by a real worker
-while the page is open; the chart's per-second counts (attempts by outcome, calls by result)
-equal the journal's, its bars are drawn, and nothing breaks the page's strict CSP."""
+while the page is open, pushed to the page a second at a time (labs.journal.seconds); the
+chart's per-second counts (attempts by outcome, calls by result) equal the journal's, its bars
+are drawn, the journal shows a line a second whose rows come when it is opened, and nothing
+breaks the page's strict CSP."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import UTC, datetime
 
 import pytest
 from playwright.sync_api import expect
 
 from labs.engine.events import FAST_FAIL_OUTCOMES
-from labs.journal import kinds
+from labs.journal import kinds, seconds
+from labs.journal import rows as journal_rows
 from labs.models import JournalEvent, Traffic
 from labs.services import lab
 from labs.services.traffic import traffic_start
@@ -81,6 +85,82 @@ def test_the_strip_chart_counts_the_traffic_as_the_journal_does(browser, daphne_
         assert (drawn["attempts"], drawn["calls"]) == (attempts, calls)
         assert drawn["labels"] == ["breaker", "attempts", "calls"]
         expect(page.locator("#traffic-strip-desc")).to_contain_text("15 calls")
+        # The journal: the traffic as one line a second, none of its rows on its own.
+        lines = page.locator("#journal-rows > li.journal-second")
+        expect(lines).to_have_count(len(expected))
+        assert page.locator("#journal-rows > li.journal-row[data-kind=attempt]").count() == 0
+        kinds_shown = page.eval_on_selector_all(
+            "#journal-rows > li.journal-row", "rows => rows.map(r => r.dataset.kind)"
+        )
+        assert kinds_shown[:2] == ["traffic_end", "traffic_start"]
+        assert not errors, errors
+    finally:
+        context.close()
+
+
+def test_a_second_of_traffic_shows_the_journals_counts_and_opens_to_its_rows(
+    browser, daphne_server, e2e_worker
+):
+    """At 1920x1080: the strip's line for the last full second says what the journal's rows
+    of that second count, and the journal's line of a second, opened, lists every row of it
+    in the journal's words."""
+    scenario = make_scenario("second", title="Second")
+    room = make_classroom("Second class", join_code="SECOND01")
+    room.scenarios.add(scenario)
+    gina = make_student("gina", room)
+    session = lab.session_open(user=gina, classroom=room, scenario=scenario)
+    lab.session_set_dependency(
+        session=session, user=gina, changes={"mode": "error_rate", "rate": 0.3, "latency_ms": 5}
+    )
+    context = browser.new_context(viewport={"width": 1920, "height": 1080})
+    context.set_default_timeout(20_000)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    try:
+        login(page, daphne_server, "gina", DEFAULT_PASSWORD)
+        page.goto(f"{daphne_server}/sessions/{session.pk}/")
+        page.wait_for_selector('#live-status[data-state="live"]')
+        traffic = traffic_start(session=session, user=gina, rate=8, duration_s=4, arrivals="even")
+
+        def ended():
+            traffic.refresh_from_db()
+            return traffic.status not in Traffic.ACTIVE_STATUSES
+
+        wait_for(ended, 60, interval=0.2, message="the traffic to end")
+        assert traffic.status == Traffic.Status.DONE, traffic.error
+        last = JournalEvent.objects.filter(session=session).order_by("-seq").first().seq
+        page.wait_for_function("n => failureLab.lastSeq() === n", arg=last, timeout=30_000)
+        traffic_rows = [
+            row
+            for row in JournalEvent.objects.filter(session=session).order_by("seq")
+            if kinds.per_second(row.kind, row.burst_id)
+        ]
+        counted = seconds.count((row.seq, row) for row in traffic_rows)
+        newest = max(counted)
+        # The strip's line: the last full second, in the journal's counts.
+        latest = page.locator("#strip-latest")
+        expect(latest).to_have_attribute("data-second", str(newest))
+        expected_text = journal_rows.second_text(counted[newest])
+        clock = journal_rows.clock_text(datetime.fromtimestamp(newest, tz=UTC))[:8]
+        expect(latest).to_have_text(f"Last full second of traffic ({clock}): {expected_text}")
+        assert f"{counted[newest]['counts']['calls']} call" in expected_text
+        # Every second's line says its counts; the busiest one, opened, lists its rows.
+        for t, second in counted.items():
+            expect(page.locator(f"#sec-{t} .j-msg")).to_have_text(journal_rows.second_text(second))
+        busiest = max(counted, key=lambda t: counted[t]["n"])
+        line = page.locator(f"#sec-{busiest}")
+        line.locator("summary").click()
+        opened = line.locator(".second-rows li.journal-row")
+        expect(opened).to_have_count(counted[busiest]["n"])
+        mine = [r for r in traffic_rows if int(r.t_ms // 1000) == busiest]
+        assert opened.evaluate_all("rows => rows.map(r => Number(r.dataset.seq))") == [
+            r.seq for r in mine
+        ]
+        assert opened.locator(".j-msg").all_inner_texts() == [r.message for r in mine]
+        assert opened.locator(".j-kind").all_inner_texts() == [kinds.label(r.kind) for r in mine]
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1920
         assert not errors, errors
     finally:
         context.close()

@@ -29,3 +29,9 @@ export function countDelta(kind, outcome) {
   if (r.attempts_total.indexOf(kind) >= 0) return { attempts_total: 1 };
   return {};
 }
+
+/** Whether a row is counted by the second (steady traffic's engine events, no burst), not
+ * shown on its own: labs.journal.kinds.per_second. */
+export function perSecond(kind, burst) {
+  return !burst && (load().per_second_kinds || []).indexOf(kind) >= 0;
+}

@@ -1,7 +1,8 @@
 /* Failure Lab: the live lab page, and the what-if and compare pages' charts. Native ES
  * modules, no framework, no build step; this one wires the parts together:
  *
- * - socket.js: the websocket, its reconnects and pings; journal.js: rows by seq, fragments;
+ * - socket.js: the websocket, its reconnects and pings; journal.js: rows by seq, fragments,
+ *   steady traffic's seconds (a line each, opened: its rows);
  * - summary.js: the burst summary's live counts; badge.js: the breaker badge's cooldown;
  * - timeline.js: the burst timeline (painted by canvas.js); strip.js: the traffic strip (both
  *   on the vendored uPlot); shared.js: the shared dependency's card;
@@ -56,6 +57,7 @@ function startLab(root) {
       strip.add(event);
       burstEvent(event);
     },
+    onSecond: function (second) { strip.addSecond(second); },
     onFragment: function (id, element) {
       if (id === "breaker-badge") badge.arrived(element);
     },
@@ -72,6 +74,9 @@ function startLab(root) {
     if (message.type === "events" && Array.isArray(message.events)) {
       message.events.forEach(journal.apply);
       chart.redraw();
+      strip.redraw();
+    } else if (message.type === "seconds") {
+      journal.applySeconds(message);
       strip.redraw();
     } else if (message.type === "shared") {
       shared.apply(message);
@@ -103,6 +108,12 @@ function startLab(root) {
     try {
       JSON.parse(initial.textContent).forEach(function (e) { chart.add(e); strip.add(e); });
     } catch (err) { /* no chart history */ }
+  }
+  const stripSeconds = document.getElementById("strip-seconds");
+  if (stripSeconds) {
+    try {
+      JSON.parse(stripSeconds.textContent).forEach(strip.addSecond);
+    } catch (err) { /* no traffic yet */ }
   }
   const badgeNow = document.getElementById("breaker-badge");
   if (badgeNow) badge.arrived(badgeNow);

@@ -3,9 +3,11 @@
  * the shared dependency, the model's answer: ok, error, shed, skipped, timeout), calls stacked
  * by result (succeeded, degraded, failed, fast-failed: counted as labs.journal.kinds counts them), a band with the breaker's state in that second and, in
  * shared mode, the session's share of the shared dependency's load: one plot a row, on one
- * time axis. Drawn from the journal events the page receives; redrawn at most once a frame. */
+ * time axis. Drawn from a burst's journal events as the page receives them and from steady
+ * traffic's seconds (labs.journal.seconds: each second's counts, sent once a second, a second
+ * sent again replacing its counts); redrawn at most once a frame. */
 
-import { callCount } from "./counts.js";
+import { callCount, perSecond } from "./counts.js";
 import { eventTime, onNextFrame } from "./util.js";
 
 const PANEL_H = { attempts: 96, calls: 72, share: 52 };
@@ -21,9 +23,13 @@ const CALL_KINDS = ["succeeded", "degraded", "failed", "fast_failed"];
 export function createStrip() {
   const box = document.getElementById("traffic-strip");
   const desc = document.getElementById("traffic-strip-desc");
-  const seconds = new Map(); // second -> { attempts: {kind: n}, calls: {kind: n} }
-  const transitions = [];
+  const rowCounts = new Map(); // second -> { attempts: {kind: n}, calls: {kind: n} }, bursts' rows
+  const traffic = new Map(); // second -> steady traffic's counts of that second, as the server sent them
+  const seconds = new Map(); // second -> both of the above added up (see merged)
+  const rowTransitions = [];
+  let transitions = [];
   const seen = new Set();
+  const latest = document.getElementById("strip-latest");
   // Shared mode: this session's attempts per second of the model's arrival time (attempts,
   // retries) and the class's offered attempts per second, both from the "shared" messages
   // (the counters the model keeps per session and for the class).
@@ -32,12 +38,73 @@ export function createStrip() {
   let ownBefore = 0; // own counts are complete for the seconds before this one
 
   function bucket(second) {
-    let b = seconds.get(second);
+    let b = rowCounts.get(second);
     if (!b) {
       b = { attempts: {}, calls: {} };
-      seconds.set(second, b);
+      rowCounts.set(second, b);
     }
     return b;
+  }
+
+  function addUp(into, counts) {
+    Object.keys(counts).forEach(function (k) {
+      if (counts[k]) into[k] = (into[k] || 0) + counts[k];
+    });
+  }
+
+  // A second's counts from both sources (its entry in ``seconds`` is rebuilt on each change).
+  function merged(second) {
+    const b = { attempts: {}, calls: {} };
+    const rows = rowCounts.get(second);
+    if (!rows && !traffic.has(second)) {
+      seconds.delete(second);
+      return b;
+    }
+    if (rows) {
+      addUp(b.attempts, rows.attempts);
+      addUp(b.calls, rows.calls);
+    }
+    const t = traffic.get(second);
+    if (t) {
+      addUp(b.attempts, t.attempts);
+      CALL_KINDS.forEach(function (k) { if (t.counts[k]) b.calls[k] = (b.calls[k] || 0) + t.counts[k]; });
+    }
+    seconds.set(second, b);
+    return b;
+  }
+
+  function rebuildTransitions() {
+    transitions = rowTransitions.slice();
+    Array.from(traffic.keys()).sort(function (a, b) { return a - b; }).forEach(function (second) {
+      traffic.get(second).transitions.forEach(function (pair) {
+        transitions.push({ t: second, from: pair[0], to: pair[1] });
+      });
+    });
+  }
+
+  /* One second of steady traffic (its absolute counts): kept when it counts at least as many
+     rows as the copy already here. */
+  function addSecond(second) {
+    if (!second || typeof second.t !== "number") return;
+    const had = traffic.get(second.t);
+    if (had && had.n > second.n) return;
+    traffic.set(second.t, second);
+    const oldest = second.t - 2 * STRIP_SECONDS;
+    traffic.forEach(function (_v, s) { if (s < oldest) { traffic.delete(s); merged(s); } });
+    merged(second.t);
+    if (second.transitions.length || (had && had.transitions.length)) rebuildTransitions();
+    showLatest();
+  }
+
+  // The newest complete second in words (the second under way is still filling up).
+  function showLatest() {
+    if (!latest) return;
+    const nowSecond = Math.floor(Date.now() / 1000);
+    const done = Array.from(traffic.keys()).filter(function (s) { return s < nowSecond; });
+    if (!done.length) return;
+    const second = traffic.get(Math.max.apply(null, done));
+    latest.dataset.second = String(second.t);
+    latest.textContent = "Last full second of traffic (" + second.clock + "): " + second.text;
   }
 
   function attemptKind(event) {
@@ -53,10 +120,15 @@ export function createStrip() {
 
   function add(event) {
     if (!event || seen.has(event.seq)) return;
+    // Steady traffic's rows come counted, a second at a time (addSecond).
+    if (perSecond(event.kind, event.burst)) return;
     seen.add(event.seq);
     const second = Math.floor(eventTime(event) / 1000);
     const part = event.data && (event.data.host !== undefined || event.data.dependency === "b");
-    if (event.state_to && !part) transitions.push({ t: second, to: event.state_to, from: event.state_from });
+    if (event.state_to && !part) {
+      rowTransitions.push({ t: second, to: event.state_to, from: event.state_from });
+      rebuildTransitions();
+    }
     if (event.kind === "attempt") {
       const counts = bucket(second).attempts;
       const kind = attemptKind(event);
@@ -66,6 +138,7 @@ export function createStrip() {
       const kind = callKind(event);
       counts[kind] = (counts[kind] || 0) + 1;
     }
+    merged(second);
   }
 
   const plots = {}; // row -> uPlot
@@ -308,6 +381,9 @@ export function createStrip() {
     }
   }
 
+  // The second under way becomes the last full one as the clock moves on, message or not.
+  if (latest) window.setInterval(showLatest, 1000);
+
   // Follow the card's width (a resized window, a phone turned).
   if (box && window.ResizeObserver) {
     let width = box.clientWidth;
@@ -320,7 +396,9 @@ export function createStrip() {
 
   function counts() {
     const out = {};
-    seconds.forEach(function (b, second) { out[second] = { attempts: b.attempts, calls: b.calls }; });
+    seconds.forEach(function (b, second) {
+      if (Object.keys(b.attempts).length || Object.keys(b.calls).length) out[second] = { attempts: b.attempts, calls: b.calls };
+    });
     return out;
   }
 
@@ -350,5 +428,5 @@ export function createStrip() {
     return out;
   }
 
-  return { add: add, redraw: redraw, counts: counts, setOffered: setOffered, setOwn: setOwn, shares: shares, drawn: function () { return drawn; } };
+  return { add: add, addSecond: addSecond, redraw: redraw, counts: counts, setOffered: setOffered, setOwn: setOwn, shares: shares, drawn: function () { return drawn; } };
 }
