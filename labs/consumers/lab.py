@@ -489,7 +489,6 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
                 e["burst"]
                 for e in events
                 if e.get("kind") in SUMMARY_KINDS
-                and "summary" not in e
                 and e.get("burst")
                 and e["burst"] not in self._bursts
             }
@@ -513,14 +512,10 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
             text = rendered_row(self.session_id, event)
             fragments = []
             burst = bursts.get(event.get("burst"))
-            if "summary" in event:  # rendered where the push was built (labs.worker.writer)
-                html = event["summary"]
-            elif burst and event.get("kind") in SUMMARY_KINDS:
+            if burst and event.get("kind") in SUMMARY_KINDS:
                 html = rendered_summary(self.session_id, event, burst)
-            else:
-                html = ""
-            if html:
-                fragments.append({"id": "burst-summary", "html": html})
+                if html:
+                    fragments.append({"id": "burst-summary", "html": html})
             if i == last_state_change and self._policy is not None:
                 html = await rendered_badge(self.session_id, self._policy, event)
                 fragments.append({"id": "breaker-badge", "html": html})

@@ -162,9 +162,8 @@ def counts_from_events(payloads: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
 def render_summary(summary: dict[str, Any] | None) -> str:
     """The summary panel through the page's template partial (``burst-summary``): the page's
-    first render and every push use it (the journal writer renders it once for a burst's start
-    and end, :func:`labs.worker.writer.with_summaries`; a web process for a queued burst's row,
-    :func:`labs.consumers.lab.rendered_summary`)."""
+    first render and every push use it (a push renders it once per row for every page of the
+    process, see :func:`labs.consumers.lab.rendered_summary`)."""
     return _partial("burst-summary").render({"summary": summary}).strip()
 
 

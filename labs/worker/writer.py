@@ -23,8 +23,6 @@ from labs.journal import broadcast, seconds
 from labs.journal.store import Entry, Written, append_entries, pushes_for, tally_pushes
 from labs.live import metrics
 from labs.models import JournalEvent, LabSession
-from labs.presenters.lab_page import SUMMARY_KINDS, summary_fragment
-from labs.selectors.lab import burst_facts_by_id
 
 logger = logging.getLogger(__name__)
 
@@ -311,10 +309,6 @@ class JournalWriter:
         if self._tally and self._seconds_due is None:
             self._seconds_due = _next_second_push()
         pushes = pushes_for(rows, self._tally) if rows else []
-        try:
-            with_summaries(pushes)
-        except Exception:  # the rows are committed: push them bare, the pages render them
-            logger.exception("could not render the pushed summary panels; pushing the rows alone")
         if pushes:
             # One pipelined round trip on a plain client: no event loop per batch, which
             # costs the writer process a large share of its CPU. A failed send is logged
@@ -377,26 +371,3 @@ def _next_second_push() -> float:
 def _witness(written: Sequence[Written]) -> Witness:
     last = written[-1]
     return (last.entry.session_id, last.seq, last.created_at)
-
-
-def with_summaries(pushes: list[broadcast.Push]) -> None:
-    """Give each pushed row that changes its burst's summary panel (a burst's start and end)
-    the panel's HTML under ``summary``, rendered once here where the batch is pushed, not in
-    every web process with a page watching: the panel is the page's template partial, and
-    a template render per row was most of what the web process added per event
-    (docs/scaling.md, "Before and after the live side's new homes"). One query a batch that
-    has such rows, for the bursts' number, size and concurrency."""
-    wanted = [
-        event
-        for _, message in pushes
-        if message.get("type") == "journal.events"
-        for event in message["events"]
-        if event["kind"] in SUMMARY_KINDS and event.get("burst")
-    ]
-    if not wanted:
-        return
-    facts = burst_facts_by_id(sorted({event["burst"] for event in wanted}))
-    for event in wanted:
-        burst = facts.get(event["burst"])
-        if burst is not None:
-            event["summary"] = summary_fragment(event, burst)

@@ -85,31 +85,6 @@ def test_the_pushed_badge_is_the_pages(client, student, session, forced):
 
 
 @pytest.mark.django_db
-def test_the_journal_writer_renders_a_bursts_start_and_end_panel_once_for_every_page(
-    client, student, session
-):
-    """A burst's start and end rows leave the writer with their summary panel rendered, the
-    page's own section as of that row; the web processes forward it as it is."""
-    from labs.worker.writer import with_summaries
-
-    burst = Burst.objects.create(
-        session=session, number=3, size=20, concurrency=2, status=Burst.Status.DONE,
-        summary=COUNTS, start_state={"v": 1},
-    )  # fmt: skip
-    events = [
-        {"seq": 7, "kind": "burst_start", "burst": burst.pk, "data": None},
-        {"seq": 8, "kind": "attempt", "burst": burst.pk, "data": None},
-        {"seq": 9, "kind": "burst_end", "burst": burst.pk, "data": COUNTS},
-    ]
-    pushes = [("lab-session-1", {"type": "journal.events", "events": events})]
-    with_summaries(pushes)
-    start, attempt, end = events
-    assert 'data-status="running"' in start["summary"] and "Burst 3" in start["summary"]
-    assert "summary" not in attempt
-    assert end["summary"] == section(page(client, student, session), "burst-summary")
-
-
-@pytest.mark.django_db
 def test_a_badge_seen_before_is_the_same_render_with_the_new_clock(session):
     """The badge's renders are kept by their view without the clock: a second read of the same
     breaker gives what a fresh render gives, with its own clock; another state renders anew."""
