@@ -8,7 +8,6 @@ is), then records the beat and that lag in the broker's Redis.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 import redis
@@ -23,18 +22,10 @@ from labs.live.health import (
     WRITER_LAG_KEY,
     redis_client,
 )
-from labs.worker.once import once
+from labs.worker.once import daemon_once
 from labs.worker.writers import get_writer
 
 logger = logging.getLogger(__name__)
-
-
-@once
-def start_worker_heartbeat() -> threading.Thread:
-    """Start this worker's heartbeat thread (once per process)."""
-    thread = threading.Thread(target=_beat_forever, name="health-heartbeat", daemon=True)
-    thread.start()
-    return thread
 
 
 def _beat_forever() -> None:
@@ -72,3 +63,7 @@ def stop_worker_heartbeat() -> None:
         pipe.execute()
     except redis.RedisError:
         logger.warning("health heartbeat not withdrawn", exc_info=True)
+
+
+#: Start this worker's heartbeat thread (once per process); returns it.
+start_worker_heartbeat = daemon_once(_beat_forever, "health-heartbeat")

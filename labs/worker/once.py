@@ -1,4 +1,5 @@
-"""``once``: a process-wide singleton created on first use, by one thread only."""
+"""``once``: a process-wide singleton created on first use, by one thread only; and
+``daemon_once``, the worker's background threads started that way."""
 
 from __future__ import annotations
 
@@ -26,3 +27,16 @@ def once(factory: Callable[[], T]) -> Callable[[], T]:
     get.__doc__ = factory.__doc__
     get.__name__ = factory.__name__
     return get
+
+
+def daemon_once(target: Callable[[], object], name: str) -> Callable[[], threading.Thread]:
+    """A function that starts ``target`` on a daemon thread called ``name`` at its first call
+    (once per process, however many threads ask) and returns that thread every time."""
+
+    def start() -> threading.Thread:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        return thread
+
+    start.__name__ = f"start_{name.replace('-', '_')}"
+    return once(start)

@@ -30,7 +30,7 @@ from labs.journal import store as journal
 from labs.models import Run
 from labs.services.runs import WORKER_ID, RunKind, reap_stale
 from labs.worker.hub import bookkeeping, get_hub
-from labs.worker.once import once
+from labs.worker.once import daemon_once
 from labs.worker.writers import get_writer
 
 logger = logging.getLogger(__name__)
@@ -202,13 +202,6 @@ def touch(kind: RunKind, ids: list[int]) -> None:
     model.objects.filter(pk__in=ids, status=model.Status.RUNNING).update(heartbeat_at=Now())
 
 
-@once
-def _heartbeat_thread() -> threading.Thread:
-    thread = threading.Thread(target=_heartbeat_loop, name="run-heartbeat", daemon=True)
-    thread.start()
-    return thread
-
-
 def _heartbeat_loop() -> None:
     global _hold_reaps_until
     next_touch = 0.0
@@ -276,13 +269,6 @@ def start_sweeper(name: str, sweep: Callable[[], object]) -> None:
     _sweeper_thread()
 
 
-@once
-def _sweeper_thread() -> threading.Thread:
-    thread = threading.Thread(target=_sweep_forever, name="worker-sweeper", daemon=True)
-    thread.start()
-    return thread
-
-
 def _sweep_forever() -> None:
     held: dict[str, float] = {}  # sweep -> not before (after a failure)
     while True:
@@ -300,3 +286,9 @@ def _sweep_forever() -> None:
                 logger.exception("%s failed", name)
                 held[name] = time.monotonic() + settings.LAB_BURST_STALE_SECONDS
         connection.close()
+
+
+#: The heartbeat of this process's runs and the sweeper of every kind's stale runs: one
+#: daemon thread each, started by the first run or sweep registered.
+_heartbeat_thread = daemon_once(_heartbeat_loop, "run-heartbeat")
+_sweeper_thread = daemon_once(_sweep_forever, "worker-sweeper")
