@@ -20,7 +20,7 @@ from labs.services import lab
 from labs.services.traffic import traffic_start
 from tests.conftest import DEFAULT_PASSWORD, make_classroom, make_scenario, make_student
 from tests.e2e.conftest import login
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import wait_run_ended
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -43,36 +43,48 @@ def journal_counts(session) -> dict[str, dict]:
     return dict(out)
 
 
-def test_the_strip_chart_counts_the_traffic_as_the_journal_does(browser, daphne_server, e2e_worker):
-    scenario = make_scenario("strip", title="Strip")
-    room = make_classroom("Strip class", join_code="STRIP001")
+def traffic_page(browser, daphne_server, name: str, code: str, username: str, viewport):
+    """A student's lab page on a dependency failing 30 % of its 5 ms calls, open and live:
+    the session, the student, the browser context, the page and the errors it logs."""
+    scenario = make_scenario(name, title=name.title())
+    room = make_classroom(f"{name.title()} class", join_code=code)
     room.scenarios.add(scenario)
-    carol = make_student("carol", room)
-    session = lab.session_open(user=carol, classroom=room, scenario=scenario)
+    student = make_student(username, room)
+    session = lab.session_open(user=student, classroom=room, scenario=scenario)
     lab.session_set_dependency(
-        session=session, user=carol, changes={"mode": "error_rate", "rate": 0.3, "latency_ms": 5}
+        session=session, user=student, changes={"mode": "error_rate", "rate": 0.3, "latency_ms": 5}
     )
-    context = browser.new_context(viewport={"width": 1440, "height": 1500})
+    context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
     context.set_default_timeout(20_000)
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    login(page, daphne_server, username, DEFAULT_PASSWORD)
+    page.goto(f"{daphne_server}/sessions/{session.pk}/")
+    page.wait_for_selector('#live-status[data-state="live"]')
+    return session, student, context, page, errors
+
+
+def run_traffic_to_its_end(page, session, student, rate: int, duration_s: int) -> None:
+    """Steady traffic (evenly spaced) on a real worker, to its end, and the page caught up
+    with the journal's last row."""
+    traffic = traffic_start(
+        session=session, user=student, rate=rate, duration_s=duration_s, arrivals="even"
+    )
+    wait_run_ended(traffic, 60)
+    assert traffic.status == Traffic.Status.DONE, traffic.error
+    last = JournalEvent.objects.filter(session=session).order_by("-seq").first().seq
+    page.wait_for_function("n => failureLab.lastSeq() === n", arg=last, timeout=30_000)
+
+
+def test_the_strip_chart_counts_the_traffic_as_the_journal_does(browser, daphne_server, e2e_worker):
+    session, carol, context, page, errors = traffic_page(
+        browser, daphne_server, "strip", "STRIP001", "carol", (1440, 1500)
+    )
     try:
-        login(page, daphne_server, "carol", DEFAULT_PASSWORD)
-        page.goto(f"{daphne_server}/sessions/{session.pk}/")
-        page.wait_for_selector('#live-status[data-state="live"]')
         expect(page.locator("#traffic-strip-desc")).to_have_text("No call yet.")
-        traffic = traffic_start(session=session, user=carol, rate=5, duration_s=3, arrivals="even")
-
-        def ended():
-            traffic.refresh_from_db()
-            return traffic.status not in Traffic.ACTIVE_STATUSES
-
-        wait_for(ended, 60, interval=0.2, message="the traffic to end")
-        assert traffic.status == Traffic.Status.DONE, traffic.error
-        last = JournalEvent.objects.filter(session=session).order_by("-seq").first().seq
-        page.wait_for_function("n => failureLab.lastSeq() === n", arg=last, timeout=30_000)
+        run_traffic_to_its_end(page, session, carol, rate=5, duration_s=3)
         expected = journal_counts(session)
         assert sum(len(c["calls"]) for c in expected.values()) > 0
         assert page.evaluate("failureLab.stripCounts()") == expected
@@ -104,34 +116,11 @@ def test_a_second_of_traffic_shows_the_journals_counts_and_opens_to_its_rows(
     """At 1920x1080: the strip's line for the last full second says what the journal's rows
     of that second count, and the journal's line of a second, opened, lists every row of it
     in the journal's words."""
-    scenario = make_scenario("second", title="Second")
-    room = make_classroom("Second class", join_code="SECOND01")
-    room.scenarios.add(scenario)
-    gina = make_student("gina", room)
-    session = lab.session_open(user=gina, classroom=room, scenario=scenario)
-    lab.session_set_dependency(
-        session=session, user=gina, changes={"mode": "error_rate", "rate": 0.3, "latency_ms": 5}
+    session, gina, context, page, errors = traffic_page(
+        browser, daphne_server, "second", "SECOND01", "gina", (1920, 1080)
     )
-    context = browser.new_context(viewport={"width": 1920, "height": 1080})
-    context.set_default_timeout(20_000)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
     try:
-        login(page, daphne_server, "gina", DEFAULT_PASSWORD)
-        page.goto(f"{daphne_server}/sessions/{session.pk}/")
-        page.wait_for_selector('#live-status[data-state="live"]')
-        traffic = traffic_start(session=session, user=gina, rate=8, duration_s=4, arrivals="even")
-
-        def ended():
-            traffic.refresh_from_db()
-            return traffic.status not in Traffic.ACTIVE_STATUSES
-
-        wait_for(ended, 60, interval=0.2, message="the traffic to end")
-        assert traffic.status == Traffic.Status.DONE, traffic.error
-        last = JournalEvent.objects.filter(session=session).order_by("-seq").first().seq
-        page.wait_for_function("n => failureLab.lastSeq() === n", arg=last, timeout=30_000)
+        run_traffic_to_its_end(page, session, gina, rate=8, duration_s=4)
         traffic_rows = [
             row
             for row in JournalEvent.objects.filter(session=session).order_by("seq")

@@ -246,6 +246,18 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, message: 
     pytest.fail(f"timed out after {timeout}s waiting for {message or predicate}")
 
 
+def wait_run_ended(run, timeout: float = 90.0):
+    """Poll ``run`` (a burst, a traffic run) until it is no longer queued or running; the
+    run, refreshed, for the test to check how it ended."""
+
+    def ended():
+        run.refresh_from_db()
+        return run.status not in type(run).ACTIVE_STATUSES
+
+    wait_for(ended, timeout, interval=0.2, message=f"{type(run).__name__.lower()} {run.pk} to end")
+    return run
+
+
 def free_port() -> int:
     """A TCP port nothing listens on now (loopback)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -297,4 +309,3 @@ def own_redis(tmp_path):
     server.start()
     yield server
     server.kill()
-

@@ -24,7 +24,7 @@ from labs.models import JournalEvent, Traffic
 from labs.services import lab
 from labs.services.traffic import traffic_start
 from tests.conftest import make_classroom, make_instructor, make_scenario, make_student
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import wait_for, wait_run_ended
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -121,11 +121,7 @@ def test_steady_traffic_reaches_the_page_as_seconds_that_count_the_journal_rows(
                  message="both sockets to be open")  # fmt: skip
         traffic = traffic_start(session=session, user=erin, rate=10, duration_s=4, arrivals="even")
 
-        def ended():
-            traffic.refresh_from_db()
-            return traffic.status not in Traffic.ACTIVE_STATUSES
-
-        wait_for(ended, 90, interval=0.2, message="the traffic to end")
+        wait_run_ended(traffic, 90)
         assert traffic.status == Traffic.Status.DONE, traffic.error
         newest = JournalEvent.objects.filter(session=session).order_by("-seq").first()
         assert newest.kind == "traffic_end"
@@ -187,11 +183,7 @@ def test_a_page_that_reconnects_after_traffic_gets_its_seconds_from_the_journal(
     web = daphne_process()
     traffic = traffic_start(session=session, user=erin, rate=10, duration_s=2, arrivals="even")
 
-    def ended():
-        traffic.refresh_from_db()
-        return traffic.status not in Traffic.ACTIVE_STATUSES
-
-    wait_for(ended, 90, interval=0.2, message="the traffic to end")
+    wait_run_ended(traffic, 90)
     first = JournalEvent.objects.filter(session=session, kind="traffic_start").get().seq
     page = Listener(web, f"/ws/sessions/{session.pk}/?after={first}", erin)
     try:
@@ -214,11 +206,7 @@ def test_a_seconds_rows_are_for_whoever_may_see_the_page(worker_process, world):
     worker_process()
     traffic = traffic_start(session=session, user=erin, rate=10, duration_s=2, arrivals="even")
 
-    def ended():
-        traffic.refresh_from_db()
-        return traffic.status not in Traffic.ACTIVE_STATUSES
-
-    wait_for(ended, 90, interval=0.2, message="the traffic to end")
+    wait_run_ended(traffic, 90)
     second, expected = sorted(journal_seconds(session).items())[0]
     url = f"/sessions/{session.pk}/seconds/{second}/"
     for who in ("erin", "teacher"):
