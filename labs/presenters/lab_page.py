@@ -68,9 +68,9 @@ def render_badge(view: dict[str, Any]) -> str:
     partial (``breaker-badge``): the page's first render and every push use it.
 
     A view seen before, but for the server's clock, is not rendered again: the template
-    runs once per different badge and the clock is put in its one attribute. A render per
-    push was a tenth of a web process's CPU per event (docs/scaling.md, "Before and after
-    the live side's new homes")."""
+    runs once per different badge and the clock is put in its one attribute. The badge's and
+    the summary panel's renders per push were a tenth of a web process's CPU per event
+    (docs/scaling.md, "Before and after the live side's new homes")."""
     key = json.dumps({k: v for k, v in view.items() if k != "server_now_ms"},
                      sort_keys=True, default=str)  # fmt: skip
     html = _BADGES.get(key)
