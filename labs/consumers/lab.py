@@ -33,7 +33,7 @@ from labs.consumers.base import (
 from labs.journal import broadcast, rows, seconds
 from labs.journal.kinds import BURST_END_KINDS
 from labs.live import metrics
-from labs.presenters.lab_page import SUMMARY_KINDS, badge, render_badge, summary_fragment
+from labs.presenters.lab_page import SUMMARY_KINDS, badge, render_badge, summary_update
 from labs.presenters.storm import session_card, shared_page_message
 from labs.selectors.access import session_policy, socket_session
 from labs.selectors.lab import (
@@ -165,16 +165,17 @@ _rendered_badges: dict[tuple[int, int, Any, Any], asyncio.Future] = {}
 
 
 def rendered_summary(session_id: int, event: dict[str, Any], facts: dict[str, Any]) -> str:
-    """The summary panel's HTML as of ``event``
-    (:func:`labs.presenters.lab_page.summary_fragment`), once in this process for every page
-    watching the session. The panel as of a row depends on the
+    """The summary panel's data as of ``event`` as JSON text
+    (:func:`labs.presenters.lab_page.summary_update`; "" when the panel stays as it is), once
+    in this process for every page watching the session. The panel as of a row depends on the
     row and on the burst's number, size and concurrency only, which no later row changes."""
     key = _row_key(session_id, event)
-    html = _rendered_summaries.get(key)
-    if html is None:
-        html = summary_fragment(event, facts)
-        _keep(_rendered_summaries, key, html)
-    return html
+    text = _rendered_summaries.get(key)
+    if text is None:
+        panel = summary_update(event, facts)
+        text = "" if panel is None else json.dumps(panel, default=str)
+        _keep(_rendered_summaries, key, text)
+    return text
 
 
 async def rendered_badge(session_id: int, policy: dict[str, Any], event: dict[str, Any]) -> str:
@@ -510,16 +511,14 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
         )
         for i, event in enumerate(events):
             text = rendered_row(self.session_id, event)
-            fragments = []
             burst = bursts.get(event.get("burst"))
             if burst and event.get("kind") in SUMMARY_KINDS:
-                html = rendered_summary(self.session_id, event, burst)
-                if html:
-                    fragments.append({"id": "burst-summary", "html": html})
+                summary = rendered_summary(self.session_id, event, burst)
+                if summary:  # this page's own: spliced in as the row's last key
+                    text = f'{text[:-1]}, "summary": {summary}}}'
             if i == last_state_change and self._policy is not None:
                 html = await rendered_badge(self.session_id, self._policy, event)
-                fragments.append({"id": "breaker-badge", "html": html})
-            if fragments:  # this page's own: spliced in as the row's last key
+                fragments = [{"id": "breaker-badge", "html": html}]
                 text = f'{text[:-1]}, "fragments": {json.dumps(fragments)}}}'
             if event.get("kind") in BURST_END_KINDS:
                 bursts.pop(event.get("burst"), None)

@@ -12,6 +12,7 @@ from django.template.loader import get_template
 
 from labs.journal.kinds import BURST_END_KINDS
 from labs.journal.rows import summary_delta
+from labs.presenters.text import ms_text
 
 SESSION_TEMPLATE = "labs/session.html"
 
@@ -136,7 +137,34 @@ def summary_panel(
     panel["wall_ms"] = counts.get("wall_ms")
     panel["extra"] = {name: counts[name] for name in SUMMARY_EXTRAS if name in counts}
     panel.update(changes)
+    status = panel["status"]
+    panel["status_label"] = STATUS_LABELS.get(status, status)
+    panel["wall_text"] = wall_text(panel["wall_ms"], panel.get("concurrency"))
     return panel
+
+
+#: The panel's words for a burst's status (another status, interrupted or failed, says itself).
+STATUS_LABELS = {"done": "done", "running": "running…", "queued": "queued…"}
+
+
+def wall_text(wall_ms: float | None, concurrency: int | None) -> str:
+    """The panel's line on a finished burst's time ("" until it has one)."""
+    if not wall_ms:
+        return ""
+    callers = "caller" if concurrency == 1 else "callers"
+    return f"Took {ms_text(wall_ms)} from first call to last answer, {concurrency} {callers}."
+
+
+def summary_prototype() -> dict[str, Any]:
+    """A panel with every part present, rendered once into the page for its script to fill in
+    from a push's panel data (``summary`` on a row, see :func:`summary_update`)."""
+    dependency = dict.fromkeys(("calls", "succeeded", "failed", "fast_failed", "degraded"), 0)
+    extra = dict.fromkeys(("degraded", "wait_ms_total", "rejected_bulkhead", "pool_timeout"), 0)
+    extra["effects"] = {"applied": 0, "calls": 0}
+    extra["by_dependency"] = {"a": {**dependency, "waited_ms": 0}}
+    facts = {"id": "", "number": 0, "size": 0, "concurrency": 2, "status": "queued",
+             "error": "error"}  # fmt: skip
+    return summary_panel(facts, {"wall_ms": 1, **extra})
 
 
 def waiting_ms(counts: dict[str, Any]) -> float:
@@ -161,9 +189,8 @@ def counts_from_events(payloads: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
 
 def render_summary(summary: dict[str, Any] | None) -> str:
-    """The summary panel through the page's template partial (``burst-summary``): the page's
-    first render and every push use it (a push renders it once per row for every page of the
-    process, see :func:`labs.consumers.lab.rendered_summary`)."""
+    """The summary panel through the page's template partial (``burst-summary``), as the page
+    renders it on load."""
     return _partial("burst-summary").render({"summary": summary}).strip()
 
 
@@ -171,16 +198,19 @@ def render_summary(summary: dict[str, Any] | None) -> str:
 SUMMARY_KINDS = ("burst_queued", "burst_start", *BURST_END_KINDS)
 
 
-def summary_fragment(event: dict[str, Any], facts: dict[str, Any]) -> str:
-    """The summary panel as of ``event`` (not as of now: a replay must add up); "" when the
-    event leaves the panel as it is (an interrupted or failed burst keeps its counts)."""
+def summary_update(event: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any] | None:
+    """The summary panel's data as of ``event`` (not as of now: a replay must add up), which
+    a push carries and the page's script fills into the panel (static/js/lab/summary.js);
+    None when the event leaves the panel as it is (an interrupted or failed burst keeps its
+    counts). Data, not HTML: rendering the panel in each web process was about 6 % of its CPU
+    per event (docs/scaling.md, "Before and after the live side's new homes")."""
     kind = event["kind"]
     if kind == "burst_end":
-        return render_summary(summary_panel(facts, event.get("data") or {}, status="done"))
+        return summary_panel(facts, event.get("data") or {}, status="done")
     if kind in ("burst_queued", "burst_start"):
         status = "queued" if kind == "burst_queued" else "running"
-        return render_summary(summary_panel(facts, status=status, error=""))
-    return ""
+        return summary_panel(facts, status=status, error="")
+    return None
 
 
 def _partial(name: str):

@@ -51,7 +51,7 @@ from labs.journal.rows import clock_text
 from labs.journal.store import event_payload
 from labs.models import Classroom, JournalEvent, LabSession, Scenario
 from labs.presenters.exports import csv_lines
-from labs.presenters.lab_page import badge, burst_panel, chart_payload
+from labs.presenters.lab_page import badge, burst_panel, chart_payload, summary_prototype
 from labs.presenters.lessons import scenario_steps
 from labs.presenters.storm import OVERLOAD_WAIT_MS
 from labs.selectors.access import owned_session, visible_session
@@ -119,6 +119,7 @@ def page_context(
         "older_before": older,
         "last_seq": rows[0]["seq"] if rows else 0,
         "summary": burst_panel(burst, burst_rows(burst)),
+        "summary_prototype": summary_prototype(),
         "chart_events": [chart_payload(e) for e in chart_events(session)],
         "strip_seconds": strip_seconds(session.pk),
         "steps": steps,

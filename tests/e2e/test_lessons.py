@@ -13,6 +13,7 @@ reading before the bursts of the two lessons with a window; screenshots of their
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
@@ -103,6 +104,21 @@ def dependency_row(page, name: str) -> list[str]:
     )
 
 
+def panel_markup(page) -> str:
+    """The burst summary panel's markup as the page holds it, whitespace between tags aside."""
+    html = page.eval_on_selector("#burst-summary", "e => e.outerHTML")
+    return re.sub(r">\s+<", "><", re.sub(r"\s+", " ", html)).strip()
+
+
+def assert_panel_as_reloaded(page) -> None:
+    """The panel the page's script filled in from the push is the one the server renders for
+    the same burst when the page is loaded again: same parts, same numbers, same words."""
+    live = panel_markup(page)
+    page.reload()
+    page.wait_for_selector('#live-status[data-state="live"]')
+    assert panel_markup(page) == live
+
+
 def test_per_host_breakers_isolate_the_host_that_is_down(open_page):
     page, errors = open_page("per_host_breakers", "HOSTS001")
     save_policy(page, breaker_scope="host")
@@ -121,6 +137,7 @@ def test_per_host_breakers_isolate_the_host_that_is_down(open_page):
     assert page.evaluate(f"() => {open_lanes}.length") >= 1
     assert page.locator('.journal-row[data-kind="attempt"] .j-msg', has_text="host 1,").count() > 0
     shot(page, "per-host-breakers")
+    assert_panel_as_reloaded(page)
     assert errors == []
 
 
@@ -135,6 +152,7 @@ def test_a_bulkhead_keeps_a_healthy_while_b_is_slow(open_page):
     assert stat(page, "rejected_bulkhead") == "8"
     assert page.locator(".journal-row .j-msg", has_text="(the bulkhead); not called").count() == 8
     shot(page, "bulkhead")
+    assert_panel_as_reloaded(page)
     assert errors == []
 
 
@@ -152,6 +170,7 @@ def test_a_cached_fallback_answers_while_the_dependency_is_down(open_page):
     assert degraded.count() == 6
     assert "answered by the cached answer" in degraded.first.inner_text()
     shot(page, "fallback-cached")
+    assert_panel_as_reloaded(page)
     assert errors == []
 
 
@@ -164,6 +183,7 @@ def test_idempotency_keys_charge_once_per_call(open_page):
     assert page.inner_text('#burst-summary [data-stat="effects"]').split() == ["6", "/", "6"]
     assert page.locator(".journal-row .j-msg", has_text="charge not applied again").count() == 3
     shot(page, "idempotency-keys")
+    assert_panel_as_reloaded(page)
     assert errors == []
 
 

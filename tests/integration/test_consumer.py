@@ -327,15 +327,10 @@ def test_a_burst_on_a_real_worker_streams_every_event_in_order_with_badge_and_su
         assert 'data-state="open"' in badge["html"]
         until = re.search(r'data-open-until-ms="([\d.]+)"', badge["html"])
         assert until and float(until.group(1)) > transition["t_ms"]
-        summaries = {
-            e["kind"]: f["html"]
-            for e in events
-            for f in e.get("fragments", [])
-            if f["id"] == "burst-summary"
-        }
+        summaries = {e["kind"]: e["summary"] for e in events if "summary" in e}
         assert set(summaries) == {"burst_queued", "burst_start", "burst_end"}
-        assert 'data-status="running"' in summaries["burst_start"]
-        assert 'data-stat="fast_failed">3<' in summaries["burst_end"]
+        assert summaries["burst_start"]["status"] == "running"
+        assert summaries["burst_end"]["fast_failed"] == 3
         assert all(e.get("emitted") for e in events if e["kind"] == "attempt")
         await comm.disconnect()
 
@@ -659,13 +654,13 @@ def live_rows(session: LabSession) -> list[dict]:
 def test_pages_watching_one_session_share_one_summary_render_and_one_badge_read(
     world, monkeypatch
 ):
-    """Three pages watch one session: a live push's summary panel is rendered once and its
+    """Three pages watch one session: a live push's summary panel is made once and its
     breaker badge read from Redis and rendered once for all of them, and every page gets the
     same bytes (a replayed row still reads the badge afresh: see rendered_badge)."""
     session = world["session"]
     summaries: list[int] = []
     badges: list[int] = []
-    real_summary, real_badge = consumers.summary_fragment, consumers.breaker_now
+    real_summary, real_badge = consumers.summary_update, consumers.breaker_now
 
     def counted_summary(event, facts):
         summaries.append(event["seq"])
@@ -675,7 +670,7 @@ def test_pages_watching_one_session_share_one_summary_render_and_one_badge_read(
         badges.append(session_id)
         return real_badge(session_id, policy)
 
-    monkeypatch.setattr(consumers, "summary_fragment", counted_summary)
+    monkeypatch.setattr(consumers, "summary_update", counted_summary)
     monkeypatch.setattr(consumers, "breaker_now", counted_badge)
     pages = [socket(session.pk, world[who], after=0) for who in ("alice", "teacher", "alice")]
     layer = get_channel_layer()
@@ -698,11 +693,11 @@ def test_pages_watching_one_session_share_one_summary_render_and_one_badge_read(
     got = async_to_sync(scenario)()
     first = got[0]
     assert [e["kind"] for e in first] == ["burst_queued", "transition"]
-    assert [f["id"] for f in first[0]["fragments"]] == ["burst-summary"]
+    assert first[0]["summary"]["status"] == "queued" and "fragments" not in first[0]
     assert [f["id"] for f in first[1]["fragments"]] == ["breaker-badge"]
     assert 'id="breaker-badge"' in first[1]["fragments"][0]["html"]  # read from Redis
     for events in got[1:]:
-        assert [e.get("fragments") for e in events] == [e.get("fragments") for e in first]
+        assert events == first
     assert summaries == [first[0]["seq"]]  # once, not once per page
     assert badges == [session.pk]
 

@@ -1,6 +1,7 @@
-"""What a push carries beside its rows is what the page shows: the burst summary panel and
-the breaker badge a consumer sends are the page's own ``burst-summary`` and
-``breaker-badge`` sections, byte for byte (one template renders both)."""
+"""What a push carries beside its rows is what the page shows: the breaker badge a consumer
+sends is the page's own ``breaker-badge`` section, byte for byte (one template renders both),
+and the burst summary's data is what the page renders its ``burst-summary`` from (the page's
+script fills it into the same partial: tests/e2e/test_summary_panel.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ from django.urls import reverse
 from labs.engine import Breaker, parse_policy
 from labs.live import runtime
 from labs.models import Burst
-from labs.presenters.lab_page import badge, burst_facts, render_badge, summary_fragment
+from labs.presenters.lab_page import (
+    badge,
+    burst_facts,
+    burst_panel,
+    render_badge,
+    render_summary,
+    summary_update,
+)
 from labs.selectors.lab import breaker_now
 
 COUNTS = {
@@ -55,19 +63,37 @@ def test_the_pushed_summary_panel_is_the_pages(client, student, session):
         summary=COUNTS, start_state={"v": 1},
     )  # fmt: skip
     shown = section(page(client, student, session), "burst-summary")
-    pushed = summary_fragment({"kind": "burst_end", "data": COUNTS}, burst_facts(burst))
-    assert 'data-stat="degraded">2<' in pushed and "Took 310 ms" in pushed
-    assert pushed == shown
+    pushed = summary_update({"kind": "burst_end", "data": COUNTS}, burst_facts(burst))
+    assert pushed == burst_panel(burst, [])
+    assert pushed["extra"]["degraded"] == 2
+    assert pushed["wall_text"] == "Took 310 ms from first call to last answer, 2 callers."
+    assert render_summary(pushed) == shown
 
 
 @pytest.mark.django_db
-def test_a_pushed_panel_escapes_the_error(client, student, session):
-    html = summary_fragment(
-        {"kind": "burst_queued"},
-        {"id": 1, "number": 1, "size": 3, "concurrency": 1, "status": "failed",
-         "error": 'worker <gone> & "lost"', "recorded": True},
-    )  # fmt: skip
-    assert 'data-status="queued"' in html and "<gone>" not in html
+def test_the_page_holds_a_prototype_panel_with_every_part(client, student, session):
+    """The panel a push is filled into is the partial with every part the data may name."""
+    html = page(client, student, session)
+    found = re.search(r'<template id="burst-summary-prototype">(.*?)</template>', html, re.S)
+    assert found
+    prototype = found.group(1)
+    for part in (
+        'data-role="number"', 'data-role="status"', 'data-role="size"',
+        'data-extra="degraded"', 'data-extra="wait_ms_total"', 'data-extra="effects"',
+        'data-role="by-dependency"', 'data-role="wall"', 'data-role="error"',
+    ):  # fmt: skip
+        assert part in prototype, part
+    assert prototype.count("<tr data-dependency=") == 1
+
+
+@pytest.mark.django_db
+def test_queued_and_started_panels_carry_no_error_and_ends_that_keep_counts_carry_nothing():
+    facts = {"id": 1, "number": 1, "size": 3, "concurrency": 1, "status": "failed",
+             "error": 'worker <gone> & "lost"', "recorded": True}  # fmt: skip
+    queued = summary_update({"kind": "burst_queued"}, facts)
+    assert (queued["status"], queued["status_label"], queued["error"]) == ("queued", "queued…", "")
+    assert queued["wall_text"] == "" and queued["calls"] == 0
+    assert summary_update({"kind": "burst_interrupted"}, facts) is None
 
 
 @pytest.mark.django_db

@@ -462,7 +462,7 @@ def test_rows_read_back_for_a_reconnecting_socket_are_marked_with_one_query(
 def test_the_pushed_summary_panel_has_no_what_if_link(session):
     """The consumer renders the panel at a burst's end from facts it learnt from the
     ``burst_queued`` row or read by id; the burst's what-if link is in the history, not here."""
-    from labs.presenters.lab_page import summary_fragment
+    from labs.presenters.lab_page import render_summary, summary_update
     from labs.selectors.lab import burst_facts_by_id
 
     new = finished_burst(session, 1)
@@ -471,8 +471,8 @@ def test_the_pushed_summary_panel_has_no_what_if_link(session):
     assert (facts[new.pk]["recorded"], facts[old.pk]["recorded"]) == (True, False)
     for burst in (new, old):
         end = JournalEvent.objects.get(burst=burst, kind="burst_end")
-        html = summary_fragment(journal.event_payload(end), facts[burst.pk])
-        assert f"Burst {burst.number}" in html and "replay/" not in html and "<a " not in html
+        html = render_summary(summary_update(journal.event_payload(end), facts[burst.pk]))
+        assert f'data-role="number">{burst.number}<' in html and "replay/" not in html and "<a " not in html
 
 
 def test_replay_rows_rendered_in_python_match_the_template_markup_and_charts_are_data():

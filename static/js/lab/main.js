@@ -3,7 +3,8 @@
  *
  * - socket.js: the websocket, its reconnects and pings; journal.js: rows by seq, fragments,
  *   steady traffic's seconds (a line each, opened: its rows);
- * - summary.js: the burst summary's live counts; badge.js: the breaker badge's cooldown;
+ * - summary.js: the burst summary panel, filled from pushes and counted live; badge.js: the
+ *   breaker badge's cooldown;
  * - timeline.js: the burst timeline (painted by canvas.js); strip.js: the traffic strip (both
  *   on the vendored uPlot); shared.js: the shared dependency's card;
  * - burst.js: Run burst over the socket; history.js: the burst history and what-if panel;
