@@ -4,6 +4,7 @@ The Django ASGI application is built before anything imports models (consumers d
 registry is ready; at most LAB_HTTP_CONCURRENCY requests run in Django at once
 (lab_project/http_limit.py says why); websockets are refused from origins not in ALLOWED_HOSTS
 and carry the session's user (or a course launch's token's: labs/consumers/launch_token.py).
+The lab page's template is parsed here, at boot, not on the first page's connect.
 """
 
 import os
@@ -22,7 +23,10 @@ from django.urls import reverse  # noqa: E402
 
 from lab_project.http_limit import ConcurrencyLimit  # noqa: E402
 from labs.consumers.launch_token import LaunchTokenAuthMiddleware  # noqa: E402
+from labs.presenters.lab_page import load_templates  # noqa: E402
 from labs.routing import websocket_urlpatterns  # noqa: E402
+
+load_templates()
 
 application = ProtocolTypeRouter(
     {
