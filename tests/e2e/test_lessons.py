@@ -195,9 +195,7 @@ EXPLAINED = {
 #: the storm is tested on the storm panel (test_storm_panel.py), the edge's questions in
 #: test_find_the_edge.py, not here.
 CLASS_LESSONS = ("storm_lesson", "find_the_edge")
-PACED = sorted(
-    p.stem for p in (ROOT / "scenarios").glob("*.json") if p.stem not in CLASS_LESSONS
-)
+PACED = sorted(p.stem for p in (ROOT / "scenarios").glob("*.json") if p.stem not in CLASS_LESSONS)
 
 
 def _right_answers(name: str) -> dict[int, Any]:
