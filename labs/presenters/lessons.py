@@ -430,8 +430,11 @@ WATCH_PLACES: tuple[tuple[tuple[str, ...], str], ...] = (
 
 def step_watch(step: dict[str, Any]) -> list[str]:
     """What a step asks the student to watch, as places on the page: from the measures its
-    checks and its question name (never their expected values), else from what it does."""
+    checks and its question name (never their expected values), else from what it does. A
+    question about the class's dependency names only where its recovery shows."""
     keys = set(step.get("expect") or {}) if isinstance(step.get("expect"), dict) else set()
+    if isinstance(step.get("ask"), dict) and step["ask"].get("measure") in CLASS_MEASURES:
+        keys = {step["ask"]["measure"]}  # the question is about the trigger, not the burst
     if isinstance(step.get("ask"), dict) and step["ask"].get("measure"):
         keys.add(step["ask"]["measure"])
     places = [place for measures, place in WATCH_PLACES if keys & set(measures)]

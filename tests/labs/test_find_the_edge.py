@@ -265,3 +265,14 @@ def test_a_fired_trigger_journals_the_span_the_model_stamped(session, instructor
     model = runtime.shared_model(session.classroom_id).state()["trigger"]
     assert row.data["span"] == {"from_us": model["from_us"], "until_us": model["until_us"]}
     assert abs(row.data["span"]["from_us"] / 1e6 - time.time()) < 5
+
+
+def test_the_lesson_page_asks_yes_or_no_and_points_at_the_recovery(client, session, student):
+    client.force_login(student)
+    text = client.get(session.get_absolute_url()).content.decode()
+    assert text.count("Run a burst of 1 call: it fixes your answer before the instructor") == 6
+    assert '<option value="yes">Yes, it comes back</option>' in text
+    assert '<option value="no">No, it stays down</option>' in text
+    panel = text.split('data-step-panel="1"')[1].split('data-step-panel="2"')[0]
+    assert "the storm panel&#x27;s time to recovery" in panel
+    assert "burst summary" not in panel
