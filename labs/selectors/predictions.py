@@ -219,7 +219,9 @@ def _trigger_of(row: JournalEvent) -> dict[str, Any]:
     return {"kind": trigger.get("kind", "down"), "from_s": start, "until_s": until}
 
 
-def recovery_check(session: LabSession, since: datetime, within_s: int) -> dict[str, Any]:
+def recovery_check(
+    session: LabSession, since: datetime, within_s: int, reads: dict | None = None
+) -> dict[str, Any]:
     """Where a recovery question answered (fixed) at ``since`` stands, by the storm panel's
     recovery clock (:func:`labs.presenters.storm.storm_headline`) over the class's counters
     recorded in Redis, for the first trigger the class's journal shows after ``since``:
@@ -235,7 +237,9 @@ def recovery_check(session: LabSession, since: datetime, within_s: int) -> dict[
 
     The clock is read at the end of the window (``within_s`` complete seconds after the
     trigger's end) or now if earlier; a recovery seen earlier is final, so ``yes`` comes as
-    soon as the clock says recovered. Two journal rows and two Redis round trips."""
+    soon as the clock says recovered. Two journal rows and two Redis round trips; ``reads``,
+    a dict kept across calls, shares one read of the same seconds among a class's students
+    (the worker's sweep grades them together)."""
     rows = list(
         JournalEvent.objects.filter(
             session=session, kind="shared_trigger", created_at__gte=since
@@ -249,7 +253,12 @@ def recovery_check(session: LabSession, since: datetime, within_s: int) -> dict[
     after = _trigger_of(rows[1]) if len(rows) > 1 else None
     if after is not None:
         due = min(due, int(after["from_s"]))
-    recorded = runtime.shared_seconds(session.classroom_id, int(start) - _BEFORE_TRIGGER_S, due - 1)
+    span = (session.classroom_id, int(start) - _BEFORE_TRIGGER_S, due - 1)
+    recorded = reads.get(span) if reads is not None else None
+    if recorded is None:
+        recorded = runtime.shared_seconds(*span)
+        if reads is not None:
+            reads[span] = recorded
     now = recorded["now"]
     base = {"trigger": trigger, "within_s": within_s}
     if now < until and (after is None or after["from_s"] > now):

@@ -310,7 +310,7 @@ RECOVERY_MISSED = {
 }
 
 
-def recovery_grade(*, prediction: Prediction) -> Prediction:
+def recovery_grade(*, prediction: Prediction, reads: dict | None = None) -> Prediction:
     """Grade a recovery question (``recovered``) once the storm panel's recovery clock can
     tell, for the first trigger fired after the answer was fixed (``ran_at``): ``yes`` when
     the shared dependency came back within the question's ``within_s`` seconds of the
@@ -324,7 +324,7 @@ def recovery_grade(*, prediction: Prediction) -> Prediction:
     within = int(ask.get("within_s") or 0)
     if not within:
         return prediction
-    check = recovery_check(prediction.session, prediction.ran_at, within)
+    check = recovery_check(prediction.session, prediction.ran_at, within, reads)
     if check["stage"] == "missed":
         sentence = RECOVERY_MISSED[check["reason"]].format(within=within)
         with transaction.atomic():
@@ -366,8 +366,9 @@ def recovery_predictions_grade() -> int:
         measure__in=CLASS_MEASURES, correct__isnull=True, ran_at__isnull=False
     ).select_related("session__scenario")
     graded = 0
+    reads: dict = {}  # one read of a trigger's seconds for all the class's students
     for prediction in pending:
-        graded += recovery_grade(prediction=prediction).correct is not None
+        graded += recovery_grade(prediction=prediction, reads=reads).correct is not None
     return graded
 
 

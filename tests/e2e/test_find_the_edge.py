@@ -43,7 +43,7 @@ SERVERS, SERVICE_MS = 2, 50
 TRIGGER_MS = 8000
 LIVE_TIMEOUT_MS = 60_000
 #: A recovery below the line is graded within seconds of the trigger's end; the page polls
-#: every 2 s.
+#: every 2 s after a trigger, every 5 s before one.
 RECOVERED_TIMEOUT_MS = (TRIGGER_MS + 20_000) + 15_000
 #: Above the line the grade waits for the whole window after the trigger.
 LOCKED_TIMEOUT_MS = TRIGGER_MS + WITHIN_S * 1000 + 30_000

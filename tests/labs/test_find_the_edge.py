@@ -21,7 +21,7 @@ from labs.models import Burst, JournalEvent, LabSession, Prediction
 from labs.presenters.storm import storm_headline
 from labs.services import lab, predictions
 from labs.services import shared as shared_services
-from tests.conftest import make_scenario
+from tests.conftest import make_scenario, make_student
 
 pytestmark = pytest.mark.django_db
 
@@ -153,7 +153,7 @@ def test_before_any_trigger_it_is_not_graded_yet_and_says_so(client, session, st
     body = client.get(reverse("labs:session_step_prediction", args=[session.pk, 1])).content
     text = body.decode()
     assert "Not graded yet: waiting for the instructor&#x27;s trigger" in text
-    assert 'hx-trigger="every 2s"' in text and "data-grade" not in text
+    assert 'hx-trigger="every 5s"' in text and "data-grade" not in text  # a slower poll
 
 
 def test_a_trigger_still_running_is_not_graded_yet(client, session, student):
@@ -236,13 +236,19 @@ def test_the_page_shows_the_grade_in_words(client, session, student, instructor)
     assert "yes: back 2 s after the trigger ended" in client.get(url).content.decode()
 
 
-def test_the_sweep_grades_without_a_page(session, student):
-    prediction = fixed_answer(session, student, "no")
+def test_the_sweep_grades_without_a_page(session, student, classroom):
+    bob = make_student("bob_edge", classroom)
+    other = lab.session_open(user=bob, classroom=classroom, scenario=session.scenario)
+    first = fixed_answer(session, student, "no")
+    second = fixed_answer(other, bob, "yes")
     trig_from, trig_until = storm(session.classroom_id, redis_now(), back_after_s=None)
     trigger_row(session, trig_from, trig_until)
-    assert predictions.recovery_predictions_grade() == 1
-    prediction.refresh_from_db()
-    assert prediction.correct is True
+    trigger_row(other, trig_from, trig_until)
+    assert predictions.recovery_predictions_grade() == 2
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert (first.correct, second.correct) == (True, False)
+    assert first.observed == second.observed
     assert predictions.recovery_predictions_grade() == 0
 
 
