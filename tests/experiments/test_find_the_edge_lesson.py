@@ -11,10 +11,14 @@ step's load, and the question's 20 s to come back, over seeds 0 to 5.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from labs.experiments.tipping_point import TippingParams, simulate, stable_line_pct
-from tests.engine.helpers import load_scenario
+
+LESSON = Path(__file__).resolve().parents[2] / "scenarios" / "find_the_edge.json"
 
 SEEDS = range(6)
 #: Each step's load in % of the capacity, as the instructions give it for a class of 30:
@@ -24,7 +28,7 @@ LOADS = {1: 15, 2: 30, 3: 60}
 
 @pytest.fixture(scope="module")
 def lesson() -> dict:
-    return load_scenario("find_the_edge")
+    return json.loads(LESSON.read_text())
 
 
 def _recovery(lesson: dict, load: int, seed: int) -> int | None:
