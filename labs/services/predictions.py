@@ -95,7 +95,7 @@ def _announce(session: LabSession) -> None:
 
 def _predicted_words(measure: str, answer: str, step: int, ask: dict | None = None) -> str:
     """The journal's words for an answer: ``predicted 12 attempts for step 3``."""
-    if measure == "recovered":
+    if measure in CLASS_MEASURES:
         within = (ask or {}).get("within_s")
         back = "comes back" if answer == "yes" else "stays down"
         return (
@@ -239,8 +239,9 @@ def burst_observation(burst: Burst) -> dict[str, Any]:
 
 
 def prediction_grade(*, prediction: Prediction) -> Prediction:
-    """Grade ``prediction`` once its burst is done and the journal holds its end; until then
-    (or once graded) it is returned unchanged."""
+    """Grade ``prediction`` once its burst is done and the journal holds its end (a recovery
+    question: once the recovery clock can tell, :func:`recovery_grade`); until then (or once
+    graded) it is returned unchanged."""
     if prediction.correct is not None:
         return prediction
     if prediction.measure in CLASS_MEASURES:
@@ -300,7 +301,7 @@ RECOVERY_MISSED = {
     "no_traffic": (
         "The class had no steady traffic through the trigger and the {within} s after it, so "
         "the storm panel's recovery clock measured nothing: the question's situation did not "
-        "happen. Start the traffic, press Do it again, and wait for the next trigger."
+        "happen. Once the class's traffic runs, press Do it again before the next trigger."
     ),
     "next_trigger": (
         "Another trigger fired before the dependency was back and before the {within} s were "
