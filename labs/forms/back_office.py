@@ -203,7 +203,7 @@ class EngineValueField(forms.CharField):
 class StepRowForm(forms.Form):
     """One step of a scenario script as a row of fields: the action and its value, and for a
     burst its ``expect`` and ``situation`` (JSON) and its ``ask`` (question, measure, tolerance,
-    explanation).
+    seconds to come back for a recovery question, explanation).
 
     The row checks nothing but JSON syntax itself: :meth:`ScenarioAdminForm.clean` builds the
     whole script and puts each problem the lesson validator finds beside the row field its
@@ -237,6 +237,11 @@ class StepRowForm(forms.Form):
     )
     ask_measure = forms.CharField(required=False, label="measure")
     ask_tolerance = EngineValueField(label="tolerance")
+    ask_within_s = EngineValueField(
+        label="within (s)",
+        help_text="a question whether the shared dependency comes back: the seconds after "
+        "the trigger's end it has to",
+    )
     ask_explanation = forms.CharField(
         required=False, label="explanation", widget=forms.Textarea(attrs={"rows": 2, "cols": 40})
     )
@@ -254,6 +259,7 @@ class StepRowForm(forms.Form):
         "ask.question": "ask_question",
         "ask.measure": "ask_measure",
         "ask.tolerance": "ask_tolerance",
+        "ask.within_s": "ask_within_s",
         "ask.explanation": "ask_explanation",
     }
 
@@ -283,7 +289,7 @@ class StepRowForm(forms.Form):
                 row[key] = step[key]
         ask = step.get("ask")
         if isinstance(ask, dict):
-            for key in ("question", "measure", "tolerance", "explanation"):
+            for key in ("question", "measure", "tolerance", "within_s", "explanation"):
                 if key in ask:
                     row[f"ask_{key}"] = ask[key]
         return row
@@ -310,7 +316,7 @@ class StepRowForm(forms.Form):
         if data.get("situation") is not None:
             step["situation"] = data["situation"]
         ask = {}
-        for key in ("question", "measure", "tolerance", "explanation"):
+        for key in ("question", "measure", "tolerance", "within_s", "explanation"):
             value = data.get(f"ask_{key}")
             if value not in (None, ""):
                 ask[key] = value

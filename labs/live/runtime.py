@@ -189,6 +189,39 @@ def shared_now(
     return result
 
 
+def shared_seconds(classroom_id: int, first: int, last: int) -> dict[str, Any]:
+    """The class's recorded counters of the seconds ``first`` to ``last`` (``Second.to_dict``,
+    zero rows for quiet seconds) and Redis's ``now`` (the clock that stamps them): two round
+    trips, one ``HMGET`` of exactly those fields. What a recovery question is graded on
+    (Redis keeps a model's seconds for an hour)."""
+    client = engine_redis()
+    model = shared_model(classroom_id, client)
+    now = int(client.time()[0])
+    last = min(last, now)
+    fields = [f"{s}:{name}" for s in range(first, last + 1) for name in _SECOND_NAMES]
+    values = client.hmget(model.k_counters, fields) if fields else []
+    found = {row.second: row for row in seconds_from_fields(
+        {k: v for k, v in zip(fields, values, strict=True) if v is not None}
+    )}  # fmt: skip
+    return {
+        "now": now,
+        "seconds": [(found.get(s) or Second(second=s)).to_dict() for s in range(first, last + 1)],
+    }
+
+
+def shared_trigger_span(classroom_id: int) -> dict[str, int] | None:
+    """The span of the class's latest trigger as the Redis model stamped it (``from_us``,
+    ``until_us``), or None: one ``HMGET``, read right after a trigger is fired so its journal
+    row records the times the recovery clock measures from."""
+    client = engine_redis()
+    start, until = client.hmget(
+        shared_model(classroom_id, client).k_model, "trig_from", "trig_until"
+    )
+    if start is None or until is None:
+        return None
+    return {"from_us": int(start), "until_us": int(until)}
+
+
 def shared_session_now(
     classroom_id: int, session_id: int, *, now: int, back_s: int, window_s: int
 ) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from labs.engine import state_label as engine_state_label
 from labs.engine.breaker import STATES
+from labs.grading import CLASS_MEASURES, RECOVERY_ANSWERS
 
 # --- scenario steps --------------------------------------------------------------------------
 
@@ -205,7 +206,11 @@ def step_sentence(step: dict[str, Any]) -> str:
         size = step.get("burst")
         concurrency = step.get("concurrency", 1)
         callers = f" with {concurrency} concurrent callers" if concurrency not in (1, None) else ""
-        return f"Run a burst of {size} call{'s' if size != 1 else ''}{callers}."
+        text = f"Run a burst of {size} call{'s' if size != 1 else ''}{callers}"
+        ask = step.get("ask")
+        if isinstance(ask, dict) and ask.get("measure") in CLASS_MEASURES:
+            return f"{text}: it fixes your answer before the instructor's trigger."
+        return f"{text}."
     if "wait_ms" in step:
         ms = step.get("wait_ms") or 0
         return f"Wait {ms / 1000:g} s (start the timer; run the next step once it has run out)."
@@ -282,18 +287,67 @@ MEASURE_UNITS = {
 
 def step_question(ask: dict[str, Any]) -> dict[str, Any]:
     """A step's ``ask`` as the page shows it: the question, the measure, its unit, the
-    breaker states to choose from for a choice, and the explanation shown after the run."""
+    choices for a choice (breaker states; yes or no for whether the class's dependency comes
+    back, ``class_measure``, with its ``within_s``), and the explanation shown after the run."""
     measure = ask.get("measure")
+    choices: list[tuple[str, str]] = []
+    if measure == "breaker_after":
+        choices = [(s, engine_state_label(s)) for s in STATES]
+    elif measure in CLASS_MEASURES:
+        choices = list(RECOVERY_ANSWERS)
     return {
         "question": ask.get("question", ""),
         "measure": measure,
         "unit": MEASURE_UNITS.get(measure, ""),
-        "choices": [(s, engine_state_label(s)) for s in STATES]
-        if measure == "breaker_after"
-        else [],
+        "choices": choices,
+        "class_measure": measure in CLASS_MEASURES,
+        "within_s": ask.get("within_s"),
         "tolerance": ask.get("tolerance") or 0,
         "explanation": ask.get("explanation", ""),
     }
+
+
+def answer_text(measure: str, answer: str) -> str:
+    """A stored answer as the page shows it: ``yes`` as "Yes, it comes back" for a recovery
+    question, anything else as stored."""
+    if measure in CLASS_MEASURES:
+        return dict(RECOVERY_ANSWERS).get(answer, answer)
+    return answer
+
+
+def recovery_text(observed: dict[str, Any] | None) -> str:
+    """What the storm panel's recovery clock showed for a graded recovery question:
+    ``yes: back 3 s after the trigger ended`` or ``no: not back within 20 s of the
+    trigger's end``."""
+    observed = observed or {}
+    within, seconds = observed.get("within_s"), observed.get("recovery_s")
+    if observed.get("recovered") == "yes":
+        return f"yes: back {seconds} s after the trigger ended"
+    if observed.get("recovered") == "no":
+        return f"no: not back within {within} s of the trigger's end"
+    return ""
+
+
+def recovery_wait_text(check: dict[str, Any] | None) -> str:
+    """Why a recovery question is not graded yet, from
+    :func:`labs.selectors.predictions.recovery_check`'s stage."""
+    if not check:
+        return "Not graded yet: the grade comes from the storm panel's recovery clock."
+    within = check.get("within_s")
+    if check["stage"] == "no_trigger":
+        return (
+            "Not graded yet: waiting for the instructor's trigger. The grade comes from the "
+            f"storm panel's recovery clock, {within} s after the trigger ends at the latest."
+        )
+    if check["stage"] == "running":
+        return f"Not graded yet: the trigger is running ({check['left_s']} s left)."
+    if check["stage"] == "waiting":
+        left = max(0, within - check["since_s"])
+        return (
+            f"Not graded yet: the trigger ended {check['since_s']} s ago and the dependency is "
+            f"not back yet; {left} s left of the {within} s it has."
+        )
+    return "Not graded yet: the grade comes from the storm panel's recovery clock."
 
 
 #: The home page's groups of lessons, in order: (key, heading, a sentence under it).
@@ -370,13 +424,17 @@ WATCH_PLACES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("effects_applied",), "Effects applied / calls in the burst summary"),
     (("a_succeeded", "b_succeeded"), "The table of each dependency in the burst summary"),
     (("rejected_bulkhead", "pool_timeout"), "Refused by the bulkhead and Gave up waiting in the burst summary"),
+    (("recovered",), "The Shared dependency card after the trigger, and the storm panel's time to recovery"),
 )  # fmt: skip
 
 
 def step_watch(step: dict[str, Any]) -> list[str]:
     """What a step asks the student to watch, as places on the page: from the measures its
-    checks and its question name (never their expected values), else from what it does."""
+    checks and its question name (never their expected values), else from what it does. A
+    question about the class's dependency names only where its recovery shows."""
     keys = set(step.get("expect") or {}) if isinstance(step.get("expect"), dict) else set()
+    if isinstance(step.get("ask"), dict) and step["ask"].get("measure") in CLASS_MEASURES:
+        keys = {step["ask"]["measure"]}  # the question is about the trigger, not the burst
     if isinstance(step.get("ask"), dict) and step["ask"].get("measure"):
         keys.add(step["ask"]["measure"])
     places = [place for measures, place in WATCH_PLACES if keys & set(measures)]

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections import Counter
+from datetime import datetime
 from typing import Any
 
+from labs.grading import CLASS_MEASURES, recovery_observed
+from labs.live import runtime
 from labs.models import (
     Classroom,
     JournalEvent,
@@ -12,6 +15,7 @@ from labs.models import (
     Prediction,
     StepProgress,
 )
+from labs.presenters.storm import BASELINE_SECONDS, RUN_GAP_S, storm_headline
 from labs.presenters.text import actor_name
 
 # --- predictions ---------------------------------------------------------------------------
@@ -45,7 +49,22 @@ def session_steps(session: LabSession, steps: list[dict]) -> list[dict]:
             step["prediction"] = prediction = by_step.get(step["index"])
             graded = prediction is not None and prediction.correct is not None
             step["explaining"] = explaining_rows(prediction) if graded else []
+            step["wait"] = recovery_wait(prediction, step["ask"])
     return steps
+
+
+def recovery_wait(prediction: Prediction | None, ask: dict) -> dict[str, Any] | None:
+    """For a recovery question fixed and not graded yet, where it stands
+    (:func:`recovery_check`); else None."""
+    if (
+        prediction is None
+        or prediction.measure not in CLASS_MEASURES
+        or prediction.ran_at is None
+        or prediction.correct is not None
+        or not ask.get("within_s")
+    ):
+        return None
+    return recovery_check(prediction.session, prediction.ran_at, int(ask["within_s"]))
 
 
 def session_prediction(session: LabSession, step: int) -> Prediction | None:
@@ -88,8 +107,8 @@ EXPLAINING_ROWS = 20
 def explaining_rows(prediction: Prediction) -> list[dict]:
     """Up to 20 journal rows of the prediction's burst that show where its measure came from
     (for attempts: each call's result; for waiting time: the sleeps; ...), oldest first."""
-    if prediction.burst_id is None:
-        return []
+    if prediction.burst_id is None or prediction.measure in CLASS_MEASURES:
+        return []  # a recovery question is about the class's trigger, not the step's burst
     kinds = EXPLAINING_KINDS.get(prediction.measure, ("call_result", "transition"))
     rows = JournalEvent.objects.filter(burst_id=prediction.burst_id, kind__in=kinds)
     return [
@@ -177,3 +196,80 @@ def class_predictions_page(classroom: Classroom) -> dict[str, Any]:
         "progress": class_progress(classroom),
         "predictions": rows,
     }
+
+
+# --- a question about the class's shared dependency: the recovery clock after a trigger -----
+
+#: Seconds of counters read before a trigger: its baseline and the run it belongs to.
+_BEFORE_TRIGGER_S = BASELINE_SECONDS + 2 * RUN_GAP_S
+
+
+def _trigger_of(row: JournalEvent) -> dict[str, Any]:
+    """A ``shared_trigger`` row's trigger as the recovery clock takes it (``kind``,
+    ``from_s``, ``until_s``): its span as the Redis model stamped it (``data.span``), else,
+    for a row written before spans were journaled, the row's time and the trigger's length."""
+    data = row.data or {}
+    trigger = data.get("trigger") or {}
+    span = data.get("span")
+    if span:
+        start, until = span["from_us"] / 1e6, span["until_us"] / 1e6
+    else:
+        start = row.created_at.timestamp()
+        until = start + int(trigger.get("duration_ms", 0)) / 1000
+    return {"kind": trigger.get("kind", "down"), "from_s": start, "until_s": until}
+
+
+def recovery_check(
+    session: LabSession, since: datetime, within_s: int, reads: dict | None = None
+) -> dict[str, Any]:
+    """Where a recovery question answered (fixed) at ``since`` stands, by the storm panel's
+    recovery clock (:func:`labs.presenters.storm.storm_headline`) over the class's counters
+    recorded in Redis, for the first trigger the class's journal shows after ``since``:
+
+    - ``no_trigger``: none fired since;
+    - ``running``: it runs (``left_s``);
+    - ``waiting``: it ended ``since_s`` ago and the dependency is not back, with
+      ``within_s`` seconds to do so;
+    - ``observed``: ``observed`` (:func:`labs.grading.recovery_observed`), to grade;
+    - ``missed``: nothing to grade, ``reason`` says why (``no_traffic``: the class had no
+      traffic through the trigger and after it; ``next_trigger``: another trigger fired
+      before the seconds were up).
+
+    The clock is read at the end of the window (``within_s`` complete seconds after the
+    trigger's end) or now if earlier; a recovery seen earlier is final, so ``yes`` comes as
+    soon as the clock says recovered. Two journal rows and two Redis round trips; ``reads``,
+    a dict kept across calls, shares one read of the same seconds among a class's students
+    (the worker's sweep grades them together)."""
+    rows = list(
+        JournalEvent.objects.filter(
+            session=session, kind="shared_trigger", created_at__gte=since
+        ).order_by("seq")[:2]
+    )
+    if not rows:
+        return {"stage": "no_trigger", "within_s": within_s}
+    trigger = _trigger_of(rows[0])
+    start, until = trigger["from_s"], trigger["until_s"]
+    due = int(until) + within_s + 1
+    after = _trigger_of(rows[1]) if len(rows) > 1 else None
+    if after is not None:
+        due = min(due, int(after["from_s"]))
+    span = (session.classroom_id, int(start) - _BEFORE_TRIGGER_S, due - 1)
+    recorded = reads.get(span) if reads is not None else None
+    if recorded is None:
+        recorded = runtime.shared_seconds(*span)
+        if reads is not None:
+            reads[span] = recorded
+    now = recorded["now"]
+    base = {"trigger": trigger, "within_s": within_s}
+    if now < until and (after is None or after["from_s"] > now):
+        return {**base, "stage": "running", "left_s": max(0, round(until - now))}
+    at = min(now, due)
+    headline = storm_headline(recorded["seconds"], trigger, at)
+    observed = recovery_observed(headline, within_s) if at > until else None
+    if observed is not None:
+        return {**base, "stage": "observed", "observed": {**observed, "trigger": trigger}}
+    if headline["state"] in ("no_traffic", "healthy") and at >= until + 1:
+        return {**base, "stage": "missed", "reason": "no_traffic"}
+    if at == due and after is not None:
+        return {**base, "stage": "missed", "reason": "next_trigger"}
+    return {**base, "stage": "waiting", "since_s": max(0, round(at - until))}

@@ -1,12 +1,17 @@
 """Predictions: a student's answer to a step's question, fixed once the step runs, graded
-against what the step's burst did according to the journal.
+against what the step's burst did according to the journal, or, for a question about the
+class's shared dependency (``recovered``), against the storm panel's recovery clock after the
+first trigger fired once the answer was fixed.
 
 An answer is journaled in its transaction; every change an instructor's page shows is
 announced after the commit as one ``class.progress`` message carrying no count (the consumer
 reads progress fresh). :func:`prediction_grade` measures the burst's events, read back from
 the journal, with the engine's :func:`~labs.engine.expect.observe` and grades the answer with
 :func:`labs.grading.grade_answer`, so the scenario never holds the answer; it grades nothing
-when the step's ``situation`` did not happen (docs/predictions.md).
+when the step's ``situation`` did not happen (docs/predictions.md). A recovery question is
+graded by :func:`recovery_grade` from the counters Redis recorded
+(:func:`labs.selectors.predictions.recovery_check`), by the student's page while it waits and
+by the worker's sweeper (:func:`recovery_predictions_grade`) when no page is open.
 """
 
 from __future__ import annotations
@@ -20,12 +25,12 @@ from django.utils import timezone
 from labs.engine.breaker import STATES
 from labs.engine.events import EVENT_KINDS
 from labs.engine.expect import check_situation, observe
-from labs.grading import grade_answer
+from labs.grading import CLASS_MEASURES, RECOVERY_ANSWERS, grade_answer
 from labs.journal import broadcast
 from labs.journal import store as journal
 from labs.models import Burst, JournalEvent, LabSession, Prediction, StepProgress
 from labs.presenters.text import actor_name
-from labs.selectors.predictions import session_attempt
+from labs.selectors.predictions import recovery_check, session_attempt
 from labs.services.lti import lti_grade_queue
 from labs.services.scenario_runner import event_from_row
 
@@ -88,8 +93,15 @@ def _announce(session: LabSession) -> None:
     transaction.on_commit(lambda: broadcast.send_all(pushes))
 
 
-def _predicted_words(measure: str, answer: str, step: int) -> str:
+def _predicted_words(measure: str, answer: str, step: int, ask: dict | None = None) -> str:
     """The journal's words for an answer: ``predicted 12 attempts for step 3``."""
+    if measure in CLASS_MEASURES:
+        within = (ask or {}).get("within_s")
+        back = "comes back" if answer == "yes" else "stays down"
+        return (
+            f"predicted the shared dependency {back} within {within} s of the end of the "
+            f"next trigger (step {step})"
+        )
     if measure == "breaker_after":
         return f"predicted the breaker {answer.replace('_', '-')} after step {step}"
     return f"predicted {answer} {PREDICTED_WORDS.get(measure, measure)} for step {step}"
@@ -115,6 +127,11 @@ def parse_answer(measure: str, raw: Any) -> str:
     """The answer as stored (a number in its shortest form, or a breaker state). Raises
     PredictionRefused naming the allowed forms."""
     text = str(raw if raw is not None else "").strip()
+    if measure in CLASS_MEASURES:
+        allowed = [value for value, _ in RECOVERY_ANSWERS]
+        if text not in allowed:
+            raise PredictionRefused(f"Choose one of: {', '.join(allowed)}.")
+        return text
     if measure == "breaker_after":
         if text not in STATES:
             raise PredictionRefused(f"Choose one of: {', '.join(STATES)}.")
@@ -151,7 +168,7 @@ def prediction_submit(*, session: LabSession, user, step: int, answer: Any) -> P
         prediction.measure = ask["measure"]
         prediction.answer = value
         prediction.save()
-        words = _predicted_words(ask["measure"], value, step)
+        words = _predicted_words(ask["measure"], value, step, ask)
         journal.record(
             [
                 journal.entry(
@@ -222,9 +239,14 @@ def burst_observation(burst: Burst) -> dict[str, Any]:
 
 
 def prediction_grade(*, prediction: Prediction) -> Prediction:
-    """Grade ``prediction`` once its burst is done and the journal holds its end; until then
-    (or once graded) it is returned unchanged."""
-    if prediction.correct is not None or prediction.burst_id is None:
+    """Grade ``prediction`` once its burst is done and the journal holds its end (a recovery
+    question: once the recovery clock can tell, :func:`recovery_grade`); until then (or once
+    graded) it is returned unchanged."""
+    if prediction.correct is not None:
+        return prediction
+    if prediction.measure in CLASS_MEASURES:
+        return recovery_grade(prediction=prediction)
+    if prediction.burst_id is None:
         return prediction
     burst = prediction.burst
     if burst.status != Burst.Status.DONE:
@@ -272,6 +294,83 @@ def _release(prediction: Prediction, burst: Burst, missed: str) -> Prediction:
             _announce(prediction.session)
     prediction.refresh_from_db()
     return prediction
+
+
+#: Why a recovery question graded nothing, by :func:`recovery_check`'s reason.
+RECOVERY_MISSED = {
+    "no_traffic": (
+        "The class had no steady traffic through the trigger and the {within} s after it, so "
+        "the storm panel's recovery clock measured nothing: the question's situation did not "
+        "happen. Once the class's traffic runs, press Do it again before the next trigger."
+    ),
+    "next_trigger": (
+        "Another trigger fired before the dependency was back and before the {within} s were "
+        "up, so this trigger's recovery was never measured to its end. Press Do it again "
+        "before the next trigger."
+    ),
+}
+
+
+def recovery_grade(*, prediction: Prediction, reads: dict | None = None) -> Prediction:
+    """Grade a recovery question (``recovered``) once the storm panel's recovery clock can
+    tell, for the first trigger fired after the answer was fixed (``ran_at``): ``yes`` when
+    the shared dependency came back within the question's ``within_s`` seconds of the
+    trigger's end, ``no`` when it had not by then. Until then it is returned unchanged
+    (not graded yet). When the clock measured nothing (no traffic through the trigger, or
+    another trigger cut it short) nothing is graded: the reason is kept for the page and the
+    step is freed to run again, as a burst step whose situation did not happen."""
+    if prediction.correct is not None or prediction.ran_at is None:
+        return prediction
+    ask = step_question(prediction.session, prediction.step) or {}
+    within = int(ask.get("within_s") or 0)
+    if not within:
+        return prediction
+    check = recovery_check(prediction.session, prediction.ran_at, within, reads)
+    if check["stage"] == "missed":
+        sentence = RECOVERY_MISSED[check["reason"]].format(within=within)
+        with transaction.atomic():
+            updated = Prediction.objects.filter(
+                pk=prediction.pk, ran_at=prediction.ran_at, correct__isnull=True
+            ).update(
+                observed={"missed": sentence, "missed_trigger": check["trigger"]},
+                burst=None,
+                ran_at=None,
+                updated_at=timezone.now(),
+            )
+            if updated:
+                _announce(prediction.session)
+        prediction.refresh_from_db()
+        return prediction
+    if check["stage"] != "observed":
+        return prediction
+    observed = check["observed"]
+    with transaction.atomic():
+        updated = Prediction.objects.filter(pk=prediction.pk, correct__isnull=True).update(
+            observed=observed,
+            correct=grade_answer(
+                {**ask, "measure": prediction.measure}, prediction.answer, observed
+            ),
+        )
+        if updated:
+            _announce(prediction.session)
+            lti_grade_queue(session=prediction.session)  # to the LMS gradebook, if launched
+    if updated:
+        prediction.refresh_from_db()
+    return prediction
+
+
+def recovery_predictions_grade() -> int:
+    """Grade every recovery question that is fixed and waiting for its trigger's outcome
+    (the worker's sweeper runs it, so a grade reaches the instructor's page even when the
+    student's page is closed). Returns how many were graded now."""
+    pending = Prediction.objects.filter(
+        measure__in=CLASS_MEASURES, correct__isnull=True, ran_at__isnull=False
+    ).select_related("session__scenario")
+    graded = 0
+    reads: dict = {}  # one read of a trigger's seconds for all the class's students
+    for prediction in pending:
+        graded += recovery_grade(prediction=prediction, reads=reads).correct is not None
+    return graded
 
 
 def burst_predictions_grade(*, burst_id: int) -> int:

@@ -115,7 +115,9 @@ def classroom_fire_trigger(*, classroom: Classroom, user, values: dict) -> dict[
     ``servers`` (capacity: the servers left, fewer than the class has). Validated by the
     engine (SettingsInvalid, nothing changed); one round trip to the Redis model, which
     replaces any trigger still running; journaled ``shared_trigger`` in every session of the
-    class, saying which trigger it replaced, if any. Returns ``{"trigger", "replaced",
+    class, saying which trigger it replaced, if any, with its span as the model stamped it
+    (``span``: ``from_us``, ``until_us`` by Redis's clock; the recovery questions are graded
+    from it, ``labs.services.predictions``). Returns ``{"trigger", "replaced",
     "sessions"}``. Raises PermissionDenied unless ``user`` teaches the class.
     """
     _check_teaches(user=user, classroom=classroom)
@@ -126,6 +128,9 @@ def classroom_fire_trigger(*, classroom: Classroom, user, values: dict) -> dict[
     trigger = parse_trigger(values, servers=config.servers)
     model = runtime.configure_shared(classroom.pk, config)
     replaced = model.trigger(trigger)
+    span = runtime.shared_trigger_span(classroom.pk)
+    if span is not None and span["until_us"] - span["from_us"] != trigger.duration_ms * 1000:
+        span = None  # another trigger replaced this one already: its times are not ours
     detail = {
         "down": "every attempt fails with 503 after its service time",
         "slow": f"service time x {trigger.factor:g}",
@@ -146,7 +151,7 @@ def classroom_fire_trigger(*, classroom: Classroom, user, values: dict) -> dict[
             "shared_trigger",
             user,
             message,
-            {"trigger": trigger.to_dict(), "replaced": replaced},
+            {"trigger": trigger.to_dict(), "replaced": replaced, "span": span},
         )
     return {"trigger": trigger.to_dict(), "replaced": replaced, "sessions": count}
 

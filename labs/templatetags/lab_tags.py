@@ -76,8 +76,23 @@ def event_iso(event: dict[str, Any]) -> str:
 
 @register.filter
 def observed_text(prediction: Any) -> str:
-    """A graded prediction's observed value as people read it (whole milliseconds)."""
+    """A graded prediction's observed value as people read it (whole milliseconds; for a
+    recovery question what the storm panel's recovery clock showed)."""
+    if prediction.measure in lesson_words.CLASS_MEASURES:
+        return lesson_words.recovery_text(prediction.observed)
     return lesson_words.observed_text(prediction.measure, prediction.observed_value)
+
+
+@register.filter
+def recovery_wait_text(check: dict[str, Any] | None) -> str:
+    """Why a recovery question is not graded yet (:func:`lessons.recovery_wait_text`)."""
+    return lesson_words.recovery_wait_text(check)
+
+
+@register.filter
+def answer_text(prediction: Any) -> str:
+    """A prediction's answer as the page shows it ("Yes, it comes back" for ``yes``)."""
+    return lesson_words.answer_text(prediction.measure, prediction.answer)
 
 
 @register.filter

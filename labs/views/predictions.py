@@ -18,7 +18,12 @@ from labs.presenters.lessons import scenario_steps, step_question
 from labs.presenters.predictions import PREDICTION_COLUMNS, prediction_row, predictions_page
 from labs.selectors import predictions as prediction_reads
 from labs.selectors.access import visible_session
-from labs.selectors.predictions import class_predictions_page, explaining_rows, session_prediction
+from labs.selectors.predictions import (
+    class_predictions_page,
+    explaining_rows,
+    recovery_wait,
+    session_prediction,
+)
 from labs.services import predictions as prediction_services
 from labs.views.instructor import taught_classroom
 from labs.views.lab import is_read_only, writable_session
@@ -36,7 +41,8 @@ def _render(request, session, step: int, ask: dict, *, status: int = 200, error:
         "read_only": is_read_only(request.user, session),
         "step": {"index": step, "ask": step_question(ask), "prediction": prediction,
                  "vals": _vals(session, step),
-                 "explaining": explaining_rows(prediction) if prediction else []},
+                 "explaining": explaining_rows(prediction) if prediction else [],
+                 "wait": recovery_wait(prediction, ask)},
         "error": error,
         "answer": answer,
 

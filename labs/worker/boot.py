@@ -15,7 +15,7 @@ from django.conf import settings
 
 from labs.engine.redis.store import load_scripts
 from labs.live import runtime
-from labs.services import classroom, lti, shared
+from labs.services import classroom, lti, predictions, shared
 from labs.services.bursts import BURSTS
 from labs.services.runs import reap_stale
 from labs.services.traffic import TRAFFIC
@@ -119,12 +119,13 @@ def _start_sweeper(**kwargs) -> None:
     """Start the sweeper as soon as the worker is ready, so a killed worker's run ends (and
     its page hears of it) without anyone loading a page, even while this worker is idle:
     the reaping of every kind of run, the class faults whose restore task was lost, the
-    classes' settings Redis lost."""
+    classes' settings Redis lost, the recovery questions whose trigger's outcome is known."""
     for kind in (BURSTS, TRAFFIC):
         runs.start_sweeper(f"{kind.model.__name__.lower()} reaper",
                            lambda kind=kind: reap_stale(kind))  # fmt: skip
     runs.start_sweeper("fault-sweeper", classroom.sweep_faults)
     runs.start_sweeper("shared-restore", shared.shared_restore_lost)
+    runs.start_sweeper("recovery-grades", predictions.recovery_predictions_grade)
     runs.worker_ready()
 
 

@@ -211,11 +211,11 @@ EXPLAINED = {
     ("tour", 3): "3 x 4 = 12",
     ("tour", 6): "its success closes the breaker",
 }
-#: The shared-dependency lesson needs a class's shared model and the instructor's trigger: its
-#: storm is tested on the storm panel (test_storm_panel.py), not here.
-PACED = sorted(
-    p.stem for p in (ROOT / "scenarios").glob("*.json") if p.stem != "storm_lesson"
-)
+#: The shared-dependency lessons need a class's shared model and the instructor's trigger:
+#: the storm is tested on the storm panel (test_storm_panel.py), the edge's questions in
+#: test_find_the_edge.py, not here.
+CLASS_LESSONS = ("storm_lesson", "find_the_edge")
+PACED = sorted(p.stem for p in (ROOT / "scenarios").glob("*.json") if p.stem not in CLASS_LESSONS)
 
 
 def _right_answers(name: str) -> dict[int, Any]:

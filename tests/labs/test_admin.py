@@ -867,3 +867,24 @@ def test_a_superuser_searches_every_account(client, superuser, factory):
     client.force_login(superuser)
     texts = [r["text"] for r in autocomplete(client, "r").json()["results"]]
     assert "root" in texts  # staff included for a superuser
+
+
+def test_a_bad_seconds_to_come_back_in_a_row_is_shown_beside_it_and_nothing_saved(
+    admin_client_, scenario
+):
+    scenario.script = json.loads((ROOT / "scenarios" / "find_the_edge.json").read_text())
+    scenario.save()
+    script = scenario.script
+    data, rows = _page_post(admin_client_, scenario)
+    assert rows[1]["ask_measure"] == "recovered" and rows[1]["ask_within_s"] == 20
+    data["step-1-ask_within_s"] = "0"
+    response = _post_rows(admin_client_, scenario, data)
+    assert response.status_code == 200
+    (message,) = _row_errors(response, 1)["ask_within_s"]
+    assert message == (
+        "the seconds the dependency has to come back after the trigger ends: must be a whole "
+        "number from 1 to 120 (got 0)"
+    )
+    assert "within (s)" in response.content.decode()
+    scenario.refresh_from_db()
+    assert scenario.script == script  # nothing saved

@@ -16,7 +16,13 @@ from django.core.exceptions import ValidationError
 
 from labs.engine import parse_scenario, run_scenario, validate_scenario
 from labs.engine.expect import EXPECT_MEASURES
-from labs.grading import ASK_MEASURES, grade_answer, validate_lesson
+from labs.grading import (
+    ASK_MEASURES,
+    CLASS_MEASURES,
+    grade_answer,
+    recovery_observed,
+    validate_lesson,
+)
 from labs.models import validate_scenario_script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,7 +68,9 @@ def test_an_unknown_measure_reads_as_before_the_move():
 
 def test_a_question_asks_a_choice_or_a_number_never_a_list():
     assert ASK_MEASURES[0] == "breaker_after"
-    assert set(ASK_MEASURES) == set(EXPECT_MEASURES) - {"attempts", "transitions"}
+    burst_measures = set(ASK_MEASURES) - set(CLASS_MEASURES)
+    assert burst_measures == set(EXPECT_MEASURES) - {"attempts", "transitions"}
+    assert CLASS_MEASURES == ("recovered",)
     for measure in ("attempts", "transitions"):
         assert validate_lesson(_tour_asking({"question": "?", "measure": measure}))
 
@@ -165,3 +173,81 @@ def test_grading_imports_no_django():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "ok\n"
+
+
+# --- a question about the class's shared dependency: does it come back after the trigger? ----
+
+
+def _edge_asking(ask) -> dict:
+    script = _load("find_the_edge")
+    script["steps"][1] = {"burst": 1, "ask": ask}
+    return script
+
+
+_RECOVERED = {"question": "Back within 20 s?", "measure": "recovered"}
+_WORDS = "the seconds the dependency has to come back after the trigger ends"
+
+
+@pytest.mark.parametrize(
+    ("ask", "words"),
+    [
+        ({**_RECOVERED, "within_s": 0}, [_WORDS, "whole number from 1 to 120", "(got 0)"]),
+        ({**_RECOVERED, "within_s": 121}, [_WORDS, "from 1 to 120", "(got 121)"]),
+        ({**_RECOVERED, "within_s": 2.5}, [_WORDS, "whole number", "(got 2.5)"]),
+        ({**_RECOVERED, "within_s": "20"}, [_WORDS, "(got '20')"]),
+        ({**_RECOVERED, "within_s": True}, [_WORDS, "(got True)"]),
+        (_RECOVERED, ["is required", _WORDS, "from 1 to 120"]),
+        ({"question": "?", "measure": "calls", "within_s": 20}, ["only a question whether the dependency comes back"]),
+    ],
+)  # fmt: skip
+def test_a_bad_seconds_to_come_back_is_named_with_its_range(ask, words):
+    (problem,) = validate_lesson(_edge_asking(ask))
+    assert problem.field == "steps[1].ask.within_s"
+    assert all(w in problem.message for w in words), problem.message
+
+
+def test_a_recovery_question_is_a_choice_and_takes_no_tolerance():
+    (problem,) = validate_lesson(_edge_asking({**_RECOVERED, "within_s": 20, "tolerance": 1}))
+    assert problem.field == "steps[1].ask.tolerance" and "no tolerance" in problem.message
+
+
+def test_a_bad_recovery_question_refuses_the_file_and_changes_nothing(tmp_path):
+    script = _edge_asking({**_RECOVERED, "within_s": 0})
+    with pytest.raises(ValidationError) as refused:
+        validate_scenario_script(script)
+    assert "steps[1].ask.within_s" in str(refused.value) and "1 to 120" in str(refused.value)
+    assert _load("find_the_edge")["steps"][1]["ask"]["within_s"] == 20
+
+
+def test_the_shipped_edge_lesson_asks_before_each_trigger_at_a_rising_load():
+    script = _load("find_the_edge")
+    assert validate_lesson(script) == []
+    asks = [step["ask"] for step in script["steps"]]
+    assert len(asks) == 3 and all("burst" in step for step in script["steps"])
+    assert {(a["measure"], a["within_s"]) for a in asks} == {("recovered", 20)}
+    assert script["dependency"] == {"mode": "shared"}
+    assert script["policy"]["max_attempts"] == 4 and script["policy"]["retry_budget"] is None
+
+
+@pytest.mark.parametrize(
+    ("headline", "observed"),
+    [
+        ({"state": "recovered", "recovery_s": 3}, ("yes", 3)),
+        ({"state": "recovered", "recovery_s": 20}, ("yes", 20)),
+        ({"state": "recovered", "recovery_s": 21}, ("no", 21)),
+        ({"state": "not_recovered", "recovery_s": 20}, ("no", 20)),
+        ({"state": "not_recovered", "recovery_s": 19}, None),
+        ({"state": "triggered", "recovery_s": None}, None),
+        ({"state": "no_traffic", "recovery_s": None}, None),
+        ({"state": "healthy", "recovery_s": None}, None),
+    ],
+)  # fmt: skip
+def test_the_recovery_clock_decides_yes_no_or_not_yet(headline, observed):
+    got = recovery_observed(headline, 20)
+    if observed is None:
+        assert got is None
+    else:
+        assert (got["recovered"], got["recovery_s"]) == observed and got["within_s"] == 20
+        ask = {**_RECOVERED, "within_s": 20}
+        assert grade_answer(ask, observed[0], got)
+        assert not grade_answer(ask, "no" if observed[0] == "yes" else "yes", got)
