@@ -153,6 +153,20 @@ def test_a_bulkhead_keeps_a_healthy_while_b_is_slow(open_page):
     assert page.locator(".journal-row .j-msg", has_text="(the bulkhead); not called").count() == 8
     shot(page, "bulkhead")
     assert_panel_as_reloaded(page)
+    # On a phone each dependency's counts are a card of labelled figures, all on the screen.
+    page.set_viewport_size({"width": 390, "height": 844})
+    table = page.locator('#burst-summary [data-role="by-dependency"]')
+    assert table.evaluate("t => t.scrollWidth <= t.clientWidth")
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
+    card = page.eval_on_selector_all(
+        '#burst-summary tr[data-dependency="a"] td',
+        """cells => cells.map(c => [getComputedStyle(c, '::before').content, c.textContent,
+                                    Math.round(c.getBoundingClientRect().left)])""",
+    )
+    labels = [(content.strip('" '), text) for content, text, _ in card]
+    assert labels[:2] == [("Calls", "10"), ("Succeeded", "10")]
+    assert labels[-1][0] == "Waited (ms)"
+    assert len({left for *_, left in card}) == 2  # two figures a line
     assert errors == []
 
 

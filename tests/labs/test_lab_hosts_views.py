@@ -174,7 +174,10 @@ def test_the_summary_shows_each_dependency_degraded_calls_and_effects_against_ca
     assert 'data-stat="rejected_bulkhead">8<' in html
     assert '<span data-role="effects-applied">9</span> / <span data-role="effects-calls">6</span>' in html
     row_b = html.split('data-dependency="b">')[1].split("</tr>")[0]
-    assert "<td>10</td><td>2</td><td>8</td>" in row_b
+    assert (
+        '<td data-label="Calls">10</td><td data-label="Succeeded">2</td>'
+        '<td data-label="Failed">8</td>'
+    ) in row_b
     plain = render_summary(summary_panel(facts, {"calls": 6, "succeeded": 6}))
     assert "summary-extra" not in plain and "by-dependency" not in plain
 
