@@ -69,28 +69,36 @@ MODE_KINDS = (
     "dependency_set", "fault_injected", "fault_restored", "session_reset", "scenario_assigned",
 )  # fmt: skip
 
-#: The shared-dependency message: every SHARED_TICK_S, the last SHARED_RESEND_S seconds
-#: (SHARED_FIRST_S in the first), one read per class and process every SHARED_CACHE_S.
-SHARED_TICK_S = 1.0
+#: The shared-dependency message: SHARED_PHASE_S after each second of the clock, the last
+#: SHARED_RESEND_S seconds (SHARED_FIRST_S in the first, sent at once), one read per class and
+#: process a second.
 SHARED_RESEND_S = 8
 SHARED_FIRST_S = 60
-SHARED_CACHE_S = 0.5
-_shared_cache: dict[int, tuple[float, str, int]] = {}
+SHARED_PHASE_S = 0.2
+_shared_cache: dict[int, tuple[int, str, int]] = {}
+
+
+def until_shared_tick(now: float) -> float:
+    """Seconds from ``now`` (epoch) to the next tick, ``SHARED_PHASE_S`` after a second of the
+    clock: every page ticks together just after a second ends, so the second it has just
+    counted reaches every page within a fraction of a second, and the class's part is read
+    once for them all."""
+    return 1.0 - (now - SHARED_PHASE_S) % 1.0
 
 
 def shared_class_text(classroom_id: int, back_s: int) -> tuple[str, int]:
     """The JSON text of :func:`labs.presenters.storm.shared_page_message` for the class and the
-    second it was read at, built from Redis at most once per ``SHARED_CACHE_S`` for the
-    usual ``SHARED_RESEND_S`` seconds (thirty pages of one class cost one read a tick)."""
-    now = time.monotonic()
+    second it was read at, built from Redis once per second of the clock for the usual
+    ``SHARED_RESEND_S`` seconds (thirty pages of one class, ticking together, cost one read)."""
+    second = int(time.time())
     if back_s == SHARED_RESEND_S:
         cached = _shared_cache.get(classroom_id)
-        if cached is not None and now - cached[0] < SHARED_CACHE_S:
+        if cached is not None and cached[0] == second:
             return cached[1], cached[2]
     recent = storm_now(classroom_id, back_s)
     text = json.dumps(shared_page_message(recent))
     if back_s == SHARED_RESEND_S:
-        _shared_cache[classroom_id] = (now, text, recent["now"])
+        _shared_cache[classroom_id] = (second, text, recent["now"])
     return text, recent["now"]
 
 
@@ -551,8 +559,9 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
         self.last_seq = max(self.last_seq, through)
 
     async def _shared_loop(self) -> None:
-        """Once a second, the shared dependency's state and the class's totals (module
-        docstring, 4), while the session is in shared mode."""
+        """Once a second, just after the clock's second ends (:func:`until_shared_tick`), the
+        shared dependency's state and the class's totals (module docstring, 4), while the
+        session is in shared mode; the first at once."""
         first, sent = True, False
         while True:
             try:
@@ -572,7 +581,7 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
                 raise
             except Exception:  # a Redis blip must not end the stream: the next tick retries
                 logger.exception("lab session %s: shared tick failed", self.session_id)
-            await asyncio.sleep(SHARED_TICK_S)
+            await asyncio.sleep(until_shared_tick(time.time()))
 
     def _learn_burst(self, event: dict[str, Any]) -> None:
         """Remember a burst from its ``burst_queued`` row (it carries number, size and
