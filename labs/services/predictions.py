@@ -258,7 +258,9 @@ def prediction_grade(*, prediction: Prediction) -> Prediction:
     situation = _step(prediction.session, prediction.step).get("situation")
     missed = check_situation(situation if isinstance(situation, dict) else None, observed)
     if missed:
-        return _release(prediction, burst, missed)
+        return _release(
+            prediction, {"missed": missed, "missed_burst": burst.number}, burst=burst
+        )
     answer: Any = prediction.answer
     if prediction.measure != "breaker_after":
         answer = float(answer)
@@ -275,21 +277,17 @@ def prediction_grade(*, prediction: Prediction) -> Prediction:
     return prediction
 
 
-def _release(prediction: Prediction, burst: Burst, missed: str) -> Prediction:
-    """The step's burst did not produce its situation (a rate limit already over, a cache
-    already stale): grade nothing, keep the ``missed`` sentence and the burst's number in
-    ``observed`` for the page, and free the step to run again (``ran_at`` and ``burst``
-    cleared, the answer may change). Conditional on the prediction still being this burst's
-    and ungraded, so the worker and the polling page release it once."""
+def _release(prediction: Prediction, observed: dict[str, Any], **still: Any) -> Prediction:
+    """The step's situation did not happen (a rate limit already over, a cache already stale,
+    no traffic through the trigger): grade nothing, keep ``observed`` (the ``missed``
+    sentence and which burst or trigger) for the page, and free the step to run again
+    (``ran_at`` and ``burst`` cleared, the answer may change). Conditional on the prediction
+    still being ungraded and as ``still`` says (this burst's, or fixed at this time), so the
+    worker and the polling page release it once."""
     with transaction.atomic():
         updated = Prediction.objects.filter(
-            pk=prediction.pk, burst=burst, correct__isnull=True
-        ).update(
-            observed={"missed": missed, "missed_burst": burst.number},
-            burst=None,
-            ran_at=None,
-            updated_at=timezone.now(),
-        )
+            pk=prediction.pk, correct__isnull=True, **still
+        ).update(observed=observed, burst=None, ran_at=None, updated_at=timezone.now())
         if updated:
             _announce(prediction.session)
     prediction.refresh_from_db()
@@ -328,19 +326,8 @@ def recovery_grade(*, prediction: Prediction, reads: dict | None = None) -> Pred
     check = recovery_check(prediction.session, prediction.ran_at, within, reads)
     if check["stage"] == "missed":
         sentence = RECOVERY_MISSED[check["reason"]].format(within=within)
-        with transaction.atomic():
-            updated = Prediction.objects.filter(
-                pk=prediction.pk, ran_at=prediction.ran_at, correct__isnull=True
-            ).update(
-                observed={"missed": sentence, "missed_trigger": check["trigger"]},
-                burst=None,
-                ran_at=None,
-                updated_at=timezone.now(),
-            )
-            if updated:
-                _announce(prediction.session)
-        prediction.refresh_from_db()
-        return prediction
+        observed = {"missed": sentence, "missed_trigger": check["trigger"]}
+        return _release(prediction, observed, ran_at=prediction.ran_at)
     if check["stage"] != "observed":
         return prediction
     observed = check["observed"]
