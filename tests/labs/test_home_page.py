@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from labs.management.commands.seed_demo import load_scenario_files, upsert_scenario
+from labs.management.commands.seed_demo import load_scenario_files, seed_order, upsert_scenario
 from labs.services import lab
 from labs.services.predictions import step_mark
 from tests.conftest import make_classroom, make_student
@@ -24,8 +24,7 @@ BEYOND = {"per_host_breakers", "bulkhead", "fallback_cached", "idempotency_keys"
 @pytest.fixture
 def shipped_class():
     room = make_classroom("Resilience A", join_code="CLASSA01")
-    documents = load_scenario_files(ROOT / "scenarios")
-    documents.sort(key=lambda item: (item[0] != "tour", item[0]))
+    documents = seed_order(load_scenario_files(ROOT / "scenarios"))
     for index, (slug, document) in enumerate(documents):
         room.scenarios.add(upsert_scenario(slug, document, position=10 * (index + 1)))
     return room, make_student("alice", room)
@@ -53,7 +52,7 @@ def test_the_lessons_are_grouped_with_the_tour_first(client, shipped_class):
     ]
     assert groups[0][1] == ["tour"]
     assert set(groups[2][1]) == BEYOND
-    assert groups[3][1] == ["find_the_edge", "storm_lesson"]
+    assert groups[3][1] == ["storm_lesson", "find_the_edge"]  # the one it builds on first
     assert sum(len(slugs) for _, slugs in groups) == 13
     tour = html.split('data-scenario="tour"')[1].split("</li>")[0]
     assert "The guided first lesson" in tour and "6 steps" in tour

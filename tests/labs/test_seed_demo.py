@@ -51,6 +51,8 @@ def test_seed_demo_loads_every_scenario_file_assigned_to_the_class():
     assert set(room.scenarios.values_list("slug", flat=True)) == slugs
     tour = Scenario.objects.get(slug="tour")
     assert tour.position == min(Scenario.objects.values_list("position", flat=True))
+    edge, storm = (Scenario.objects.get(slug=s) for s in ("find_the_edge", "storm_lesson"))
+    assert edge.position > storm.position  # a lesson that builds on another comes after it
     for scenario in Scenario.objects.all():
         scenario.full_clean()
 

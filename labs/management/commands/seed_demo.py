@@ -32,6 +32,9 @@ DEMO_STUDENTS = [
 ]
 DEFAULT_DEMO_PASSWORD = "failurelab"  # noqa: S105  (demo accounts on a local machine)
 SCRIPT_ONLY_FOR_MODEL = ("instructions",)
+#: Lessons that build on another (Find the edge starts from the storm lesson's policy and
+#: panel): seeded after the others, so a class's list shows them after what they build on.
+FOLLOW_UPS = ("find_the_edge",)
 
 
 def load_scenario_files(directory: Path) -> list[tuple[str, dict]]:
@@ -46,6 +49,12 @@ def load_scenario_files(directory: Path) -> list[tuple[str, dict]]:
             raise CommandError(f"{path.name}: the top level must be a JSON object")
         documents.append((path.stem, document))
     return documents
+
+
+def seed_order(documents: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+    """``documents`` in the order a class lists them: "tour" first (the guided introduction),
+    then by file name, lessons that build on another (:data:`FOLLOW_UPS`) last."""
+    return sorted(documents, key=lambda item: (item[0] != "tour", item[0] in FOLLOW_UPS, item[0]))
 
 
 def upsert_scenario(slug: str, document: dict, position: int) -> Scenario:
@@ -90,8 +99,7 @@ class Command(BaseCommand):
         User = get_user_model()
 
         with transaction.atomic():
-            # "tour" first: it is the guided introduction.
-            documents.sort(key=lambda item: (item[0] != "tour", item[0]))
+            documents = seed_order(documents)
             scenarios = [
                 upsert_scenario(slug, document, position=10 * (index + 1))
                 for index, (slug, document) in enumerate(documents)
