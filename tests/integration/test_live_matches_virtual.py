@@ -1,0 +1,139 @@
+"""The live class and the virtual-time model reach the same verdict at the tipping point.
+
+One small shared dependency (2 servers x 50 ms: C = 40 attempts/s) and naive clients that
+retry 3 times (the stable line C / (1 + 3) = 10 calls/s). For a load well below the line
+and one well above it, the same down trigger runs twice: in virtual time through
+``tipping_point``'s ``simulate`` (the engine's ``MemorySharedModel``) and in a live class,
+where bot students (``classroom_simulate``) send Poisson traffic through a real Celery worker
+to the class's Redis model and the instructor's trigger fires through the service. The live
+verdict is the storm panel's recovery clock (``storm_headline``) over the seconds Redis
+recorded, read as a recovery question is graded (``recovery_observed``); the virtual one is
+the experiment's time to recovery. Both must say "back within WITHIN_S s of the trigger's
+end" below the line and "not back" above it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from labs.experiments.tipping_point import TippingParams, simulate
+from labs.grading import recovery_observed
+from labs.live import runtime
+from labs.models import Traffic
+from labs.presenters.storm import BASELINE_SECONDS, storm_headline
+from labs.services import shared as shared_services
+from labs.services.simulate import MAX_ATTEMPTS, TIMEOUT_MS, classroom_simulate
+from labs.services.traffic import traffic_stop
+from tests.conftest import make_classroom, make_instructor, make_scenario, tour_script
+from tests.integration.conftest import wait_for, wait_run_ended
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+SERVERS, SERVICE_MS = 2, 50
+CAPACITY = SERVERS * 1000 / SERVICE_MS  # 40 attempts/s
+RETRIES = MAX_ATTEMPTS - 1  # the bots' naive policy: 3 retries at once
+STABLE_LINE = CAPACITY / (1 + RETRIES)  # 10 calls/s
+BOTS = 3
+TRIGGER_S = 5
+#: Seconds after the trigger's end within which "recovered" counts.
+WITHIN_S = 8
+#: Complete seconds of steady traffic before the trigger (the clock's baseline).
+WARM_S = 4
+#: Generous, for a loaded 2-core machine: the worker's start, the bots' first calls.
+STEADY_TIMEOUT_S = 60
+
+
+def a_class():
+    scenario = make_scenario("edge-tour", script=tour_script())
+    room = make_classroom("Edge class", join_code="EDGELV01")
+    room.scenarios.add(scenario)
+    teacher = make_instructor("teacher_lv", room)
+    shared_services.classroom_set_shared(
+        classroom=room, user=teacher, values={"servers": SERVERS, "service_ms": SERVICE_MS}
+    )
+    return room, teacher
+
+
+def virtual_verdict(calls_per_s: float, max_queue_ms: int) -> tuple[str, int | None]:
+    """``yes``/``no`` and the seconds to recovery of the same setup in virtual time."""
+    params = TippingParams(
+        servers=SERVERS, service_ms=SERVICE_MS, max_queue_ms=max_queue_ms, retries=RETRIES,
+        timeout_ms=TIMEOUT_MS, trigger_at_s=5, observe_s=WITHIN_S + 2,
+    )  # fmt: skip
+    out = simulate(params, calls_per_s * 100 / CAPACITY, "down", TRIGGER_S)
+    back = out["recovery_s"]
+    return ("yes" if back is not None and back <= WITHIN_S else "no"), back
+
+
+def wait_steady(room, calls_per_s: float) -> None:
+    """Wait until the last WARM_S complete seconds each had calls and, together, at least
+    half the calls the bots are asked for (Poisson arrivals vary from second to second)."""
+
+    def steady():
+        rows = runtime.shared_now(room.pk, back_s=WARM_S + 1)["seconds"][:-1][-WARM_S:]
+        calls = [r["calls"] for r in rows]
+        return len(calls) == WARM_S and all(calls) and sum(calls) >= calls_per_s * WARM_S / 2
+
+    wait_for(steady, STEADY_TIMEOUT_S, interval=0.5, message=f"steady {calls_per_s} calls/s")
+
+
+def live_verdict(room, teacher) -> dict:
+    """Fire a down trigger for TRIGGER_S s, wait WITHIN_S s past its end by Redis's clock,
+    and read the panel's recovery clock over the recorded seconds."""
+    shared_services.classroom_fire_trigger(
+        classroom=room, user=teacher, values={"kind": "down", "duration_ms": TRIGGER_S * 1000}
+    )
+    span = runtime.shared_trigger_span(room.pk)
+    assert span is not None
+    trigger = {"kind": "down", "from_s": span["from_us"] / 1e6, "until_s": span["until_us"] / 1e6}
+    due = int(trigger["until_s"]) + WITHIN_S + 1
+    first = int(trigger["from_s"]) - BASELINE_SECONDS - 2
+
+    def seconds_up():
+        recorded = runtime.shared_seconds(room.pk, first, due - 1)
+        return recorded if recorded["now"] >= due else None
+
+    recorded = wait_for(seconds_up, TRIGGER_S + WITHIN_S + 30, interval=0.5, message="the window")
+    headline = storm_headline(recorded["seconds"], trigger, due)
+    observed = recovery_observed(headline, WITHIN_S)
+    calls = [(r["second"], r["calls"], r["calls_ok"], r["offered"]) for r in recorded["seconds"]]
+    return {"headline": headline, "observed": observed, "seconds": calls}
+
+
+@pytest.mark.parametrize(
+    ("rate", "expected"),
+    [
+        pytest.param(1, "yes", id="0.3x-the-line-recovers"),
+        pytest.param(10, "no", id="3x-the-line-locks-in"),
+    ],
+)
+def test_the_live_class_and_the_virtual_model_agree_on_recovery(worker_process, rate, expected):
+    calls_per_s = BOTS * rate
+    assert (calls_per_s < STABLE_LINE) == (expected == "yes")
+    room, teacher = a_class()
+    config = runtime.shared_config(room.pk)
+    assert config.capacity_per_s == CAPACITY
+    virtual, virtual_back = virtual_verdict(calls_per_s, config.max_queue_ms)
+
+    worker_process()
+    sim = classroom_simulate(
+        classroom=room, students=BOTS, policy="naive", rate=rate, duration_s=120,
+        arrivals="poisson",
+    )  # fmt: skip
+    try:
+        wait_steady(room, calls_per_s)
+        live = live_verdict(room, teacher)
+    finally:
+        for session in sim.sessions:
+            traffic_stop(session=session, user=session.owner)
+        for run in sim.traffic:
+            wait_run_ended(run, 60)
+    for run in Traffic.objects.filter(pk__in=[t.pk for t in sim.traffic]):
+        assert run.status in (Traffic.Status.DONE, Traffic.Status.STOPPED), run.error
+
+    observed = live["observed"]
+    assert observed is not None, live
+    detail = f"virtual {virtual} ({virtual_back}), live {observed}, seconds {live['seconds']}"
+    assert virtual == expected, detail
+    assert observed["recovered"] == expected, detail
+    assert live["headline"]["state"] == ("recovered" if expected == "yes" else "not_recovered")
