@@ -103,6 +103,18 @@ TOUR_SCRIPT = {
 }
 
 
+def flush_test_redis() -> None:
+    """Empty the test run's Redis databases (``REDIS_DB_BASE`` and the three after it): a
+    test that reads a session's breaker must not see one a test before it left under the
+    same session id."""
+    import redis
+
+    base = settings.REDIS_DB_BASE
+    assert base >= 8, "tests must never flush a development Redis database"
+    for db in range(base, base + 4):
+        redis.Redis.from_url(settings.REDIS_URL, db=db).flushdb()
+
+
 def tour_script(**overrides) -> dict:
     """A deep copy of the tour scenario (scenarios/tour.json), with top-level keys replaced."""
     script = copy.deepcopy(TOUR_SCRIPT)

@@ -188,12 +188,6 @@ def counts_from_events(payloads: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return counts
 
 
-def render_summary(summary: dict[str, Any] | None) -> str:
-    """The summary panel through the page's template partial (``burst-summary``), as the page
-    renders it on load."""
-    return _partial("burst-summary").render({"summary": summary}).strip()
-
-
 #: Journal kinds after which the summary panel changes.
 SUMMARY_KINDS = ("burst_queued", "burst_start", *BURST_END_KINDS)
 

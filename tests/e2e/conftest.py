@@ -221,9 +221,10 @@ def login(page, base_url: str, username: str, password: str) -> None:
 @pytest.fixture
 def e2e_worker(request, transactional_db, tmp_path):
     """A Celery worker process on the test database and the test run's Redis."""
-    from tests.integration.conftest import WorkerProcess, _flush_test_redis
+    from tests.conftest import flush_test_redis
+    from tests.integration.conftest import WorkerProcess
 
-    _flush_test_redis()
+    flush_test_redis()
     concurrency = getattr(request.module, "WORKER_CONCURRENCY", 8)
     worker = WorkerProcess(tmp_path / "worker.log", concurrency=concurrency)
     try:

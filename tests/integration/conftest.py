@@ -31,20 +31,14 @@ from django.db import connection
 
 from lab_project.processes import daphne_cmd, worker_cmd
 from tests import servers
+from tests.conftest import flush_test_redis
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _flush_test_redis() -> None:
-    base = settings.REDIS_DB_BASE
-    assert base >= 8, "tests must never flush a development Redis database"
-    for db in range(base, base + 4):
-        redis.Redis.from_url(settings.REDIS_URL, db=db).flushdb()
-
-
 @pytest.fixture(autouse=True)
 def _clean_redis():
-    _flush_test_redis()
+    flush_test_redis()
     yield
 
 

@@ -14,8 +14,7 @@ from django.urls import reverse
 from labs.clicks import RUN_BURST_LIMIT_PER_MINUTE
 from labs.models import Burst, LabSession
 from labs.services import lab
-from tests.conftest import make_student
-from tests.integration.conftest import _flush_test_redis
+from tests.conftest import flush_test_redis, make_student
 
 pytestmark = pytest.mark.django_db
 
@@ -24,7 +23,7 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 
 @pytest.fixture(autouse=True)
 def _fresh_redis():
-    _flush_test_redis()  # the rate limit's counters live in the cache database
+    flush_test_redis()  # the rate limit's counters live in the cache database
 
 
 @pytest.fixture

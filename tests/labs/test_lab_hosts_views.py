@@ -14,9 +14,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def _fresh_redis():
-    from tests.integration.conftest import _flush_test_redis
+    from tests.conftest import flush_test_redis
 
-    _flush_test_redis()
+    flush_test_redis()
 
 
 @pytest.fixture
@@ -158,7 +158,8 @@ def test_degraded_calls_have_their_own_tone_and_count():
 
 
 def test_the_summary_shows_each_dependency_degraded_calls_and_effects_against_calls():
-    from labs.presenters.lab_page import render_summary, summary_panel
+    from labs.presenters.lab_page import summary_panel
+    from tests.labs.panels import render_summary
 
     facts = {"id": 1, "number": 2, "size": 20, "concurrency": 4, "status": "done", "error": ""}
     counts = {

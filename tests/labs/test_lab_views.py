@@ -22,8 +22,13 @@ from labs.journal import store as journal
 from labs.live import runtime
 from labs.models import Burst, JournalEvent, LabSession
 from labs.services import lab
-from tests.conftest import make_instructor, make_scenario, make_student, tour_script
-from tests.integration.conftest import _flush_test_redis
+from tests.conftest import (
+    flush_test_redis,
+    make_instructor,
+    make_scenario,
+    make_student,
+    tour_script,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -33,7 +38,7 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 @pytest.fixture(autouse=True)
 def _fresh_redis():
     # Session ids are reused between tests (rolled-back inserts), so their Redis keys must go.
-    _flush_test_redis()
+    flush_test_redis()
 
 
 @pytest.fixture

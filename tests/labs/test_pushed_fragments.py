@@ -18,10 +18,11 @@ from labs.presenters.lab_page import (
     burst_facts,
     burst_panel,
     render_badge,
-    render_summary,
     summary_update,
 )
 from labs.selectors.lab import breaker_now
+from tests.conftest import flush_test_redis
+from tests.labs.panels import render_summary
 
 COUNTS = {
     "calls": 20, "succeeded": 14, "failed": 5, "fast_failed": 1, "attempts_total": 28,
@@ -34,6 +35,7 @@ COUNTS = {
 def session(student, classroom, scenario):
     from labs.services import lab
 
+    flush_test_redis()  # a breaker left under this session id by an earlier test
     return lab.session_open(user=student, classroom=classroom, scenario=scenario)
 
 

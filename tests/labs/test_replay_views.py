@@ -18,7 +18,7 @@ from labs.journal import store as journal
 from labs.live import runtime
 from labs.models import Burst, JournalEvent, LabSession
 from labs.services import lab
-from tests.integration.conftest import _flush_test_redis
+from tests.conftest import flush_test_redis
 
 pytestmark = pytest.mark.django_db
 
@@ -37,7 +37,7 @@ FLAKY = {
 
 @pytest.fixture(autouse=True)
 def _fresh_redis():
-    _flush_test_redis()
+    flush_test_redis()
 
 
 @pytest.fixture
@@ -462,8 +462,9 @@ def test_rows_read_back_for_a_reconnecting_socket_are_marked_with_one_query(
 def test_the_pushed_summary_panel_has_no_what_if_link(session):
     """The consumer renders the panel at a burst's end from facts it learnt from the
     ``burst_queued`` row or read by id; the burst's what-if link is in the history, not here."""
-    from labs.presenters.lab_page import render_summary, summary_update
+    from labs.presenters.lab_page import summary_update
     from labs.selectors.lab import burst_facts_by_id
+    from tests.labs.panels import render_summary
 
     new = finished_burst(session, 1)
     old = burst_from_before_replay(session, 2)

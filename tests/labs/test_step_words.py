@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from labs.presenters.lessons import step_sentence
 from labs.services import lab
-from tests.integration.conftest import _flush_test_redis
+from tests.conftest import flush_test_redis
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.json"))
@@ -91,7 +91,7 @@ def test_no_shipped_lesson_cites_a_file_or_a_code_name(path):
 def test_an_over_long_mode_is_refused_naming_the_field_in_words(
     client, student, classroom, scenario
 ):
-    _flush_test_redis()
+    flush_test_redis()
     session = lab.session_open(user=student, classroom=classroom, scenario=scenario)
     client.force_login(student)
     before = dict(session.dependency)

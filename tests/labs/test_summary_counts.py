@@ -11,8 +11,9 @@ import pytest
 from django.template.defaultfilters import floatformat
 
 from labs.engine.scenario import run_scenario
-from labs.presenters.lab_page import counts_from_events, render_summary, summary_panel
+from labs.presenters.lab_page import counts_from_events, summary_panel
 from tests.engine.helpers import load_scenario
+from tests.labs.panels import render_summary
 
 FACTS = {"id": 9, "number": 1, "size": 20, "concurrency": 4, "error": "", "recorded": True}
 
