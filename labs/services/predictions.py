@@ -264,6 +264,15 @@ def prediction_grade(*, prediction: Prediction) -> Prediction:
     answer: Any = prediction.answer
     if prediction.measure != "breaker_after":
         answer = float(answer)
+    return _grade(prediction, ask, answer, observed)
+
+
+def _grade(
+    prediction: Prediction, ask: dict[str, Any], answer: Any, observed: dict[str, Any]
+) -> Prediction:
+    """Store ``observed`` and whether ``answer`` is right for it, once (conditional on the
+    prediction being ungraded, so the worker and the polling page grade it once), and tell
+    the instructor's page and the course's gradebook."""
     with transaction.atomic():
         updated = Prediction.objects.filter(pk=prediction.pk, correct__isnull=True).update(
             observed=observed,
@@ -330,20 +339,7 @@ def recovery_grade(*, prediction: Prediction, reads: dict | None = None) -> Pred
         return _release(prediction, observed, ran_at=prediction.ran_at)
     if check["stage"] != "observed":
         return prediction
-    observed = check["observed"]
-    with transaction.atomic():
-        updated = Prediction.objects.filter(pk=prediction.pk, correct__isnull=True).update(
-            observed=observed,
-            correct=grade_answer(
-                {**ask, "measure": prediction.measure}, prediction.answer, observed
-            ),
-        )
-        if updated:
-            _announce(prediction.session)
-            lti_grade_queue(session=prediction.session)  # to the LMS gradebook, if launched
-    if updated:
-        prediction.refresh_from_db()
-    return prediction
+    return _grade(prediction, ask, prediction.answer, check["observed"])
 
 
 def recovery_predictions_grade() -> int:
