@@ -115,6 +115,17 @@ def flush_test_redis() -> None:
         redis.Redis.from_url(settings.REDIS_URL, db=db).flushdb()
 
 
+@pytest.fixture
+def clean_shared_model(classroom):
+    """The class's shared-dependency model in Redis emptied before and after the test (a
+    model left by an earlier test under the same class id would count its seconds)."""
+    from labs.live import runtime
+
+    runtime.shared_model(classroom.pk).clear()
+    yield
+    runtime.shared_model(classroom.pk).clear()
+
+
 def tour_script(**overrides) -> dict:
     """A deep copy of the tour scenario (scenarios/tour.json), with top-level keys replaced."""
     script = copy.deepcopy(TOUR_SCRIPT)

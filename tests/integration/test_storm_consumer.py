@@ -18,17 +18,14 @@ from labs.live import runtime
 from labs.selectors.storm import STORM_WINDOW_S
 from labs.services import shared as shared_services
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("clean_shared_model"),
+]
 
 #: Generous: a tick is due every half second.
 TIMEOUT = 10
-
-
-@pytest.fixture(autouse=True)
-def _clean_shared_model(classroom):
-    runtime.shared_model(classroom.pk).clear()
-    yield
-    runtime.shared_model(classroom.pk).clear()
 
 
 @pytest.fixture

@@ -23,18 +23,11 @@ from labs.services import lab, predictions
 from labs.services import shared as shared_services
 from tests.conftest import make_scenario, make_student
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clean_shared_model")]
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSON = json.loads((ROOT / "scenarios" / "find_the_edge.json").read_text())
 WITHIN_S = LESSON["steps"][0]["ask"]["within_s"]
-
-
-@pytest.fixture(autouse=True)
-def _clean_shared_model(classroom):
-    runtime.shared_model(classroom.pk).clear()
-    yield
-    runtime.shared_model(classroom.pk).clear()
 
 
 @pytest.fixture

@@ -17,16 +17,9 @@ from labs.services import lab
 from labs.services import shared as shared_services
 from tests.conftest import make_student
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clean_shared_model")]
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
-
-
-@pytest.fixture(autouse=True)
-def _clean_shared_model(classroom):
-    runtime.shared_model(classroom.pk).clear()
-    yield
-    runtime.shared_model(classroom.pk).clear()
 
 
 @pytest.fixture
