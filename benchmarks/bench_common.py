@@ -257,7 +257,8 @@ def run(name: str, parser: argparse.ArgumentParser,
     """The benchmark's entry point: parse the arguments (``--help`` and a bad argument end
     here, nothing started), then run ``body(args, bench)`` inside a :class:`Bench`. Exits
     with the body's return value; after a stop signal, once everything stopped, at once
-    with 128 + the signal's number (no waiting for the body's threads).
+    with 128 + the signal's number (no waiting for the body's threads), whatever error the
+    signal surfaced as.
 
     ``--plain NAME[,NAME]`` runs everything with those overrides of a library's private parts
     switched off (``LAB_PLAIN``, ``lab_project.env.OVERRIDES``), to measure each beside the
@@ -270,7 +271,12 @@ def run(name: str, parser: argparse.ArgumentParser,
     try:
         with Bench(name) as bench:
             code = body(args, bench)
-    except services.StopRequested as stop:
+    except BaseException as exc:
+        # The stop may surface as another error: asyncio code that was running when the
+        # signal came turns it into, say, a closed websocket.
+        stop = exc if isinstance(exc, services.StopRequested) else services.stop_received()
+        if stop is None:
+            raise
         _Output(name).say(f"{stop}: everything it started is stopped")
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):

@@ -201,7 +201,14 @@ class StopRequested(BaseException):
         return 128 + self.signum
 
 
-_held = {"depth": 0, "pending": None}
+_held = {"depth": 0, "pending": None, "received": None}
+
+
+def stop_received() -> StopRequested | None:
+    """The stop signal's exception once one arrived inside :func:`raise_on_stop_signals`, else
+    None. Code that catches the exception on its way (an event loop that turns it into a closed
+    connection, say) ends with another error; the caller can still tell that a stop caused it."""
+    return _held["received"]
 
 
 @contextlib.contextmanager
@@ -234,6 +241,7 @@ def raise_on_stop_signals(make=StopRequested, signals=STOP_SIGNALS):
     def on_signal(signum, frame):
         ignore_stop_signals()
         stop = make(signum)
+        _held["received"] = stop
         if _held["depth"]:
             _held["pending"] = stop
             return

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -232,3 +233,26 @@ def test_an_exception_in_the_body_stops_every_child_and_what_it_forked():
         time.sleep(0.05)
     assert in_group(leader.pid) == []
     assert signal.getsignal(signal.SIGTERM) is not None  # the handlers are given back
+
+
+def test_a_stop_that_surfaces_as_another_error_still_exits_as_the_stop(tmp_path):
+    """The signal may land inside code that turns the stop into its own error (asyncio's
+    websockets close the connection and the sender sees ``ConnectionClosedError``): the run
+    still ends as a stop, 128 + SIGTERM, not as a failed measurement."""
+    script = tmp_path / "bench.py"
+    script.write_text(
+        "import argparse, os, signal, sys\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from benchmarks import bench_common\n"
+        "def body(args, bench):\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    except BaseException as exc:\n"
+        "        raise ConnectionError('the connection closed') from exc\n"
+        "    return 0\n"
+        "bench_common.run('t', argparse.ArgumentParser(), body)\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    assert "SIGTERM received: everything it started is stopped" in done.stderr
