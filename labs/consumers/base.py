@@ -10,8 +10,10 @@ import asyncio
 import contextlib
 import functools
 import logging
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -23,8 +25,8 @@ from daphne.ws_protocol import WebSocketProtocol
 from django.conf import settings
 
 from lab_project.env import plain
-from labs.selectors.access import signed_in
-from labs.services.launch_token import launch_token_still_valid
+from labs.selectors.access import signed_in_many
+from labs.services.launch_token import launch_tokens_still_valid
 
 logger = logging.getLogger(__name__)
 
@@ -207,56 +209,42 @@ class SocketLimits:
         await self._server_send(message)
 
 
+#: A socket's right: ``test([(user, key), ...])`` answers for many sockets at once, with
+#: the key each socket gave (:meth:`RightCheck.keep_checking`).
+RightTest = Callable[[list[tuple[Any, Any]]], list[bool]]
+
+
 class RightCheck:
     """Consumer mixin: an open socket keeps the right that let it in, or closes.
 
     A logout, an expired session or a class no longer taught would otherwise never reach a
     socket let in at its handshake. After letting a socket in, a consumer calls
-    :meth:`keep_checking` with its own test of the right (run in the reads' pool); every
-    ``LAB_WS_RECHECK_MS`` the mixin checks that test and that the Django session is still signed
-    in as the socket's user (:func:`labs.selectors.access.signed_in`). When either fails, nothing
-    more is sent and the socket closes with :data:`CLOSE_FORBIDDEN`; a check that cannot be made
-    (the database restarting) keeps the socket and tries again at the next interval.
+    :meth:`keep_checking` with a test of its right that answers for many sockets at once;
+    every ``LAB_WS_RECHECK_MS`` every socket of the process is checked together
+    (:class:`_Rechecks`): its test, and that its login (a Django session, or a course launch's
+    grant) still signs in its user. When either fails, nothing more is sent and the socket
+    closes with :data:`CLOSE_FORBIDDEN`; a check that cannot be made (the database
+    restarting) keeps the socket and tries again at the next interval.
     """
 
-    _recheck_task: asyncio.Task | None = None
+    _rechecked = False
     _revoked = False
 
-    def keep_checking(self, still_allowed: Callable[[Any], bool]) -> None:
-        """From now on, re-check ``still_allowed(user)`` and the session periodically."""
-        if self._recheck_task is None:
-            # Every message goes out through base_send (send_json included): once revoked,
-            # nothing but the close passes.
-            self._unguarded_send = self.base_send
-            self.base_send = self._send_unless_revoked
-            self._recheck_task = asyncio.ensure_future(self._recheck(still_allowed))
-
-    async def _recheck(self, still_allowed: Callable[[Any], bool]) -> None:
+    def keep_checking(self, test: RightTest, key: Any) -> None:
+        """From now on, re-check ``test([(user, key)])`` and the login periodically."""
+        if self._rechecked:
+            return
+        self._rechecked = True
+        # Every message goes out through base_send (send_json included): once revoked,
+        # nothing but the close passes.
+        self._unguarded_send = self.base_send
+        self.base_send = self._send_unless_revoked
         user = self.scope.get("user")
-        session_key = getattr(self.scope.get("session"), "session_key", None)
-        user_id = getattr(user, "pk", None)
-
-        grant = self.scope.get("launch_grant")
-
-        def allowed() -> bool:
-            if grant is not None:  # a course launch's token, not a Django session
-                return launch_token_still_valid(grant) and still_allowed(user)
-            return signed_in(session_key, user_id) and still_allowed(user)
-
-        interval = settings.LAB_WS_RECHECK_MS / 1000
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                ok = await read(allowed)()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # no answer is not a no: look again next time
-                logger.warning("websocket %s: could not re-check its right", self.scope.get("path"),
-                               exc_info=True)  # fmt: skip
-                continue
-            if not ok:
-                await self.revoke()
-                return
+        right = _Right(
+            test, key, user, getattr(user, "pk", None),
+            getattr(self.scope.get("session"), "session_key", None), self.scope.get("launch_grant"),
+        )  # fmt: skip
+        _rechecks().add(self, right)
 
     async def revoke(self) -> None:
         """Send nothing more and close with :data:`CLOSE_FORBIDDEN`."""
@@ -272,6 +260,105 @@ class RightCheck:
         await self._unguarded_send(message)
 
     async def websocket_disconnect(self, message: dict[str, Any]) -> None:
-        if self._recheck_task is not None:
-            self._recheck_task.cancel()
+        if self._rechecked:
+            _rechecks().discard(self)
         await super().websocket_disconnect(message)  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class _Right:
+    """What one socket must keep: its right's test and key, and its login."""
+
+    test: RightTest
+    key: Any
+    user: Any
+    user_id: int | None
+    session_key: str | None
+    grant: Any
+
+
+def check_rights(rights: list[_Right]) -> list[bool | None]:
+    """For each of ``rights``: True while its login signs its user in and its test passes,
+    False when either ended, None when it could not be checked (kept, asked again next time).
+    A handful of queries however many sockets: the logins in two (sessions, then users), the
+    course grants in two, each test once for all its sockets."""
+    verdicts: list[bool | None] = [True] * len(rights)
+
+    def apply(indexes: list[int], check: Callable[[list], list[bool]], what: str,
+              argument: Callable[[_Right], Any]) -> None:  # fmt: skip
+        if not indexes:
+            return
+        try:
+            answers = check([argument(rights[i]) for i in indexes])
+        except Exception:  # no answer is not a no: look again next time
+            logger.warning("websockets: could not re-check %s", what, exc_info=True)
+            for i in indexes:
+                verdicts[i] = None
+            return
+        for i, ok in zip(indexes, answers, strict=True):
+            if not ok and verdicts[i] is not None:
+                verdicts[i] = False
+
+    by_session = [i for i, right in enumerate(rights) if right.grant is None]
+    by_grant = [i for i, right in enumerate(rights) if right.grant is not None]
+    apply(by_session, signed_in_many, "their logins", lambda r: (r.session_key, r.user_id))
+    apply(by_grant, launch_tokens_still_valid, "their course grants", lambda r: r.grant)
+    tests: dict[RightTest, list[int]] = {}
+    for i, right in enumerate(rights):
+        tests.setdefault(right.test, []).append(i)
+    for test, indexes in tests.items():
+        apply(indexes, test, test.__name__, lambda r: (r.user, r.key))
+    return verdicts
+
+
+class _Rechecks:
+    """Every open socket's right on one event loop, checked together every
+    ``LAB_WS_RECHECK_MS`` in one trip to the reads' pool (:func:`check_rights`): thirty pages
+    cost a few queries an interval, not three each. The loop's task runs while a socket is
+    open."""
+
+    def __init__(self) -> None:
+        self.sockets: dict[RightCheck, _Right] = {}
+        self.task: asyncio.Task | None = None
+
+    def add(self, consumer: RightCheck, right: _Right) -> None:
+        self.sockets[consumer] = right
+        if self.task is None or self.task.done():
+            self.task = asyncio.ensure_future(self._run())
+
+    def discard(self, consumer: RightCheck) -> None:
+        self.sockets.pop(consumer, None)
+
+    async def _run(self) -> None:
+        while self.sockets:
+            await asyncio.sleep(settings.LAB_WS_RECHECK_MS / 1000)
+            checked = list(self.sockets.items())
+            if not checked:
+                return
+            try:
+                verdicts = await read(check_rights)([right for _, right in checked])
+            except Exception:
+                logger.warning("websockets: could not re-check their rights", exc_info=True)
+                continue
+            for (consumer, _), ok in zip(checked, verdicts, strict=True):
+                if ok is False and self.sockets.pop(consumer, None) is not None:
+                    try:
+                        await consumer.revoke()
+                    except Exception:  # a socket already gone must not stop the others
+                        logger.warning("websocket: could not close after its right ended",
+                                       exc_info=True)  # fmt: skip
+
+
+_RECHECKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Rechecks] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _rechecks() -> _Rechecks:
+    """The running loop's :class:`_Rechecks` (one per process under daphne; a test's own
+    loop gets its own)."""
+    loop = asyncio.get_running_loop()
+    rechecks = _RECHECKS.get(loop)
+    if rechecks is None:
+        rechecks = _RECHECKS[loop] = _Rechecks()
+    return rechecks

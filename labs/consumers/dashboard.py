@@ -21,7 +21,7 @@ from labs.journal.broadcast import class_group
 from labs.live import metrics
 from labs.presenters.dashboard import dashboard_labels, progress_text, row_message
 from labs.presenters.predictions import predictions_page
-from labs.selectors.access import teaches
+from labs.selectors.access import teaches, teaching
 from labs.selectors.dashboard import class_dashboard_rows, simulated_session_ids
 from labs.selectors.predictions import class_predictions_page, progress_fields, session_progress
 
@@ -68,7 +68,7 @@ class ClassDashboardConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJson
             await self.close(code=CLOSE_FORBIDDEN)
             return
         classroom_id = self.classroom_id
-        self.keep_checking(lambda user: teaches(user, classroom_id))
+        self.keep_checking(teaching, classroom_id)
         self.group = class_group(self.classroom_id)
         metrics.socket_opened("dashboard")
         await self.channel_layer.group_add(self.group, self.channel_name)

@@ -35,7 +35,7 @@ from labs.journal.kinds import BURST_END_KINDS
 from labs.live import metrics
 from labs.presenters.lab_page import SUMMARY_KINDS, badge, render_badge, summary_update
 from labs.presenters.storm import session_card, shared_page_message
-from labs.selectors.access import session_policy, socket_session
+from labs.selectors.access import session_policy, socket_session, watchable_sessions
 from labs.selectors.lab import (
     breaker_now,
     burst_facts_by_id,
@@ -263,7 +263,7 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         session_id = self.session_id
-        self.keep_checking(lambda user: socket_session(user, session_id) is not None)
+        self.keep_checking(watchable_sessions, session_id)
         after = self._after_from_query()
         # A client claiming rows we never wrote (a stale tab after a database reset) is
         # treated as knowing everything so far; nothing is replayed to it twice.

@@ -27,7 +27,7 @@ from labs.consumers.base import (
 from labs.engine.shared import SharedConfig
 from labs.live import metrics
 from labs.presenters.storm import class_retries, storm_headline, student_rows
-from labs.selectors.access import teaches
+from labs.selectors.access import teaches, teaching
 from labs.selectors.storm import STORM_WINDOW_S, storm_config, storm_now, storm_sessions
 
 logger = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebs
             return
         self.allowed = True
         classroom_id = self.classroom_id
-        self.keep_checking(lambda user: teaches(user, classroom_id))
+        self.keep_checking(teaching, classroom_id)
         metrics.socket_opened("storm")
         await self._send_snapshot()
         self._loop = asyncio.ensure_future(self._run())

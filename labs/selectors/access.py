@@ -4,6 +4,7 @@ teacher's class.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import connection
@@ -70,22 +71,38 @@ def owned_session_keys(user, pk: int) -> LabSession | None:
     return next(iter(found), None)
 
 
-def signed_in(session_key: str | None, user_id: int | None) -> bool:
-    """Whether the Django session ``session_key`` is still unexpired and still signs in
-    ``user_id``, an active user: False after a logout (the row is deleted), an expiry, a
-    login as someone else in the same browser or the user's deactivation."""
+def signed_in_many(logins: Sequence[tuple[str | None, int | None]]) -> list[bool]:
+    """For each (session key, user id) of ``logins``, whether the Django session is still
+    unexpired and still signs in that user, an active one: False after a logout (the row is
+    deleted), an expiry, a login as someone else in the same browser or the user's
+    deactivation. With the database session engine (or a cached one over it) that is one
+    query for the sessions and one for the users however many logins there are: every open
+    socket of a process is re-checked together (``labs.consumers.base.RightCheck``)."""
     from importlib import import_module
 
     from django.conf import settings
     from django.contrib.auth import SESSION_KEY, get_user_model
+    from django.contrib.sessions.backends.db import SessionStore as DatabaseStore
+    from django.utils import timezone
 
-    if not session_key or user_id is None:
-        return False
-    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
-    data = store.load()  # {} when the row is gone or expired
-    if str(data.get(SESSION_KEY)) != str(user_id):
-        return False
-    return get_user_model().objects.filter(pk=user_id, is_active=True).exists()
+    keys = {key for key, user_id in logins if key and user_id is not None}
+    store = import_module(settings.SESSION_ENGINE).SessionStore
+    signed: dict[str, str] = {}
+    if keys and issubclass(store, DatabaseStore):
+        decoder = store()
+        rows = store.get_model_class().objects.filter(
+            session_key__in=keys, expire_date__gt=timezone.now()
+        )
+        for key, data in rows.values_list("session_key", "session_data"):
+            signed[key] = str(decoder.decode(data).get(SESSION_KEY))
+    else:
+        for key in keys:
+            signed[key] = str(store(key).load().get(SESSION_KEY))  # {} when gone or expired
+    claimed = {user_id for key, user_id in logins if key in signed and signed[key] == str(user_id)}
+    active = set(
+        get_user_model().objects.filter(pk__in=claimed, is_active=True).values_list("pk", flat=True)
+    ) if claimed else set()  # fmt: skip
+    return [user_id in active and signed.get(key) == str(user_id) for key, user_id in logins]
 
 
 def socket_session(user, session_id: int) -> tuple[int, int, dict[str, Any]] | None:
@@ -104,6 +121,43 @@ def socket_session(user, session_id: int) -> tuple[int, int, dict[str, Any]] | N
         )
     row = sessions.values_list("pk", "next_seq", "policy").first()
     return (row[0], row[1] - 1, row[2]) if row else None
+
+
+def watchable_sessions(watchers: Sequence[tuple[Any, int]]) -> list[bool]:
+    """For each (user, session id) of ``watchers``, whether :func:`socket_session` still lets
+    the user watch the session live, in two queries however many there are: the periodic
+    re-check of every lab page's socket of a process (``labs.consumers.base.RightCheck``)."""
+    ids = {session_id for _, session_id in watchers}
+    sessions = {
+        pk: (owner_id, classroom_id)
+        for pk, owner_id, classroom_id in LabSession.objects.filter(pk__in=ids).values_list(
+            "pk", "owner_id", "classroom_id"
+        )
+    }
+    users = {user.pk for user, _ in watchers if getattr(user, "is_authenticated", False)}
+    roles = {
+        (classroom_id, user_id): role
+        for classroom_id, user_id, role in Membership.objects.filter(
+            classroom_id__in={room for _, room in sessions.values()}, user_id__in=users
+        ).values_list("classroom_id", "user_id", "role")
+    } if sessions and users else {}  # fmt: skip
+
+    def allowed(user, session_id: int) -> bool:
+        if not getattr(user, "is_authenticated", False) or session_id not in sessions:
+            return False
+        if user.is_superuser:
+            return True
+        owner_id, room = sessions[session_id]
+        role = roles.get((room, user.pk))
+        return role is not None and (owner_id == user.pk or role == Membership.Role.INSTRUCTOR)
+
+    return [allowed(user, session_id) for user, session_id in watchers]
+
+
+def teaching(teachers: Sequence[tuple[Any, int]]) -> list[bool]:
+    """:func:`teaches` for each (user, classroom id) of ``teachers`` (an instructor's few
+    sockets: one query each)."""
+    return [teaches(user, classroom_id) for user, classroom_id in teachers]
 
 
 def session_policy(session_id: int) -> dict[str, Any] | None:

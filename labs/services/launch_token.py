@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -134,7 +135,19 @@ def launch_token_notice(grant: Grant) -> str:
 def launch_token_still_valid(grant: Grant) -> bool:
     """For a websocket's periodic re-check: the grant is still on the server, its user
     active."""
-    state = cache.get(_key(grant.grant_id))
-    if not state:
-        return False
-    return get_user_model().objects.filter(pk=grant.user.pk, is_active=True).exists()
+    return launch_tokens_still_valid([grant])[0]
+
+
+def launch_tokens_still_valid(grants: Sequence[Grant]) -> list[bool]:
+    """:func:`launch_token_still_valid` for each of ``grants``, in one cache read and one
+    query however many there are (every token socket of a process, re-checked together)."""
+    if not grants:
+        return []
+    present = cache.get_many([_key(grant.grant_id) for grant in grants])
+    users = {grant.user.pk for grant in grants if present.get(_key(grant.grant_id))}
+    active = set(
+        get_user_model().objects.filter(pk__in=users, is_active=True).values_list("pk", flat=True)
+    ) if users else set()  # fmt: skip
+    return [
+        bool(present.get(_key(grant.grant_id))) and grant.user.pk in active for grant in grants
+    ]
