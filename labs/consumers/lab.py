@@ -14,6 +14,8 @@ import asyncio
 import json
 import logging
 import time
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -44,7 +46,7 @@ from labs.selectors.lab import (
     rows_after,
     traffic_seconds,
 )
-from labs.selectors.storm import session_shared_classroom, storm_now, storm_session_now
+from labs.selectors.storm import session_shared_classroom, storm_now, storm_sessions_now
 
 logger = logging.getLogger(__name__)
 
@@ -102,12 +104,58 @@ def shared_class_text(classroom_id: int, back_s: int) -> tuple[str, int]:
     return text, recent["now"]
 
 
-def shared_message_text(classroom_id: int, session_id: int, back_s: int) -> str:
-    """The class's part (:func:`shared_class_text`) with this session's own counters and
-    window figures at the same second spliced in as ``mine`` (one more read, Redis only)."""
+def shared_texts(classroom_id: int, session_ids: Sequence[int], back_s: int) -> dict[int, str]:
+    """For each of ``session_ids``, by id: the class's part (:func:`shared_class_text`) with
+    the session's own counters and window figures at the same second spliced in as ``mine``
+    (one more read for all the sessions, Redis only)."""
     text, now = shared_class_text(classroom_id, back_s)
-    mine = session_card(storm_session_now(classroom_id, session_id, now, back_s))
-    return f'{text[:-1]}, "mine": {json.dumps(mine)}}}'
+    own = storm_sessions_now(classroom_id, session_ids, now, back_s)
+    return {
+        session_id: f'{text[:-1]}, "mine": {json.dumps(session_card(own[session_id]))}}}'
+        for session_id in session_ids
+    }
+
+
+#: The lab pages of this process on their class's shared tick: class -> session ids (a
+#: count each: two tabs of one session)
+_shared_pages: dict[int, Counter[int]] = {}
+#: Each class's tick being read: (second, the sessions it reads, their texts to come)
+_shared_ticks: dict[int, tuple[int, frozenset[int], asyncio.Future]] = {}
+
+
+async def shared_tick_text(classroom_id: int, session_id: int) -> str:
+    """The session's shared message at this second's tick, read together with every other
+    page of the class in this process (:func:`shared_texts`): pages tick together, the first
+    one starts the read and the others wait for it. A page that joined since reads again
+    with everyone."""
+    second = int(time.time())
+    tick = _shared_ticks.get(classroom_id)
+    if tick is None or tick[0] != second or session_id not in tick[1]:
+        sessions = frozenset(_shared_pages.get(classroom_id, ())) | {session_id}
+        future = asyncio.ensure_future(
+            read_redis(shared_texts)(classroom_id, sorted(sessions), SHARED_RESEND_S)
+        )
+        tick = _shared_ticks[classroom_id] = (second, sessions, future)
+    # shield: a page closing while it waits must not cancel the read the others wait for
+    return (await asyncio.shield(tick[2]))[session_id]
+
+
+def _watch_shared(classroom_id: int | None, session_id: int, joined: int | None) -> int | None:
+    """Move a page from the class it was on the shared tick of (``joined``) to
+    ``classroom_id`` (None: none); returns the class it is on now."""
+    if joined == classroom_id:
+        return joined
+    if joined is not None:
+        pages = _shared_pages.get(joined)
+        if pages is not None:
+            pages[session_id] -= 1
+            if pages[session_id] <= 0:
+                del pages[session_id]
+            if not pages:
+                del _shared_pages[joined]
+    if classroom_id is not None:
+        _shared_pages.setdefault(classroom_id, Counter())[session_id] += 1
+    return classroom_id
 
 
 #: Rows kept rendered (:func:`rendered_row`) for the pages of this process.
@@ -561,27 +609,33 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
     async def _shared_loop(self) -> None:
         """Once a second, just after the clock's second ends (:func:`until_shared_tick`), the
         shared dependency's state and the class's totals (module docstring, 4), while the
-        session is in shared mode; the first at once."""
-        first, sent = True, False
-        while True:
-            try:
-                classroom = self._shared_classroom
-                if classroom is not None:
-                    back = SHARED_FIRST_S if first else SHARED_RESEND_S
-                    await self.send(
-                        text_data=await read_redis(shared_message_text)(
-                            classroom, self.session_id, back
-                        )
-                    )
-                    first, sent = False, True
-                elif sent:
-                    await self._send({"type": "shared", "active": False})
-                    first, sent = True, False
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a Redis blip must not end the stream: the next tick retries
-                logger.exception("lab session %s: shared tick failed", self.session_id)
-            await asyncio.sleep(until_shared_tick(time.time()))
+        session is in shared mode; the first at once, on its own, the others read with the
+        class's other pages in this process (:func:`shared_tick_text`)."""
+        first, sent, joined = True, False, None
+        try:
+            while True:
+                try:
+                    classroom = self._shared_classroom
+                    joined = _watch_shared(classroom, self.session_id, joined)
+                    if classroom is not None:
+                        if first:
+                            text = (await read_redis(shared_texts)(
+                                classroom, [self.session_id], SHARED_FIRST_S
+                            ))[self.session_id]  # fmt: skip
+                        else:
+                            text = await shared_tick_text(classroom, self.session_id)
+                        await self.send(text_data=text)
+                        first, sent = False, True
+                    elif sent:
+                        await self._send({"type": "shared", "active": False})
+                        first, sent = True, False
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # a Redis blip must not end the stream: the next tick retries
+                    logger.exception("lab session %s: shared tick failed", self.session_id)
+                await asyncio.sleep(until_shared_tick(time.time()))
+        finally:
+            _watch_shared(None, self.session_id, joined)
 
     def _learn_burst(self, event: dict[str, Any]) -> None:
         """Remember a burst from its ``burst_queued`` row (it carries number, size and

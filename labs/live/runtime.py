@@ -222,24 +222,31 @@ def shared_trigger_span(classroom_id: int) -> dict[str, int] | None:
     return {"from_us": int(start), "until_us": int(until)}
 
 
-def shared_session_now(
-    classroom_id: int, session_id: int, *, now: int, back_s: int, window_s: int
-) -> dict[str, Any]:
-    """One session's own rows of the seconds ``now - back_s`` to ``now - 1`` (``seconds``)
-    and the class's offered attempts over the last ``window_s`` of them (``class_offered``):
-    one pipelined round trip to Redis, never the database."""
+def shared_sessions_now(
+    classroom_id: int, session_ids: Sequence[int], *, now: int, back_s: int, window_s: int
+) -> dict[int, dict[str, Any]]:
+    """For each of ``session_ids``, by id: the session's own rows of the seconds
+    ``now - back_s`` to ``now - 1`` (``seconds``) and the class's offered attempts over the
+    last ``window_s`` of them (``class_offered``). One pipelined round trip to Redis however
+    many sessions (every lab page of a class in a web process, at its tick), never the
+    database."""
     model = shared_model(classroom_id)
     first, last = now - back_s, now - 1
     names = session_field_names(first, last)
     offered = [f"{s}:offered" for s in range(now - window_s, now)]
     pipe = model.client.pipeline(transaction=False)
-    pipe.hmget(model.session_key(str(session_id)), names)
+    for session_id in session_ids:
+        pipe.hmget(model.session_key(str(session_id)), names)
     pipe.hmget(model.k_counters, offered)
-    own, class_offered = pipe.execute()
+    *owns, class_offered = pipe.execute()
+    total = sum(int(v) for v in class_offered if v)
     return {
-        "now": now,
-        "seconds": session_seconds_from_fields(dict(zip(names, own, strict=True)), first, last),
-        "class_offered": sum(int(v) for v in class_offered if v),
+        session_id: {
+            "now": now,
+            "seconds": session_seconds_from_fields(dict(zip(names, own, strict=True)), first, last),
+            "class_offered": total,
+        }
+        for session_id, own in zip(session_ids, owns, strict=True)
     }
 
 

@@ -79,12 +79,15 @@ def storm_now(
     )
 
 
-def storm_session_now(classroom_id: int, session_id: int, now: int, back_s: int) -> dict:
-    """One session's own per-second counters from ``now - back_s`` to ``now - 1`` (its
-    strip chart's share row) and the class's offered attempts over the last
-    ``STORM_STUDENT_WINDOW_S`` complete seconds before ``now`` (its card), Redis only."""
-    return runtime.shared_session_now(
-        classroom_id, session_id, now=now, back_s=max(back_s, STORM_STUDENT_WINDOW_S),
+def storm_sessions_now(
+    classroom_id: int, session_ids: Sequence[int], now: int, back_s: int
+) -> dict[int, dict]:
+    """Each session's own per-second counters from ``now - back_s`` to ``now - 1`` (its strip
+    chart's share row) and the class's offered attempts over the last
+    ``STORM_STUDENT_WINDOW_S`` complete seconds before ``now`` (its card), by session id:
+    Redis only, one round trip for them all."""
+    return runtime.shared_sessions_now(
+        classroom_id, session_ids, now=now, back_s=max(back_s, STORM_STUDENT_WINDOW_S),
         window_s=STORM_STUDENT_WINDOW_S,
     )  # fmt: skip
 

@@ -161,3 +161,54 @@ def test_a_private_session_gets_no_shared_message(classroom, student, scenario):
         return kinds
 
     assert "shared" not in asyncio.run(run())
+
+
+def test_a_class_pages_tick_is_one_read_and_each_page_gets_its_own_counters(
+    shared_session, student, classroom, monkeypatch
+):
+    """Pages of one class in a process tick together: one read of every page's own counters
+    a second (``labs.consumers.lab.shared_tick_text``), and each page's ``mine`` is its own
+    session's, never its classmate's."""
+    from labs.consumers import lab as lab_consumer
+    from labs.models import LabSession
+
+    reads: list[list[int]] = []
+    real = lab_consumer.storm_sessions_now
+
+    def counted(classroom_id, session_ids, now, back_s):
+        reads.append(list(session_ids))
+        return real(classroom_id, session_ids, now, back_s)
+
+    monkeypatch.setattr(lab_consumer, "storm_sessions_now", counted)
+    model = runtime.shared_model(classroom.pk)
+    classmate = LabSession.objects.select_related("owner").get(pk=shared_session.classmate_id)
+    mine_ws = communicator(student, shared_session.pk)
+    theirs_ws = communicator(classmate.owner, classmate.pk)
+
+    async def scenario():
+        for ws in (mine_ws, theirs_ws):
+            connected, _ = await ws.connect(timeout=TIMEOUT)
+            assert connected
+        # three attempts of this session, one of the classmate's
+        for whose in (shared_session.pk,) * 3 + (classmate.pk,):
+            await sync_to_async(model.decide)(attempt=1, session=str(whose))
+        got: dict[str, list[dict]] = {"mine": [], "theirs": []}
+        for _ in range(4):  # the first message and three ticks
+            got["mine"].append(await next_shared(mine_ws, []))
+            got["theirs"].append(await next_shared(theirs_ws, []))
+        for ws in (mine_ws, theirs_ws):
+            await ws.disconnect()
+        return got
+
+    got = asyncio.run(scenario())
+    offered = {
+        whose: sum(r["offered"] for r in messages[-1]["mine"]["seconds"])
+        for whose, messages in got.items()
+    }
+    assert offered == {"mine": 3, "theirs": 1}
+    # After each page's first message (read alone), a tick reads both pages at once.
+    both = sorted([shared_session.pk, classmate.pk])
+    ticks = [ids for ids in reads if len(ids) > 1]
+    assert ticks and all(sorted(ids) == both for ids in ticks)
+    assert len([ids for ids in reads if len(ids) == 1]) <= 2 + 1  # the two first messages
+    assert not lab_consumer._shared_pages  # both pages left the class's tick
