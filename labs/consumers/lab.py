@@ -77,7 +77,6 @@ MODE_KINDS = (
 SHARED_RESEND_S = 8
 SHARED_FIRST_S = 60
 SHARED_PHASE_S = 0.2
-_shared_cache: dict[int, tuple[int, str, int]] = {}
 
 
 def until_shared_tick(now: float) -> float:
@@ -89,19 +88,10 @@ def until_shared_tick(now: float) -> float:
 
 
 def shared_class_text(classroom_id: int, back_s: int) -> tuple[str, int]:
-    """The JSON text of :func:`labs.presenters.storm.shared_page_message` for the class and the
-    second it was read at, built from Redis once per second of the clock for the usual
-    ``SHARED_RESEND_S`` seconds (thirty pages of one class, ticking together, cost one read)."""
-    second = int(time.time())
-    if back_s == SHARED_RESEND_S:
-        cached = _shared_cache.get(classroom_id)
-        if cached is not None and cached[0] == second:
-            return cached[1], cached[2]
+    """The JSON text of :func:`labs.presenters.storm.shared_page_message` for the class's last
+    ``back_s`` seconds, and the second it was read at (Redis's clock)."""
     recent = storm_now(classroom_id, back_s)
-    text = json.dumps(shared_page_message(recent))
-    if back_s == SHARED_RESEND_S:
-        _shared_cache[classroom_id] = (second, text, recent["now"])
-    return text, recent["now"]
+    return json.dumps(shared_page_message(recent)), recent["now"]
 
 
 def shared_texts(classroom_id: int, session_ids: Sequence[int], back_s: int) -> dict[int, str]:

@@ -20,11 +20,6 @@ from tests.conftest import make_classroom, make_instructor, make_session, make_s
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def session_key(user) -> str:
     client = Client()
     client.force_login(user)
