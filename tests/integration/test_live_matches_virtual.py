@@ -24,8 +24,8 @@ from labs.presenters.storm import BASELINE_SECONDS, storm_headline
 from labs.services import shared as shared_services
 from labs.services.simulate import MAX_ATTEMPTS, TIMEOUT_MS, classroom_simulate
 from labs.services.traffic import traffic_stop
-from tests.conftest import make_classroom, make_instructor, make_scenario, tour_script
 from tests.integration.conftest import wait_for, wait_run_ended
+from tests.integration.test_shared_worker import shared_class
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -41,17 +41,6 @@ WITHIN_S = 8
 WARM_S = 4
 #: Generous, for a loaded 2-core machine: the worker's start, the bots' first calls.
 STEADY_TIMEOUT_S = 60
-
-
-def a_class():
-    scenario = make_scenario("edge-tour", script=tour_script())
-    room = make_classroom("Edge class", join_code="EDGELV01")
-    room.scenarios.add(scenario)
-    teacher = make_instructor("teacher_lv", room)
-    shared_services.classroom_set_shared(
-        classroom=room, user=teacher, values={"servers": SERVERS, "service_ms": SERVICE_MS}
-    )
-    return room, teacher
 
 
 def virtual_verdict(calls_per_s: float, max_queue_ms: int) -> tuple[str, int | None]:
@@ -110,7 +99,7 @@ def live_verdict(room, teacher) -> dict:
 def test_the_live_class_and_the_virtual_model_agree_on_recovery(worker_process, rate, expected):
     calls_per_s = BOTS * rate
     assert (calls_per_s < STABLE_LINE) == (expected == "yes")
-    room, teacher = a_class()
+    room, teacher, _ = shared_class(0, servers=SERVERS, service_ms=SERVICE_MS)
     config = runtime.shared_config(room.pk)
     assert config.capacity_per_s == CAPACITY
     virtual, virtual_back = virtual_verdict(calls_per_s, config.max_queue_ms)
