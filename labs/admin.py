@@ -581,7 +581,23 @@ class SharedDependencyConfigAdmin(InstructorScopedAdmin):
     form = SharedDependencyAdminForm
     list_display = ["classroom", "servers", "service_ms", "max_queue_ms", "capacity", "updated_at"]
     list_select_related = ["classroom"]
-    fields = ["classroom", "servers", "service_ms", "max_queue_ms", "capacity"]
+    fieldsets = [
+        (None, {"fields": ["classroom", "servers", "service_ms", "max_queue_ms", "capacity"]}),
+        (
+            "The server's defences (blank: off)",
+            {
+                "fields": [
+                    "rate_per_s",
+                    "rate_burst",
+                    "queue_limit",
+                    "concurrency_limit",
+                    "codel_target_ms",
+                    "codel_interval_ms",
+                ],
+                "description": "Each is decided when an attempt arrives, by every worker alike.",
+            },
+        ),
+    ]
 
     def get_readonly_fields(self, request, obj=None):
         # A row belongs to its class for good: one row per class, changed in place.

@@ -236,6 +236,37 @@ LIMITS: dict[str, Limit] = {
     "shared.servers": Limit(8, 1, 64, "servers", note="each serves one attempt at a time"),
     "shared.service_ms": Limit(40, 1, 2000, "ms", note="service time of one attempt"),
     "shared.max_queue_ms": Limit(2000, 0, 10000, "ms", note="a longer queue wait is shed"),
+    # the server's own defences, decided at each attempt's arrival (null: off)
+    "shared.rate_per_s": Limit(
+        None,
+        0.1,
+        100000,
+        "attempts/s",
+        type="number",
+        nullable=True,
+        note="token bucket: faster is answered 429 with a Retry-After",
+    ),
+    "shared.rate_burst": Limit(10, 1, 10000, "attempts", note="token bucket size"),
+    "shared.queue_limit": Limit(
+        None, 1, 100000, "attempts", nullable=True, note="attempts waiting: more is shed"
+    ),
+    "shared.concurrency_limit": Limit(
+        None,
+        1,
+        1000,
+        "attempts",
+        nullable=True,
+        note="attempts in the server, waiting or served: more is shed",
+    ),
+    "shared.codel_target_ms": Limit(
+        None,
+        1,
+        5000,
+        "ms",
+        nullable=True,
+        note="CoDel: once waits stay above this for an interval, a longer wait is shed",
+    ),
+    "shared.codel_interval_ms": Limit(100, 10, 10000, "ms", note="CoDel: the interval"),
     "shared.trigger.kind": Limit("down", type="choice", choices=("down", "slow", "capacity")),
     "shared.trigger.duration_ms": Limit(8000, 100, 600000, "ms"),
     "shared.trigger.factor": Limit(3, 1, 20, type="number", note="slow: service time x k"),

@@ -4,8 +4,13 @@ A :class:`ServerPolicy` picks a queue discipline (FIFO, LIFO, adaptive LIFO), Co
 dropping, a fixed or adaptive concurrency limit, a token-bucket rate limit and a queue cap;
 :class:`QueueServer` runs the shared dependency with one as a discrete-event simulation. The
 default policy is :meth:`MemorySharedModel.decide <labs.engine.shared.MemorySharedModel.decide>`
-itself, so the defaults behave exactly as the class's model (a test compares them). The live
-Redis model does not read these policies. docs/experiments.md, "Server policies in virtual time"."""
+itself, so the defaults behave exactly as the class's model (a test compares them). The
+defences a decision at arrival can make (a rate limit, a queue limit, a fixed concurrency
+limit, CoDel on the wait an attempt will have) live in
+:class:`~labs.engine.shared.SharedConfig` instead, and so in the live Redis model too; a
+``QueueServer`` with the default policy and such a configuration runs them exactly as the
+class does. LIFO and the adaptive limits need a real queue and run here only.
+docs/experiments.md, "Server policies in virtual time"."""
 
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from labs.engine.config import Limit
+from labs.engine.config import LIMITS, Limit
 from labs.engine.shared import MemorySharedModel, SharedConfig, Trigger
 from labs.engine.validate import Problem, ValidationError, _check, _not_object, _unknown
 
@@ -40,21 +45,18 @@ SERVER_LIMITS: dict[str, Limit] = {
     "server.lifo_after_ms": Limit(
         100, 1, 10000, "ms", note="adaptive LIFO: LIFO while the oldest wait is longer"
     ),
-    "server.codel_target_ms": Limit(
-        None, 1, 5000, "ms", nullable=True, note="CoDel: drop past this wait while congested"
-    ),
-    "server.codel_interval_ms": Limit(100, 10, 10000, "ms", note="CoDel: congested window"),
+    # the ranges the class's own defences have (labs.engine.config.LIMITS, "shared.")
+    "server.codel_target_ms": LIMITS["shared.codel_target_ms"],
+    "server.codel_interval_ms": LIMITS["shared.codel_interval_ms"],
     "server.concurrency": Limit("none", type="choice", choices=LIMITERS),
     "server.concurrency_limit": Limit(
         20, 1, 1000, "attempts", note="fixed: the limit; adaptive: where it starts"
     ),
     "server.concurrency_max": Limit(200, 1, 1000, "attempts", note="adaptive: the highest"),
     "server.limit_latency_ms": Limit(500, 1, 10000, "ms", note="AIMD: slower than this is a drop"),
-    "server.rate_per_s": Limit(
-        None, 0.1, 100000, "attempts/s", type="number", nullable=True, note="token bucket: off"
-    ),
-    "server.rate_burst": Limit(10, 1, 10000, "attempts", note="token bucket size"),
-    "server.queue_limit": Limit(None, 1, 100000, "attempts", nullable=True),
+    "server.rate_per_s": LIMITS["shared.rate_per_s"],
+    "server.rate_burst": LIMITS["shared.rate_burst"],
+    "server.queue_limit": LIMITS["shared.queue_limit"],
 }
 _KEYS = tuple(name.removeprefix("server.") for name in SERVER_LIMITS)
 
@@ -243,7 +245,7 @@ class QueueServer:
         if self.exact:
             for s in self.model.counters():
                 row = table.setdefault(s.second, {})
-                for name in ("offered", "ok", "error", "shed", "timeout", "wasted_us"):
+                for name in ("offered", "ok", "error", "shed", "limited", "timeout", "wasted_us"):
                     row[name] = row.get(name, 0) + getattr(s, name)
                 row["calls"], row["retries"] = s.calls, s.retries
         for (sec, name), value in self._counts.items():
@@ -319,8 +321,9 @@ class QueueServer:
         if service_us is not None and service_us != self.config.service_ms * 1000:
             raise ValueError("the plain shared model has one service time")
         d = self.model.decide(self.now, timeout_us=timeout_us, attempt=attempt)
-        reason = "queue_wait" if d.outcome == "shed" else ""
-        self.at(d.answer_us, reply, Reply(d.outcome, d.arrival_us, d.answer_us, attempt, reason))
+        reason = "rate" if d.outcome == "limited" else d.reason
+        answer = Reply(d.outcome, d.arrival_us, d.answer_us, attempt, reason, d.retry_after_us)
+        self.at(d.answer_us, reply, answer)
 
     def _refuse(self, reply, t, attempt, reason) -> None:
         """Refuse at once: the client hears it now (a retry may arrive at this same instant)."""

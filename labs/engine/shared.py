@@ -9,6 +9,8 @@ client. docs/engine.md, "The shared dependency", gives the model, triggers and c
 
 from __future__ import annotations
 
+import heapq
+import math
 import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -42,9 +44,19 @@ __all__ = [
 MAX_SERVERS = 64
 TRIGGER_KINDS = tuple(LIMITS["shared.trigger.kind"].choices)
 #: What the client sees: ``ok``; ``error`` (503 after service, down trigger); ``shed`` (503 at
-#: once, queue too long); ``skipped`` (503 at once, could not start before the deadline);
-#: ``timeout`` (the client stopped waiting after its attempt timeout).
-OUTCOMES = ("ok", "error", "shed", "skipped", "timeout")
+#: once: the queue wait too long, or one of the server's defences, :data:`SHED_REASONS`);
+#: ``skipped`` (503 at once, could not start before the deadline); ``limited`` (429 at once
+#: with a Retry-After, the server's rate limit); ``timeout`` (the client stopped waiting
+#: after its attempt timeout).
+OUTCOMES = ("ok", "error", "shed", "skipped", "limited", "timeout")
+#: Why an attempt was shed: its queue wait over ``max_queue_ms``, the queue at
+#: ``queue_limit``, the server at ``concurrency_limit``, or CoDel.
+SHED_REASONS = ("queue_wait", "queue_full", "concurrency", "codel")
+#: The server's defences a :class:`SharedConfig` may add (each off by default).
+DEFENCES = (
+    "rate_per_s", "rate_burst", "queue_limit", "concurrency_limit", "codel_target_ms",
+    "codel_interval_ms",
+)  # fmt: skip
 #: Upper bounds (inclusive, ms) of the queue-wait histogram's buckets; a wait is at most
 #: ``max_queue_ms`` <= 10000, so the last bound holds every served attempt.
 WAIT_BOUNDS_MS = (
@@ -59,6 +71,7 @@ SECOND_FIELDS = (
     "error",
     "shed",
     "skipped",
+    "limited",
     "timeout",
     "wasted_us",
     "calls",
@@ -68,7 +81,8 @@ SECOND_FIELDS = (
 
 #: The per-session counters of a second (beside ``state``, the breaker state seen in it).
 SESSION_FIELDS = (
-    "offered", "calls", "retries", "ok", "error", "shed", "skipped", "timeout", "fast",
+    "offered", "calls", "retries", "ok", "error", "shed", "skipped", "limited", "timeout",
+    "fast",
 )  # fmt: skip
 #: Seconds of a session's counters kept behind its newest arrival (the lab page's strip
 #: chart shows the last minute; the panel's table the last few seconds).
@@ -106,6 +120,18 @@ class SharedConfig:
     """The server model: ``servers`` serving one attempt at a time, ``service_ms`` per attempt,
     and the longest queue wait accepted (``max_queue_ms``; longer is shed at once).
 
+    The server may defend itself (:data:`DEFENCES`, each off by default), every defence
+    decided at the attempt's arrival so that one atomic step still decides an attempt:
+
+    - ``rate_per_s`` / ``rate_burst``: a token bucket; an attempt finding it empty is answered
+      429 at once (``limited``) with a Retry-After of the time until the next token;
+    - ``queue_limit``: an attempt that would wait while that many already wait is shed;
+    - ``concurrency_limit``: an attempt arriving while that many are in the server (waiting
+      or being served) is shed;
+    - ``codel_target_ms`` / ``codel_interval_ms``: once every wait has been over the target
+      for an interval, an attempt that would wait longer than the target is shed; a wait at
+      or under it ends the congestion (CoDel, on the wait the attempt will have).
+
     Capacity is ``servers x 1000 / service_ms`` attempts per second (8 x 1000 / 40 = 200/s
     with the defaults, which 30 clients at 5 calls/s load to 75 %). Use
     :func:`labs.engine.validate.parse_shared` for the lab's ranges; direct construction checks
@@ -115,12 +141,37 @@ class SharedConfig:
     servers: int = LIMITS["shared.servers"].default
     service_ms: int = LIMITS["shared.service_ms"].default
     max_queue_ms: int = LIMITS["shared.max_queue_ms"].default
+    rate_per_s: float | None = None
+    rate_burst: int = LIMITS["shared.rate_burst"].default
+    queue_limit: int | None = None
+    concurrency_limit: int | None = None
+    codel_target_ms: int | None = None
+    codel_interval_ms: int = LIMITS["shared.codel_interval_ms"].default
 
     def __post_init__(self) -> None:
         if not 1 <= self.servers <= MAX_SERVERS:
             raise ValueError(f"servers must be between 1 and {MAX_SERVERS}")
         if self.service_ms <= 0 or self.max_queue_ms < 0:
             raise ValueError("service_ms must be > 0 and max_queue_ms >= 0")
+        positive = (self.rate_per_s, self.queue_limit, self.concurrency_limit,
+                    self.codel_target_ms, self.rate_burst, self.codel_interval_ms)  # fmt: skip
+        if any(x is not None and x <= 0 for x in positive):
+            raise ValueError("the server's defences must be > 0 (or None: off)")
+
+    @property
+    def defended(self) -> bool:
+        """Whether any of the server's defences is on."""
+        return (
+            self.rate_per_s is not None
+            or self.queue_limit is not None
+            or self.concurrency_limit is not None
+            or self.codel_target_ms is not None
+        )
+
+    @property
+    def counts_in_flight(self) -> bool:
+        """Whether a decision needs how many attempts wait or are in the server."""
+        return self.queue_limit is not None or self.concurrency_limit is not None
 
     @property
     def capacity_per_s(self) -> float:
@@ -133,6 +184,7 @@ class SharedConfig:
             "servers": self.servers,
             "service_ms": self.service_ms,
             "max_queue_ms": self.max_queue_ms,
+            **{name: getattr(self, name) for name in DEFENCES},
         }
 
 
@@ -174,8 +226,10 @@ class Decision:
 
     ``outcome`` is one of :data:`OUTCOMES`; the client learns it at ``answer_us`` (its
     latency is ``answer_us - arrival_us``). ``server`` (0-based) is -1 and ``start_us`` /
-    ``finish_us`` are 0 when the attempt took no server (shed, skipped); ``wait_us`` is the
-    queue wait it had (or would have had).
+    ``finish_us`` are 0 when the attempt took no server (shed, skipped, limited);
+    ``wait_us`` is the queue wait it had (or would have had; 0 when limited). ``reason``
+    says why a shed attempt was shed (:data:`SHED_REASONS`, else ""); ``retry_after_us`` is
+    a 429's Retry-After.
     """
 
     outcome: str
@@ -187,6 +241,8 @@ class Decision:
     wait_us: int
     service_us: int
     second_offered: int
+    reason: str = ""
+    retry_after_us: int = 0
 
     @property
     def latency_ms(self) -> float:
@@ -194,8 +250,8 @@ class Decision:
         return (self.answer_us - self.arrival_us) / 1000
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form (journal data)."""
-        return {
+        """JSON form (journal data); ``reason`` and ``retry_after_us`` only when set."""
+        data = {
             "outcome": self.outcome,
             "arrival_us": self.arrival_us,
             "answer_us": self.answer_us,
@@ -206,6 +262,11 @@ class Decision:
             "service_us": self.service_us,
             "second_offered": self.second_offered,
         }
+        if self.reason:
+            data["reason"] = self.reason
+        if self.retry_after_us:
+            data["retry_after_us"] = self.retry_after_us
+        return data
 
 
 @dataclass(frozen=True)
@@ -218,6 +279,7 @@ class Second:
     error: int = 0
     shed: int = 0
     skipped: int = 0
+    limited: int = 0
     timeout: int = 0
     wasted_us: int = 0
     calls: int = 0
@@ -355,6 +417,14 @@ class MemorySharedModel:
         self._trigger: tuple[str, int, int, int, int] | None = None  # kind, from, until, pct, c'
         self._last = 0
         self._fields: Counter[str] = Counter()
+        self._defences_reset()
+
+    def _defences_reset(self) -> None:
+        self._tokens: float | None = None  # the token bucket (None: full)
+        self._tokens_at = 0
+        self._starts: list[int] = []  # accepted attempts' start times (a heap)
+        self._finishes: list[int] = []  # and their finish times
+        self._codel_since = -1  # since when every wait was over the target (-1: not)
 
     # -- settings ----------------------------------------------------------------------------
 
@@ -451,22 +521,25 @@ class MemorySharedModel:
             wait = start - t
             counts = self._fields
             sec = _sec(t)
-            offered_key = f"{sec}:offered"
-            counts[offered_key] += 1
-            offered = counts[offered_key]
-            counts[f"{sec}:calls" if attempt <= 1 else f"{sec}:retries"] += 1
-            mine[f"{sec}:offered"] += 1
-            mine[f"{sec}:calls" if attempt <= 1 else f"{sec}:retries"] += 1
-            if wait > cfg.max_queue_ms * 1000:
-                counts[f"{sec}:shed"] += 1
-                mine[f"{sec}:shed"] += 1
-                return Decision("shed", t, t, 0, 0, -1, wait, service, offered)
-            if deadline_us is not None and start >= t + deadline_us:
-                counts[f"{sec}:skipped"] += 1
-                mine[f"{sec}:skipped"] += 1
-                return Decision("skipped", t, t, 0, 0, -1, wait, service, offered)
+            kind = f"{sec}:calls" if attempt <= 1 else f"{sec}:retries"
+            for table in (counts, mine):
+                table[f"{sec}:offered"] += 1
+                table[kind] += 1
+            offered = counts[f"{sec}:offered"]
+            after = self._take_token(cfg, t) if cfg.rate_per_s is not None else 0
+            shed = "" if after else self._shed_reason(cfg, t, wait)
+            late = deadline_us is not None and start >= t + deadline_us
+            if after or shed or late:  # answered at once, no server taken
+                outcome = "limited" if after else "shed" if shed else "skipped"
+                counts[f"{sec}:{outcome}"] += 1
+                mine[f"{sec}:{outcome}"] += 1
+                seen = 0 if after else wait
+                return Decision(outcome, t, t, 0, 0, -1, seen, service, offered, shed, after)
             finish = start + service
             free[best] = finish
+            if cfg.counts_in_flight:
+                heapq.heappush(self._starts, start)
+                heapq.heappush(self._finishes, finish)
             counts[f"{sec}:q{wait_bucket(wait)}"] += 1
             if timeout_us is not None and finish - t > timeout_us:
                 answer = t + timeout_us
@@ -482,6 +555,41 @@ class MemorySharedModel:
             counts[f"{_sec(finish)}:calls_ok"] += 1
             mine[f"{_sec(finish)}:ok"] += 1
             return Decision("ok", t, finish, start, finish, best, wait, service, offered)
+
+    def _take_token(self, cfg: SharedConfig, t: int) -> int:
+        """The token bucket at ``t``: 0 when a token was taken, else the Retry-After (us)."""
+        rate = float(cfg.rate_per_s or 0)
+        tokens = float(cfg.rate_burst) if self._tokens is None else self._tokens
+        tokens = min(float(cfg.rate_burst), tokens + (t - self._tokens_at) * rate / 1e6)
+        self._tokens_at = t
+        if tokens < 1:
+            self._tokens = tokens
+            return max(1, math.ceil((1 - tokens) * 1e6 / rate))
+        self._tokens = tokens - 1
+        return 0
+
+    def _shed_reason(self, cfg: SharedConfig, t: int, wait: int) -> str:
+        """Why an attempt arriving at ``t`` that would wait ``wait`` us is shed ("" if not):
+        the queue wait, then the concurrency limit, the queue limit and CoDel, in that
+        order."""
+        if wait > cfg.max_queue_ms * 1000:
+            return "queue_wait"
+        if cfg.counts_in_flight:
+            for heap in (self._starts, self._finishes):
+                while heap and heap[0] <= t:
+                    heapq.heappop(heap)
+            if cfg.concurrency_limit is not None and len(self._finishes) >= cfg.concurrency_limit:
+                return "concurrency"
+            if cfg.queue_limit is not None and wait > 0 and len(self._starts) >= cfg.queue_limit:
+                return "queue_full"
+        if cfg.codel_target_ms is not None:
+            if wait <= cfg.codel_target_ms * 1000:
+                self._codel_since = -1
+            elif self._codel_since < 0:
+                self._codel_since = t
+            elif t - self._codel_since >= cfg.codel_interval_ms * 1000:
+                return "codel"
+        return ""
 
     def refuse(self, now_us: int | None = None, *, session: str, state: str = "open") -> None:
         """Count a call ``session``'s breaker refused before any attempt (``fast``, and the
@@ -565,6 +673,7 @@ class MemorySharedModel:
             self._trigger = None
             self._last = 0
             self._fields.clear()
+            self._defences_reset()
             self._sessions.clear()
             self._session_state.clear()
             self._session_last.clear()
@@ -577,7 +686,7 @@ class SharedDependency:
     Redis), sleeps on ``clock`` until the answer (or until the attempt timeout, whichever is
     first: the model's reply already says which) and returns an
     :class:`~labs.engine.dependency.AttemptResult`: ok; ``503`` (down, shed or skipped);
-    ``timeout``. ``AttemptResult.data`` carries the model's :class:`Decision` as a dict.
+    ``429`` with its Retry-After (the server's rate limit); ``timeout``. ``AttemptResult.data`` carries the model's :class:`Decision` as a dict.
 
     With ``propagate_deadline`` the client sends along the instant it stops waiting for this
     attempt: the call's deadline, or the end of the attempt timeout if that is earlier. The
@@ -649,6 +758,9 @@ class SharedDependency:
             return AttemptResult(True, None, took, data=data)
         if decision.outcome == "timeout":
             return AttemptResult(False, "timeout", took, data=data)
+        if decision.outcome == "limited":
+            retry_after = decision.retry_after_us / 1000
+            return AttemptResult(False, "429", took, retry_after_ms=retry_after, data=data)
         return AttemptResult(False, "503", took, data=data)
 
 

@@ -718,13 +718,17 @@ def parse_scenario(d: Mapping[str, Any]) -> Scenario:
 
 # -- the shared dependency (labs/engine/shared.py) ------------------------------------------
 
-_SHARED_KEYS = ("servers", "service_ms", "max_queue_ms")
+_SHARED_KEYS = (
+    "servers", "service_ms", "max_queue_ms", "rate_per_s", "rate_burst", "queue_limit",
+    "concurrency_limit", "codel_target_ms", "codel_interval_ms",
+)  # fmt: skip
 _TRIGGER_KEYS = ("kind", "duration_ms", "factor", "servers")
 
 
 def validate_shared(d: Any, prefix: str = "shared") -> list[Problem]:
     """Problems with a shared-dependency dict (``servers``, ``service_ms``,
-    ``max_queue_ms``); missing keys take their defaults."""
+    ``max_queue_ms`` and the server's defences, :class:`~labs.engine.shared.SharedConfig`);
+    missing keys take their defaults."""
     if not isinstance(d, Mapping):
         return _not_object(prefix, d)
     problems = _unknown(prefix, d, _SHARED_KEYS)

@@ -140,13 +140,18 @@ def simulate(
     *,
     later_load_pct: float | None = None,
     later_at_s: int | None = None,
+    defences: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One run: Poisson calls at ``load_pct`` % of capacity, the trigger at
-    ``trigger_at_s``; with ``later_load_pct``, the load changes to it at ``later_at_s``.
+    ``trigger_at_s``; with ``later_load_pct``, the load changes to it at ``later_at_s``;
+    ``defences``: the server's (``SharedConfig``'s rate limit, queue and concurrency limits,
+    CoDel), as the instructor sets them on the live class.
 
     Returns per-second ``calls`` (first attempts arriving), ``calls_ok`` (succeeded, at
     their answer), ``offered`` (attempts) and ``recovery_s`` (None: never)."""
-    config = SharedConfig(params.servers, params.service_ms, params.max_queue_ms)
+    config = SharedConfig(
+        params.servers, params.service_ms, params.max_queue_ms, **(defences or {})
+    )
     model = MemorySharedModel(config)
     capacity = config.capacity_per_s
     end_s = params.trigger_at_s + trigger_s + params.observe_s

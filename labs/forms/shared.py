@@ -2,7 +2,8 @@
 
 The posted strings become the JSON values the engine validates (``labs.forms.lab.coerce``);
 the services validate them (field and range named on refusal). Blank fields are not sent, so
-they keep the current setting (or take the engine's default).
+they keep the current setting (or take the engine's default), but for a setting that may be
+off (the server's defences): posted blank, it is off.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 from django import forms
 
 from labs.engine import LIMITS
+from labs.engine.shared import DEFENCES
 from labs.forms.lab import coerce
 from labs.models import SharedDependencyConfig
 from labs.services.shared import shared_problems
@@ -21,7 +23,15 @@ SHARED_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("servers", "shared.servers", "Servers"),
     ("service_ms", "shared.service_ms", "Service time per attempt (ms)"),
     ("max_queue_ms", "shared.max_queue_ms", "Longest queue wait before shedding (ms)"),
+    ("rate_per_s", "shared.rate_per_s", "Rate limit (attempts/s)"),
+    ("rate_burst", "shared.rate_burst", "Rate limit's burst (attempts)"),
+    ("queue_limit", "shared.queue_limit", "Queue limit (attempts waiting)"),
+    ("concurrency_limit", "shared.concurrency_limit", "Concurrency limit (attempts in the server)"),
+    ("codel_target_ms", "shared.codel_target_ms", "CoDel target wait (ms)"),
+    ("codel_interval_ms", "shared.codel_interval_ms", "CoDel interval (ms)"),
 )
+#: The settings drawn under "The server's defences" (a blank one is off).
+DEFENCE_NAMES = frozenset(DEFENCES)
 
 #: (field, LIMITS path, label) of a trigger.
 TRIGGER_PARAMS: tuple[tuple[str, str, str], ...] = (
@@ -36,7 +46,7 @@ def _values(post, params) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for name, path, _label in params:
         raw = post.get(name, "")
-        if raw.strip():
+        if raw.strip() or (name in post and LIMITS[path].nullable):
             values[name] = coerce(raw, LIMITS[path])
     return values
 
@@ -60,14 +70,28 @@ def fields(params, current: dict[str, Any] | None = None) -> list[dict[str, Any]
             {
                 "name": name,
                 "label": label,
-                "help": limit.describe(),
+                "help": limit.describe().replace("null (off)", "blank (off)"),
                 "choices": limit.choices if limit.type == "choice" else None,
                 "min": limit.min,
                 "max": limit.max,
                 "step": "any" if limit.type == "number" else "1",
                 "value": (current or {}).get(name, limit.default),
+                "defence": name in DEFENCE_NAMES and path.startswith("shared."),
             }
         )
+    return out
+
+
+def problem_texts(problems, params) -> list[str]:
+    """Each problem as people read it: the field's label, not its code name, and "blank"
+    where the engine says "null" ("Queue limit (attempts waiting): must be blank (off) or
+    between 1 and 100000 attempts (got 0)")."""
+    labels = {name: label for name, _path, label in params}
+    out = []
+    for p in problems:
+        name = p.field.rpartition(".")[2]
+        text = p.message.replace("null (off)", "blank (off)")
+        out.append(f"{labels[name]}: {text}" if name in labels else str(p))
     return out
 
 
@@ -78,7 +102,7 @@ def _label(name: str) -> str:
 
 
 def _help(path: str) -> str:
-    return f"Allowed: {LIMITS[path].describe()}."
+    return f"Allowed: {LIMITS[path].describe().replace('null (off)', 'blank (off)')}."
 
 
 class SharedDependencyAdminForm(forms.ModelForm):
@@ -94,17 +118,55 @@ class SharedDependencyAdminForm(forms.ModelForm):
         label=_label("max_queue_ms"),
         help_text=_help("shared.max_queue_ms") + " A longer wait is shed at once.",
     )
+    rate_per_s = forms.FloatField(
+        label=_label("rate_per_s"),
+        required=False,
+        help_text=_help("shared.rate_per_s") + " Faster is answered 429 with a Retry-After.",
+    )
+    rate_burst = forms.IntegerField(
+        label=_label("rate_burst"),
+        required=False,
+        help_text=_help("shared.rate_burst") + " Blank: 10.",
+    )
+    queue_limit = forms.IntegerField(
+        label=_label("queue_limit"),
+        required=False,
+        help_text=_help("shared.queue_limit") + " An attempt that would wait behind this many "
+        "is shed.",
+    )
+    concurrency_limit = forms.IntegerField(
+        label=_label("concurrency_limit"),
+        required=False,
+        help_text=_help("shared.concurrency_limit") + " Attempts waiting or being served.",
+    )
+    codel_target_ms = forms.IntegerField(
+        label=_label("codel_target_ms"),
+        required=False,
+        help_text=_help("shared.codel_target_ms") + " Once every wait has been longer for an "
+        "interval, a longer wait is shed.",
+    )
+    codel_interval_ms = forms.IntegerField(
+        label=_label("codel_interval_ms"),
+        required=False,
+        help_text=_help("shared.codel_interval_ms") + " Blank: 100 ms.",
+    )
 
     class Meta:
         model = SharedDependencyConfig
-        fields = ["classroom", "servers", "service_ms", "max_queue_ms"]
+        fields = [
+            "classroom", "servers", "service_ms", "max_queue_ms", "rate_per_s", "rate_burst",
+            "queue_limit", "concurrency_limit", "codel_target_ms", "codel_interval_ms",
+        ]  # fmt: skip
 
     def clean(self):
         cleaned = super().clean()
+        for name in ("rate_burst", "codel_interval_ms"):  # blank: the engine's default
+            if name in cleaned and cleaned[name] is None:
+                cleaned[name] = LIMITS[f"shared.{name}"].default
         values = {name: cleaned[name] for name, _path, _label in SHARED_PARAMS if name in cleaned}
         for problem in shared_problems(values):
             if problem.field in self.fields:
-                message = problem.message
+                message = problem.message.replace("null (off)", "blank (off)")
                 self.add_error(problem.field, message[:1].upper() + message[1:])
             else:
                 self.add_error(None, str(problem))

@@ -145,7 +145,8 @@ def pushed_row(payload: dict[str, Any]) -> dict[str, Any]:
 #: An attempt's answer in words: (one, several).
 _ATTEMPT_WORDS = {"ok": ("ok", "ok"), "error": ("error", "errors"),
                   "timeout": ("timed out", "timed out"), "shed": ("shed", "shed"),
-                  "skipped": ("skipped", "skipped")}  # fmt: skip
+                  "skipped": ("skipped", "skipped"),
+                  "limited": ("rate-limited (429)", "rate-limited (429)")}  # fmt: skip
 _CALL_WORDS = (("succeeded", "succeeded"), ("degraded", "degraded"), ("failed", "failed"),
                ("fast_failed", "fast-failed"))  # fmt: skip
 _STATE_WORDS = {"closed": "closed", "open": "open", "half_open": "half-open"}

@@ -26,8 +26,8 @@ from labs.journal.kinds import PER_SECOND_KINDS, per_second
 __all__ = ["PER_SECOND_KINDS", "Tally", "add", "count", "per_second", "runs", "second_of"]
 
 #: What an attempt's answer is counted as on the strip: the shared dependency's answer (ok,
-#: error, shed, skipped, timeout), else ok, timeout or error.
-ATTEMPT_ANSWERS = ("ok", "error", "timeout", "shed", "skipped")
+#: error, shed, skipped, limited (429), timeout), else ok, timeout or error.
+ATTEMPT_ANSWERS = ("ok", "error", "timeout", "shed", "skipped", "limited")
 
 
 def second_of(t_ms: float | None) -> int | None:

@@ -34,6 +34,7 @@ from labs.engine import (
     parse_policy,
 )
 from labs.engine.redis import RedisSharedModel, RedisStore
+from labs.engine.redis.shared import CONFIG_FIELDS, config_from_fields
 from labs.engine.replay import capture_start
 from labs.engine.routes import build_routes, needs_routes
 from labs.engine.shared import (
@@ -101,7 +102,7 @@ def shared_config(classroom_id: int) -> SharedConfig:
     row = SharedDependencyConfig.objects.filter(classroom_id=classroom_id).first()
     if row is None:
         return SharedConfig()
-    return SharedConfig(row.servers, row.service_ms, row.max_queue_ms)
+    return SharedConfig(**row.to_dict())
 
 
 def configure_shared(classroom_id: int, config: SharedConfig | None = None) -> RedisSharedModel:
@@ -114,8 +115,7 @@ def configure_shared(classroom_id: int, config: SharedConfig | None = None) -> R
 
 #: The model hash's fields a page reads: the settings and the latest trigger.
 _MODEL_FIELDS = (
-    "servers", "service_us", "max_queue_us", "trig", "trig_from", "trig_until", "trig_pct",
-    "trig_servers",
+    *CONFIG_FIELDS, "trig", "trig_from", "trig_until", "trig_pct", "trig_servers",
 )  # fmt: skip
 #: A second's fields in the counters hash (its counts and its wait histogram).
 _SECOND_NAMES = (*SECOND_FIELDS, *(f"q{i}" for i in range(len(WAIT_BOUNDS_MS))))
@@ -252,11 +252,13 @@ def shared_sessions_now(
 
 def _model_now(values: Sequence[Any], fallback: SharedConfig | None) -> dict[str, Any]:
     """The settings and latest trigger from the model hash's :data:`_MODEL_FIELDS`."""
-    servers, service_us, queue_us, kind, from_us, until_us, pct, trig_servers = (
-        None if v is None else (v.decode() if isinstance(v, bytes) else str(v)) for v in values
+    settings_values = values[: len(CONFIG_FIELDS)]
+    kind, from_us, until_us, pct, trig_servers = (
+        None if v is None else (v.decode() if isinstance(v, bytes) else str(v))
+        for v in values[len(CONFIG_FIELDS) :]
     )
-    if servers:
-        config = SharedConfig(int(servers), int(service_us) // 1000, int(queue_us) // 1000)
+    if settings_values[0]:
+        config = config_from_fields(settings_values)
     else:
         config = fallback or SharedConfig()
     trigger = None

@@ -536,8 +536,9 @@ class ClassFault(models.Model):
 
 class SharedDependencyConfig(models.Model):
     """A class's shared dependency: ``servers`` serving one attempt at a time, ``service_ms``
-    per attempt and the longest queue wait accepted (``max_queue_ms``), as
-    :class:`labs.engine.shared.SharedConfig` describes. Every session of the class whose
+    per attempt, the longest queue wait accepted (``max_queue_ms``) and the server's
+    defences (a rate limit, a queue limit, a concurrency limit, CoDel; each off by default),
+    as :class:`labs.engine.shared.SharedConfig` describes. Every session of the class whose
     dependency is in ``shared`` mode calls the one model in Redis (``class:<classroom id>``).
 
     The defaults are the engine's (``LIMITS``); the services validate with the engine's
@@ -556,6 +557,43 @@ class SharedDependencyConfig(models.Model):
         default=2000,
         help_text="A longer queue wait is shed at once, 0 to 10000 ms.",
     )
+    # the server's defences, decided at each attempt's arrival; null: off
+    rate_per_s = models.FloatField(
+        "rate limit (attempts/s)",
+        null=True,
+        blank=True,
+        help_text="Faster is answered 429 with a Retry-After; 0.1 to 100000 attempts/s, "
+        "blank for none.",
+    )
+    rate_burst = models.PositiveIntegerField(
+        "rate limit's burst (attempts)",
+        default=10,
+        help_text="Attempts the rate limit lets through at once, 1 to 10000.",
+    )
+    queue_limit = models.PositiveIntegerField(
+        "queue limit (attempts waiting)",
+        null=True,
+        blank=True,
+        help_text="An attempt that would wait while this many wait is shed; 1 to 100000, "
+        "blank for none.",
+    )
+    concurrency_limit = models.PositiveIntegerField(
+        "concurrency limit (attempts in the server)",
+        null=True,
+        blank=True,
+        help_text="An attempt arriving while this many wait or are served is shed; 1 to 1000, "
+        "blank for none.",
+    )
+    codel_target_ms = models.PositiveIntegerField(
+        "CoDel target wait (ms)",
+        null=True,
+        blank=True,
+        help_text="Once every wait has been longer for an interval, a longer wait is shed; "
+        "1 to 5000 ms, blank for none.",
+    )
+    codel_interval_ms = models.PositiveIntegerField(
+        "CoDel interval (ms)", default=100, help_text="10 to 10000 ms."
+    )
     updated_at = models.DateTimeField("last changed", auto_now=True)
 
     class Meta:
@@ -572,6 +610,34 @@ class SharedDependencyConfig(models.Model):
             models.CheckConstraint(
                 condition=Q(max_queue_ms__gte=0, max_queue_ms__lte=10000),
                 name="shared_max_queue_ms_0_to_10000",
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_per_s__isnull=True)
+                | Q(rate_per_s__gte=0.1, rate_per_s__lte=100000),
+                name="shared_rate_per_s_off_or_0_1_to_100000",
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_burst__gte=1, rate_burst__lte=10000),
+                name="shared_rate_burst_1_to_10000",
+            ),
+            models.CheckConstraint(
+                condition=Q(queue_limit__isnull=True)
+                | Q(queue_limit__gte=1, queue_limit__lte=100000),
+                name="shared_queue_limit_off_or_1_to_100000",
+            ),
+            models.CheckConstraint(
+                condition=Q(concurrency_limit__isnull=True)
+                | Q(concurrency_limit__gte=1, concurrency_limit__lte=1000),
+                name="shared_concurrency_limit_off_or_1_to_1000",
+            ),
+            models.CheckConstraint(
+                condition=Q(codel_target_ms__isnull=True)
+                | Q(codel_target_ms__gte=1, codel_target_ms__lte=5000),
+                name="shared_codel_target_ms_off_or_1_to_5000",
+            ),
+            models.CheckConstraint(
+                condition=Q(codel_interval_ms__gte=10, codel_interval_ms__lte=10000),
+                name="shared_codel_interval_ms_10_to_10000",
             ),
         ]
 
@@ -593,6 +659,12 @@ class SharedDependencyConfig(models.Model):
             "servers": self.servers,
             "service_ms": self.service_ms,
             "max_queue_ms": self.max_queue_ms,
+            "rate_per_s": self.rate_per_s,
+            "rate_burst": self.rate_burst,
+            "queue_limit": self.queue_limit,
+            "concurrency_limit": self.concurrency_limit,
+            "codel_target_ms": self.codel_target_ms,
+            "codel_interval_ms": self.codel_interval_ms,
         }
 
 

@@ -14,14 +14,15 @@ OVERLOAD_WAIT_MS = 250
 #: The per-second counters a lab page gets: the class's totals, never anyone's identity.
 SHARED_PAGE_FIELDS = (
     "second", "offered", "calls", "retries", "ok", "calls_ok", "error", "shed", "skipped",
-    "timeout", "wait_p99_ms",
+    "limited", "timeout", "wait_p99_ms",
 )  # fmt: skip
 
 
 def shared_status(seconds: Sequence[dict[str, Any]], model: dict[str, Any], now_us: int) -> dict:
     """The shared dependency's state for a student: ``triggered`` while a trigger runs (by
     the model's clock); else ``overloaded`` when, in the last complete second, an attempt was
-    shed, skipped (it could not start before its deadline) or timed out at its client, or the
+    shed, skipped (it could not start before its deadline), rate-limited (429) or timed out
+    at its client, or the
     queue wait p99 was at least :data:`OVERLOAD_WAIT_MS`; else ``healthy``. With the reason
     in words."""
     trigger = model.get("trigger")
@@ -32,11 +33,14 @@ def shared_status(seconds: Sequence[dict[str, Any]], model: dict[str, Any], now_
     second = next((s for s in seconds if s["second"] == last), None)
     if second is not None:
         refused = second["shed"] + second["skipped"]
+        limited = second.get("limited", 0)
         p99 = second.get("wait_p99_ms")
-        if refused or second["timeout"]:
+        if refused or limited or second["timeout"]:
             parts = []
             if refused:
                 parts.append(f"{refused} shed")
+            if limited:
+                parts.append(f"{limited} rate-limited (429)")
             if second["timeout"]:
                 parts.append(f"{second['timeout']} timed out")
             return {"state": "overloaded", "reason": " and ".join(parts) + " in the last second"}
@@ -115,7 +119,9 @@ def session_window(
         "attempts_per_s": round(attempts / window_s, 2),
         "fast": sum(r["fast"] for r in own),
         "ok": sum(r["ok"] for r in own),
-        "failed": sum(r["error"] + r["shed"] + r["skipped"] + r["timeout"] for r in own),
+        "failed": sum(
+            r["error"] + r["shed"] + r["skipped"] + r.get("limited", 0) + r["timeout"] for r in own
+        ),
         "state": state,
         "share": round(attempts / class_offered, 4) if class_offered else None,
         "class_offered": class_offered,

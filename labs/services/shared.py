@@ -28,6 +28,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from labs.engine import Problem, SharedConfig
+from labs.engine.shared import DEFENCES
 from labs.engine.validate import parse_shared, parse_trigger, validate_shared, validate_trigger
 from labs.journal import store as journal
 from labs.live import runtime
@@ -37,7 +38,7 @@ from labs.services.lab import SettingsInvalid
 
 logger = logging.getLogger(__name__)
 
-SHARED_FIELDS = ("servers", "service_ms", "max_queue_ms")
+SHARED_FIELDS = ("servers", "service_ms", "max_queue_ms", *DEFENCES)
 
 #: What a lost trigger's line says in every journal of the class.
 TRIGGER_LOST = "the trigger ended early: the store restarted"
@@ -55,11 +56,30 @@ def shared_problems(values: Any) -> list:
 
 
 def describe_config(config: SharedConfig) -> str:
-    """``8 servers x 40 ms, queue up to 2000 ms (200 attempts/s)``."""
-    return (
+    """``8 servers x 40 ms, queue up to 2000 ms (200 attempts/s)``, then the server's
+    defences that are on (``; rate limit 150 attempts/s (burst 10)``)."""
+    text = (
         f"{config.servers} server{'s' if config.servers != 1 else ''} x {config.service_ms} ms, "
         f"queue up to {config.max_queue_ms} ms ({config.capacity_per_s:g} attempts/s)"
     )
+    return "; ".join([text, *describe_defences(config)])
+
+
+def describe_defences(config: SharedConfig) -> list[str]:
+    """The server's defences that are on, in words (empty when none is)."""
+    out = []
+    if config.rate_per_s is not None:
+        out.append(f"rate limit {config.rate_per_s:g} attempts/s (burst {config.rate_burst})")
+    if config.queue_limit is not None:
+        out.append(f"at most {config.queue_limit} waiting")
+    if config.concurrency_limit is not None:
+        out.append(f"at most {config.concurrency_limit} in the server")
+    if config.codel_target_ms is not None:
+        out.append(
+            f"CoDel sheds a wait over {config.codel_target_ms} ms once waits stay over it "
+            f"for {config.codel_interval_ms} ms"
+        )
+    return out
 
 
 def _journal_class(classroom: Classroom, kind: str, user, message: str, data: dict) -> int:
@@ -72,8 +92,8 @@ def _journal_class(classroom: Classroom, kind: str, user, message: str, data: di
 
 
 def classroom_set_shared(*, classroom: Classroom, user, values: dict) -> SharedDependencyConfig:
-    """Set the class's shared dependency (``values``: any of ``servers``, ``service_ms``,
-    ``max_queue_ms``, merged into the current settings).
+    """Set the class's shared dependency (``values``: any of :data:`SHARED_FIELDS`, the
+    server's defences included, merged into the current settings; None turns a defence off).
 
     Validated by the engine (SettingsInvalid naming each field and its range, nothing
     changed); saved, journaled ``shared_set`` in every session of the class; written into the
@@ -93,9 +113,8 @@ def classroom_set_shared(*, classroom: Classroom, user, values: dict) -> SharedD
         row, _ = SharedDependencyConfig.objects.select_for_update().get_or_create(
             classroom=classroom
         )
-        row.servers, row.service_ms, row.max_queue_ms = (
-            config.servers, config.service_ms, config.max_queue_ms,
-        )  # fmt: skip
+        for name, value in config.to_dict().items():
+            setattr(row, name, value)
         row.save()
         _journal_class(
             classroom,
@@ -181,7 +200,7 @@ def shared_restore_lost() -> int:
     for row, model, exists in zip(rows, models, present, strict=True):
         if exists:
             continue
-        config = SharedConfig(row.servers, row.service_ms, row.max_queue_ms)
+        config = SharedConfig(**row.to_dict())
         if not client.hsetnx(model.k_model, "servers", config.servers):
             continue  # another process is restoring it
         model.configure(config)

@@ -27,7 +27,7 @@ from django.utils.safestring import mark_safe
 from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_POST
 
-from labs.engine import LIMITS
+from labs.engine import LIMITS, SharedConfig
 from labs.engine.config import MODES
 from labs.forms import shared as shared_forms
 from labs.forms.lab import coerce
@@ -117,6 +117,7 @@ def page_context(request: HtmxHttpRequest, classroom: Classroom, **extra) -> dic
     rows = class_dashboard_rows(classroom_id=classroom.pk)
     scenarios = list(classroom.scenarios.all())
     low, high = class_services.FAULT_DURATION_RANGE_S
+    shared_now = storm_reads.shared_settings(classroom=classroom)
     context = {
         "classroom": classroom,
         "rows": rows,
@@ -135,9 +136,8 @@ def page_context(request: HtmxHttpRequest, classroom: Classroom, **extra) -> dic
         "scenarios": scenarios,
         "ws_path": f"/ws/classes/{classroom.pk}/",
         "problems": [],
-        "shared_fields": shared_forms.fields(
-            shared_forms.SHARED_PARAMS, storm_reads.shared_settings(classroom=classroom)
-        ),
+        "shared_fields": shared_forms.fields(shared_forms.SHARED_PARAMS, shared_now),
+        "shared_defended": SharedConfig(**shared_now).defended,
         "trigger_fields": shared_forms.fields(shared_forms.TRIGGER_PARAMS),
         **storm_context(classroom),
     }
@@ -203,15 +203,18 @@ def class_set_dependency(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_POST
 def class_set_shared(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """Change the class's shared dependency (servers, service time, queue limit)."""
+    """Change the class's shared dependency (servers, service time, queue limit, the server's
+    defences); a refusal names each field by its label and its range."""
     classroom = taught_classroom(request.user, pk)
     try:
         row = shared_services.classroom_set_shared(
             classroom=classroom, user=request.user, values=shared_forms.shared_values(request.POST)
         )
     except SettingsInvalid as exc:
-        return _answer(request, classroom, problems=[str(p) for p in exc.problems], status=422)
-    return _answer(request, classroom, message=f"shared dependency set: {row}")
+        problems = shared_forms.problem_texts(exc.problems, shared_forms.SHARED_PARAMS)
+        return _answer(request, classroom, problems=problems, status=422)
+    described = shared_services.describe_config(SharedConfig(**row.to_dict()))
+    return _answer(request, classroom, message=f"shared dependency set: {described}")
 
 
 @login_required

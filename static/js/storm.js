@@ -130,7 +130,7 @@
     const xs = [];
     for (let s = firstShown(); s < now; s++) {
       xs.push(points.get(s) || { second: s, offered: 0, ok: 0, error: 0, shed: 0, skipped: 0,
-        timeout: 0, wasted_us: 0, calls: 0, calls_ok: 0, retries: 0, wait_p50_ms: null, wait_p99_ms: null });
+        limited: 0, timeout: 0, wasted_us: 0, calls: 0, calls_ok: 0, retries: 0, wait_p50_ms: null, wait_p99_ms: null });
     }
     return xs;
   }
@@ -411,7 +411,7 @@
     { label: "capacity", line: ["capacity", COLORS.capacity, 2, [8, 6]], value: function () { return model ? model.capacity_per_s : null; } },
     { label: "stable line", line: ["stable line", COLORS.stable, 3, [6, 6]], value: function () { return edge().stable_per_s; } },
     { label: "goodput", line: ["goodput", COLORS.goodput, 3], value: function (r) { return r.calls_ok; } },
-    { label: "shed", line: ["shed", COLORS.shed, 2], value: function (r) { return r.shed; } },
+    { label: "shed or 429", line: ["shed or 429", COLORS.shed, 2], value: function (r) { return r.shed + (r.limited || 0); } },
     { label: "timed out", line: ["timed out", COLORS.timeout, 2], value: function (r) { return r.timeout; } },
   ];
 

@@ -190,6 +190,85 @@ def test_wait_quantiles_read_the_histogram():
     assert wait_quantile_ms([0] * len(WAIT_BOUNDS_MS), 0.5) is None
 
 
+# -- the server's defences, on both implementations ---------------------------------------------
+
+
+def defended(model, **defences):
+    """``model`` reconfigured: 2 servers x 100 ms, queue up to 150 ms, plus ``defences``."""
+    model.configure(SharedConfig(servers=2, service_ms=100, max_queue_ms=150, **defences))
+    return model
+
+
+def test_the_rate_limit_answers_429_at_once_with_the_time_until_the_next_token(model):
+    defended(model, rate_per_s=10, rate_burst=2)  # a token every 100 ms, two at most
+    a, b, c = (model.decide(t * MS, attempt=1, session="1") for t in (0, 0, 30))
+    assert (a.outcome, b.outcome) == ("ok", "ok")
+    # the bucket is empty; 30 ms of 100 ms refilled: the next token in 70 ms
+    assert (c.outcome, c.answer_us, c.server, c.retry_after_us) == ("limited", 30 * MS, -1, 70 * MS)
+    d = model.decide(100 * MS)  # one token again, the server queue is still 150 ms max
+    assert d.outcome == "ok"
+    (second,) = model.counters()
+    assert (second.offered, second.limited, second.shed, second.ok) == (4, 1, 0, 3)
+    mine = model.session_seconds(["1"], 0, 0)["1"][0]
+    assert (mine["offered"], mine["limited"]) == (3, 1)
+
+
+def test_the_queue_limit_sheds_an_attempt_that_would_wait_behind_that_many(model):
+    defended(model, queue_limit=1)
+    a, b, c, d = (model.decide(t * MS) for t in (0, 0, 10, 20))
+    assert [x.outcome for x in (a, b, c)] == ["ok", "ok", "ok"]  # c waits: one waiting
+    assert (d.outcome, d.reason, d.answer_us) == ("shed", "queue_full", 20 * MS)
+    assert model.decide(50 * MS).reason == "queue_full"  # c still waits
+    e, f = model.decide(100 * MS), model.decide(100 * MS)  # c started at 100 ms
+    assert (e.outcome, e.wait_us) == ("ok", 0)
+    assert (f.outcome, f.wait_us) == ("ok", 100 * MS)  # nobody waits: f may
+
+
+def test_the_concurrency_limit_counts_attempts_waiting_and_in_service(model):
+    defended(model, concurrency_limit=3)
+    outcomes = [model.decide(t * MS) for t in (0, 0, 5, 6)]
+    assert [(d.outcome, d.reason) for d in outcomes] == [
+        ("ok", ""), ("ok", ""), ("ok", ""), ("shed", "concurrency"),
+    ]  # fmt: skip
+    assert model.decide(100 * MS).outcome == "ok"  # two finished at 100 ms
+
+
+def test_codel_sheds_long_waits_only_once_they_have_lasted_an_interval(model):
+    defended(model, codel_target_ms=20, codel_interval_ms=50)
+    model.decide(0)
+    model.decide(0)  # both servers busy until 100 ms
+    first = model.decide(10 * MS)  # waits 90 ms: over the target, congestion starts
+    again = model.decide(40 * MS)  # 30 ms into it: still accepted (waits 60 ms)
+    late = model.decide(60 * MS)  # 50 ms into it: shed
+    assert [(d.outcome, d.reason) for d in (first, again, late)] == [
+        ("ok", ""), ("ok", ""), ("shed", "codel"),
+    ]  # fmt: skip
+    # a wait at or under the target ends the congestion (server 1 is free again at 300 ms)
+    calm = model.decide(400 * MS)
+    assert (calm.outcome, calm.wait_us) == ("ok", 0)
+    model.decide(400 * MS)
+    assert model.decide(410 * MS).outcome == "ok"  # over the target again: a fresh start
+
+
+def test_a_rate_limited_attempt_is_a_429_whose_retry_after_the_guarded_client_honours():
+    clock = VirtualClock()
+    model = MemorySharedModel(
+        SharedConfig(servers=4, service_ms=10, rate_per_s=2, rate_burst=1), clock=clock
+    )
+    client, events = _client(
+        model, clock,
+        {"max_attempts": 3, "backoff_base_ms": 10, "jitter": "none", "retry_after": "pushback"},
+    )  # fmt: skip
+    client.call(1)
+    result = client.call(2)  # no token left: 429, Retry-After 490 ms, waited out
+    attempts = [e for e in events if e.kind == "attempt"]
+    assert [(a.error, a.data["outcome"]) for a in attempts] == [
+        (None, "ok"), ("429", "limited"), (None, "ok"),
+    ]  # fmt: skip
+    assert attempts[1].data["retry_after_us"] == 490 * MS
+    assert result.outcome == "success" and attempts[2].at_ms - attempts[1].at_ms >= 490
+
+
 # -- the two implementations agree, reply for reply --------------------------------------------
 
 
@@ -245,6 +324,82 @@ def test_memory_and_redis_give_the_same_reply_to_every_seeded_attempt(redis_clie
     redis_model.clear()
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_with_the_server_s_defences_memory_and_redis_still_agree_reply_for_reply(
+    redis_client, seed
+):
+    """The defences' rules and their state (the token bucket, the attempts waiting and in
+    service, CoDel's congestion) agree between the two implementations, with the settings
+    changed midway as an instructor changes them."""
+    rng = random.Random(100 + seed)
+
+    def settings():
+        return SharedConfig(
+            servers=rng.randint(1, 4),
+            service_ms=rng.choice([3, 20, 45]),
+            max_queue_ms=rng.choice([60, 400, 2000]),
+            rate_per_s=rng.choice([None, 0.7, 30, 333.3]),
+            rate_burst=rng.choice([1, 3, 10]),
+            queue_limit=rng.choice([None, 1, 4]),
+            concurrency_limit=rng.choice([None, 2, 7]),
+            codel_target_ms=rng.choice([None, 5, 30]),
+            codel_interval_ms=rng.choice([10, 100]),
+        )
+
+    memory, redis_model = both(settings(), redis_client)
+    t = 0
+    seen = set()
+    for step in range(700):
+        t += rng.choice([0, 0, 1, 500, 4_000, 15_000, 120_000])
+        if rng.random() < 0.02:
+            config = settings()
+            memory.configure(config)
+            redis_model.configure(config)
+            assert redis_model.config == config
+            continue
+        if rng.random() < 0.02:
+            trig = Trigger(rng.choice(["down", "slow"]), rng.choice([100, 400]), factor=3)
+            assert memory.trigger(trig, t) == redis_model.trigger(trig, t), step
+            continue
+        kwargs = {
+            "timeout_us": rng.choice([None, 5_000, 300_000]),
+            "deadline_us": rng.choice([None, None, 10_000]),
+            "attempt": rng.choice([1, 2]),
+            "session": rng.choice([None, "1", "2"]),
+        }
+        decision = memory.decide(t, **kwargs)
+        assert decision == redis_model.decide(t, **kwargs), step
+        seen.add((decision.outcome, decision.reason))
+    assert memory.counters() == redis_model.counters()
+    last = t // 1_000_000 + 2
+    assert memory.session_seconds(["1", "2"], 0, last) == redis_model.session_seconds(
+        ["1", "2"], 0, last
+    )
+    assert ("limited", "") in seen or seed % 2, seen  # most seeds meet the rate limit
+    redis_model.clear()
+
+
+def test_each_defence_turns_attempts_away_in_its_own_words():
+    """Dense arrivals on one slow server meet every defence, each named by its reason (the
+    differential runs above compare every one of them)."""
+    seen = {}
+    for name, config in {
+        "limited": SharedConfig(servers=1, service_ms=45, rate_per_s=30, rate_burst=1),
+        "queue_full": SharedConfig(servers=1, service_ms=45, queue_limit=1),
+        "concurrency": SharedConfig(servers=1, service_ms=45, concurrency_limit=2),
+        "codel": SharedConfig(servers=1, service_ms=45, codel_target_ms=5, codel_interval_ms=10),
+    }.items():
+        model = MemorySharedModel(config)
+        decisions = [model.decide(i * 2_000) for i in range(40)]
+        seen[name] = {d.reason or d.outcome for d in decisions} - {"ok"}
+    assert seen == {
+        "limited": {"limited"},
+        "queue_full": {"queue_full"},
+        "concurrency": {"concurrency"},
+        "codel": {"codel"},
+    }
+
+
 def test_each_session_s_attempts_add_up_to_the_class_s_counters_second_by_second(model):
     """Every attempt named by its session is counted once for the class and once for the
     session, at the same seconds: the sessions' rows add up to the class's."""
@@ -295,9 +450,7 @@ def _client(model, clock, policy, *, propagate=False, seed=1, session=None):
     events = EventList()
     policy = parse_policy(policy)
     breaker = Breaker(policy.breaker, store=store, clock=clock, rng=rng)
-    dependency = SharedDependency(
-        model, clock=clock, propagate_deadline=propagate, session=session
-    )
+    dependency = SharedDependency(model, clock=clock, propagate_deadline=propagate, session=session)
     client = GuardedClient(
         policy,
         breaker=breaker,
@@ -407,8 +560,45 @@ def test_out_of_range_settings_are_refused_naming_the_field_and_range():
     assert parse_shared({}) == SharedConfig()
     assert SharedConfig().to_dict() == {
         k.split(".")[1]: LIMITS[k].default
-        for k in ("shared.servers", "shared.service_ms", "shared.max_queue_ms")
+        for k in (
+            "shared.servers",
+            "shared.service_ms",
+            "shared.max_queue_ms",
+            "shared.rate_per_s",
+            "shared.rate_burst",
+            "shared.queue_limit",
+            "shared.concurrency_limit",
+            "shared.codel_target_ms",
+            "shared.codel_interval_ms",
+        )
     }
+    assert not SharedConfig().defended
+
+
+def test_the_server_s_defences_out_of_range_are_refused_naming_the_field_and_range():
+    problems = [
+        str(p)
+        for p in validate_shared(
+            {
+                "rate_per_s": 0,
+                "rate_burst": 0,
+                "queue_limit": 0,
+                "concurrency_limit": 1001,
+                "codel_target_ms": 6000,
+                "codel_interval_ms": 5,
+            }
+        )
+    ]
+    assert problems == [
+        "shared.rate_per_s: must be null (off) or between 0.1 and 100000 attempts/s (got 0)",
+        "shared.rate_burst: must be between 1 and 10000 attempts (got 0)",
+        "shared.queue_limit: must be null (off) or between 1 and 100000 attempts (got 0)",
+        "shared.concurrency_limit: must be null (off) or between 1 and 1000 attempts (got 1001)",
+        "shared.codel_target_ms: must be null (off) or between 1 and 5000 ms (got 6000)",
+        "shared.codel_interval_ms: must be between 10 and 10000 ms (got 5)",
+    ]
+    on = parse_shared({"rate_per_s": 50, "queue_limit": 3, "codel_target_ms": 20})
+    assert on.defended and on.counts_in_flight and on.rate_per_s == 50
 
 
 def test_triggers_are_validated_with_the_model_s_server_count():
@@ -474,6 +664,7 @@ def test_state_reads_every_servers_free_at_time_on_a_decoding_client_too(redis_c
 
 def test_an_unconfigured_model_refuses_attempts(redis_client):
     import redis
+
     model = RedisSharedModel(redis_client, uuid.uuid4().hex[:10])
     with pytest.raises(redis.ResponseError, match="not configured"):
         model.decide()

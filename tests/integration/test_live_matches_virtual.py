@@ -9,7 +9,9 @@ to the class's Redis model and the instructor's trigger fires through the servic
 verdict is the storm panel's recovery clock (``storm_headline``) over the seconds Redis
 recorded, read as a recovery question is graded (``recovery_observed``); the virtual one is
 the experiment's time to recovery. Both must say "back within WITHIN_S s of the trigger's
-end" below the line and "not back" above it.
+end" below the line and "not back" above it; and, above it, "back" again once the server
+defends itself with CoDel, set by the instructor on the live class and given to the
+experiment as the same ``SharedConfig``.
 """
 
 from __future__ import annotations
@@ -43,13 +45,21 @@ WARM_S = 4
 STEADY_TIMEOUT_S = 60
 
 
-def virtual_verdict(calls_per_s: float, max_queue_ms: int) -> tuple[str, int | None]:
+#: The server's defence of the third case: CoDel sheds a wait over 100 ms once waits have
+#: stayed over it for 100 ms (below the bots' 500 ms attempt timeout, so no server time goes
+#: to attempts nobody waits for).
+CODEL = {"codel_target_ms": 100, "codel_interval_ms": 100}
+
+
+def virtual_verdict(
+    calls_per_s: float, max_queue_ms: int, defences: dict | None = None
+) -> tuple[str, int | None]:
     """``yes``/``no`` and the seconds to recovery of the same setup in virtual time."""
     params = TippingParams(
         servers=SERVERS, service_ms=SERVICE_MS, max_queue_ms=max_queue_ms, retries=RETRIES,
         timeout_ms=TIMEOUT_MS, trigger_at_s=5, observe_s=WITHIN_S + 2,
     )  # fmt: skip
-    out = simulate(params, calls_per_s * 100 / CAPACITY, "down", TRIGGER_S)
+    out = simulate(params, calls_per_s * 100 / CAPACITY, "down", TRIGGER_S, defences=defences)
     back = out["recovery_s"]
     return ("yes" if back is not None and back <= WITHIN_S else "no"), back
 
@@ -90,19 +100,25 @@ def live_verdict(room, teacher) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("rate", "expected"),
+    ("rate", "defences", "expected"),
     [
-        pytest.param(1, "yes", id="0.3x-the-line-recovers"),
-        pytest.param(10, "no", id="3x-the-line-locks-in"),
+        pytest.param(1, None, "yes", id="0.3x-the-line-recovers"),
+        pytest.param(10, None, "no", id="3x-the-line-locks-in"),
+        pytest.param(10, CODEL, "yes", id="3x-the-line-with-codel-recovers"),
     ],
 )
-def test_the_live_class_and_the_virtual_model_agree_on_recovery(worker_process, rate, expected):
+def test_the_live_class_and_the_virtual_model_agree_on_recovery(
+    worker_process, rate, defences, expected
+):
     calls_per_s = BOTS * rate
-    assert (calls_per_s < STABLE_LINE) == (expected == "yes")
+    assert (calls_per_s < STABLE_LINE) == (expected == "yes" and not defences)
     room, teacher, _ = shared_class(0, servers=SERVERS, service_ms=SERVICE_MS)
+    if defences:
+        shared_services.classroom_set_shared(classroom=room, user=teacher, values=defences)
+        assert runtime.shared_model(room.pk).config.codel_target_ms == CODEL["codel_target_ms"]
     config = runtime.shared_config(room.pk)
     assert config.capacity_per_s == CAPACITY
-    virtual, virtual_back = virtual_verdict(calls_per_s, config.max_queue_ms)
+    virtual, virtual_back = virtual_verdict(calls_per_s, config.max_queue_ms, defences)
 
     worker_process()
     sim = classroom_simulate(
@@ -126,3 +142,6 @@ def test_the_live_class_and_the_virtual_model_agree_on_recovery(worker_process, 
     assert virtual == expected, detail
     assert observed["recovered"] == expected, detail
     assert live["headline"]["state"] == ("recovered" if expected == "yes" else "not_recovered")
+    if defences:  # the defence did the work: attempts were shed by CoDel, live as virtual
+        shed = sum(r["shed"] for r in runtime.shared_now(room.pk, back_s=60)["seconds"])
+        assert shed > 0, detail

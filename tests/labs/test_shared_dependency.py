@@ -39,11 +39,10 @@ def kinds(session, kind):
 def test_defaults_are_the_engines_limits(classroom):
     from labs.engine import LIMITS
 
-    assert runtime.shared_config(classroom.pk).to_dict() == {
-        "servers": LIMITS["shared.servers"].default,
-        "service_ms": LIMITS["shared.service_ms"].default,
-        "max_queue_ms": LIMITS["shared.max_queue_ms"].default,
-    }
+    config = runtime.shared_config(classroom.pk).to_dict()
+    assert config == {name: LIMITS[f"shared.{name}"].default for name in config}
+    assert set(config) == set(svc.SHARED_FIELDS)
+    assert not runtime.shared_config(classroom.pk).defended
 
 
 def test_set_saves_journals_every_session_and_configures_redis(
@@ -60,7 +59,34 @@ def test_set_saves_journals_every_session_and_configures_redis(
         assert entry.actor_id == instructor.pk
         assert "3 servers x 100 ms" in entry.message
     model = runtime.shared_model(classroom.pk)
-    assert model.config.to_dict() == {"servers": 3, "service_ms": 100, "max_queue_ms": 2000}
+    assert model.config == runtime.shared_config(classroom.pk)
+    assert (model.config.servers, model.config.service_ms) == (3, 100)
+
+
+def test_the_server_s_defences_are_saved_journaled_and_reach_redis_then_turn_off(
+    classroom, instructor, sessions, django_capture_on_commit_callbacks
+):
+    on = {"rate_per_s": 150.5, "rate_burst": 20, "queue_limit": 40, "concurrency_limit": 30,
+          "codel_target_ms": 25, "codel_interval_ms": 200}  # fmt: skip
+    with django_capture_on_commit_callbacks(execute=True):
+        svc.classroom_set_shared(classroom=classroom, user=instructor, values=on)
+    row = SharedDependencyConfig.objects.get(classroom=classroom)
+    assert {k: getattr(row, k) for k in on} == on
+    model = runtime.shared_model(classroom.pk)
+    assert {k: getattr(model.config, k) for k in on} == on
+    (entry,) = kinds(sessions[0], "shared_set")
+    assert "rate limit 150.5 attempts/s (burst 20)" in entry.message
+    assert "at most 40 waiting" in entry.message and "at most 30 in the server" in entry.message
+    assert "CoDel sheds a wait over 25 ms once waits stay over it for 200 ms" in entry.message
+    # the panel's read of the model says the same (the page's figures come from it)
+    assert runtime.shared_now(classroom.pk, back_s=2)["model"]["config"]["queue_limit"] == 40
+    with django_capture_on_commit_callbacks(execute=True):
+        svc.classroom_set_shared(
+            classroom=classroom, user=instructor, values={"rate_per_s": None, "queue_limit": None}
+        )
+    assert (model.config.rate_per_s, model.config.queue_limit) == (None, None)
+    assert model.config.concurrency_limit == 30
+    assert runtime.shared_config(classroom.pk) == model.config
 
 
 @pytest.mark.parametrize(
@@ -71,6 +97,12 @@ def test_set_saves_journals_every_session_and_configures_redis(
         ({"service_ms": 2001}, "service_ms", "between 1 and 2000"),
         ({"max_queue_ms": -1}, "max_queue_ms", "between 0 and 10000"),
         ({"servers": "many"}, "servers", "between 1 and 64"),
+        ({"rate_per_s": 0}, "rate_per_s", "null (off) or between 0.1 and 100000 attempts/s"),
+        ({"rate_burst": 0}, "rate_burst", "between 1 and 10000 attempts"),
+        ({"queue_limit": 0}, "queue_limit", "between 1 and 100000 attempts"),
+        ({"concurrency_limit": 1001}, "concurrency_limit", "between 1 and 1000 attempts"),
+        ({"codel_target_ms": 5001}, "codel_target_ms", "between 1 and 5000 ms"),
+        ({"codel_interval_ms": 1}, "codel_interval_ms", "between 10 and 10000 ms"),
     ],
 )
 def test_bad_settings_are_refused_naming_field_and_range(
@@ -110,6 +142,34 @@ def test_dashboard_form_sets_it_and_refuses_out_of_range(client, classroom, inst
     assert (row.servers, row.service_ms, row.max_queue_ms) == (4, 50, 500)
 
 
+def test_dashboard_form_sets_the_defences_names_them_in_words_and_blank_turns_one_off(
+    client, classroom, instructor, sessions
+):
+    client.force_login(instructor)
+    url = reverse("labs:class_set_shared", args=[classroom.pk])
+    refused = client.post(url, {"queue_limit": "0", "codel_target_ms": "9000"}, **HTMX)
+    assert refused.status_code == 422
+    text = refused.content.decode()
+    assert "Queue limit (attempts waiting): must be blank (off) or between 1 and 100000" in text
+    assert "CoDel target wait (ms): must be blank (off) or between 1 and 5000 ms" in text
+    assert "queue_limit" not in text and "null" not in text
+    assert not SharedDependencyConfig.objects.exists()
+    ok = client.post(url, {"rate_per_s": "120", "queue_limit": "25"}, **HTMX)
+    assert ok.status_code == 200
+    assert "rate limit 120 attempts/s (burst 10); at most 25 waiting" in ok.content.decode()
+    row = SharedDependencyConfig.objects.get(classroom=classroom)
+    assert (row.rate_per_s, row.queue_limit) == (120, 25)
+    page = client.get(reverse("labs:class_dashboard", args=[classroom.pk])).content.decode()
+    assert 'id="shared-defences" open' in page and 'id="shared-queue_limit" value="25"' in page
+    # every field posted as the form posts it, the queue limit cleared: that one goes off
+    posted = {"servers": "8", "service_ms": "40", "max_queue_ms": "2000", "rate_per_s": "120",
+              "rate_burst": "10", "queue_limit": "", "concurrency_limit": "",
+              "codel_target_ms": "", "codel_interval_ms": "100"}  # fmt: skip
+    assert client.post(url, posted, **HTMX).status_code == 200
+    row.refresh_from_db()
+    assert (row.rate_per_s, row.queue_limit) == (120, None)
+
+
 def test_a_student_cannot_post_the_form(client, classroom, student):
     client.force_login(student)
     response = client.post(reverse("labs:class_set_shared", args=[classroom.pk]), {"servers": 2})
@@ -123,29 +183,37 @@ def test_a_student_cannot_post_the_form(client, classroom, student):
 def test_admin_shows_the_engines_range_beside_the_field(client, superuser, classroom, sessions):
     client.force_login(superuser)
     add = reverse("admin:labs_shareddependencyconfig_add")
-    data = {"classroom": classroom.pk, "servers": "70", "service_ms": "0", "max_queue_ms": "10"}
+    data = {"classroom": classroom.pk, "servers": "70", "service_ms": "0", "max_queue_ms": "10",
+            "rate_burst": "10", "codel_interval_ms": "100", "queue_limit": "0"}  # fmt: skip
     response = client.post(add, data)
     assert response.status_code == 200
     errors = response.context["adminform"].form.errors
     assert any("between 1 and 64" in e for e in errors["servers"])
     assert any("between 1 and 2000" in e for e in errors["service_ms"])
     assert "max_queue_ms" not in errors
+    assert errors["queue_limit"] == ["Must be blank (off) or between 1 and 100000 attempts (got 0)"]
     assert not SharedDependencyConfig.objects.exists()
-    response = client.post(add, {**data, "servers": "6", "service_ms": "30"})
+    response = client.post(add, {**data, "servers": "6", "service_ms": "30", "queue_limit": "12"})
     assert response.status_code == 302
     row = SharedDependencyConfig.objects.get(classroom=classroom)
-    assert (row.servers, row.service_ms, row.max_queue_ms) == (6, 30, 10)
+    assert (row.servers, row.service_ms, row.max_queue_ms, row.queue_limit) == (6, 30, 10, 12)
     assert all(kinds(s, "shared_set") for s in sessions)
     change = reverse("admin:labs_shareddependencyconfig_change", args=[row.pk])
-    response = client.post(change, {"servers": "65", "service_ms": "30", "max_queue_ms": "10"})
+    kept = {"rate_burst": "10", "codel_interval_ms": "100"}
+    response = client.post(
+        change, {"servers": "65", "service_ms": "30", "max_queue_ms": "10", **kept}
+    )
     assert response.status_code == 200
     assert any(
         "between 1 and 64" in e for e in response.context["adminform"].form.errors["servers"]
     )
-    response = client.post(change, {"servers": "2", "service_ms": "30", "max_queue_ms": "10"})
+    response = client.post(
+        change, {"servers": "2", "service_ms": "30", "max_queue_ms": "10", **kept}
+    )
     assert response.status_code == 302
     row.refresh_from_db()
     assert row.servers == 2 and SharedDependencyConfig.objects.count() == 1
+    assert row.queue_limit is None  # left blank in the change form: off
     assert runtime.shared_config(classroom.pk).servers == 2
 
 

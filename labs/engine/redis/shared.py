@@ -15,6 +15,7 @@ from typing import Any
 
 from labs.engine.redis.store import _Script, _text
 from labs.engine.shared import (
+    DEFENCES,
     MAX_SERVERS,
     SESSION_KEEP_S,
     Decision,
@@ -26,7 +27,7 @@ from labs.engine.shared import (
     session_seconds_from_fields,
 )
 
-__all__ = ["RedisSharedModel"]
+__all__ = ["CONFIG_FIELDS", "RedisSharedModel", "config_from_fields"]
 
 #: The counters of a model nobody calls any more disappear after an hour.
 DEFAULT_COUNTERS_TTL_MS = 3_600_000
@@ -39,6 +40,9 @@ FREE_PACK = "<" + "d" * MAX_SERVERS
 #: redis-py's option for a reply read as bytes whatever the client decodes (``redis.client``)
 NEVER_DECODE = "NEVER_DECODE"
 _TEXT_FIELDS = ("servers", "last", "trig", "trig_from", "trig_until", "trig_pct", "trig_servers")
+#: The model hash's fields of the server's defences (``''``: off), in :data:`DEFENCES` order.
+_DEFENCE_FIELDS = ("d_rate", "d_burst", "d_queue", "d_conc", "d_codel_us", "d_codel_int_us")
+CONFIG_FIELDS = ("servers", "service_us", "max_queue_us", *_DEFENCE_FIELDS)
 
 
 class RedisSharedModel:
@@ -71,13 +75,17 @@ class RedisSharedModel:
         self._tag = tag
         self.k_model = f"{tag}:model"
         self.k_counters = f"{tag}:counters"
-        self._keys = (self.k_model.encode(), self.k_counters.encode())
+        self.k_starts = f"{tag}:starts"
+        self.k_finishes = f"{tag}:finishes"
+        self._keys = tuple(
+            k.encode() for k in (self.k_model, self.k_counters, self.k_starts, self.k_finishes)
+        )
         self._attempt = _Script(client, "shared_attempt")
         self._control = _Script(client, "shared_control")
 
     def all_keys(self) -> list[str]:
         """Every key this model writes but the sessions' (:meth:`session_key`)."""
-        return [self.k_model, self.k_counters]
+        return [self.k_model, self.k_counters, self.k_starts, self.k_finishes]
 
     def session_key(self, session: str) -> str:
         """The key of one calling session's counters (under the model's hash tag)."""
@@ -91,26 +99,14 @@ class RedisSharedModel:
     # -- settings ----------------------------------------------------------------------------
 
     def configure(self, config: SharedConfig) -> None:
-        """Write servers, service time and queue limit (one ``HSET``); queued work keeps its
-        schedule, the trigger keeps running."""
-        self.client.hset(
-            self.k_model,
-            mapping={
-                "servers": config.servers,
-                "service_us": config.service_ms * 1000,
-                "max_queue_us": config.max_queue_ms * 1000,
-            },
-        )
+        """Write servers, service time, queue limit and the server's defences (one
+        ``HSET``); queued work keeps its schedule, the trigger keeps running."""
+        self.client.hset(self.k_model, mapping=_config_fields(config))
 
     @property
     def config(self) -> SharedConfig:
         """The configuration stored in Redis (one ``HMGET``). Raises LookupError if none."""
-        servers, service, queue = self.client.hmget(
-            self.k_model, "servers", "service_us", "max_queue_us"
-        )
-        if servers is None:
-            raise LookupError(f"shared dependency {self.model_id!r} is not configured")
-        return SharedConfig(int(servers), int(service) // 1000, int(queue) // 1000)
+        return config_from_fields(self.client.hmget(self.k_model, CONFIG_FIELDS), self.model_id)
 
     def _now_arg(self, now_us: int | None) -> str:
         if self.server_time or now_us is None:
@@ -167,8 +163,8 @@ class RedisSharedModel:
                 self.keep_s,
             ),
         )
-        outcome, *numbers = reply
-        return Decision(_text(outcome), *(int(n) for n in numbers))
+        outcome, *numbers, reason, retry_after = reply
+        return Decision(_text(outcome), *(int(n) for n in numbers), _text(reason), int(retry_after))
 
     def refuse(self, now_us: int | None = None, *, session: str, state: str = "open") -> None:
         """Count a call ``session``'s breaker refused (its counters only; one ``EVALSHA``,
@@ -236,27 +232,61 @@ class RedisSharedModel:
             config = self.config
         sessions = self._session_keys()
         pipe = self.client.pipeline(transaction=True)
-        pipe.delete(self.k_model, self.k_counters, *sessions)
+        pipe.delete(*self.all_keys(), *sessions)
         if config is not None:
-            pipe.hset(
-                self.k_model,
-                mapping={
-                    "servers": config.servers,
-                    "service_us": config.service_ms * 1000,
-                    "max_queue_us": config.max_queue_ms * 1000,
-                },
-            )
+            pipe.hset(self.k_model, mapping=_config_fields(config))
         pipe.execute()
 
     def clear(self) -> None:
         """Delete the model's keys (configuration and the sessions' counters included)."""
-        self.client.delete(self.k_model, self.k_counters, *self._session_keys())
+        self.client.delete(*self.all_keys(), *self._session_keys())
 
     def _session_keys(self) -> list[Any]:
         return list(self.client.scan_iter(match=f"{self._tag}:session:*", count=1000))
 
     def __repr__(self) -> str:
         return f"RedisSharedModel(model_id={self.model_id!r})"
+
+
+def _config_fields(config: SharedConfig) -> dict[str, Any]:
+    """The model hash's fields for ``config`` (times in us; a defence that is off: ``''``)."""
+    values = {
+        "d_rate": config.rate_per_s,
+        "d_burst": config.rate_burst,
+        "d_queue": config.queue_limit,
+        "d_conc": config.concurrency_limit,
+        "d_codel_us": None if config.codel_target_ms is None else config.codel_target_ms * 1000,
+        "d_codel_int_us": config.codel_interval_ms * 1000,
+    }
+    return {
+        "servers": config.servers,
+        "service_us": config.service_ms * 1000,
+        "max_queue_us": config.max_queue_ms * 1000,
+        **{k: "" if v is None else repr(v) if isinstance(v, float) else v
+           for k, v in values.items()},
+    }  # fmt: skip
+
+
+def config_from_fields(values: Any, model_id: str = "?") -> SharedConfig:
+    """A :class:`SharedConfig` from the model hash's :data:`CONFIG_FIELDS` values (bytes or
+    str; a model written before the defences existed reads as undefended). Raises
+    LookupError when the model was never configured."""
+    servers, service, queue, *defences = (_text(v) if v is not None else None for v in values)
+    if servers is None:
+        raise LookupError(f"shared dependency {model_id!r} is not configured")
+    kept: dict[str, Any] = {}
+    for name, field, raw in zip(DEFENCES, _DEFENCE_FIELDS, defences, strict=True):
+        if raw is None:
+            continue  # not stored: the default
+        if raw == "":
+            kept[name] = None
+        elif name == "rate_per_s":
+            kept[name] = float(raw)
+        elif field.endswith("_us"):
+            kept[name] = int(raw) // 1000
+        else:
+            kept[name] = int(raw)
+    return SharedConfig(int(servers), int(service) // 1000, int(queue) // 1000, **kept)
 
 
 def _replaced(reply: Any) -> dict[str, Any] | None:

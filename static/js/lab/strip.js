@@ -1,6 +1,6 @@
 /* The traffic strip, on uPlot (static/vendor/uplot): per second of the session's last minute of
  * calls (bursts and steady traffic alike), attempts stacked by the outcome the client saw (for
- * the shared dependency, the model's answer: ok, error, shed, skipped, timeout), calls stacked
+ * the shared dependency, the model's answer: ok, error, shed, skipped, 429, timeout), calls stacked
  * by result (succeeded, degraded, failed, fast-failed: counted as labs.journal.kinds counts them), a band with the breaker's state in that second and, in
  * shared mode, the session's share of the shared dependency's load: one plot a row, on one
  * time axis. Drawn from a burst's journal events as the page receives them and from steady
@@ -15,7 +15,7 @@ const AXIS_W = 92; // the rows' titles and their largest value
 const BAND_H = 10; // the breaker's band, above the attempts' bars (CSS px)
 const X_AXIS_H = 26;
 const STRIP_SECONDS = 60;
-const ATTEMPT_KINDS = ["ok", "error", "timeout", "shed", "skipped"];
+const ATTEMPT_KINDS = ["ok", "error", "timeout", "shed", "skipped", "limited"];
 const CALL_KINDS = ["succeeded", "degraded", "failed", "fast_failed"];
 
 /** The strip chart in #traffic-strip (its text alternative in #traffic-strip-desc): uPlot
@@ -167,7 +167,7 @@ export function createStrip() {
     const wait = cssVar("--wait", "#475569");
     const probe = cssVar("--probe", "#f59e0b");
     return {
-      attempts: { ok: ok, error: bad, timeout: wait, shed: probe, skipped: probe },
+      attempts: { ok: ok, error: bad, timeout: wait, shed: probe, skipped: probe, limited: probe },
       calls: { succeeded: ok, degraded: cssVar("--degraded", "#a16207"), failed: bad, fast_failed: cssVar("--fast", "#6d28d9") },
       share: cssVar("--accent", "#2563eb"),
       band: { closed: cssVar("--breaker-closed-bg", "#dcfce7"), open: cssVar("--breaker-open", "#b91c1c"), half_open: probe },

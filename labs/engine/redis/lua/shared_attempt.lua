@@ -1,19 +1,24 @@
 -- One attempt at the shared dependency: the decision and its counters, one atomic round trip.
 -- Mirrors labs/engine/shared.py MemorySharedModel.decide rule for rule.
--- KEYS[1] model hash {servers, service_us, max_queue_us, last, trig*, free}: ``free`` packs
---   the 64 servers' free-at times as little-endian doubles (exact integers up to 2^53 us)
+-- KEYS[1] model hash {servers, service_us, max_queue_us, last, trig*, free, the defences
+--   d_rate, d_burst, d_queue, d_conc, d_codel_us, d_codel_int_us ('' off) and their state
+--   tb_tokens, tb_at, codel_since}: ``free`` packs the 64 servers' free-at times as
+--   little-endian doubles (exact integers up to 2^53 us)
 -- KEYS[2] counters hash "<second>:<name>" -> count
--- KEYS[3] (optional) the calling session's counters hash "<second>:<name>" -> count, with
+-- KEYS[3], KEYS[4] sorted sets of the accepted attempts' start and finish times (kept only
+--   while a queue or concurrency limit is on)
+-- KEYS[5] (optional) the calling session's counters hash "<second>:<name>" -> count, with
 --   "<second>:state" (the breaker's state) and "last" (its latest arrival second)
 -- ARGV[1] arrival us ('' = Redis TIME), ARGV[2] timeout us (-1 none),
 -- ARGV[3] deadline us after arrival (-1 none), ARGV[4] attempt number (0: a call the
 -- session's breaker refused, counted for the session only), ARGV[5] counters TTL ms,
 -- ARGV[6] the session's breaker state, ARGV[7] seconds a session's counters are kept
 -- Reply {outcome, arrival, answer, start, finish, server (0-based, -1), wait, service,
---   the arrival second's offered count after this attempt}
-local m, k, sk = KEYS[1], KEYS[2], KEYS[3]
+--   the arrival second's offered count after this attempt, why it was shed, Retry-After us}
+local m, k, zs, zf, sk = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local cfg = redis.call('HMGET', m, 'servers', 'service_us', 'max_queue_us', 'last',
-  'trig', 'trig_from', 'trig_until', 'trig_pct', 'free')
+  'trig', 'trig_from', 'trig_until', 'trig_pct', 'free', 'd_rate', 'd_burst', 'd_queue',
+  'd_conc', 'd_codel_us', 'd_codel_int_us', 'tb_tokens', 'tb_at', 'codel_since')
 local servers = tonumber(cfg[1])
 if not servers then return redis.error_reply('shared dependency not configured') end
 local t
@@ -32,8 +37,8 @@ local attempt = tonumber(ARGV[4])
 -- the session's own counters, beside the class's: a new arrival second first drops the
 -- seconds that have grown older than the keep (one HDEL a second), or everything after a
 -- longer pause
-local NAMES = {'offered', 'calls', 'retries', 'ok', 'error', 'shed', 'skipped', 'timeout',
-  'fast', 'state'}
+local NAMES = {'offered', 'calls', 'retries', 'ok', 'error', 'shed', 'skipped', 'limited',
+  'timeout', 'fast', 'state'}
 local function mine(at, name, n)
   if sk then redis.call('HINCRBY', sk, at .. ':' .. name, n) end
 end
@@ -58,7 +63,7 @@ if sk then
 end
 if attempt < 1 then
   mine(s, 'fast', 1)
-  return {'refused', t, t, 0, 0, -1, 0, 0, 0}
+  return {'refused', t, t, 0, 0, -1, 0, 0, 0, '', 0}
 end
 redis.call('HSET', m, 'last', fmt(t))
 local service = tonumber(cfg[2])
@@ -98,20 +103,74 @@ else
   mine(s, 'retries', 1)
 end
 redis.call('PEXPIRE', k, ARGV[5])
+local function num(x) if x and x ~= '' then return tonumber(x) end return nil end
+-- the server's defences, as MemorySharedModel._take_token and _shed_reason decide them
+local rate = num(cfg[10])
+if rate then
+  local burst = tonumber(cfg[11])
+  local tokens = num(cfg[16]) or burst
+  tokens = math.min(burst, tokens + (t - (num(cfg[17]) or 0)) * rate / 1e6)
+  local after = 0
+  if tokens < 1 then
+    after = math.max(1, math.ceil((1 - tokens) * 1e6 / rate))
+  else
+    tokens = tokens - 1
+  end
+  redis.call('HSET', m, 'tb_tokens', string.format('%.17g', tokens), 'tb_at', fmt(t))
+  if after > 0 then
+    redis.call('HINCRBY', k, s .. ':limited', 1)
+    mine(s, 'limited', 1)
+    return {'limited', t, t, 0, 0, -1, 0, service, offered, '', after}
+  end
+end
+local qlim, clim, counted = num(cfg[12]), num(cfg[13]), false
+local reason = ''
 if wait > tonumber(cfg[3]) then
+  reason = 'queue_wait'
+else
+  if qlim or clim then
+    counted = true
+    redis.call('ZREMRANGEBYSCORE', zs, '-inf', fmt(t))
+    redis.call('ZREMRANGEBYSCORE', zf, '-inf', fmt(t))
+    if clim and redis.call('ZCARD', zf) >= clim then
+      reason = 'concurrency'
+    elseif qlim and wait > 0 and redis.call('ZCARD', zs) >= qlim then
+      reason = 'queue_full'
+    end
+  end
+  local target = num(cfg[14])
+  if reason == '' and target then
+    local since = num(cfg[18]) or -1
+    if wait <= target then
+      if since >= 0 then redis.call('HSET', m, 'codel_since', '-1') end
+    elseif since < 0 then
+      redis.call('HSET', m, 'codel_since', fmt(t))
+    elseif t - since >= tonumber(cfg[15]) then
+      reason = 'codel'
+    end
+  end
+end
+if reason ~= '' then
   redis.call('HINCRBY', k, s .. ':shed', 1)
   mine(s, 'shed', 1)
-  return {'shed', t, t, 0, 0, -1, wait, service, offered}
+  return {'shed', t, t, 0, 0, -1, wait, service, offered, reason, 0}
 end
 local deadline = tonumber(ARGV[3])
 if deadline >= 0 and start >= t + deadline then
   redis.call('HINCRBY', k, s .. ':skipped', 1)
   mine(s, 'skipped', 1)
-  return {'skipped', t, t, 0, 0, -1, wait, service, offered}
+  return {'skipped', t, t, 0, 0, -1, wait, service, offered, '', 0}
 end
 local finish = start + service
 free[best + 1] = finish
 redis.call('HSET', m, 'free', struct.pack(PACK, unpack(free, 1, 64)))
+if counted then
+  local id = s .. ':' .. offered
+  redis.call('ZADD', zs, fmt(start), id)
+  redis.call('ZADD', zf, fmt(finish), id)
+  redis.call('PEXPIRE', zs, ARGV[5])
+  redis.call('PEXPIRE', zf, ARGV[5])
+end
 -- queue-wait histogram: bounds in ms, as WAIT_BOUNDS_MS
 local bounds = {0, 1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100, 150, 200, 300, 500, 700,
   1000, 1500, 2000, 3000, 5000, 7000, 10000}
@@ -126,15 +185,15 @@ if timeout >= 0 and finish - t > timeout then
   redis.call('HINCRBY', k, sec(answer) .. ':timeout', 1)
   mine(sec(answer), 'timeout', 1)
   redis.call('HINCRBY', k, sec(finish) .. ':wasted_us', fmt(service))
-  return {'timeout', t, answer, start, finish, best, wait, service, offered}
+  return {'timeout', t, answer, start, finish, best, wait, service, offered, '', 0}
 end
 local fs = sec(finish)
 if down then
   redis.call('HINCRBY', k, fs .. ':error', 1)
   mine(fs, 'error', 1)
-  return {'error', t, finish, start, finish, best, wait, service, offered}
+  return {'error', t, finish, start, finish, best, wait, service, offered, '', 0}
 end
 redis.call('HINCRBY', k, fs .. ':ok', 1)
 redis.call('HINCRBY', k, fs .. ':calls_ok', 1)
 mine(fs, 'ok', 1)
-return {'ok', t, finish, start, finish, best, wait, service, offered}
+return {'ok', t, finish, start, finish, best, wait, service, offered, '', 0}
