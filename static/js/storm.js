@@ -74,7 +74,17 @@
     if (m.trigger) triggers.set(m.trigger.from_s, m.trigger);
     const c = m.config;
     configLine.textContent = c.servers + " servers × " + c.service_ms + " ms, capacity " +
-      Math.round(m.capacity_per_s) + " attempts/s";
+      Math.round(m.capacity_per_s) + " attempts/s" + defences(c);
+  }
+
+  // The server's defences that are on, in a few words for the header ("" when none is).
+  function defences(c) {
+    const on = [];
+    if (c.rate_per_s != null) on.push("rate limit " + c.rate_per_s + "/s (429)");
+    if (c.queue_limit != null) on.push("at most " + c.queue_limit + " waiting");
+    if (c.concurrency_limit != null) on.push("at most " + c.concurrency_limit + " in the server");
+    if (c.codel_target_ms != null) on.push("CoDel " + c.codel_target_ms + " ms / " + c.codel_interval_ms + " ms");
+    return on.length ? "; defends itself: " + on.join(", ") : "";
   }
 
   // The headline's edge (labs.presenters.storm.storm_edge): the capacity, the class's

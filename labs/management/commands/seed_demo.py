@@ -33,8 +33,9 @@ DEMO_STUDENTS = [
 DEFAULT_DEMO_PASSWORD = "failurelab"  # noqa: S105  (demo accounts on a local machine)
 SCRIPT_ONLY_FOR_MODEL = ("instructions",)
 #: Lessons that build on another (Find the edge starts from the storm lesson's policy and
-#: panel): seeded after the others, so a class's list shows them after what they build on.
-FOLLOW_UPS = ("find_the_edge",)
+#: panel; The server defends itself from Find the edge's load): seeded after the others, so a
+#: class's list shows them after what they build on.
+FOLLOW_UPS = ("find_the_edge", "server_defences")
 
 
 def load_scenario_files(directory: Path) -> list[tuple[str, dict]]:
