@@ -110,12 +110,19 @@ class SharedDependencyAdminForm(forms.ModelForm):
     validator and its problem shown beside the field in the field's words ("Must be between
     1 and 2000 ms (got 0)"), never under a code name such as ``service_ms``."""
 
-    servers = forms.IntegerField(label=_label("servers"), help_text=_help("shared.servers"))
+    servers = forms.IntegerField(
+        label=_label("servers"),
+        initial=LIMITS["shared.servers"].default,
+        help_text=_help("shared.servers"),
+    )
     service_ms = forms.IntegerField(
-        label=_label("service_ms"), help_text=_help("shared.service_ms")
+        label=_label("service_ms"),
+        initial=LIMITS["shared.service_ms"].default,
+        help_text=_help("shared.service_ms"),
     )
     max_queue_ms = forms.IntegerField(
         label=_label("max_queue_ms"),
+        initial=LIMITS["shared.max_queue_ms"].default,
         help_text=_help("shared.max_queue_ms") + " A longer wait is shed at once.",
     )
     rate_per_s = forms.FloatField(
@@ -126,6 +133,7 @@ class SharedDependencyAdminForm(forms.ModelForm):
     rate_burst = forms.IntegerField(
         label=_label("rate_burst"),
         required=False,
+        initial=LIMITS["shared.rate_burst"].default,
         help_text=_help("shared.rate_burst") + " Blank: 10.",
     )
     queue_limit = forms.IntegerField(
@@ -148,6 +156,7 @@ class SharedDependencyAdminForm(forms.ModelForm):
     codel_interval_ms = forms.IntegerField(
         label=_label("codel_interval_ms"),
         required=False,
+        initial=LIMITS["shared.codel_interval_ms"].default,
         help_text=_help("shared.codel_interval_ms") + " Blank: 100 ms.",
     )
 

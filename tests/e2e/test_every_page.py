@@ -5,8 +5,8 @@ at 1920x1080; and at 390x844 none of them scrolls sideways
 
 The student's pages: home, the lab page mid-burst, the tour with a graded prediction, a
 burst's replay (what if), compare, the experiments. The instructor's: the class dashboard,
-the storm panel, the predictions, a student's session watched. The admin's: the index and a
-class's change form. A screenshot of each at 390 px: artifacts/e2e/page-<name>-phone.png.
+the storm panel, the predictions, a student's session watched. The admin's: the index, a
+class's change form and a shared dependency's form (its settings and the server's defences). A screenshot of each at 390 px: artifacts/e2e/page-<name>-phone.png.
 """
 
 from __future__ import annotations
@@ -150,6 +150,9 @@ def admin_pages(base: str, classroom) -> dict[str, tuple[str, str]]:
     return {
         "admin": (f"{base}/admin/", "#content"),
         "admin-class": (f"{base}/admin/labs/classroom/{classroom.pk}/change/", "#classroom_form"),
+        "admin-shared": (
+            f"{base}/admin/labs/shareddependencyconfig/add/", "#shareddependencyconfig_form"
+        ),
     }
 
 
