@@ -35,6 +35,7 @@ CASES = {
     "CoDel": {"codel_target_ms": 100, "codel_interval_ms": 100},
     "rate limit": {"rate_per_s": 5000, "rate_burst": 20},
     "queue and concurrency limits": {"queue_limit": 200, "concurrency_limit": 300},
+    "an AIMD concurrency limit": {"concurrency_limit": 300, "concurrency": "aimd"},
 }
 
 

@@ -256,7 +256,17 @@ LIMITS: dict[str, Limit] = {
         1000,
         "attempts",
         nullable=True,
-        note="attempts in the server, waiting or served: more is shed",
+        note="attempts in the server, waiting or served: more is shed (adaptive: the start)",
+    ),
+    "shared.concurrency": Limit(
+        "fixed",
+        type="choice",
+        choices=("fixed", "aimd", "gradient"),
+        note="how the concurrency limit moves as attempts finish",
+    ),
+    "shared.concurrency_max": Limit(200, 1, 1000, "attempts", note="adaptive: the highest"),
+    "shared.limit_latency_ms": Limit(
+        500, 1, 10000, "ms", note="AIMD: an answer slower than this (or a failure) cuts the limit"
     ),
     "shared.codel_target_ms": Limit(
         None,

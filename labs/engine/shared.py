@@ -54,9 +54,14 @@ OUTCOMES = ("ok", "error", "shed", "skipped", "limited", "timeout")
 SHED_REASONS = ("queue_wait", "queue_full", "concurrency", "codel")
 #: The server's defences a :class:`SharedConfig` may add (each off by default).
 DEFENCES = (
-    "rate_per_s", "rate_burst", "queue_limit", "concurrency_limit", "codel_target_ms",
-    "codel_interval_ms",
+    "rate_per_s", "rate_burst", "queue_limit", "concurrency_limit", "concurrency",
+    "concurrency_max", "limit_latency_ms", "codel_target_ms", "codel_interval_ms",
 )  # fmt: skip
+#: How a concurrency limit moves: ``fixed``; ``aimd`` (an answer slower than
+#: ``limit_latency_ms``, or a failure, cuts it to 0.9x; + 1 while half of it is in use);
+#: ``gradient`` (toward limit x fastest / this latency + sqrt(limit), as Netflix's
+#: concurrency-limits moves it).
+CONCURRENCY = tuple(LIMITS["shared.concurrency"].choices)
 #: Upper bounds (inclusive, ms) of the queue-wait histogram's buckets; a wait is at most
 #: ``max_queue_ms`` <= 10000, so the last bound holds every served attempt.
 WAIT_BOUNDS_MS = (
@@ -127,7 +132,9 @@ class SharedConfig:
       429 at once (``limited``) with a Retry-After of the time until the next token;
     - ``queue_limit``: an attempt that would wait while that many already wait is shed;
     - ``concurrency_limit``: an attempt arriving while that many are in the server (waiting
-      or being served) is shed;
+      or being served) is shed; with ``concurrency`` ``aimd`` or ``gradient`` it is where an
+      adaptive limit starts (:data:`CONCURRENCY`, up to ``concurrency_max``), moved by every
+      attempt that has finished by the next arrival, in the order they finished;
     - ``codel_target_ms`` / ``codel_interval_ms``: once every wait has been over the target
       for an interval, an attempt that would wait longer than the target is shed; a wait at
       or under it ends the congestion (CoDel, on the wait the attempt will have).
@@ -145,6 +152,9 @@ class SharedConfig:
     rate_burst: int = LIMITS["shared.rate_burst"].default
     queue_limit: int | None = None
     concurrency_limit: int | None = None
+    concurrency: str = LIMITS["shared.concurrency"].default
+    concurrency_max: int = LIMITS["shared.concurrency_max"].default
+    limit_latency_ms: int = LIMITS["shared.limit_latency_ms"].default
     codel_target_ms: int | None = None
     codel_interval_ms: int = LIMITS["shared.codel_interval_ms"].default
 
@@ -154,9 +164,17 @@ class SharedConfig:
         if self.service_ms <= 0 or self.max_queue_ms < 0:
             raise ValueError("service_ms must be > 0 and max_queue_ms >= 0")
         positive = (self.rate_per_s, self.queue_limit, self.concurrency_limit,
-                    self.codel_target_ms, self.rate_burst, self.codel_interval_ms)  # fmt: skip
+                    self.codel_target_ms, self.rate_burst, self.codel_interval_ms,
+                    self.concurrency_max, self.limit_latency_ms)  # fmt: skip
         if any(x is not None and x <= 0 for x in positive):
             raise ValueError("the server's defences must be > 0 (or None: off)")
+        if self.concurrency not in CONCURRENCY:
+            raise ValueError(f"concurrency must be one of {', '.join(CONCURRENCY)}")
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the concurrency limit moves as attempts finish."""
+        return self.concurrency != "fixed" and self.concurrency_limit is not None
 
     @property
     def defended(self) -> bool:
@@ -423,8 +441,15 @@ class MemorySharedModel:
         self._tokens: float | None = None  # the token bucket (None: full)
         self._tokens_at = 0
         self._starts: list[int] = []  # accepted attempts' start times (a heap)
-        self._finishes: list[int] = []  # and their finish times
+        #: and their finish times, with their number, latency and failure (a heap)
+        self._finishes: list[tuple[int, int, int, bool]] = []
+        self._seq = 0
         self._codel_since = -1  # since when every wait was over the target (-1: not)
+        self._adaptation_reset()
+
+    def _adaptation_reset(self) -> None:
+        self._limit: float | None = None  # an adaptive concurrency limit (None: its start)
+        self._fastest: int | None = None  # the gradient's fastest latency seen
 
     # -- settings ----------------------------------------------------------------------------
 
@@ -434,9 +459,11 @@ class MemorySharedModel:
         return self._config
 
     def configure(self, config: SharedConfig) -> None:
-        """Change servers, service time and queue limit; queued work keeps its schedule."""
+        """Change servers, service time, queue limit and the defences; queued work keeps
+        its schedule, an adaptive concurrency limit starts again."""
         with self._lock:
             self._config = config
+            self._adaptation_reset()
 
     def _now(self, now_us: int | None) -> int:
         if now_us is not None:
@@ -538,8 +565,8 @@ class MemorySharedModel:
             finish = start + service
             free[best] = finish
             if cfg.counts_in_flight:
-                heapq.heappush(self._starts, start)
-                heapq.heappush(self._finishes, finish)
+                given_up = timeout_us is not None and finish - t > timeout_us
+                self._admit(start, finish, t, down or given_up)
             counts[f"{sec}:q{wait_bucket(wait)}"] += 1
             if timeout_us is not None and finish - t > timeout_us:
                 answer = t + timeout_us
@@ -575,10 +602,8 @@ class MemorySharedModel:
         if wait > cfg.max_queue_ms * 1000:
             return "queue_wait"
         if cfg.counts_in_flight:
-            for heap in (self._starts, self._finishes):
-                while heap and heap[0] <= t:
-                    heapq.heappop(heap)
-            if cfg.concurrency_limit is not None and len(self._finishes) >= cfg.concurrency_limit:
+            self._finished_by(cfg, t)
+            if cfg.concurrency_limit is not None and len(self._finishes) >= self._limit_now(cfg):
                 return "concurrency"
             if cfg.queue_limit is not None and wait > 0 and len(self._starts) >= cfg.queue_limit:
                 return "queue_full"
@@ -590,6 +615,44 @@ class MemorySharedModel:
             elif t - self._codel_since >= cfg.codel_interval_ms * 1000:
                 return "codel"
         return ""
+
+    def _admit(self, start: int, finish: int, t: int, failed: bool) -> None:
+        """Keep an accepted attempt's start and finish (for the limits) and how it went."""
+        self._seq += 1
+        heapq.heappush(self._starts, start)
+        heapq.heappush(self._finishes, (finish, self._seq, finish - t, failed))
+
+    def _finished_by(self, cfg: SharedConfig, t: int) -> None:
+        """Drop what started and finished by ``t``; each finished attempt, in the order they
+        finished, moves an adaptive limit (with the attempts still in the server then)."""
+        while self._starts and self._starts[0] <= t:
+            heapq.heappop(self._starts)
+        while self._finishes and self._finishes[0][0] <= t:
+            _, _, latency, failed = heapq.heappop(self._finishes)
+            if cfg.adaptive:
+                self._adapt(cfg, latency, failed, len(self._finishes))
+
+    def _limit_now(self, cfg: SharedConfig) -> int:
+        if not cfg.adaptive or self._limit is None:
+            return int(cfg.concurrency_limit or 0)
+        return math.floor(self._limit)
+
+    def _adapt(self, cfg: SharedConfig, latency: int, failed: bool, in_server: int) -> None:
+        """One finished attempt moves the limit (:data:`CONCURRENCY`)."""
+        limit = float(cfg.concurrency_limit or 1) if self._limit is None else self._limit
+        high = float(cfg.concurrency_max)
+        if cfg.concurrency == "aimd":
+            if failed or latency > cfg.limit_latency_ms * 1000:
+                limit = max(1.0, math.floor(limit * 0.9))
+            elif (in_server + 1) * 2 >= limit:  # + the one finishing
+                limit = min(high, limit + 1)
+        else:
+            fastest = latency if self._fastest is None else min(self._fastest, latency)
+            self._fastest = max(1, fastest)
+            gradient = max(0.5, min(1.0, self._fastest / max(1, latency)))
+            new = limit * gradient + math.sqrt(limit)
+            limit = max(1.0, min(high, limit * 0.8 + new * 0.2))
+        self._limit = limit
 
     def refuse(self, now_us: int | None = None, *, session: str, state: str = "open") -> None:
         """Count a call ``session``'s breaker refused before any attempt (``fast``, and the
@@ -663,6 +726,7 @@ class MemorySharedModel:
                 },
                 "free_us": self._free[: self._config.servers],
                 "last_us": self._last,
+                "limit_now": self._limit_now(self._config) if self._config.adaptive else None,
             }
 
     def reset(self) -> None:

@@ -720,7 +720,8 @@ def parse_scenario(d: Mapping[str, Any]) -> Scenario:
 
 _SHARED_KEYS = (
     "servers", "service_ms", "max_queue_ms", "rate_per_s", "rate_burst", "queue_limit",
-    "concurrency_limit", "codel_target_ms", "codel_interval_ms",
+    "concurrency_limit", "concurrency", "concurrency_max", "limit_latency_ms", "codel_target_ms",
+    "codel_interval_ms",
 )  # fmt: skip
 _TRIGGER_KEYS = ("kind", "duration_ms", "factor", "servers")
 
@@ -735,6 +736,24 @@ def validate_shared(d: Any, prefix: str = "shared") -> list[Problem]:
     for key in _SHARED_KEYS:
         if key in d:
             _check(f"{prefix}.{key}", d[key], LIMITS[f"shared.{key}"], problems)
+    if problems or d.get("concurrency", "fixed") == "fixed":
+        return problems
+    start = d.get("concurrency_limit")
+    high = d.get("concurrency_max", LIMITS["shared.concurrency_max"].default)
+    if start is None:
+        problems.append(
+            Problem(
+                f"{prefix}.concurrency_limit",
+                f"is needed for an adaptive limit to start from: between 1 and {high} attempts",
+            )
+        )
+    elif start > high:
+        problems.append(
+            Problem(
+                f"{prefix}.concurrency_limit",
+                f"must be between 1 and {high} attempts (at most the highest; got {start})",
+            )
+        )
     return problems
 
 

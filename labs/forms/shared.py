@@ -27,9 +27,22 @@ SHARED_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("rate_burst", "shared.rate_burst", "Rate limit's burst (attempts)"),
     ("queue_limit", "shared.queue_limit", "Queue limit (attempts waiting)"),
     ("concurrency_limit", "shared.concurrency_limit", "Concurrency limit (attempts in the server)"),
+    ("concurrency", "shared.concurrency", "Concurrency limit moves"),
+    ("concurrency_max", "shared.concurrency_max", "Adaptive limit's highest (attempts)"),
+    ("limit_latency_ms", "shared.limit_latency_ms", "AIMD: slow answer (ms)"),
     ("codel_target_ms", "shared.codel_target_ms", "CoDel target wait (ms)"),
     ("codel_interval_ms", "shared.codel_interval_ms", "CoDel interval (ms)"),
 )
+#: A choice as its option reads, where the value alone is a code name.
+CHOICE_WORDS = {
+    "aimd": "AIMD: cut by slow answers, + 1 while half is used",
+    "gradient": "gradient: with latency against the fastest",
+}
+#: A setting's help where its range alone would name code values.
+HELP_WORDS = {
+    "shared.concurrency": "fixed, or adaptive: starting at the concurrency limit, moved by "
+    "every answer",
+}
 #: The settings drawn under "The server's defences" (a blank one is off).
 DEFENCE_NAMES = frozenset(DEFENCES)
 
@@ -70,8 +83,10 @@ def fields(params, current: dict[str, Any] | None = None) -> list[dict[str, Any]
             {
                 "name": name,
                 "label": label,
-                "help": limit.describe().replace("null (off)", "blank (off)"),
+                "help": HELP_WORDS.get(path)
+                or limit.describe().replace("null (off)", "blank (off)"),
                 "choices": limit.choices if limit.type == "choice" else None,
+                "labelled_choices": [(c, CHOICE_WORDS.get(c, c)) for c in limit.choices],
                 "min": limit.min,
                 "max": limit.max,
                 "step": "any" if limit.type == "number" else "1",
@@ -147,6 +162,27 @@ class SharedDependencyAdminForm(forms.ModelForm):
         required=False,
         help_text=_help("shared.concurrency_limit") + " Attempts waiting or being served.",
     )
+    concurrency = forms.ChoiceField(
+        label=_label("concurrency"),
+        choices=SharedDependencyConfig._meta.get_field("concurrency").choices,
+        required=False,
+        initial="fixed",
+        help_text="Fixed, or adaptive from the concurrency limit: AIMD cuts it to 0.9x on an "
+        "answer slower than the AIMD latency (or a failure) and adds 1 while half of it is in "
+        "use; gradient moves it with the latency against the fastest seen.",
+    )
+    concurrency_max = forms.IntegerField(
+        label=_label("concurrency_max"),
+        required=False,
+        initial=LIMITS["shared.concurrency_max"].default,
+        help_text=_help("shared.concurrency_max") + " Blank: 200.",
+    )
+    limit_latency_ms = forms.IntegerField(
+        label=_label("limit_latency_ms"),
+        required=False,
+        initial=LIMITS["shared.limit_latency_ms"].default,
+        help_text=_help("shared.limit_latency_ms") + " Blank: 500 ms.",
+    )
     codel_target_ms = forms.IntegerField(
         label=_label("codel_target_ms"),
         required=False,
@@ -164,13 +200,17 @@ class SharedDependencyAdminForm(forms.ModelForm):
         model = SharedDependencyConfig
         fields = [
             "classroom", "servers", "service_ms", "max_queue_ms", "rate_per_s", "rate_burst",
-            "queue_limit", "concurrency_limit", "codel_target_ms", "codel_interval_ms",
+            "queue_limit", "concurrency_limit", "concurrency", "concurrency_max",
+            "limit_latency_ms", "codel_target_ms", "codel_interval_ms",
         ]  # fmt: skip
 
     def clean(self):
         cleaned = super().clean()
-        for name in ("rate_burst", "codel_interval_ms"):  # blank: the engine's default
-            if name in cleaned and cleaned[name] is None:
+        blank_default = (
+            "rate_burst", "concurrency", "concurrency_max", "limit_latency_ms", "codel_interval_ms",
+        )  # fmt: skip
+        for name in blank_default:  # blank: the engine's default
+            if name in cleaned and cleaned[name] in (None, ""):
                 cleaned[name] = LIMITS[f"shared.{name}"].default
         values = {name: cleaned[name] for name, _path, _label in SHARED_PARAMS if name in cleaned}
         for problem in shared_problems(values):

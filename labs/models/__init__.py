@@ -584,6 +584,25 @@ class SharedDependencyConfig(models.Model):
         help_text="An attempt arriving while this many wait or are served is shed; 1 to 1000, "
         "blank for none.",
     )
+    concurrency = models.CharField(
+        "concurrency limit moves",
+        max_length=16,
+        default="fixed",
+        choices=[
+            ("fixed", "fixed"),
+            ("aimd", "AIMD: cut by slow answers, + 1 while half is used"),
+            ("gradient", "gradient: with latency against the fastest"),
+        ],
+        help_text="An adaptive limit starts at the concurrency limit.",
+    )
+    concurrency_max = models.PositiveIntegerField(
+        "adaptive limit's highest (attempts)", default=200, help_text="1 to 1000."
+    )
+    limit_latency_ms = models.PositiveIntegerField(
+        "AIMD: slow answer (ms)",
+        default=500,
+        help_text="A slower answer, or a failure, cuts the limit to 0.9x; 1 to 10000 ms.",
+    )
     codel_target_ms = models.PositiveIntegerField(
         "CoDel target wait (ms)",
         null=True,
@@ -639,6 +658,18 @@ class SharedDependencyConfig(models.Model):
                 condition=Q(codel_interval_ms__gte=10, codel_interval_ms__lte=10000),
                 name="shared_codel_interval_ms_10_to_10000",
             ),
+            models.CheckConstraint(
+                condition=Q(concurrency__in=("fixed", "aimd", "gradient")),
+                name="shared_concurrency_fixed_aimd_gradient",
+            ),
+            models.CheckConstraint(
+                condition=Q(concurrency_max__gte=1, concurrency_max__lte=1000),
+                name="shared_concurrency_max_1_to_1000",
+            ),
+            models.CheckConstraint(
+                condition=Q(limit_latency_ms__gte=1, limit_latency_ms__lte=10000),
+                name="shared_limit_latency_ms_1_to_10000",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -663,6 +694,9 @@ class SharedDependencyConfig(models.Model):
             "rate_burst": self.rate_burst,
             "queue_limit": self.queue_limit,
             "concurrency_limit": self.concurrency_limit,
+            "concurrency": self.concurrency,
+            "concurrency_max": self.concurrency_max,
+            "limit_latency_ms": self.limit_latency_ms,
             "codel_target_ms": self.codel_target_ms,
             "codel_interval_ms": self.codel_interval_ms,
         }

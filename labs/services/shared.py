@@ -72,7 +72,17 @@ def describe_defences(config: SharedConfig) -> list[str]:
         out.append(f"rate limit {config.rate_per_s:g} attempts/s (burst {config.rate_burst})")
     if config.queue_limit is not None:
         out.append(f"at most {config.queue_limit} waiting")
-    if config.concurrency_limit is not None:
+    if config.concurrency_limit is not None and config.adaptive:
+        how = (
+            f"AIMD, slow past {config.limit_latency_ms} ms"
+            if config.concurrency == "aimd"
+            else "gradient"
+        )
+        out.append(
+            f"an adaptive limit on attempts in the server ({how}), from "
+            f"{config.concurrency_limit} up to {config.concurrency_max}"
+        )
+    elif config.concurrency_limit is not None:
         out.append(f"at most {config.concurrency_limit} in the server")
     if config.codel_target_ms is not None:
         out.append(

@@ -82,7 +82,11 @@
     const on = [];
     if (c.rate_per_s != null) on.push("rate limit " + c.rate_per_s + "/s (429)");
     if (c.queue_limit != null) on.push("at most " + c.queue_limit + " waiting");
-    if (c.concurrency_limit != null) on.push("at most " + c.concurrency_limit + " in the server");
+    if (c.concurrency_limit != null && c.concurrency && c.concurrency !== "fixed") {
+      on.push((c.concurrency === "aimd" ? "AIMD" : "gradient") + " limit from " + c.concurrency_limit + " up to " + c.concurrency_max);
+    } else if (c.concurrency_limit != null) {
+      on.push("at most " + c.concurrency_limit + " in the server");
+    }
     if (c.codel_target_ms != null) on.push("CoDel " + c.codel_target_ms + " ms / " + c.codel_interval_ms + " ms");
     return on.length ? "; defends itself: " + on.join(", ") : "";
   }

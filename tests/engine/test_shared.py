@@ -342,6 +342,9 @@ def test_with_the_server_s_defences_memory_and_redis_still_agree_reply_for_reply
             rate_burst=rng.choice([1, 3, 10]),
             queue_limit=rng.choice([None, 1, 4]),
             concurrency_limit=rng.choice([None, 2, 7]),
+            concurrency=rng.choice(["fixed", "aimd", "gradient"]),
+            concurrency_max=rng.choice([7, 30]),
+            limit_latency_ms=rng.choice([10, 100]),
             codel_target_ms=rng.choice([None, 5, 30]),
             codel_interval_ms=rng.choice([10, 100]),
         )
@@ -371,12 +374,65 @@ def test_with_the_server_s_defences_memory_and_redis_still_agree_reply_for_reply
         assert decision == redis_model.decide(t, **kwargs), step
         seen.add((decision.outcome, decision.reason))
     assert memory.counters() == redis_model.counters()
+    assert memory.state() == redis_model.state()
     last = t // 1_000_000 + 2
     assert memory.session_seconds(["1", "2"], 0, last) == redis_model.session_seconds(
         ["1", "2"], 0, last
     )
     assert ("limited", "") in seen or seed % 2, seen  # most seeds meet the rate limit
     redis_model.clear()
+
+
+def test_an_aimd_limit_climbs_while_half_of_it_is_used_and_falls_with_slow_answers(model):
+    defended(model, concurrency_limit=4, concurrency="aimd", concurrency_max=6,
+             limit_latency_ms=150)  # fmt: skip
+    assert model.state()["limit_now"] == 4
+    for _ in range(4):  # 2 servers x 100 ms: the 3rd and 4th wait 100 ms, answered at 200 ms
+        model.decide(0)
+    # two answered at 100 ms, fast, with 3 and then 2 still in the server: 4 -> 5 -> 6
+    model.decide(150 * MS)
+    assert model.state()["limit_now"] == 6
+    # the next two answered after 200 ms: each slower than 150 ms cuts the limit to 0.9x
+    model.decide(200 * MS)
+    assert model.state()["limit_now"] == 4  # floor(6 x 0.9) = 5, floor(5 x 0.9) = 4
+    # the instructor saving the settings starts it again
+    defended(model, concurrency_limit=4, concurrency="aimd", concurrency_max=6)
+    assert model.state()["limit_now"] == 4
+
+
+def test_a_gradient_limit_grows_at_the_fastest_latency_and_shrinks_as_it_grows(model):
+    model.configure(
+        SharedConfig(servers=2, service_ms=100, max_queue_ms=2000, concurrency_limit=20,
+                     concurrency="gradient", concurrency_max=40)
+    )  # fmt: skip
+    for t in (0, 0, 150):
+        model.decide(t * MS)
+    model.decide(400 * MS)  # three answers at the fastest latency (100 ms): + sqrt each time
+    grown = model.state()["limit_now"]
+    assert grown == 22  # 20 -> 20.9 -> 21.8 -> 22.7
+    for _ in range(5):
+        model.decide(400 * MS)  # with the one above: a queue, answers after 100 to 300 ms
+    model.decide(2_000 * MS)  # each answer slower than the fastest pulls the limit in
+    assert model.state()["limit_now"] < grown
+
+
+def test_an_adaptive_limit_needs_a_start_no_higher_than_its_highest():
+    assert [str(p) for p in validate_shared({"concurrency": "aimd"})] == [
+        "shared.concurrency_limit: is needed for an adaptive limit to start from: between 1 "
+        "and 200 attempts"
+    ]
+    assert [
+        str(p)
+        for p in validate_shared(
+            {"concurrency": "gradient", "concurrency_limit": 50, "concurrency_max": 40}
+        )
+    ] == [
+        "shared.concurrency_limit: must be between 1 and 40 attempts (at most the highest; "
+        "got 50)"
+    ]
+    assert [str(p) for p in validate_shared({"concurrency": "lifo"})] == [
+        "shared.concurrency: must be one of fixed, aimd, gradient (got 'lifo')"
+    ]
 
 
 def test_each_defence_turns_attempts_away_in_its_own_words():
@@ -568,6 +624,9 @@ def test_out_of_range_settings_are_refused_naming_the_field_and_range():
             "shared.rate_burst",
             "shared.queue_limit",
             "shared.concurrency_limit",
+            "shared.concurrency",
+            "shared.concurrency_max",
+            "shared.limit_latency_ms",
             "shared.codel_target_ms",
             "shared.codel_interval_ms",
         )

@@ -170,6 +170,32 @@ def test_dashboard_form_sets_the_defences_names_them_in_words_and_blank_turns_on
     assert (row.rate_per_s, row.queue_limit) == (120, None)
 
 
+def test_dashboard_form_sets_an_adaptive_concurrency_limit_in_words(
+    client, classroom, instructor, sessions, django_capture_on_commit_callbacks
+):
+    client.force_login(instructor)
+    page = client.get(reverse("labs:class_dashboard", args=[classroom.pk])).content.decode()
+    assert '<option value="aimd">AIMD: cut by slow answers, + 1 while half is used</option>' in page
+    assert "one of fixed, aimd, gradient" not in page
+    url = reverse("labs:class_set_shared", args=[classroom.pk])
+    refused = client.post(url, {"concurrency": "aimd"}, **HTMX)
+    assert refused.status_code == 422
+    assert (
+        "Concurrency limit (attempts in the server): is needed for an adaptive limit to start "
+        "from: between 1 and 200 attempts"
+    ) in refused.content.decode()
+    assert not SharedDependencyConfig.objects.exists()
+    with django_capture_on_commit_callbacks(execute=True):
+        ok = client.post(url, {"concurrency": "aimd", "concurrency_limit": "20"}, **HTMX)
+    assert ok.status_code == 200
+    assert (
+        "an adaptive limit on attempts in the server (AIMD, slow past 500 ms), from 20 up to 200"
+    ) in ok.content.decode()
+    model = runtime.shared_model(classroom.pk)
+    assert (model.config.concurrency, model.config.concurrency_limit) == ("aimd", 20)
+    assert model.state()["limit_now"] == 20
+
+
 def test_a_student_cannot_post_the_form(client, classroom, student):
     client.force_login(student)
     response = client.post(reverse("labs:class_set_shared", args=[classroom.pk]), {"servers": 2})

@@ -10,6 +10,7 @@ implementations", gives the key layout."""
 from __future__ import annotations
 
 import contextlib
+import math
 import struct
 from typing import Any
 
@@ -39,9 +40,14 @@ DEFAULT_COUNTERS_TTL_MS = 3_600_000
 FREE_PACK = "<" + "d" * MAX_SERVERS
 #: redis-py's option for a reply read as bytes whatever the client decodes (``redis.client``)
 NEVER_DECODE = "NEVER_DECODE"
-_TEXT_FIELDS = ("servers", "last", "trig", "trig_from", "trig_until", "trig_pct", "trig_servers")
+_TEXT_FIELDS = (
+    "servers", "last", "trig", "trig_from", "trig_until", "trig_pct", "trig_servers", "c_limit",
+)  # fmt: skip
 #: The model hash's fields of the server's defences (``''``: off), in :data:`DEFENCES` order.
-_DEFENCE_FIELDS = ("d_rate", "d_burst", "d_queue", "d_conc", "d_codel_us", "d_codel_int_us")
+_DEFENCE_FIELDS = (
+    "d_rate", "d_burst", "d_queue", "d_conc", "d_adapt", "d_cmax", "d_lat_us", "d_codel_us",
+    "d_codel_int_us",
+)  # fmt: skip
 CONFIG_FIELDS = ("servers", "service_us", "max_queue_us", *_DEFENCE_FIELDS)
 
 
@@ -100,8 +106,12 @@ class RedisSharedModel:
 
     def configure(self, config: SharedConfig) -> None:
         """Write servers, service time, queue limit and the server's defences (one
-        ``HSET``); queued work keeps its schedule, the trigger keeps running."""
-        self.client.hset(self.k_model, mapping=_config_fields(config))
+        ``MULTI``: an ``HSET``, and an adaptive concurrency limit starting again); queued work
+        keeps its schedule, the trigger keeps running."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hset(self.k_model, mapping=_config_fields(config))
+        pipe.hdel(self.k_model, "c_limit", "c_fastest")
+        pipe.execute()
 
     @property
     def config(self) -> SharedConfig:
@@ -217,11 +227,17 @@ class RedisSharedModel:
                 "factor_pct": int(raw["trig_pct"]),
                 "servers": int(raw["trig_servers"]),
             }
+        config = self.config if servers else None
+        limit_now = None
+        if config is not None and config.adaptive:
+            moved = raw.get("c_limit")
+            limit_now = math.floor(float(moved)) if moved else config.concurrency_limit
         return {
-            "config": None if not servers else self.config.to_dict(),
+            "config": None if config is None else config.to_dict(),
             "trigger": trigger,
             "free_us": [int(f) for f in free[: min(servers, MAX_SERVERS)]],
             "last_us": int(raw.get("last", 0)),
+            "limit_now": limit_now,
         }
 
     def reset(self) -> None:
@@ -255,6 +271,9 @@ def _config_fields(config: SharedConfig) -> dict[str, Any]:
         "d_burst": config.rate_burst,
         "d_queue": config.queue_limit,
         "d_conc": config.concurrency_limit,
+        "d_adapt": config.concurrency,
+        "d_cmax": config.concurrency_max,
+        "d_lat_us": config.limit_latency_ms * 1000,
         "d_codel_us": None if config.codel_target_ms is None else config.codel_target_ms * 1000,
         "d_codel_int_us": config.codel_interval_ms * 1000,
     }
@@ -282,6 +301,8 @@ def config_from_fields(values: Any, model_id: str = "?") -> SharedConfig:
             kept[name] = None
         elif name == "rate_per_s":
             kept[name] = float(raw)
+        elif name == "concurrency":
+            kept[name] = raw
         elif field.endswith("_us"):
             kept[name] = int(raw) // 1000
         else:

@@ -1,12 +1,14 @@
 -- One attempt at the shared dependency: the decision and its counters, one atomic round trip.
 -- Mirrors labs/engine/shared.py MemorySharedModel.decide rule for rule.
 -- KEYS[1] model hash {servers, service_us, max_queue_us, last, trig*, free, the defences
---   d_rate, d_burst, d_queue, d_conc, d_codel_us, d_codel_int_us ('' off) and their state
---   tb_tokens, tb_at, codel_since}: ``free`` packs the 64 servers' free-at times as
---   little-endian doubles (exact integers up to 2^53 us)
+--   d_rate, d_burst, d_queue, d_conc, d_adapt, d_cmax, d_lat_us, d_codel_us, d_codel_int_us
+--   ('' off) and their state tb_tokens, tb_at, codel_since, c_limit, c_fastest, seq}:
+--   ``free`` packs the 64 servers' free-at times as little-endian doubles (exact integers up
+--   to 2^53 us)
 -- KEYS[2] counters hash "<second>:<name>" -> count
 -- KEYS[3], KEYS[4] sorted sets of the accepted attempts' start and finish times (kept only
---   while a queue or concurrency limit is on)
+--   while a queue or concurrency limit is on); a finish's member is its number (12 digits,
+--   so that equal times sort in the order accepted), latency us and failure: "n:lat:0|1"
 -- KEYS[5] (optional) the calling session's counters hash "<second>:<name>" -> count, with
 --   "<second>:state" (the breaker's state) and "last" (its latest arrival second)
 -- ARGV[1] arrival us ('' = Redis TIME), ARGV[2] timeout us (-1 none),
@@ -18,7 +20,8 @@
 local m, k, zs, zf, sk = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local cfg = redis.call('HMGET', m, 'servers', 'service_us', 'max_queue_us', 'last',
   'trig', 'trig_from', 'trig_until', 'trig_pct', 'free', 'd_rate', 'd_burst', 'd_queue',
-  'd_conc', 'd_codel_us', 'd_codel_int_us', 'tb_tokens', 'tb_at', 'codel_since')
+  'd_conc', 'd_codel_us', 'd_codel_int_us', 'tb_tokens', 'tb_at', 'codel_since',
+  'd_adapt', 'd_cmax', 'd_lat_us', 'c_limit', 'c_fastest')
 local servers = tonumber(cfg[1])
 if not servers then return redis.error_reply('shared dependency not configured') end
 local t
@@ -131,8 +134,38 @@ else
   if qlim or clim then
     counted = true
     redis.call('ZREMRANGEBYSCORE', zs, '-inf', fmt(t))
+    local limit_now = clim
+    if clim and cfg[19] and cfg[19] ~= 'fixed' then
+      -- an adaptive limit: each attempt finished by now moves it, in the order they finished
+      local limit, fastest = num(cfg[22]) or clim, num(cfg[23])
+      local due = redis.call('ZRANGEBYSCORE', zf, '-inf', fmt(t))
+      if #due > 0 then
+        local total = redis.call('ZCARD', zf)
+        local high, slow = tonumber(cfg[20]), tonumber(cfg[21])
+        for i = 1, #due do
+          local lat, failed = string.match(due[i], '^%d+:(%d+):(%d)$')
+          lat = tonumber(lat)
+          if cfg[19] == 'aimd' then
+            if failed == '1' or lat > slow then
+              limit = math.max(1, math.floor(limit * 0.9))
+            elseif (total - i + 1) * 2 >= limit then
+              limit = math.min(high, limit + 1)
+            end
+          else
+            if fastest then fastest = math.min(fastest, lat) else fastest = lat end
+            fastest = math.max(1, fastest)
+            local gradient = math.max(0.5, math.min(1.0, fastest / math.max(1, lat)))
+            local new = limit * gradient + math.sqrt(limit)
+            limit = math.max(1.0, math.min(high, limit * 0.8 + new * 0.2))
+          end
+        end
+        redis.call('HSET', m, 'c_limit', string.format('%.17g', limit))
+        if fastest then redis.call('HSET', m, 'c_fastest', fmt(fastest)) end
+      end
+      limit_now = math.floor(limit)
+    end
     redis.call('ZREMRANGEBYSCORE', zf, '-inf', fmt(t))
-    if clim and redis.call('ZCARD', zf) >= clim then
+    if clim and redis.call('ZCARD', zf) >= limit_now then
       reason = 'concurrency'
     elseif qlim and wait > 0 and redis.call('ZCARD', zs) >= qlim then
       reason = 'queue_full'
@@ -165,9 +198,12 @@ local finish = start + service
 free[best + 1] = finish
 redis.call('HSET', m, 'free', struct.pack(PACK, unpack(free, 1, 64)))
 if counted then
-  local id = s .. ':' .. offered
+  local n = redis.call('HINCRBY', m, 'seq', 1)
+  local id = string.format('%012d', n)
+  local late = tonumber(ARGV[2]) >= 0 and finish - t > tonumber(ARGV[2])
+  local failed = (down or late) and '1' or '0'
   redis.call('ZADD', zs, fmt(start), id)
-  redis.call('ZADD', zf, fmt(finish), id)
+  redis.call('ZADD', zf, fmt(finish), id .. ':' .. fmt(finish - t) .. ':' .. failed)
   redis.call('PEXPIRE', zs, ARGV[5])
   redis.call('PEXPIRE', zf, ARGV[5])
 end
