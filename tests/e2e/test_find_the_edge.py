@@ -112,17 +112,24 @@ def watch(context, errors: list[str]):
     return page
 
 
-def test_the_class_finds_the_edge_and_the_panel_s_clock_grades_each_prediction(
-    browser, daphne_server, e2e_worker, edge_class
-):
-    room, session = edge_class
-    errors: list[str] = []
+def class_contexts(browser, errors: list[str]):
+    """A student's and an instructor's browser at 1920x1080, each reporting CSP violations
+    into ``errors``."""
     student = browser.new_context(viewport={"width": 1920, "height": 1080})
     teacher = browser.new_context(viewport={"width": 1920, "height": 1080})
     for context in (student, teacher):
         context.expose_function("__reportCspViolation", lambda text: errors.append(text))
         context.add_init_script(REPORT_VIOLATIONS)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return student, teacher
+
+
+def test_the_class_finds_the_edge_and_the_panel_s_clock_grades_each_prediction(
+    browser, daphne_server, e2e_worker, edge_class
+):
+    room, session = edge_class
+    errors: list[str] = []
+    student, teacher = class_contexts(browser, errors)
     try:
         panel = watch(teacher, errors)
         login(panel, daphne_server, "teacher_f", DEFAULT_PASSWORD)

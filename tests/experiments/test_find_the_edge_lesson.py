@@ -31,14 +31,17 @@ def lesson() -> dict:
     return json.loads(LESSON.read_text())
 
 
-def _recovery(lesson: dict, load: int, seed: int) -> int | None:
+def _recovery(lesson: dict, load: int, seed: int, defences: dict | None = None) -> int | None:
+    """Seconds from the trigger's end until the dependency is back, None past the question's
+    window: the lesson's policy at ``load`` % of the default dependency's capacity, an 8 s
+    down trigger, the server's ``defences`` (none: passive)."""
     policy = lesson["policy"]
     within = lesson["steps"][0]["ask"]["within_s"]
     params = TippingParams(
         retries=policy["max_attempts"] - 1, timeout_ms=policy["attempt_timeout_ms"],
         servers=8, service_ms=40, max_queue_ms=2000, observe_s=within + 5, seed=seed,
     )  # fmt: skip
-    back = simulate(params, load, "down", 8)["recovery_s"]
+    back = simulate(params, load, "down", 8, defences=defences)["recovery_s"]
     return back if back is not None and back <= within else None
 
 

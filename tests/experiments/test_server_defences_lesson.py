@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from labs.experiments.tipping_point import TippingParams, simulate, stable_line_pct
+from labs.experiments.tipping_point import stable_line_pct
+from tests.experiments.test_find_the_edge_lesson import _recovery as edge_recovery
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSON = ROOT / "scenarios" / "server_defences.json"
@@ -37,14 +38,7 @@ def lesson() -> dict:
 
 
 def _recovery(lesson: dict, defences: dict, seed: int) -> int | None:
-    policy = lesson["policy"]
-    within = lesson["steps"][0]["ask"]["within_s"]
-    params = TippingParams(
-        retries=policy["max_attempts"] - 1, timeout_ms=policy["attempt_timeout_ms"],
-        servers=8, service_ms=40, max_queue_ms=2000, observe_s=within + 5, seed=seed,
-    )  # fmt: skip
-    back = simulate(params, LOAD_PCT, "down", 8, defences=defences)["recovery_s"]
-    return back if back is not None and back <= within else None
+    return edge_recovery(lesson, LOAD_PCT, seed, defences)
 
 
 def test_the_load_is_the_one_that_locked_in_during_find_the_edge(lesson):
