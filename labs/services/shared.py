@@ -2,12 +2,12 @@
 
 Every session of a class whose dependency is in ``shared`` mode calls one server model in
 Redis (:func:`labs.live.runtime.shared_model`). :func:`classroom_set_shared` changes its
-servers, service time and queue limit; :func:`classroom_fire_trigger` fires a ``down``,
-``slow`` or ``capacity`` trigger for a duration. Both validate with the engine's validator
-first (``SettingsInvalid`` naming each field and its range; nothing changes then), both are
-refused unless the user teaches the class, and both are journaled in every session of the
-class, naming who acted. A trigger fired while another runs replaces it, and every journal
-says which one it replaced.
+servers, service time, queue limit and the server's defences; :func:`classroom_fire_trigger`
+fires a ``down``, ``slow`` or ``capacity`` trigger for a duration. Both validate with the
+engine's validator first (``SettingsInvalid`` naming each field and its range; nothing
+changes then), both are refused unless the user teaches the class, and both are journaled in
+every session of the class, naming who acted. A trigger fired while another runs replaces
+it, and every journal says which one it replaced.
 
 Redis holds the model, the database its settings: after a Redis restart every worker's
 sweeper (:func:`shared_restore_lost`, on the worker's sweeper) writes the settings back from the database within a few

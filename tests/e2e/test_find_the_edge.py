@@ -49,19 +49,25 @@ RECOVERED_TIMEOUT_MS = (TRIGGER_MS + 20_000) + 15_000
 LOCKED_TIMEOUT_MS = TRIGGER_MS + WITHIN_S * 1000 + 30_000
 
 
-@pytest.fixture
-def edge_class(db):
-    lesson = make_scenario("find_the_edge", title=LESSON["title"], script=LESSON)
-    room = make_classroom("Edge B", join_code="EDGEB001")
-    room.scenarios.add(lesson)
-    teacher = make_instructor("teacher_f", room)
-    alice = make_student("alice_f", room)
+def lesson_class(lesson: dict, code: str, suffix: str):
+    """A class on the small shared dependency with ``lesson`` assigned, its instructor
+    ``teacher_<suffix>`` and a student ``alice_<suffix>`` with the lesson's session open."""
+    scenario = make_scenario(lesson["name"], title=lesson["title"], script=lesson)
+    room = make_classroom(f"{lesson['title']} {suffix}", join_code=code)
+    room.scenarios.add(scenario)
+    teacher = make_instructor(f"teacher_{suffix}", room)
+    alice = make_student(f"alice_{suffix}", room)
     shared_services.classroom_set_shared(
         classroom=room, user=teacher, values={"servers": SERVERS, "service_ms": SERVICE_MS}
     )
     runtime.shared_model(room.pk).reset()
-    session = lab.session_open(user=alice, classroom=room, scenario=lesson)
+    session = lab.session_open(user=alice, classroom=room, scenario=scenario)
     return room, session
+
+
+@pytest.fixture
+def edge_class(db):
+    return lesson_class(LESSON, "EDGEB001", "f")
 
 
 def simulate(room, rate: int) -> None:

@@ -20,21 +20,14 @@ import pytest
 from playwright.sync_api import expect
 
 from labs.live import runtime
-from labs.services import lab
-from labs.services import shared as shared_services
-from tests.conftest import (
-    DEFAULT_PASSWORD,
-    make_classroom,
-    make_instructor,
-    make_scenario,
-    make_student,
-)
+from tests.conftest import DEFAULT_PASSWORD
 from tests.e2e.conftest import ARTIFACTS, ROOT, login
 from tests.e2e.test_find_the_edge import (
     LIVE_TIMEOUT_MS,
     RECOVERED_TIMEOUT_MS,
     class_contexts,
     fire,
+    lesson_class,
     predict,
     simulate,
     wait_steady,
@@ -44,22 +37,11 @@ from tests.e2e.test_find_the_edge import (
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 LESSON = json.loads((ROOT / "scenarios" / "server_defences.json").read_text())
-SERVERS, SERVICE_MS = 2, 50
 
 
 @pytest.fixture
 def defended_class(db):
-    lesson = make_scenario("server_defences", title=LESSON["title"], script=LESSON)
-    room = make_classroom("Defences C", join_code="DEFNC001")
-    room.scenarios.add(lesson)
-    teacher = make_instructor("teacher_d", room)
-    alice = make_student("alice_d", room)
-    shared_services.classroom_set_shared(
-        classroom=room, user=teacher, values={"servers": SERVERS, "service_ms": SERVICE_MS}
-    )
-    runtime.shared_model(room.pk).reset()
-    session = lab.session_open(user=alice, classroom=room, scenario=lesson)
-    return room, session
+    return lesson_class(LESSON, "DEFNC001", "d")
 
 
 def set_codel(dashboard, target: str, interval: str) -> None:
