@@ -120,96 +120,67 @@ def _help(path: str) -> str:
     return f"Allowed: {LIMITS[path].describe().replace('null (off)', 'blank (off)')}."
 
 
+#: What the admin adds to a setting's allowed range, in words.
+ADMIN_NOTES = {
+    "max_queue_ms": " A longer wait is shed at once.",
+    "rate_per_s": " Faster is answered 429 with a Retry-After.",
+    "queue_limit": " An attempt that would wait behind this many is shed.",
+    "concurrency_limit": " Attempts waiting or being served.",
+    "codel_target_ms": " Once every wait has been longer for an interval, a longer wait is shed.",
+}
+#: A setting whose admin help says what it does instead of listing code values.
+ADMIN_HELP = {
+    "concurrency": "Fixed, or adaptive from the concurrency limit: AIMD cuts it to 0.9x on an "
+    "answer slower than the AIMD latency (or a failure) and adds 1 while half of it is in use; "
+    "gradient moves it with the latency against the fastest seen.",
+}
+#: The defences that may be left blank in the admin and then take the engine's default.
+BLANK_DEFAULT = tuple(
+    name for name in DEFENCES if not LIMITS[f"shared.{name}"].nullable
+)
+
+
+def _admin_field(name: str, path: str) -> forms.Field:
+    """The admin's field for one setting, from its :data:`LIMITS` entry: the model field's
+    label, its range in words, the engine's default; a defence may be left blank (off, or
+    its default)."""
+    limit = LIMITS[path]
+    help_text = ADMIN_HELP.get(name) or _help(path) + ADMIN_NOTES.get(name, "")
+    if name in BLANK_DEFAULT and limit.type != "choice":
+        unit = " ms" if limit.unit == "ms" else ""
+        help_text += f" Blank: {limit.default}{unit}."
+    common = {
+        "label": _label(name),
+        "required": name not in DEFENCE_NAMES,
+        "initial": limit.default,
+        "help_text": help_text,
+    }
+    if limit.type == "choice":
+        choices = SharedDependencyConfig._meta.get_field(name).choices
+        return forms.ChoiceField(choices=choices, **common)
+    if limit.type == "number":
+        return forms.FloatField(**common)
+    return forms.IntegerField(**common)
+
+
 class SharedDependencyAdminForm(forms.ModelForm):
     """The admin's form for a class's shared dependency: each value is checked by the engine's
     validator and its problem shown beside the field in the field's words ("Must be between
-    1 and 2000 ms (got 0)"), never under a code name such as ``service_ms``."""
+    1 and 2000 ms (got 0)"), never under a code name such as ``service_ms``. Its fields come
+    from :data:`SHARED_PARAMS` (:func:`_admin_field`)."""
 
-    servers = forms.IntegerField(
-        label=_label("servers"),
-        initial=LIMITS["shared.servers"].default,
-        help_text=_help("shared.servers"),
-    )
-    service_ms = forms.IntegerField(
-        label=_label("service_ms"),
-        initial=LIMITS["shared.service_ms"].default,
-        help_text=_help("shared.service_ms"),
-    )
-    max_queue_ms = forms.IntegerField(
-        label=_label("max_queue_ms"),
-        initial=LIMITS["shared.max_queue_ms"].default,
-        help_text=_help("shared.max_queue_ms") + " A longer wait is shed at once.",
-    )
-    rate_per_s = forms.FloatField(
-        label=_label("rate_per_s"),
-        required=False,
-        help_text=_help("shared.rate_per_s") + " Faster is answered 429 with a Retry-After.",
-    )
-    rate_burst = forms.IntegerField(
-        label=_label("rate_burst"),
-        required=False,
-        initial=LIMITS["shared.rate_burst"].default,
-        help_text=_help("shared.rate_burst") + " Blank: 10.",
-    )
-    queue_limit = forms.IntegerField(
-        label=_label("queue_limit"),
-        required=False,
-        help_text=_help("shared.queue_limit") + " An attempt that would wait behind this many "
-        "is shed.",
-    )
-    concurrency_limit = forms.IntegerField(
-        label=_label("concurrency_limit"),
-        required=False,
-        help_text=_help("shared.concurrency_limit") + " Attempts waiting or being served.",
-    )
-    concurrency = forms.ChoiceField(
-        label=_label("concurrency"),
-        choices=SharedDependencyConfig._meta.get_field("concurrency").choices,
-        required=False,
-        initial="fixed",
-        help_text="Fixed, or adaptive from the concurrency limit: AIMD cuts it to 0.9x on an "
-        "answer slower than the AIMD latency (or a failure) and adds 1 while half of it is in "
-        "use; gradient moves it with the latency against the fastest seen.",
-    )
-    concurrency_max = forms.IntegerField(
-        label=_label("concurrency_max"),
-        required=False,
-        initial=LIMITS["shared.concurrency_max"].default,
-        help_text=_help("shared.concurrency_max") + " Blank: 200.",
-    )
-    limit_latency_ms = forms.IntegerField(
-        label=_label("limit_latency_ms"),
-        required=False,
-        initial=LIMITS["shared.limit_latency_ms"].default,
-        help_text=_help("shared.limit_latency_ms") + " Blank: 500 ms.",
-    )
-    codel_target_ms = forms.IntegerField(
-        label=_label("codel_target_ms"),
-        required=False,
-        help_text=_help("shared.codel_target_ms") + " Once every wait has been longer for an "
-        "interval, a longer wait is shed.",
-    )
-    codel_interval_ms = forms.IntegerField(
-        label=_label("codel_interval_ms"),
-        required=False,
-        initial=LIMITS["shared.codel_interval_ms"].default,
-        help_text=_help("shared.codel_interval_ms") + " Blank: 100 ms.",
-    )
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name, path, _label_text in SHARED_PARAMS:
+            self.fields[name] = _admin_field(name, path)
 
     class Meta:
         model = SharedDependencyConfig
-        fields = [
-            "classroom", "servers", "service_ms", "max_queue_ms", "rate_per_s", "rate_burst",
-            "queue_limit", "concurrency_limit", "concurrency", "concurrency_max",
-            "limit_latency_ms", "codel_target_ms", "codel_interval_ms",
-        ]  # fmt: skip
+        fields = ["classroom", *(name for name, _path, _label in SHARED_PARAMS)]
 
     def clean(self):
         cleaned = super().clean()
-        blank_default = (
-            "rate_burst", "concurrency", "concurrency_max", "limit_latency_ms", "codel_interval_ms",
-        )  # fmt: skip
-        for name in blank_default:  # blank: the engine's default
+        for name in BLANK_DEFAULT:  # blank: the engine's default
             if name in cleaned and cleaned[name] in (None, ""):
                 cleaned[name] = LIMITS[f"shared.{name}"].default
         values = {name: cleaned[name] for name, _path, _label in SHARED_PARAMS if name in cleaned}
