@@ -114,8 +114,9 @@ class GuardedClient:
         self.routes = routes
         self.breaker = breaker
         self.dependency = dependency
-        # A dependency that sets ``wants_call_context`` (the shared model) also receives the
-        # attempt number and the call's deadline (absolute, on ``clock``).
+        # A dependency that sets ``wants_call_context`` (the shared model, the next tier of a
+        # chain) also receives the attempt and call numbers and the call's deadline (absolute,
+        # on ``clock``).
         self._context = bool(getattr(dependency, "wants_call_context", False))
         # Slow calls (``slow_call_ms``) need each call's duration; else no clock read is spent.
         self._slow = policy.breaker.slow_call_ms is not None
@@ -253,7 +254,11 @@ class GuardedClient:
         else:
             if self._context:
                 answer = self.dependency.attempt(
-                    policy.attempt_timeout_ms, attempt=n, deadline=c.deadline, probe=c.probe
+                    policy.attempt_timeout_ms,
+                    attempt=n,
+                    deadline=c.deadline,
+                    probe=c.probe,
+                    call=c.call_no,
                 )
             elif c.stepped is not None:
                 answer = self.dependency.attempt(policy.attempt_timeout_ms, step=c.stepped)

@@ -302,6 +302,35 @@ class VirtualClock:
         results: list[Any] = [t.result for t in tasks]
         return _collect(results, [t.error for t in tasks])
 
+    def run_within(self, fn: Callable[[], T], timeout_s: float | None) -> Task[T]:
+        """Run ``fn`` as a caller of its own and wait for it at most ``timeout_s`` (None: as
+        long as it takes); returns its task. ``task.done`` False means the wait ended first:
+        ``fn`` goes on regardless (a caller that stops waiting does not stop the callee).
+
+        From the owning context (not a caller) ``fn`` simply runs to its end here. Raises
+        ValueError for a negative timeout.
+        """
+        if timeout_s is not None and timeout_s < 0:
+            raise ValueError(f"timeout must be >= 0 (got {timeout_s})")
+        parent = self._backend.current()
+        if parent is None:
+            task: Task[T] = Task(fn)
+            self._body(task)()
+            return task
+        task = self.spawn(fn)
+        task.group = _Group(1, parent)  # its end wakes the parent, unless the wait ended
+
+        def give_up() -> None:
+            if not task.done:
+                task.group.waiter = None  # type: ignore[union-attr]
+                heapq.heappush(self._queue, (self._now, next(self._seq), parent))
+
+        timer = None if timeout_s is None else self.call_at(self._now + timeout_s, give_up)
+        self._backend.suspend(parent)
+        if timer is not None and task.done:
+            timer.cancel()
+        return task
+
     # -- the discrete-event API --------------------------------------------------------------
 
     def call_at(self, when: float, fn: Callable[..., Any], *args: Any) -> _Callback:

@@ -50,9 +50,9 @@ class Dependency(Protocol):
     """What the guarded client calls: one attempt, given the client's attempt timeout.
 
     An implementation that sets ``wants_call_context = True`` is called as
-    ``attempt(timeout_ms, attempt=n, deadline=at, probe=p)`` instead (the attempt number
-    within the call, the call's deadline as an absolute time on the client's clock, or None,
-    and whether it is the breaker's half-open probe), and ``refused(reason)`` for a call the
+    ``attempt(timeout_ms, attempt=n, deadline=at, probe=p, call=c)`` instead (the attempt
+    number within the call, the call's deadline as an absolute time on the client's clock, or
+    None, whether it is the breaker's half-open probe, and the call's number), and ``refused(reason)`` for a call the
     breaker refused before any attempt.
     """
 

@@ -793,9 +793,11 @@ class SharedDependency:
         attempt: int = 1,
         deadline: float | None = None,
         probe: bool = False,
+        call: int | None = None,
     ) -> AttemptResult:
         """One attempt (``deadline``: absolute, on ``clock``, or None; ``probe``: the
-        breaker's half-open probe, counted as the session's breaker state)."""
+        breaker's half-open probe, counted as the session's breaker state; ``call``, the
+        call's number, is not the model's concern)."""
         now = self.clock.now()
         timeout_us = None if timeout_ms is None else round(timeout_ms * 1000)
         deadline_us = None

@@ -1,7 +1,8 @@
 """Retry amplification: T tiers, each retrying the next, in front of a failing leaf.
 
 Every tier is the engine's :class:`~labs.engine.GuardedClient` (breakers forced closed: this
-is about retries alone) calling the next through a small adapter; the leaf is a ``down``
+is about retries alone) calling the next through :class:`~labs.engine.chain.NextTier`, the
+adapter a live class's chain of students uses; the leaf is a ``down``
 :class:`~labs.engine.FakeDependency`, on a :class:`~labs.engine.VirtualClock`. Without a
 budget each request reaches the leaf ``A^T`` times; the engine's
 :class:`~labs.engine.RetryBudget`, one bucket per tier, bounds each tier's retries by a
@@ -25,6 +26,7 @@ from labs.engine import (
     Problem,
     VirtualClock,
 )
+from labs.engine.chain import NextTier
 from labs.engine.config import RetryBudgetConfig
 from labs.engine.dependency import AttemptResult
 from labs.experiments.base import (
@@ -139,36 +141,17 @@ def validate(params: AmplificationParams) -> list[Problem]:
 class _Tier:
     """A tier: a guarded client calling ``downstream``; counts the calls it receives."""
 
-    def __init__(self, client: GuardedClient) -> None:
+    def __init__(self, client: GuardedClient, name: str) -> None:
         self.client = client
+        self.name = name
         self.received = 0
         self.results: list[CallResult] = []
 
-    def handle(self) -> CallResult:
+    def handle(self, parent: dict | None = None) -> CallResult:
         self.received += 1
         result = self.client.call(self.received)
         self.results.append(result)
         return result
-
-
-class _TierAsDependency:
-    """Makes the next tier look like a dependency to the tier in front of it.
-
-    The next tier's failed call (attempts spent, or its budget said no) is a 503 here, so
-    the calling tier retries it exactly as it would retry a failing service.
-    """
-
-    def __init__(self, tier: _Tier, clock: VirtualClock) -> None:
-        self.tier = tier
-        self.clock = clock
-
-    def attempt(self, timeout_ms: float | None = None) -> AttemptResult:
-        start = self.clock.now()
-        result = self.tier.handle()
-        took = (self.clock.now() - start) * 1000
-        if result.outcome == "success":
-            return AttemptResult(True, None, took)
-        return AttemptResult(False, "503", took)
 
 
 class _CountingLeaf:
@@ -209,8 +192,8 @@ def _chain(
         ),
     )
     tiers: list[_Tier] = []
-    downstream: _CountingLeaf | _TierAsDependency = leaf
-    for _ in range(params.tiers):
+    downstream: _CountingLeaf | NextTier = leaf
+    for number in range(params.tiers, 0, -1):
         store = MemoryStore()  # one per tier: its own breaker and its own budget bucket
         breaker = Breaker(BreakerConfig(), store=store, clock=clock, rng=rng)
         breaker.force_closed("retry amplification: breakers are not part of this experiment")
@@ -222,9 +205,11 @@ def _chain(
             rng=rng,
             store=store,
         )
-        tier = _Tier(client)
+        tier = _Tier(client, f"tier {number}")
         tiers.append(tier)
-        downstream = _TierAsDependency(tier, clock)
+        # The next tier looks like a dependency to the one in front of it: its failed call
+        # (attempts spent, or its budget said no) is a 503 there (labs.engine.chain).
+        downstream = NextTier([tier], clock=clock, caller=f"tier {number - 1}")
     tiers.reverse()
     return tiers, leaf, clock
 
