@@ -48,6 +48,7 @@ from labs.services.accounts import (
     roster_accounts_csv,
     roster_import,
 )
+from labs.services.chain import classroom_set_chain
 from labs.services.lti import tool_key_ensure
 from labs.services.shared import classroom_set_shared
 
@@ -513,6 +514,7 @@ class LabSessionAdmin(InstructorScopedAdmin):
         "policy",
         "seed",
         "breaker_snapshot",
+        "tier",
         "next_call_no",
         "next_seq",
         "burst_count",
@@ -600,6 +602,7 @@ class SharedDependencyConfigAdmin(InstructorScopedAdmin):
                 "description": "Each is decided when an attempt arrives, by every worker alike.",
             },
         ),
+        ("Chain of students", {"fields": ["chain_tiers", "chain_order"]}),
     ]
 
     def get_readonly_fields(self, request, obj=None):
@@ -615,6 +618,13 @@ class SharedDependencyConfigAdmin(InstructorScopedAdmin):
     def save_model(self, request, obj, form, change):
         row = classroom_set_shared(classroom=obj.classroom, user=request.user, values=obj.to_dict())
         obj.pk = row.pk
+        if form.chain_changed:
+            classroom_set_chain(
+                classroom=obj.classroom,
+                user=request.user,
+                values={"tiers": form.cleaned_data["chain_tiers"],
+                        "order": form.cleaned_data["chain_order"] or "even"},
+            )  # fmt: skip
 
 
 # --- choosing a class's members by name ----------------------------------------------------

@@ -38,14 +38,10 @@ urlpatterns = [
     path("sessions/<int:pk>/reset/", lab.session_reset, name="session_reset"),
     path("sessions/<int:pk>/breaker/", lab.session_breaker, name="session_breaker"),
     path("sessions/<int:pk>/journal/", lab.session_journal, name="session_journal"),
-    path(
-        "sessions/<int:pk>/seconds/<int:second>/", lab.session_second, name="session_second"
-    ),
+    path("sessions/<int:pk>/seconds/<int:second>/", lab.session_second, name="session_second"),
     path("compare/", replay.compare, name="compare"),
     path("sessions/<int:pk>/history/", replay.burst_history, name="burst_history"),
-    path(
-        "sessions/<int:pk>/bursts/<int:number>/replay/", replay.burst_replay, name="burst_replay"
-    ),
+    path("sessions/<int:pk>/bursts/<int:number>/replay/", replay.burst_replay, name="burst_replay"),
     path("bursts/<int:burst_id>/whatif/", replay.burst_whatif, name="burst_whatif"),
     path("sessions/<int:pk>/export.<str:fmt>", lab.session_export, name="session_export"),
     path("classes/<int:pk>/dashboard/", instructor.class_dashboard, name="class_dashboard"),
@@ -62,6 +58,7 @@ urlpatterns = [
     ),
     path("classes/<int:pk>/dashboard/reset/", instructor.class_reset, name="class_reset"),
     path("classes/<int:pk>/shared/", instructor.class_set_shared, name="class_set_shared"),
+    path("classes/<int:pk>/chain/", instructor.class_set_chain, name="class_set_chain"),
     path("classes/<int:pk>/storm/", storm.storm_panel, name="storm_panel"),
     path("classes/<int:pk>/storm/traffic/", storm.storm_traffic, name="storm_traffic"),
     path(

@@ -87,11 +87,7 @@ UNSET = {"DATABASE_URL", "LAB_SQLITE_PATH", "BENCH_REDIS_URL", "REDIS_DB_BASE",
 def bench_env(mark: str, tmp_path: Path) -> dict[str, str]:
     """This test run's environment without its database and Redis settings (a benchmark
     picks its own), with the run's mark."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in UNSET
-    }
+    env = {k: v for k, v in os.environ.items() if k not in UNSET}
     env[MARK] = mark
     env["PYTHONUNBUFFERED"] = "1"
     env["TMPDIR"] = str(tmp_path)  # the benchmarks' logs and SQLite files

@@ -28,7 +28,13 @@ from labs.engine.shared import SharedConfig
 from labs.live import metrics
 from labs.presenters.storm import class_retries, storm_headline, student_rows
 from labs.selectors.access import teaches, teaching
-from labs.selectors.storm import STORM_WINDOW_S, storm_config, storm_now, storm_sessions
+from labs.selectors.storm import (
+    STORM_WINDOW_S,
+    storm_chain,
+    storm_config,
+    storm_now,
+    storm_sessions,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +129,12 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebs
             self._sessions_at = time.monotonic()
         ids = [s["session"] for s in self._sessions]
         unless = None if fresh else self._students_now
-        return await read_redis(storm_now)(self.classroom_id, back_s, ids, self._config, unless)
+        read_now = await read_redis(storm_now)(self.classroom_id, back_s, ids, self._config, unless)
+        if "window" in read_now and any(s["tier"] for s in self._sessions):
+            read_now["chain"] = await read_redis(storm_chain)(
+                self.classroom_id, self._sessions, read_now["now"]
+            )
+        return read_now
 
     def _students(self, read_now: dict[str, Any]) -> list[dict[str, Any]]:
         self._students_now = read_now["now"]
@@ -143,6 +154,7 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebs
                 "seconds": seconds,
                 "model": model,
                 "students": self._students(read_now),
+                "chain": read_now.get("chain"),
                 "headline": self._keep(now, seconds, model, fresh=True),
             }
         )
@@ -174,4 +186,5 @@ class StormPanelConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJsonWebs
         }
         if now != self._students_now:
             message["students"] = self._students(read_now)
+            message["chain"] = read_now.get("chain")
         await self.send_json(message)

@@ -15,7 +15,8 @@ from django import forms
 from labs.engine import LIMITS
 from labs.engine.shared import DEFENCES
 from labs.forms.lab import coerce
-from labs.models import SharedDependencyConfig
+from labs.models import LabSession, SharedDependencyConfig
+from labs.services import chain as chain_services
 from labs.services.shared import shared_problems
 
 #: (field, LIMITS path, label) of the shared dependency's settings.
@@ -135,9 +136,7 @@ ADMIN_HELP = {
     "gradient moves it with the latency against the fastest seen.",
 }
 #: The defences that may be left blank in the admin and then take the engine's default.
-BLANK_DEFAULT = tuple(
-    name for name in DEFENCES if not LIMITS[f"shared.{name}"].nullable
-)
+BLANK_DEFAULT = tuple(name for name in DEFENCES if not LIMITS[f"shared.{name}"].nullable)
 
 
 def _admin_field(name: str, path: str) -> forms.Field:
@@ -169,10 +168,27 @@ class SharedDependencyAdminForm(forms.ModelForm):
     1 and 2000 ms (got 0)"), never under a code name such as ``service_ms``. Its fields come
     from :data:`SHARED_PARAMS` (:func:`_admin_field`)."""
 
+    chain_tiers = forms.IntegerField(
+        label="Tiers",
+        required=False,
+        help_text="The sessions on the shared dependency in this many tiers (2 to 6, no more "
+        "than there are sessions): tier 1 runs the traffic, each tier calls the next through "
+        "its own policy, the back tier calls the shared dependency. Blank: no chain. Changed "
+        "only while no traffic runs.",
+    )
+    chain_order = forms.ChoiceField(
+        label="Order", choices=list(chain_services.ORDERS.items()), initial="even", required=False
+    )
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         for name, path, _label_text in SHARED_PARAMS:
             self.fields[name] = _admin_field(name, path)
+        if self.instance.pk is not None:
+            layout = LabSession.objects.filter(classroom_id=self.instance.classroom_id)
+            depth = max(layout.values_list("tier", flat=True), key=lambda t: t or 0, default=None)
+            self.fields["chain_tiers"].initial = depth
+        self.chain_changed = False
 
     class Meta:
         model = SharedDependencyConfig
@@ -190,4 +206,30 @@ class SharedDependencyAdminForm(forms.ModelForm):
                 self.add_error(problem.field, message[:1].upper() + message[1:])
             else:
                 self.add_error(None, str(problem))
+        self._clean_chain(cleaned)
         return cleaned
+
+    def _clean_chain(self, cleaned: dict[str, Any]) -> None:
+        """The chain's tiers, checked as the dashboard's form is (range, sessions, no run
+        going) when they changed; saved by the admin through the service."""
+        self.chain_changed = bool({"chain_tiers", "chain_order"} & set(self.changed_data))
+        classroom = cleaned.get("classroom") or getattr(self.instance, "classroom", None)
+        if not self.chain_changed or classroom is None:
+            return
+        available = len(chain_services.chain_sessions(classroom))
+        for problem in chain_services.validate_chain_settings(
+            cleaned.get("chain_tiers"), cleaned.get("chain_order") or "even", available
+        ):
+            name = "chain_tiers" if problem.field == "tiers" else "chain_order"
+            self.add_error(name, problem.message[:1].upper() + problem.message[1:])
+        busy = chain_services.busy_sessions(classroom)
+        if busy:
+            self.add_error("chain_tiers", chain_services.busy_message(busy))
+
+
+def chain_values(post: Any) -> dict[str, Any]:
+    """The chain form's values: ``tiers`` a whole number, None when blank (no chain), else
+    the text as typed (the service names it in its refusal); ``order`` as chosen."""
+    raw = str(post.get("tiers", "")).strip()
+    tiers: Any = None if not raw else int(raw) if raw.isdigit() else raw
+    return {"tiers": tiers, "order": post.get("order", "even")}

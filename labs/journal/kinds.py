@@ -67,6 +67,7 @@ KINDS: dict[str, Kind] = {
         Kind("shared_set", "shared dependency"),
         Kind("shared_trigger", "trigger"),
         Kind("shared_restored", "store restarted"),
+        Kind("chain_set", "chain"),
         Kind("traffic_start", "traffic"),
         Kind("traffic_end", "traffic end"),
         Kind("prediction_submitted", "prediction"),

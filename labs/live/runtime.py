@@ -15,7 +15,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -275,6 +275,64 @@ def _model_now(values: Sequence[Any], fallback: SharedConfig | None) -> dict[str
     return {"config": config.to_dict(), "capacity_per_s": config.capacity_per_s, "trigger": trigger}
 
 
+def inbound_key(session_id: int) -> str:
+    """The counter a service past the front of a chain numbers the calls it answers from."""
+    return f"{namespace(session_id)}:inbound"
+
+
+def chain_key(classroom_id: int, second: int) -> str:
+    """One second's counts of the class's chain (``in:<tier>``: calls entering the tier,
+    ``out:<tier>``: attempts leaving it), under the shared model's hash tag; kept
+    :data:`CHAIN_KEEP_S`."""
+    return f"fl:{{shared:{shared_model_id(classroom_id)}}}:chain:{second}"
+
+
+#: How long a second's chain counts are kept (the panel reads the last ten).
+CHAIN_KEEP_S = 300
+
+
+def chain_layout(classroom_id: int) -> list[list[LabSession]]:
+    """The class's chain, front tier first (each tier's sessions in the order they joined);
+    empty when the class has none."""
+    tiers: dict[int, list[LabSession]] = {}
+    for session in LabSession.objects.filter(
+        classroom_id=classroom_id, tier__isnull=False
+    ).order_by("tier", "pk"):
+        tiers.setdefault(session.tier, []).append(session)
+    return [tiers[number] for number in sorted(tiers)]
+
+
+def chain_now(classroom_id: int, depth: int, *, now: int, window_s: int = 10) -> dict[str, Any]:
+    """What the panel shows of the chain over the complete seconds ``now - window_s`` to
+    ``now - 1``: per tier the calls entering it per second and the attempts leaving it per
+    call entering it (the tier's amplification), and the back tier's attempts per call
+    entering the front (the leaf's hits per user request). One pipeline of ``HGETALL``."""
+    client = engine_redis()
+    pipe = client.pipeline(transaction=False)
+    for second in range(now - window_s, now):
+        pipe.hgetall(chain_key(classroom_id, second))
+    totals: dict[str, int] = {}
+    for row in pipe.execute():
+        for name, value in row.items():
+            key = name.decode() if isinstance(name, bytes) else name
+            totals[key] = totals.get(key, 0) + int(value)
+    tiers = []
+    for number in range(1, depth + 1):
+        calls_in, out = totals.get(f"in:{number}", 0), totals.get(f"out:{number}", 0)
+        tiers.append({
+            "tier": number,
+            "calls_per_s": round(calls_in / window_s, 1),
+            "attempts_per_s": round(out / window_s, 1),
+            "amplification": round(out / calls_in, 2) if calls_in else None,
+        })  # fmt: skip
+    front, back = totals.get("in:1", 0), totals.get(f"out:{depth}", 0)
+    return {
+        "window_s": window_s,
+        "tiers": tiers,
+        "leaf_per_request": round(back / front, 2) if front else None,
+    }
+
+
 def is_shared(dependency: dict[str, Any] | None) -> bool:
     """Whether a session's dependency settings point at the class's shared dependency."""
     return (dependency or {}).get("mode") == "shared"
@@ -289,6 +347,9 @@ class SessionEngine:
     dependency: FakeDependency | SharedDependency
     client: GuardedClient
     rng: random.Random
+    #: In a chain of students (labs.worker.chain): the client calls the next tier, whatever
+    #: the session's own dependency settings say, so a change of them is not applied.
+    chained: bool = False
 
 
 def build_engine(
@@ -298,10 +359,14 @@ def build_engine(
     rng: random.Random | None = None,
     clock=CLOCK,
     client: redis.Redis | None = None,
+    wrap: Callable[[Any], Any] | None = None,
 ) -> SessionEngine:
     """Engine objects for ``session``'s current settings (their store talks to Redis through
     ``client``; a running burst or traffic run passes the engine hub's (``labs.worker.hub``),
     with the hub's clock).
+
+    ``wrap`` replaces the dependency the guarded client calls by ``wrap(dependency)`` (a
+    chain of students: the next tier, or the leaf counted); the engine is then ``chained``.
 
     ``rng`` defaults to one seeded from the session's seed and burst count, so a burst can be
     replayed. A session in ``shared`` mode calls its class's shared dependency
@@ -327,16 +392,17 @@ def build_engine(
     # Hosts, B, a bulkhead, a fallback, keys (labs.engine.routes): only when configured.
     routes = (
         build_routes(config, policy, store=store, clock=clock, rng=rng, sink=sink, breaker=breaker)
-        if config is not None and needs_routes(config, policy)
+        if config is not None and needs_routes(config, policy) and wrap is None
         else None
     )
     client = GuardedClient(
-        policy, breaker=breaker, dependency=dependency, clock=clock, rng=rng, sink=sink,
-        store=store, routes=routes,
+        policy, breaker=breaker, dependency=dependency if wrap is None else wrap(dependency),
+        clock=clock, rng=rng, sink=sink, store=store, routes=routes,
     )  # fmt: skip
     return SessionEngine(
-        store=store, breaker=breaker, dependency=dependency, client=client, rng=rng
-    )
+        store=store, breaker=breaker, dependency=dependency, client=client, rng=rng,
+        chained=wrap is not None,
+    )  # fmt: skip
 
 
 def burst_rng_seed(session: LabSession) -> str:
@@ -557,7 +623,7 @@ class DependencyWatch:
     def check(self) -> bool:
         """Apply a published change, if any; True when the dependency was swapped."""
         now = time.monotonic()
-        if now - self._checked < self.interval:
+        if self._engine.chained or now - self._checked < self.interval:
             return False
         self._checked = now
         raw = self._engine.store.client.get(self._key)

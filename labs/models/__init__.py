@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from labs.engine.breaker import STATE_LABELS
+from labs.engine.chain import MAX_TIERS
 from labs.journal import kinds
 
 JOIN_CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read off a projector
@@ -260,6 +261,11 @@ class LabSession(models.Model):
         default=1, help_text="The next journal sequence number."
     )
     burst_count = models.PositiveIntegerField(default=0)
+    tier = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="Its tier in the class's chain of students (1 is the front); empty: no chain.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -275,6 +281,10 @@ class LabSession(models.Model):
                 condition=Q(next_call_no__gte=1), name="session_next_call_no_gte_1"
             ),
             models.CheckConstraint(condition=Q(next_seq__gte=1), name="session_next_seq_gte_1"),
+            models.CheckConstraint(
+                condition=Q(tier__isnull=True) | Q(tier__gte=1, tier__lte=MAX_TIERS),
+                name="session_tier_1_to_6",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -110,7 +110,7 @@ def storm_sessions(classroom_id: int) -> list[dict[str, Any]]:
     rows = (
         LabSession.objects.filter(classroom_id=classroom_id)
         .annotate(mode=KT("dependency__mode"), max_attempts=KT("policy__max_attempts"))
-        .values("pk", "owner__username", "scenario__title", "mode", "max_attempts")
+        .values("pk", "owner__username", "scenario__title", "mode", "max_attempts", "tier")
         .order_by("owner__username", "pk")
     )
     return [
@@ -120,9 +120,32 @@ def storm_sessions(classroom_id: int) -> list[dict[str, Any]]:
             "scenario": r["scenario__title"] or "",
             "mode": r["mode"] or "",
             "max_attempts": _attempts(r["max_attempts"]),
+            "tier": r["tier"],
         }
         for r in rows
     ]
+
+
+#: The chain's figures are over this many complete seconds.
+CHAIN_WINDOW_S = 10
+
+
+def storm_chain(classroom_id: int, sessions: Sequence[dict[str, Any]], now: int) -> dict | None:
+    """The class's chain of students as the panel shows it (None: no chain): per tier its
+    services, calls in per second, attempts out per second and per call, and the shared
+    dependency's hits per user request, over the last :data:`CHAIN_WINDOW_S` complete
+    seconds before ``now`` (Redis only: :func:`labs.live.runtime.chain_now`)."""
+    sizes: dict[int, int] = {}
+    for row in sessions:
+        if row.get("tier"):
+            sizes[row["tier"]] = sizes.get(row["tier"], 0) + 1
+    if not sizes:
+        return None
+    depth = max(sizes)
+    chain = runtime.chain_now(classroom_id, depth, now=now, window_s=CHAIN_WINDOW_S)
+    for tier in chain["tiers"]:
+        tier["services"] = sizes.get(tier["tier"], 0)
+    return chain
 
 
 def _attempts(value: Any) -> int:
@@ -137,3 +160,24 @@ def _attempts(value: Any) -> int:
 def shared_settings(*, classroom: Classroom) -> dict[str, Any]:
     """The class's shared-dependency settings (the engine's defaults when none are saved)."""
     return runtime.shared_config(classroom.pk).to_dict()
+
+
+def chain_settings(*, classroom: Classroom) -> dict[str, Any]:
+    """The class's chain as its dashboard form shows it: the tiers' sizes (front first,
+    empty: no chain), the sessions a chain can be made of (those on the shared dependency)
+    and the most tiers they allow."""
+    from labs.engine.chain import MAX_TIERS
+
+    sizes: dict[int, int] = {}
+    available = 0
+    for tier, dependency in LabSession.objects.filter(classroom=classroom).values_list(
+        "tier", "dependency"
+    ):
+        available += runtime.is_shared(dependency)
+        if tier:
+            sizes[tier] = sizes.get(tier, 0) + 1
+    return {
+        "sizes": [sizes.get(n, 0) for n in range(1, max(sizes, default=0) + 1)],
+        "available": available,
+        "most": max(2, min(MAX_TIERS, available)),
+    }

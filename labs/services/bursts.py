@@ -102,7 +102,10 @@ def burst_start(*, session: LabSession, user, size: int, concurrency: int = 1) -
 
 def _start(*, session: LabSession, user, size: int, concurrency: int) -> Burst:
     with transaction.atomic():
-        number, first_call = _reserve_calls(session.pk, size)
+        number, first_call, tier = _reserve_calls(session.pk, size)
+        if tier and tier > 1:  # rolled back: a service past the front answers, never starts
+            session.tier = tier
+            raise BurstInvalid([runs.in_chain_refusal(session)])  # type: ignore[list-item]
         # The partial unique index one_active_burst_per_session refuses a second queued
         # or running burst (labs.services.runs.start): no query looks for one first.
         burst = Burst.objects.create(
@@ -128,11 +131,11 @@ def _start(*, session: LabSession, user, size: int, concurrency: int) -> Burst:
     return burst
 
 
-def _reserve_calls(session_id: int, size: int) -> tuple[int, int]:
+def _reserve_calls(session_id: int, size: int) -> tuple[int, int, int | None]:
     """Count one more burst in the session and reserve ``size`` call numbers, in one
     ``UPDATE ... RETURNING`` that holds the session row's lock until commit (PostgreSQL; on
     SQLite the write takes the database's): returns (the burst's number, its first call
-    number). Only the counters: the policy, dependency and state JSON are never read.
+    number, its tier in the class's chain). Only the counters: the policy, dependency and state JSON are never read.
     Raises LabSession.DoesNotExist if the session is gone."""
     table = connection.ops.quote_name(LabSession._meta.db_table)
     now = connection.ops.adapt_datetimefield_value(timezone.now())
@@ -140,13 +143,13 @@ def _reserve_calls(session_id: int, size: int) -> tuple[int, int]:
         cursor.execute(
             f"UPDATE {table} SET burst_count = burst_count + 1, "  # noqa: S608
             f"next_call_no = next_call_no + %s, updated_at = %s WHERE id = %s "
-            f"RETURNING burst_count, next_call_no",
+            f"RETURNING burst_count, next_call_no, tier",
             [size, now, session_id],
         )
         row = cursor.fetchone()
     if row is None:
         raise LabSession.DoesNotExist(f"lab session {session_id} is gone")
-    return row[0], row[1] - size
+    return row[0], row[1] - size, row[2]
 
 
 def _not_queued(burst: Burst, exc: Exception) -> None:

@@ -258,9 +258,7 @@ def prediction_grade(*, prediction: Prediction) -> Prediction:
     situation = _step(prediction.session, prediction.step).get("situation")
     missed = check_situation(situation if isinstance(situation, dict) else None, observed)
     if missed:
-        return _release(
-            prediction, {"missed": missed, "missed_burst": burst.number}, burst=burst
-        )
+        return _release(prediction, {"missed": missed, "missed_burst": burst.number}, burst=burst)
     answer: Any = prediction.answer
     if prediction.measure != "breaker_after":
         answer = float(answer)
@@ -294,9 +292,9 @@ def _release(prediction: Prediction, observed: dict[str, Any], **still: Any) -> 
     still being ungraded and as ``still`` says (this burst's, or fixed at this time), so the
     worker and the polling page release it once."""
     with transaction.atomic():
-        updated = Prediction.objects.filter(
-            pk=prediction.pk, correct__isnull=True, **still
-        ).update(observed=observed, burst=None, ran_at=None, updated_at=timezone.now())
+        updated = Prediction.objects.filter(pk=prediction.pk, correct__isnull=True, **still).update(
+            observed=observed, burst=None, ran_at=None, updated_at=timezone.now()
+        )
         if updated:
             _announce(prediction.session)
     prediction.refresh_from_db()

@@ -19,9 +19,10 @@ from typing import Any, TypeVar
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from labs.engine import Problem
 from labs.journal import store as journal
 from labs.live import runtime
-from labs.models import Run
+from labs.models import LabSession, Run
 
 T = TypeVar("T")
 
@@ -120,3 +121,16 @@ def reap_stale(kind: RunKind, *, session_id: int | None = None) -> int:
         marked += mark(kind, run, model.Status.QUEUED, model.Status.FAILED,
                        kind.failed_kind, kind.never_claimed(run))  # fmt: skip
     return marked
+
+
+def in_chain_refusal(session: LabSession) -> Problem | None:
+    """Why ``session`` may not start a run of its own: a service past the front tier answers
+    the calls of the tier in front of it (its numbers come from that chain)."""
+    if not session.tier or session.tier == 1:
+        return None
+    return Problem(
+        "tier",
+        f"this service is in tier {session.tier} of the class's chain: it answers tier "
+        f"{session.tier - 1}'s calls, and runs start at the front tier (tier 1)",
+        label="Chain of students",
+    )

@@ -99,6 +99,9 @@ def _start(session: LabSession, user, rate: int, duration_s: int, arrivals: str)
         locked = LabSession.objects.select_for_update().get(pk=session.pk)
         if locked.traffic.filter(status__in=Traffic.ACTIVE_STATUSES).exists():
             raise TrafficAlreadyRunning(_already_running())
+        refusal = runs.in_chain_refusal(locked)
+        if refusal is not None:
+            raise TrafficInvalid([refusal])
         number = locked.traffic.count() + 1
         seed = traffic_seed(locked.seed, locked.pk, number)
         calls = len(arrival_schedule(rate, duration_s, arrivals, seed))

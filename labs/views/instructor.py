@@ -40,6 +40,7 @@ from labs.presenters.storm import offered_load_text
 from labs.selectors import storm as storm_reads
 from labs.selectors.dashboard import class_dashboard_rows, simulated_count, state_counts
 from labs.selectors.storm import storm_configured, storm_traffic_defaults
+from labs.services import chain as chain_services
 from labs.services import classroom as class_services
 from labs.services import shared as shared_services
 from labs.services.lab import SettingsInvalid
@@ -139,6 +140,8 @@ def page_context(request: HtmxHttpRequest, classroom: Classroom, **extra) -> dic
         "shared_fields": shared_forms.fields(shared_forms.SHARED_PARAMS, shared_now),
         "shared_defended": SharedConfig(**shared_now).defended,
         "trigger_fields": shared_forms.fields(shared_forms.TRIGGER_PARAMS),
+        "chain": storm_reads.chain_settings(classroom=classroom),
+        "chain_orders": chain_services.ORDERS,
         **storm_context(classroom),
     }
     context.update(extra)
@@ -165,6 +168,7 @@ def _answer(
     message: str = "",
     problems: Iterable[str] = (),
     status: int = 200,
+    chain: bool = False,
 ) -> HttpResponse:
     problems = list(problems)
     if request.htmx:
@@ -173,6 +177,8 @@ def _answer(
             "message": message,
             "problems": problems,
             "fault": class_services.active_fault(classroom=classroom),
+            # the chain form's "Now:" line, swapped in beside the answer
+            "chain": storm_reads.chain_settings(classroom=classroom) if chain else None,
         }
         return render(request, f"{TEMPLATE}#action-result", context, status=status)
     if problems:
@@ -233,6 +239,31 @@ def class_fire_trigger(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if fired["replaced"]:
         message += f"; it replaced the running {fired['replaced']['kind']} trigger"
     return _answer(request, classroom, message=message)
+
+
+@login_required
+@require_POST
+def class_set_chain(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Arrange the class's sessions on the shared dependency in tiers (blank: no chain);
+    refused with the field and its range, or while any run of the class is going."""
+    classroom = taught_classroom(request.user, pk)
+    try:
+        layout = chain_services.classroom_set_chain(
+            classroom=classroom, user=request.user, values=shared_forms.chain_values(request.POST)
+        )
+    except SettingsInvalid as exc:
+        return _answer(request, classroom, problems=[str(p) for p in exc.problems], status=422)
+    except chain_services.ChainBusy as exc:
+        return _answer(request, classroom, problems=[str(exc)], status=409)
+    if not layout:
+        return _answer(request, classroom, chain=True, message="chain removed: every service "
+                       "calls its own dependency again")  # fmt: skip
+    sizes = ", ".join(str(len(t)) for t in layout)
+    return _answer(request, classroom, chain=True, message=(
+        f"chain set: {len(layout)} tiers ({sizes} services); tier 1 runs the traffic and each "
+        f"tier calls the next through its own policy; tier {len(layout)} calls the shared "
+        "dependency"
+    ))  # fmt: skip
 
 
 @login_required

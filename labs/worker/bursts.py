@@ -10,7 +10,7 @@ from labs.live import runtime
 from labs.models import Burst
 from labs.presenters.text import lab_error
 from labs.services.bursts import BURSTS, restored_entry
-from labs.worker import runs
+from labs.worker import chain, runs
 from labs.worker.hub import bookkeeping, get_hub, hub_redis
 from labs.worker.writers import get_writer
 
@@ -44,12 +44,12 @@ def _work(burst: Burst) -> runs.Outcome:
         if restored:
             writer.submit(restored_entry(session, burst.pk))
         Burst.objects.filter(pk=burst.pk).update(start_state=state)
+        engine = chain.build_engine(
+            session, sink=sink, client=hub_redis(), clock=hub.clock, rng=random.Random(rng_seed)
+        )
         # A burst never touches the database until it ends (the journal writer does the
         # writing): give the connection back.
         runs.release_connection()
-        engine = runtime.build_engine(
-            session, sink=sink, client=hub_redis(), clock=hub.clock, rng=random.Random(rng_seed)
-        )
         watch = runtime.DependencyWatch(session, engine, engine.rng, clock=hub.clock)
     result = hub.run(
         lambda: engine.client.run_burst(

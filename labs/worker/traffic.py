@@ -16,7 +16,7 @@ from labs.live.traffic import arrival_schedule, calls_rng
 from labs.models import Traffic
 from labs.presenters.text import lab_error
 from labs.services.traffic import TRAFFIC
-from labs.worker import runs
+from labs.worker import chain, runs
 from labs.worker.hub import get_hub, hub_redis
 
 logger = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def _work(traffic: Traffic, watched: Watched, state: _Run) -> runs.Outcome | Non
 
     sink = runs.event_sink(session)
     schedule = arrival_schedule(traffic.rate, traffic.duration_s, traffic.arrivals, traffic.seed)
-    engine = runtime.build_engine(
+    engine = chain.build_engine(
         session, sink=sink, rng=calls_rng(traffic.seed), clock=clock, client=hub_redis()
     )
     dependency = runtime.DependencyWatch(session, engine, engine.rng, clock=clock)

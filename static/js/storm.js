@@ -107,6 +107,7 @@
     setModel(msg.model);
     students = msg.students;
     studentsDirty = true;
+    drawChain(msg.chain);
     headlineNow = msg.headline;
     schedule();
   }
@@ -118,7 +119,7 @@
     now = msg.now;
     merge(msg.seconds);
     setModel(msg.model);
-    if (msg.students) { students = msg.students; studentsDirty = true; }
+    if (msg.students) { students = msg.students; studentsDirty = true; drawChain(msg.chain); }
     if (msg.headline) headlineNow = msg.headline;
     schedule();
   }
@@ -490,6 +491,41 @@
       if (!keep.has(session)) { tr.remove(); rowOf.delete(session); }
     });
     fitRows();
+  }
+
+  // The chain of students: a row per tier (calls entering it, attempts it sends on, and
+  // their ratio, the tier's amplification) and the shared dependency's hits per user request.
+  const chainBox = document.getElementById("storm-chain");
+  const chainRows = document.getElementById("chain-rows");
+  const chainLeaf = document.getElementById("chain-leaf");
+
+  function ratioText(x) { return x === null || x === undefined ? "–" : x.toFixed(1) + "×"; }
+
+  function drawChain(chain) {
+    if (!chainBox) return;
+    const hide = !chain;
+    if (chainBox.hidden !== hide) { chainBox.hidden = hide; window.requestAnimationFrame(fitRows); }
+    if (hide) return;
+    while (chainRows.children.length > chain.tiers.length) chainRows.lastChild.remove();
+    chain.tiers.forEach(function (t, i) {
+      let tr = chainRows.children[i];
+      if (!tr) {
+        tr = document.createElement("tr");
+        for (let c = 0; c < 5; c++) tr.appendChild(document.createElement("td"));
+        chainRows.appendChild(tr);
+      }
+      const last = i === chain.tiers.length - 1;
+      setCell(tr.children[0], t.tier === 1 ? "1 (front)" : last ? t.tier + " (back)" : String(t.tier));
+      setCell(tr.children[1], String(t.services));
+      setCell(tr.children[2], t.calls_per_s.toFixed(1));
+      setCell(tr.children[3], t.attempts_per_s.toFixed(1));
+      setCell(tr.children[4], ratioText(t.amplification));
+    });
+    const leaf = chain.leaf_per_request;
+    const text = leaf === null || leaf === undefined
+      ? "No user requests at the front in the last " + chain.window_s + " s."
+      : "Each user request reached the shared dependency <strong>" + leaf.toFixed(1) + "</strong> times.";
+    if (chainLeaf.innerHTML !== text) chainLeaf.innerHTML = text;
   }
 
   const STATE_WORDS = { closed: "closed", half_open: "half-open", open: "open", idle: "no calls" };

@@ -156,4 +156,3 @@ def test_codel_set_on_the_dashboard_brings_a_locked_in_load_back(
     finally:
         student.close()
         teacher.close()
-

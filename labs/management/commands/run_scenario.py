@@ -69,9 +69,7 @@ class Command(BaseCommand):
         try:
             output = run_scenario(
                 scenario,
-                executor=WorkerExecutor(
-                    session, user=user, burst_timeout=options["burst_timeout"]
-                ),
+                executor=WorkerExecutor(session, user=user, burst_timeout=options["burst_timeout"]),
             )
         except NoWorker as exc:
             raise CommandError(str(exc)) from exc

@@ -1,0 +1,109 @@
+"""A chain of students through the real stack: three tiers of sessions, a real worker, the
+front tier's steady traffic; each tier retries the next through its own policy, and with
+three attempts at every tier one user request reaches the shared dependency 27 times."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from labs.live import runtime
+from labs.models import JournalEvent, LabSession, Traffic
+from labs.services import chain as chain_services
+from labs.services import lab
+from labs.services import shared as shared_services
+from labs.services import traffic as traffic_services
+from labs.services.lab import SettingsInvalid
+from labs.services.simulate import bot_policy
+from tests.integration.conftest import wait_run_ended
+from tests.integration.test_shared_worker import shared_class
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+ATTEMPTS = 3
+
+
+def naive(session: LabSession, *, attempts: int = ATTEMPTS, timeout_ms: int = 5000) -> None:
+    """Retries at once, no budget, no breaker: the chain's amplification alone."""
+    policy, _ = bot_policy("naive")
+    policy.update(max_attempts=attempts, attempt_timeout_ms=timeout_ms)
+    lab.session_set_policy(session=session, user=session.owner, changes=policy)
+    session = LabSession.objects.get(pk=session.pk)
+    lab.session_force_breaker(session=session, user=session.owner, action="closed")
+
+
+def test_three_tiers_of_three_attempts_reach_the_leaf_27_times_per_request(celery_worker):
+    room, teacher, sessions = shared_class(6, service_ms=5)
+    for session in sessions:
+        naive(session)
+    layout = chain_services.classroom_set_chain(
+        classroom=room, user=teacher, values={"tiers": 3, "order": "even"}
+    )
+    assert [len(t) for t in layout] == [2, 2, 2]
+    front = [LabSession.objects.get(pk=pk) for pk in layout[0]]
+    middle = layout[1]
+    shared_services.classroom_fire_trigger(
+        classroom=room, user=teacher, values={"kind": "down", "duration_ms": 60_000}
+    )
+    runs = [
+        traffic_services.traffic_start(
+            session=s, user=s.owner, rate=2, duration_s=3, arrivals="even"
+        )
+        for s in front
+    ]
+    # The tiers cannot change under running calls.
+    with pytest.raises(chain_services.ChainBusy, match="stop them"):
+        chain_services.classroom_set_chain(classroom=room, user=teacher, values={"tiers": 2})
+    runs = [wait_run_ended(run) for run in runs]
+    assert all(run.status == Traffic.Status.DONE for run in runs)
+    calls = sum(run.calls for run in runs)
+
+    stats = runtime.chain_now(room.pk, 3, now=int(time.time()) + 1, window_s=60)
+    per_tier = {t["tier"]: t for t in stats["tiers"]}
+    assert per_tier[1]["calls_per_s"] * 60 == pytest.approx(calls)
+    assert [per_tier[n]["amplification"] for n in (1, 2, 3)] == [3.0, 3.0, 3.0]
+    assert stats["leaf_per_request"] == 27.0
+
+    # The middle tier answered three calls per front call, each journaled with its parent.
+    answered = JournalEvent.objects.filter(session_id__in=middle, kind="call_result")
+    assert answered.count() == ATTEMPTS * calls
+    row = answered.order_by("pk").first()
+    assert row.data["parent"]["service"].startswith("tier 1, service ")
+    assert row.data["parent"]["attempt"] in (1, 2, 3)
+    assert "(answering tier 1, service" in row.message
+    # ...numbered from its own counter, past its own calls.
+    numbers = sorted(answered.filter(session_id=middle[0]).values_list("call_no", flat=True))
+    assert numbers == list(range(numbers[0], numbers[0] + len(numbers)))
+
+    # The leaf counted every attempt of the back tier.
+    seconds = runtime.shared_model(room.pk).counters()
+    assert sum(s.offered for s in seconds) == 27 * calls
+
+
+def test_a_chain_refuses_bad_layouts_and_runs_past_the_front(celery_worker):
+    room, teacher, _ = shared_class(3)
+    for tiers, words in (
+        (7, "Tiers: must be blank (no chain) or between 2 and 3 tiers (got 7)"),
+        (1, "Tiers: must be blank (no chain) or between 2 and 3 tiers (got 1)"),
+        ("three", "Tiers: must be blank (no chain) or between 2 and 3 tiers (got three)"),
+    ):
+        with pytest.raises(SettingsInvalid) as refused:
+            chain_services.classroom_set_chain(classroom=room, user=teacher,
+                                               values={"tiers": tiers})  # fmt: skip
+        assert str(refused.value.problems[0]) == words
+    assert not LabSession.objects.filter(classroom=room, tier__isnull=False).exists()
+
+    layout = chain_services.classroom_set_chain(
+        classroom=room, user=teacher, values={"tiers": 3, "order": "random"}
+    )
+    back = LabSession.objects.get(pk=layout[2][0])
+    with pytest.raises(traffic_services.TrafficInvalid, match="tier 3 of the class's chain"):
+        traffic_services.traffic_start(session=back, user=back.owner, rate=1, duration_s=1)
+    row = JournalEvent.objects.filter(session=back, kind="chain_set").latest("pk")
+    assert "this service is tier 3, the back" in row.message
+
+    chain_services.classroom_set_chain(classroom=room, user=teacher, values={"tiers": None})
+    assert not LabSession.objects.filter(classroom=room, tier__isnull=False).exists()
+    run = traffic_services.traffic_start(session=back, user=back.owner, rate=1, duration_s=1)
+    assert wait_run_ended(run).status == Traffic.Status.DONE
