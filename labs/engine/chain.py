@@ -102,15 +102,29 @@ def _seconds(timeout_ms: float | None) -> float | None:
 class Counted:
     """A tier's dependency, counted: ``count(tier, "in")`` for each call entering the tier
     (its first attempt, or a call its breaker refused) and ``count(tier, "out")`` for each
-    attempt leaving it. Passes the call context through to ``inner``."""
+    attempt leaving it. Passes the call context through to ``inner``. ``extra`` adds to a
+    burst's summary (the guarded client asks :meth:`burst_extra` at the burst's end): the
+    chain's figures for the burst, such as the attempts that reached the leaf."""
 
     wants_call_context = True
 
-    def __init__(self, inner: Any, *, tier: int, count: Callable[[int, str], None]) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        *,
+        tier: int,
+        count: Callable[[int, str], None],
+        extra: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
         self.inner = inner
         self.tier = tier
         self.count = count
+        self.extra = extra
         self._context = bool(getattr(inner, "wants_call_context", False))
+
+    def burst_extra(self) -> dict[str, Any]:
+        """What the chain adds to a burst's summary (empty without ``extra``)."""
+        return self.extra() if self.extra is not None else {}
 
     def refused(self, reason: str) -> None:
         self.count(self.tier, "in")

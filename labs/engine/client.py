@@ -405,6 +405,10 @@ class GuardedClient:
         else:
             results = self._run_callers(size, concurrency, first_call, burst)
         end = self.clock.now()
+        extra = self._burst_extra(results) if self.routes is not None else {}
+        chained = getattr(self.dependency, "burst_extra", None)  # a chain's figures
+        if chained is not None:
+            extra.update(chained())
         outcome = BurstResult(
             calls=results,
             wall_ms=(end - start) * 1000,
@@ -412,7 +416,7 @@ class GuardedClient:
             end_ms=end * 1000,
             burst=burst,
             concurrency=concurrency,
-            extra=self._burst_extra(results) if self.routes is not None else {},
+            extra=extra,
         )
         summary = outcome.summary()
         self._emit("burst_end", None, burst, None, narrate.burst_end(outcome, size), data=summary)

@@ -38,6 +38,7 @@ NUMBER_MEASURES = (
     "fast_failed",
     "attempts_total",
     "dependency_hits",
+    "leaf_hits",
     "backoff_ms_total",
     "degraded",
     "transition_count",
@@ -98,6 +99,8 @@ def observe(events: Iterable[Event], breaker_before: str = "closed") -> dict[str
         "fast_failed": summary.get("fast_failed", 0),
         "attempts_total": sum(a for _, a in calls),
         "dependency_hits": hits,
+        # In a chain of students: the attempts that reached the shared dependency at the back.
+        "leaf_hits": summary.get("leaf_hits", hits),
         "backoff_ms_total": round(float(summary.get("backoff_ms_total", 0.0)), 3),
         "degraded": summary.get("degraded", 0),
         "transition_count": len(transitions),

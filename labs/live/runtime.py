@@ -280,6 +280,16 @@ def inbound_key(session_id: int) -> str:
     return f"{namespace(session_id)}:inbound"
 
 
+def reserve_call_numbers(session_id: int, base: int, count: int) -> int:
+    """Take ``count`` numbers from the session's counter of answered calls (started at
+    ``base`` if Redis has none); returns the first."""
+    pipe = engine_redis().pipeline(transaction=True)
+    pipe.set(inbound_key(session_id), base, nx=True)
+    pipe.incrby(inbound_key(session_id), count)
+    _, last = pipe.execute()
+    return int(last) - count + 1
+
+
 def chain_key(classroom_id: int, second: int) -> str:
     """One second's counts of the class's chain (``in:<tier>``: calls entering the tier,
     ``out:<tier>``: attempts leaving it), under the shared model's hash tag; kept

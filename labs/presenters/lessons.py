@@ -270,6 +270,7 @@ MEASURE_UNITS = {
     "fast_failed": "calls",
     "attempts_total": "attempts",
     "dependency_hits": "attempts",
+    "leaf_hits": "attempts",
     "backoff_ms_total": "ms",
     "errors": "calls",
     "degraded": "calls",
@@ -425,6 +426,7 @@ WATCH_PLACES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("a_succeeded", "b_succeeded"), "The table of each dependency in the burst summary"),
     (("rejected_bulkhead", "pool_timeout"), "Refused by the bulkhead and Gave up waiting in the burst summary"),
     (("recovered",), "The Shared dependency card after the trigger, and the storm panel's time to recovery"),
+    (("leaf_hits",), "The storm panel's chain of students: each user request's hits on the shared dependency"),
 )  # fmt: skip
 
 

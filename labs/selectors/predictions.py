@@ -99,6 +99,7 @@ EXPLAINING_KINDS = {
     "fast_failed": ("transition", "rejected", "call_result"),
     "backoff_ms_total": ("sleep",),
     "dependency_hits": ("attempt", "transition"),
+    "leaf_hits": ("call_result",),
     "attempts_total": ("call_result", "budget_exhausted", "deadline_exceeded", "transition"),
 }
 EXPLAINING_ROWS = 20

@@ -103,9 +103,10 @@ def burst_start(*, session: LabSession, user, size: int, concurrency: int = 1) -
 def _start(*, session: LabSession, user, size: int, concurrency: int) -> Burst:
     with transaction.atomic():
         number, first_call, tier = _reserve_calls(session.pk, size)
-        if tier and tier > 1:  # rolled back: a service past the front answers, never starts
-            session.tier = tier
-            raise BurstInvalid([runs.in_chain_refusal(session)])  # type: ignore[list-item]
+        first = runs.first_call_no(session.pk, tier, first_call, size)
+        if first != first_call:  # past the front of a chain: numbered on from its answers
+            first_call = first
+            LabSession.objects.filter(pk=session.pk).update(next_call_no=first + size)
         # The partial unique index one_active_burst_per_session refuses a second queued
         # or running burst (labs.services.runs.start): no query looks for one first.
         burst = Burst.objects.create(

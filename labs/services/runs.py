@@ -19,10 +19,9 @@ from typing import Any, TypeVar
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from labs.engine import Problem
 from labs.journal import store as journal
 from labs.live import runtime
-from labs.models import LabSession, Run
+from labs.models import Run
 
 T = TypeVar("T")
 
@@ -123,14 +122,11 @@ def reap_stale(kind: RunKind, *, session_id: int | None = None) -> int:
     return marked
 
 
-def in_chain_refusal(session: LabSession) -> Problem | None:
-    """Why ``session`` may not start a run of its own: a service past the front tier answers
-    the calls of the tier in front of it (its numbers come from that chain)."""
-    if not session.tier or session.tier == 1:
-        return None
-    return Problem(
-        "tier",
-        f"this service is in tier {session.tier} of the class's chain: it answers tier "
-        f"{session.tier - 1}'s calls, and runs start at the front tier (tier 1)",
-        label="Chain of students",
-    )
+def first_call_no(session_id: int, tier: int | None, first: int, size: int) -> int:
+    """The first of ``size`` call numbers a run reserved from ``first`` on (the session's
+    ``next_call_no``). A service past the front of a chain also numbers the calls it answers,
+    from its counter in Redis: its own run takes its numbers from that counter too, so no two
+    calls of the session share a number; the caller then moves ``next_call_no`` past them."""
+    if not tier or tier < 2:
+        return first
+    return runtime.reserve_call_numbers(session_id, first - 1, size)

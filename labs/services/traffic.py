@@ -99,14 +99,11 @@ def _start(session: LabSession, user, rate: int, duration_s: int, arrivals: str)
         locked = LabSession.objects.select_for_update().get(pk=session.pk)
         if locked.traffic.filter(status__in=Traffic.ACTIVE_STATUSES).exists():
             raise TrafficAlreadyRunning(_already_running())
-        refusal = runs.in_chain_refusal(locked)
-        if refusal is not None:
-            raise TrafficInvalid([refusal])
         number = locked.traffic.count() + 1
         seed = traffic_seed(locked.seed, locked.pk, number)
         calls = len(arrival_schedule(rate, duration_s, arrivals, seed))
-        first_call = locked.next_call_no
-        locked.next_call_no += calls
+        first_call = runs.first_call_no(locked.pk, locked.tier, locked.next_call_no, calls)
+        locked.next_call_no = first_call + calls
         locked.save(update_fields=["next_call_no", "updated_at"])
         traffic = Traffic.objects.create(
             session=locked,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -38,14 +39,18 @@ def build_engine(
         return runtime.build_engine(session, sink=sink, rng=rng, clock=clock, client=client)
     tier, index = place
     depth = len(layout)
-    count = _counter(client, session.classroom_id, clock)
+    tally: Counter[tuple[int, str]] = Counter()
+    count = _counter(client, session.classroom_id, clock, tally)
     services: list[_Inbound] = []
     for number in range(depth, tier, -1):
         services = [
             _inbound(s, number, i, depth, services, count, clock, client, rng)
             for i, s in enumerate(layout[number - 1], start=1)
         ]
-    wrap = _wrap(tier, index, depth, services, count, clock)
+    # A burst's summary says how many of its attempts reached the shared dependency: the
+    # back tier's attempts of this run's chain (built for this run alone).
+    wrap = _wrap(tier, index, depth, services, count, clock,
+                 extra=lambda: {"leaf_hits": tally[(depth, "out")], "tier": tier})  # fmt: skip
     return runtime.build_engine(session, sink=sink, rng=rng, clock=clock, client=client, wrap=wrap)
 
 
@@ -63,22 +68,26 @@ def service_name(tier: int, index: int) -> str:
 
 
 def _wrap(
-    tier: int, index: int, depth: int, downstream: list[_Inbound], count, clock
+    tier: int, index: int, depth: int, downstream: list[_Inbound], count, clock, extra=None
 ) -> Callable[[Any], Any]:
     def wrap(dependency: Any) -> Any:
         if tier < depth:
             dependency = NextTier(downstream, clock=clock, caller=service_name(tier, index))
-        return Counted(dependency, tier=tier, count=count)
+        return Counted(dependency, tier=tier, count=count, extra=extra)
 
     return wrap
 
 
-def _counter(client, classroom_id: int, clock) -> Callable[[int, str], None]:
-    """``count(tier, "in" | "out")``: one ``HINCRBY`` on the second's key and its
-    ``EXPIRE``, sent with the hub's next batch without waiting for the replies."""
+def _counter(
+    client, classroom_id: int, clock, tally: Counter[tuple[int, str]]
+) -> Callable[[int, str], None]:
+    """``count(tier, "in" | "out")``: into the run's ``tally``, and one ``HINCRBY`` on the
+    second's key with its ``EXPIRE``, sent with the hub's next batch without waiting for the
+    replies."""
     keep = str(runtime.CHAIN_KEEP_S)
 
     def count(tier: int, direction: str) -> None:
+        tally[(tier, direction)] += 1
         key = runtime.chain_key(classroom_id, int(clock.now()))
         client.send_nowait(("HINCRBY", key, f"{direction}:{tier}", 1))
         client.send_nowait(("EXPIRE", key, keep))

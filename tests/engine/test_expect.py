@@ -27,6 +27,8 @@ RIGHT = {
     "fast_failed": 3,
     "attempts_total": 12,
     "dependency_hits": 12,
+    # no chain: the dependency is the leaf
+    "leaf_hits": 12,
     "backoff_ms_total": 525,
     "attempts": [4, 4, 4, 0, 0, 0],
     "transitions": [{"from": "closed", "to": "open", "call": 9}],
@@ -52,6 +54,7 @@ WRONG = {
     "fast_failed": 0,
     "attempts_total": 24,
     "dependency_hits": 24,
+    "leaf_hits": 24,
     "backoff_ms_total": 600,
     "attempts": [4, 4, 4, 4, 4, 4],
     "transitions": [{"from": "closed", "to": "open", "call": 10}],

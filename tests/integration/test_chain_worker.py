@@ -10,8 +10,8 @@ import pytest
 
 from labs.live import runtime
 from labs.models import JournalEvent, LabSession, Traffic
+from labs.services import bursts, lab
 from labs.services import chain as chain_services
-from labs.services import lab
 from labs.services import shared as shared_services
 from labs.services import traffic as traffic_services
 from labs.services.lab import SettingsInvalid
@@ -80,8 +80,16 @@ def test_three_tiers_of_three_attempts_reach_the_leaf_27_times_per_request(celer
     seconds = runtime.shared_model(room.pk).counters()
     assert sum(s.offered for s in seconds) == 27 * calls
 
+    # A burst at the front says in its summary how many attempts reached the leaf (what a
+    # lesson's step asks), and a burst one tier back a third of that.
+    front_burst = wait_run_ended(bursts.burst_start(session=front[0], user=front[0].owner, size=1))
+    mid = LabSession.objects.get(pk=middle[0])
+    mid_burst = wait_run_ended(bursts.burst_start(session=mid, user=mid.owner, size=1))
+    assert front_burst.summary["leaf_hits"] == 27 and front_burst.summary["tier"] == 1
+    assert mid_burst.summary["leaf_hits"] == 9 and mid_burst.summary["attempts_total"] == 3
 
-def test_a_chain_refuses_bad_layouts_and_runs_past_the_front(celery_worker):
+
+def test_a_chain_refuses_bad_layouts_and_its_back_tier_runs_its_own_traffic(celery_worker):
     room, teacher, _ = shared_class(3)
     for tiers, words in (
         (7, "Tiers: must be blank (no chain) or between 2 and 3 tiers (got 7)"),
@@ -98,10 +106,11 @@ def test_a_chain_refuses_bad_layouts_and_runs_past_the_front(celery_worker):
         classroom=room, user=teacher, values={"tiers": 3, "order": "random"}
     )
     back = LabSession.objects.get(pk=layout[2][0])
-    with pytest.raises(traffic_services.TrafficInvalid, match="tier 3 of the class's chain"):
-        traffic_services.traffic_start(session=back, user=back.owner, rate=1, duration_s=1)
     row = JournalEvent.objects.filter(session=back, kind="chain_set").latest("pk")
     assert "this service is tier 3, the back" in row.message
+    # The back tier's own run calls the shared dependency, as its answers do.
+    run = traffic_services.traffic_start(session=back, user=back.owner, rate=2, duration_s=1)
+    assert wait_run_ended(run).status == Traffic.Status.DONE
 
     chain_services.classroom_set_chain(classroom=room, user=teacher, values={"tiers": None})
     assert not LabSession.objects.filter(classroom=room, tier__isnull=False).exists()

@@ -1,6 +1,6 @@
 """The class's chain of students on the web side: the dashboard's form, the admin's fields,
 the service's refusals (each in the form's words, nothing changed), and a service past the
-front refused a run of its own. The chain running on a worker: tests/integration/
+front numbering its own runs on from the calls it answered. The chain running on a worker: tests/integration/
 test_chain_worker.py; in the browser: tests/e2e/test_chain_lesson.py."""
 
 from __future__ import annotations
@@ -98,15 +98,21 @@ def test_a_student_cannot_arrange_the_class(client, classroom, student, sessions
     assert set(tiers_of(classroom).values()) == {None}
 
 
-def test_a_service_past_the_front_runs_no_burst_of_its_own(classroom, instructor, sessions):
+def test_a_service_past_the_front_numbers_its_own_burst_on_from_the_calls_it_answered(
+    classroom, instructor, sessions
+):
+    from labs.live import runtime
+
     layout = svc.classroom_set_chain(classroom=classroom, user=instructor, values={"tiers": 2})
     back = LabSession.objects.get(pk=layout[1][0])
-    with pytest.raises(bursts.BurstInvalid, match="tier 2 of the class's chain"):
-        bursts.burst_start(session=back, user=back.owner, size=3)
+    runtime.engine_redis().set(runtime.inbound_key(back.pk), 50)  # it answered calls 1 to 50
+    burst = bursts.burst_start(session=back, user=back.owner, size=3)
+    assert (burst.number, burst.first_call_no) == (1, 51)
     back.refresh_from_db()
-    assert back.burst_count == 0  # the reservation was rolled back
+    assert back.next_call_no == 54
+    assert int(runtime.engine_redis().get(runtime.inbound_key(back.pk))) == 53
     front = LabSession.objects.get(pk=layout[0][0])
-    assert bursts.burst_start(session=front, user=front.owner, size=3).number == 1
+    assert bursts.burst_start(session=front, user=front.owner, size=3).first_call_no == 1
 
 
 def test_the_admin_sets_the_tiers_and_refuses_them_out_of_range(
