@@ -168,8 +168,11 @@ def classroom_simulate(
         traffic_stop(session=session, user=user)
         result.sessions.append(session)
         result.policies[session.pk] = name
-    # Start every bot's traffic last, close together, so the load arrives at once.
+    # Start every bot's traffic last, close together, so the load arrives at once; in a
+    # chain of students, the front tier's only (the others answer its calls).
     for session in result.sessions:
+        if session.tier and session.tier > 1:
+            continue
         result.traffic.append(
             _start_when_free(session, rate=rate, duration_s=duration_s, arrivals=arrivals)
         )

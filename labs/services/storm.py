@@ -40,7 +40,9 @@ def _shared_sessions(classroom: Classroom) -> list[LabSession]:
 def classroom_traffic_start(
     *, classroom: Classroom, user, rate: object, duration_s: object, arrivals: object = "poisson"
 ) -> ClassActionResult:
-    """Start ``rate`` calls/s for ``duration_s`` s in every shared-mode session of the class.
+    """Start ``rate`` calls/s for ``duration_s`` s in every shared-mode session of the class;
+    while the class is a chain of students, in its front tier's only (the others answer
+    them: labs.services.chain).
 
     Raises TrafficInvalid (fields and ranges named, nothing started) for bad settings or a
     class with no session on the shared dependency, PermissionDenied unless ``user`` teaches
@@ -55,6 +57,8 @@ def classroom_traffic_start(
         raise TrafficInvalid(
             [Problem("sessions", "no session of the class calls the shared dependency yet")]
         )
+    if any(s.tier for s in sessions):
+        sessions = [s for s in sessions if s.tier == 1]
     result = ClassActionResult()
     for session in sessions:
         try:

@@ -227,8 +227,9 @@ EXPLAINED = {
 }
 #: The shared-dependency lessons need a class's shared model and the instructor's trigger:
 #: the storm is tested on the storm panel (test_storm_panel.py), the edge's questions in
-#: test_find_the_edge.py, the server's defences in test_server_defences.py, not here.
-CLASS_LESSONS = ("storm_lesson", "find_the_edge", "server_defences")
+#: test_find_the_edge.py, the server's defences in test_server_defences.py, the chain in
+#: test_chain_lesson.py, not here.
+CLASS_LESSONS = ("storm_lesson", "find_the_edge", "server_defences", "chain_of_students")
 PACED = sorted(p.stem for p in (ROOT / "scenarios").glob("*.json") if p.stem not in CLASS_LESSONS)
 
 

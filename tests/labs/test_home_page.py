@@ -53,8 +53,8 @@ def test_the_lessons_are_grouped_with_the_tour_first(client, shipped_class):
     assert groups[0][1] == ["tour"]
     assert set(groups[2][1]) == BEYOND
     # each after the one it builds on
-    assert groups[3][1] == ["storm_lesson", "find_the_edge", "server_defences"]
-    assert sum(len(slugs) for _, slugs in groups) == 14
+    assert groups[3][1] == ["storm_lesson", "find_the_edge", "server_defences", "chain_of_students"]
+    assert sum(len(slugs) for _, slugs in groups) == 15
     tour = html.split('data-scenario="tour"')[1].split("</li>")[0]
     assert "The guided first lesson" in tour and "6 steps" in tour
 

@@ -35,7 +35,7 @@ SCRIPT_ONLY_FOR_MODEL = ("instructions",)
 #: Lessons that build on another (Find the edge starts from the storm lesson's policy and
 #: panel; The server defends itself from Find the edge's load): seeded after the others, so a
 #: class's list shows them after what they build on.
-FOLLOW_UPS = ("find_the_edge", "server_defences")
+FOLLOW_UPS = ("find_the_edge", "server_defences", "chain_of_students")
 
 
 def load_scenario_files(directory: Path) -> list[tuple[str, dict]]:
@@ -54,8 +54,14 @@ def load_scenario_files(directory: Path) -> list[tuple[str, dict]]:
 
 def seed_order(documents: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
     """``documents`` in the order a class lists them: "tour" first (the guided introduction),
-    then by file name, lessons that build on another (:data:`FOLLOW_UPS`) last."""
-    return sorted(documents, key=lambda item: (item[0] != "tour", item[0] in FOLLOW_UPS, item[0]))
+    then by file name, lessons that build on another (:data:`FOLLOW_UPS`) last, in that
+    list's order."""
+
+    def key(item: tuple[str, dict]) -> tuple[bool, int, str]:
+        after = FOLLOW_UPS.index(item[0]) + 1 if item[0] in FOLLOW_UPS else 0
+        return item[0] != "tour", after, item[0]
+
+    return sorted(documents, key=key)
 
 
 def upsert_scenario(slug: str, document: dict, position: int) -> Scenario:
