@@ -23,7 +23,7 @@ def storm_traffic_defaults(classroom_id: int) -> dict[str, Any]:
     """What the storm panel's Start traffic offers: the class's lesson's traffic (the first
     of its scenarios, by position, whose script names one; a shared-dependency lesson before
     any other), else the lab's defaults; with the number of sessions on the shared dependency
-    and its capacity, so the form can say the load it will offer before it starts
+    (of the front tier, while the class is a chain of students: ``chained``) and its capacity, so the form can say the load it will offer before it starts
     (:func:`labs.presenters.storm.offered_load_text`)."""
     scenarios = sorted(
         Scenario.objects.filter(classrooms__pk=classroom_id).values("position", "slug", "script"),
@@ -35,13 +35,15 @@ def storm_traffic_defaults(classroom_id: int) -> dict[str, Any]:
         ),
     )
     values = traffic_defaults(scenarios[0]["script"] if scenarios else {})
-    sessions = LabSession.objects.filter(
-        classroom_id=classroom_id, dependency__mode="shared"
-    ).count()
+    shared = LabSession.objects.filter(classroom_id=classroom_id, dependency__mode="shared")
+    # In a chain of students, Start traffic starts the front tier's (labs.services.storm).
+    chained = shared.filter(tier__isnull=False).exists()
+    sessions = shared.filter(tier=1).count() if chained else shared.count()
     capacity = runtime.shared_config(classroom_id).capacity_per_s
     return {
         **values,
         "sessions": sessions,
+        "chained": chained,
         "capacity_per_s": capacity,
     }
 

@@ -178,7 +178,7 @@ def _answer(
             "problems": problems,
             "fault": class_services.active_fault(classroom=classroom),
             # the chain form's "Now:" line, swapped in beside the answer
-            "chain": storm_reads.chain_settings(classroom=classroom) if chain else None,
+            "chain_answered": storm_reads.chain_settings(classroom=classroom) if chain else None,
         }
         return render(request, f"{TEMPLATE}#action-result", context, status=status)
     if problems:
