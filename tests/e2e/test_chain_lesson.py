@@ -147,7 +147,7 @@ def test_three_tiers_of_students_show_27_hits_per_request_and_grade_the_predicti
             ["1 (front)", "3"], ["2", "3"], ["3 (back)", "3"],
         ], shown  # fmt: skip
         for row in shown["rows"]:
-            per_call = float(row[4].rstrip("×"))
+            per_call = float(row[4].rstrip("\u00d7"))
             # a call at a window's edge may have its attempts counted in the next second
             assert 2.7 <= per_call <= 3.3, shown
         hits = float(re.search(r"dependency ([\d.]+) times", shown["leaf"]).group(1))
