@@ -82,15 +82,19 @@ def _counter(
     client, classroom_id: int, clock, tally: Counter[tuple[int, str]]
 ) -> Callable[[int, str], None]:
     """``count(tier, "in" | "out")``: into the run's ``tally``, and one ``HINCRBY`` on the
-    second's key with its ``EXPIRE``, sent with the hub's next batch without waiting for the
-    replies."""
+    second's key (with its ``EXPIRE`` the first time this run writes that second), sent with
+    the hub's next batch without waiting for the replies."""
     keep = str(runtime.CHAIN_KEEP_S)
+    expiring = [-1]  # the last second whose key this run gave an expiry
 
     def count(tier: int, direction: str) -> None:
         tally[(tier, direction)] += 1
-        key = runtime.chain_key(classroom_id, int(clock.now()))
+        second = int(clock.now())
+        key = runtime.chain_key(classroom_id, second)
         client.send_nowait(("HINCRBY", key, f"{direction}:{tier}", 1))
-        client.send_nowait(("EXPIRE", key, keep))
+        if second != expiring[0]:
+            expiring[0] = second
+            client.send_nowait(("EXPIRE", key, keep))
 
     return count
 
