@@ -22,6 +22,12 @@ everyone's traffic at once (the storm panel's service) and fires a ``down`` trig
 (the service the panel's trigger form calls) ``TRIGGER_AT_S`` seconds in (a third of ``--for``
 when shorter).
 
+``--tiers N`` arranges the bots in a chain of students of N tiers (``labs.services.chain``)
+before the traffic: the front tier's bots run it, every tier calls the next through its own
+policy, the back tier calls the shared dependency. The figures count every tier's attempts;
+the counts check takes the back tier's (the shared model's), and a table per tier gives the
+calls in, the attempts out and the CPU per user request.
+
 ``--pages N`` also starts a real ``daphne`` (as ``benchmarks/push_bench.py`` does) and opens
 N websocket clients on the sessions' lab pages (one per session, up to N, each logged in as
 the session's student) and one on the instructor's storm panel, as the pages open them. They
@@ -191,7 +197,7 @@ def start_daphne(bench: Bench) -> tuple[subprocess.Popen, int]:
     logdir = bench.log_dir()
     env = push_bench.process_env()
     collect_static(env)
-    (_, proc), = push_bench.start_web(bench, port, logdir, env)
+    ((_, proc),) = push_bench.start_web(bench, port, logdir, env)
     bench.wait_ready(proc, "daphne", lambda: push_bench.web_answers(port), str(logdir))
     return proc, port
 
@@ -446,9 +452,11 @@ def measure(args, bench: Bench) -> None:
     setup_django()
     import redis
     from django.db.models import Max, Min
+    from django.utils import timezone
 
     from labs.live import runtime
     from labs.models import JournalEvent, LabSession, Traffic
+    from labs.services.chain import classroom_set_chain
     from labs.services.shared import classroom_fire_trigger
     from labs.services.simulate import classroom_simulate
     from labs.services.storm import classroom_traffic_start
@@ -472,19 +480,33 @@ def measure(args, bench: Bench) -> None:
         time.sleep(2)  # the writer processes start beside the workers
         procs = processes(workers, bench, daphne)
         rclient = redis.Redis.from_url(os.environ["REDIS_URL"])
+        if args.tiers:  # the bots' sessions (a second of traffic makes them), then the chain
+            chained = classroom_simulate(
+                classroom=room, students=args.sessions, policy=args.policy, rate=1,
+                duration_s=1, arrivals="poisson",
+            )  # fmt: skip
+            while Traffic.objects.filter(session__classroom=room,
+                                         status__in=Traffic.ACTIVE_STATUSES).exists():  # fmt: skip
+                time.sleep(0.2)
+            JournalEvent.objects.filter(session__classroom=room).delete()
+            runtime.shared_model(room.pk).reset()
+            classroom_set_chain(classroom=room, user=teacher, values={"tiers": args.tiers})
+            if args.pages:
+                pages = open_pages(port, chained.sessions, room, teacher, args.pages)
         if args.storm and args.pages:  # the lesson's pages are open before its traffic starts
             sessions = list(LabSession.objects.filter(classroom=room).select_related("owner")
                             .order_by("pk"))  # fmt: skip
             pages = open_pages(port, sessions, room, teacher, args.pages)
+        setup_done = timezone.now()  # the runs measured start after it
         cpu0 = {name: cpu_seconds(pid) for name, pid in procs.items()}
         own0 = os.times()
         cmd0 = commandstats(rclient)
         reads0 = rclient.info("stats")["total_reads_processed"]
         t0, wall0 = time.monotonic(), time.time()
-        if args.storm:  # the instructor starts everyone's traffic, as on the storm panel
+        if args.storm or args.tiers:  # the instructor starts the traffic on the storm panel
             classroom_traffic_start(classroom=room, user=teacher, rate=args.rate,
                                     duration_s=args.for_s, arrivals="poisson")  # fmt: skip
-            trigger_at = min(TRIGGER_AT_S, args.for_s // 3)
+            trigger_at = min(TRIGGER_AT_S, args.for_s // 3) if args.storm else None
         else:
             sim = classroom_simulate(
                 classroom=room, students=args.sessions, policy=args.policy, rate=args.rate,
@@ -492,7 +514,8 @@ def measure(args, bench: Bench) -> None:
             )  # fmt: skip
             if args.pages:
                 pages = open_pages(port, sim.sessions, room, teacher, args.pages)
-        ids = list(Traffic.objects.filter(session__classroom=room).values_list("pk", flat=True))
+        ids = list(Traffic.objects.filter(session__classroom=room, created_at__gte=setup_done)
+                   .values_list("pk", flat=True))  # fmt: skip
         while Traffic.objects.filter(pk__in=ids, status__in=Traffic.ACTIVE_STATUSES).exists():
             if trigger_at is not None and fired is None and time.monotonic() - t0 >= trigger_at:
                 fired = classroom_fire_trigger(classroom=room, user=teacher, values=dict(TRIGGER))
@@ -545,6 +568,15 @@ def measure(args, bench: Bench) -> None:
     outcomes = Counter(d.get("outcome") or o for _t, _c, d, o, _a in attempts)  # the model's
     calls = rows.filter(kind="call_result").count()
     counters = runtime.shared_model(room.pk).counters()
+    layout = runtime.chain_layout(room.pk) if args.tiers else []
+    decided = attempts  # the attempts the shared model decided: the back tier's, in a chain
+    if layout:
+        back = [s.pk for s in layout[-1]]
+        decided = list(
+            rows.filter(kind="attempt", session_id__in=back).values_list(
+                "t_ms", "created_at", "data", "outcome", "attempt_no"
+            )
+        )
 
     print(f"storm_bench: {args.sessions} sessions x {args.rate} calls/s (poisson) for "
           f"{args.for_s} s, policy {policy}, {args.workers} worker process(es); shared "
@@ -564,6 +596,9 @@ def measure(args, bench: Bench) -> None:
         k = min(args.pages, args.sessions)
         print(f"pages: {k} lab page{'s' if k != 1 else ''} and the storm panel on "
               f"daphne, in this process; lab page reconnects {pages.reconnects()}")  # fmt: skip
+    if layout:
+        print(f"chain of students: {len(layout)} tiers of "
+              f"{', '.join(str(len(t)) for t in layout)} sessions; the front tier's traffic")  # fmt: skip
     print(f"traffic runs: {dict(statuses)}; {calls} calls, {n} attempts "
           f"({', '.join(f'{k} {v}' for k, v in outcomes.most_common())}); "
           f"wall {elapsed:.1f} s")  # fmt: skip
@@ -628,8 +663,12 @@ def measure(args, bench: Bench) -> None:
     print(f"{'(not summed: this process)':<32} {own:>8.2f} {1000 * own / n:>11.3f} "
           f"{100 * own / elapsed:>13.1f}%  the page clients and the polling")  # fmt: skip
 
+    if layout:
+        chain_table(runtime.chain_now(room.pk, len(layout), now=int(wall1) + 2,
+                                      window_s=int(wall1 - wall0) + 4), summed)  # fmt: skip
+
     # The figures beside their targets.
-    equal, differ, undecided = counts_check(attempts, counters)
+    equal, differ, undecided = counts_check(decided, counters)
     ends = Counter(rows.filter(kind="traffic_end").values_list("session_id", flat=True))
     journaled = Counter(rows.filter(kind="call_result").values_list("session_id", flat=True))
     made = {r.session_id: int((r.summary or {}).get("finished", -1)) for r in runs}
@@ -663,7 +702,8 @@ def measure(args, bench: Bench) -> None:
         ("nothing lost: runs ended, rows present",
          f"{done} of {len(runs)} runs done; {sum(journaled.values())} of "
          f"{sum(max(v, 0) for v in made.values())} calls journaled; {short} session(s) short",
-         "all", done == len(runs) == args.sessions and not short),
+         "all", done == len(runs) == (len(layout[0]) if layout else args.sessions)
+         and not short),
     ]  # fmt: skip
     print()
     head = f"{'measure':<54} {'figure':<58} {'target':<11} met"
@@ -676,8 +716,36 @@ def measure(args, bench: Bench) -> None:
         print(f"  differs: {line}")
 
 
+def chain_table(chain: dict, cpu_s: float) -> None:
+    """Per tier of a chain of students: calls in, attempts out, their ratio; and the CPU of
+    every process per user request (a call entering the front tier)."""
+    print()
+    print(f"{'tier':<6} {'calls in':>9} {'attempts out':>13} {'per call':>9}")
+    for tier in chain["tiers"]:
+        calls_in = round(tier["calls_per_s"] * chain["window_s"])
+        out = round(tier["attempts_per_s"] * chain["window_s"])
+        ratio = f"{tier['amplification']:.2f}" if tier["amplification"] else "-"
+        print(f"{tier['tier']:<6} {calls_in:>9} {out:>13} {ratio:>9}")
+    requests = chain["tiers"][0]["calls_per_s"] * chain["window_s"]
+    if requests:
+        print(f"leaf hits per user request {chain['leaf_per_request']}; CPU per user request "
+              f"{1000 * cpu_s / requests:.2f} ms, every process summed")  # fmt: skip
+
+
+class _Parser(argparse.ArgumentParser):
+    """Refuses ``--tiers`` beside ``--storm`` (the lesson's students are not a chain), as
+    argparse refuses its other options: before anything starts."""
+
+    def parse_args(self, *args, **kwargs):  # type: ignore[override]
+        parsed = super().parse_args(*args, **kwargs)
+        if parsed.storm and parsed.tiers:
+            self.error("argument --tiers: not allowed with argument --storm (the storm "
+                       "lesson's students are not a chain)")  # fmt: skip
+        return parsed
+
+
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = _Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int_range(1, 200), default=30, help="1 to 200")
     parser.add_argument("--rate", type=int_range(1, 20), default=10,
                         help="calls/s per session (1 to 20)")  # fmt: skip
@@ -692,6 +760,12 @@ def parser() -> argparse.ArgumentParser:
     how.add_argument("--storm", action="store_true",
                      help="the storm lesson: its naive policy, its dependency, and an 8 s down "
                      "trigger during the run")  # fmt: skip
+    parser.add_argument(
+        "--tiers",
+        type=int_range(2, 6),
+        default=None,
+        help="2 to 6: the bots in a chain of students this deep",
+    )
     parser.add_argument("--pages", type=int_range(0, 200), default=0,
                         help="websocket clients through daphne: lab pages, one per session, "
                         "up to this many, and the storm panel (0 to 200; 0: none)")  # fmt: skip

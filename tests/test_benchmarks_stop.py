@@ -152,6 +152,8 @@ STORM_BENCH_BAD = {
     "pages": (["--pages", "201"], "--pages"),
     "servers": (["--servers", "65"], "--servers"),
     "storm with a policy": (["--storm", "--policy", "naive"], "--policy"),
+    "tiers": (["--tiers", "7"], "--tiers"),
+    "storm with tiers": (["--storm", "--tiers", "3"], "--tiers"),
 }
 
 

@@ -86,3 +86,21 @@ def ms_text(value: Any) -> str:
         return "-"
     value = float(value)
     return f"{value:.0f} ms" if value.is_integer() or value >= 100 else f"{value:.1f} ms"
+
+
+def chain_place(tier: int, depth: int) -> str:
+    """Where a service sits in a chain of students of ``depth`` tiers, in the student's
+    words (its journal's ``chain_set`` row and its lab page say it)."""
+    if tier == 1:
+        return (
+            f"tier 1 of {depth}, the front: its calls go through the services of tiers 2 to "
+            f"{depth} before the shared dependency"
+        )
+    if tier == depth:
+        return (
+            f"tier {tier} of {depth}, the back: it answers tier {tier - 1}'s calls by calling "
+            "the shared dependency"
+        )
+    return (
+        f"tier {tier} of {depth}: it answers tier {tier - 1}'s calls by calling tier {tier + 1}'s"
+    )

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import connection
-from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.db.models import BooleanField, ExpressionWrapper, Max, Q
 
 from labs.engine.validate import traffic_defaults
 from labs.journal import rows as journal_rows
@@ -22,6 +22,7 @@ from labs.models import (
     LabSession,
     Traffic,
 )
+from labs.presenters.text import chain_place
 
 #: Journal rows per page of the lab page's journal.
 JOURNAL_PAGE = 100
@@ -252,3 +253,14 @@ def second_rows(session_id: int, second: int) -> tuple[list[dict[str, Any]], int
     page = [event_payload(row) for row in rows.order_by("seq")[:SECOND_ROWS_MAX]]
     total = len(page) if len(page) < SECOND_ROWS_MAX else rows.count()
     return page, total
+
+
+def chain_place_of(session: LabSession) -> str:
+    """Where the session's service sits in its class's chain of students, in words; empty
+    when the class has none (one query, only for a session in a chain)."""
+    if not session.tier:
+        return ""
+    depth = LabSession.objects.filter(classroom_id=session.classroom_id).aggregate(
+        depth=Max("tier")
+    )["depth"]
+    return chain_place(session.tier, depth or session.tier)

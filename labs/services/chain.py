@@ -22,7 +22,7 @@ from labs.engine.chain import MAX_TIERS, MIN_TIERS, validate_chain
 from labs.journal import store as journal
 from labs.live import runtime
 from labs.models import Burst, Classroom, LabSession, Traffic
-from labs.presenters.text import actor_name
+from labs.presenters.text import actor_name, chain_place
 from labs.services.lab import SettingsInvalid
 from labs.services.shared import _check_teaches
 
@@ -148,17 +148,7 @@ def _describe(user, layout: list[list[LabSession]], order: str, tier: int | None
     said = f"the class's chain set by {who}: {depth} tiers ({sizes} services, {ORDERS[order]})"
     if tier is None:
         return f"{said}; this session is not in it (it is not on the shared dependency)"
-    if tier == 1:
-        where = (
-            "tier 1, the front: its calls go through the services of tiers 2 to "
-            f"{depth} before the shared dependency"
-        )
-    elif tier == depth:
-        where = f"tier {tier}, the back: it answers tier {tier - 1}'s calls by calling the "
-        where += "shared dependency"
-    else:
-        where = f"tier {tier}: it answers tier {tier - 1}'s calls by calling tier {tier + 1}'s"
-    return f"{said}; this service is {where}"
+    return f"{said}; this service is {chain_place(tier, depth)}"
 
 
 def _free_inbound_numbers(sessions: list[LabSession]) -> None:

@@ -58,6 +58,7 @@ from labs.selectors.access import owned_session, visible_session
 from labs.selectors.lab import (
     breaker_now,
     burst_rows,
+    chain_place_of,
     chart_events,
     journal_items,
     journal_page,
@@ -113,6 +114,7 @@ def page_context(
     burst = latest_burst(session)
     return {
         "session": session,
+        "chain_place": chain_place_of(session),
         "read_only": is_read_only(request.user, session),
         "breaker": breaker_for_page(session),
         "journal_rows": journal_items(session.pk, rows),

@@ -119,10 +119,14 @@ def test_three_tiers_of_students_show_27_hits_per_request_and_grade_the_predicti
         login(page, daphne_server, "alice_c", DEFAULT_PASSWORD)
         page.goto(f"{daphne_server}/sessions/{session.pk}/")
         expect(page.locator("#journal-rows")).to_contain_text(
-            "this service is tier 1, the front: its calls go through the services of tiers 2 "
-            "to 3 before the shared dependency"
+            "this service is tier 1 of 3, the front: its calls go through the services of "
+            "tiers 2 to 3 before the shared dependency"
         )
         expect(page.locator("#step-prediction-1")).to_contain_text("It depends on your tier.")
+        expect(page.locator("#chain-place")).to_have_text(
+            "Chain of students: your service is tier 1 of 3, the front: its calls go through "
+            "the services of tiers 2 to 3 before the shared dependency."
+        )
 
         # The front tier's bots call through the chain while the dependency is down.
         panel = watch(teacher, errors)

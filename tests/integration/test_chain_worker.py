@@ -107,7 +107,7 @@ def test_a_chain_refuses_bad_layouts_and_its_back_tier_runs_its_own_traffic(cele
     )
     back = LabSession.objects.get(pk=layout[2][0])
     row = JournalEvent.objects.filter(session=back, kind="chain_set").latest("pk")
-    assert "this service is tier 3, the back" in row.message
+    assert "this service is tier 3 of 3, the back" in row.message
     # The back tier's own run calls the shared dependency, as its answers do.
     run = traffic_services.traffic_start(session=back, user=back.owner, rate=2, duration_s=1)
     assert wait_run_ended(run).status == Traffic.Status.DONE

@@ -50,7 +50,7 @@ def test_the_dashboard_form_arranges_the_tiers_and_says_so(client, classroom, in
     assert sorted(t for t in tiers.values() if t) == [1, 1, 2, 2]
     assert tiers[sessions[4].pk] is None  # the private one is not in the chain
     first = JournalEvent.objects.filter(session=sessions[0], kind="chain_set").get()
-    assert "this service is tier 1, the front" in first.message
+    assert "this service is tier 1 of 2, the front" in first.message
     private = JournalEvent.objects.filter(session=sessions[4], kind="chain_set").get()
     assert "not in it (it is not on the shared dependency)" in private.message
 
