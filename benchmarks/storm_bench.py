@@ -700,7 +700,7 @@ def measure(args, bench: Bench) -> None:
          f"{equal} cells equal, {len(differ)} differ, {undecided} rows without a decision",
          "all equal", not differ and not undecided),
         ("nothing lost: runs ended, rows present",
-         f"{done} of {len(runs)} runs done; {sum(journaled.values())} of "
+         f"{done} of {len(runs)} runs done; {sum(journaled[s] for s in made)} of "
          f"{sum(max(v, 0) for v in made.values())} calls journaled; {short} session(s) short",
          "all", done == len(runs) == (len(layout[0]) if layout else args.sessions)
          and not short),
