@@ -8,13 +8,16 @@ the student's prediction of 27 for one call at the front is graded right from th
 What the pages show is checked as text: the form holds back a tier count out of range, its
 answer and its "Now:" line say the layout, the student's journal says the tier, the panel's
 rows and leaf line carry the figures. At 1920x1080 and 390x844; no console error, no CSP
-violation.
+violation. With ``LAB_UPDATE_README_SCREENSHOT=1`` the panel's screenshot also goes to
+docs/img/ for the README.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import time
 
 import pytest
@@ -174,6 +177,10 @@ def test_three_tiers_of_students_show_27_hits_per_request_and_grade_the_predicti
         expect(step).to_contain_text("3 x 3 x 3 = 27")
         page.screenshot(path=str(ARTIFACTS / "chain-student-1920.png"))
         panel.screenshot(path=str(ARTIFACTS / "chain-panel-1920.png"))
+        if os.environ.get("LAB_UPDATE_README_SCREENSHOT") == "1":  # the README's picture
+            shutil.copy(
+                ARTIFACTS / "chain-panel-1920.png", ROOT / "docs" / "img" / "chain-panel.png"
+            )
 
         phone = browser.new_context(viewport={"width": 390, "height": 844})
         try:
