@@ -479,7 +479,8 @@
       const hot = r.retry_ratio > RETRY_BUDGET ? "1" : "";
       if ((tr.dataset.hot || "") !== hot) { if (hot) tr.dataset.hot = hot; else delete tr.dataset.hot; }
       const cells = tr.children;
-      setCell(cells[0], r.student + (several[r.student] > 1 && r.scenario ? " · " + r.scenario : ""));
+      setCell(cells[0], r.student + (several[r.student] > 1 && r.scenario ? " · " + r.scenario : "")
+        + (r.tier ? " · tier " + r.tier : ""));
       setCell(cells[1], r.attempts_per_s.toFixed(1));
       setCell(cells[2], r.attempts ? Math.round(r.retry_ratio * 100) + " %" : "–");
       setCell(cells[3], STATE_WORDS[r.state] || r.state);

@@ -159,6 +159,11 @@ def test_three_tiers_of_students_show_27_hits_per_request_and_grade_the_predicti
             assert 2.7 <= per_call <= 3.3, shown
         hits = float(re.search(r"dependency ([\d.]+) times", shown["leaf"]).group(1))
         assert 24 <= hits <= 30, shown
+        # The table of students says each one's tier; the back tier's load the dependency.
+        expect(panel.locator("#student-rows tr").first).to_contain_text("· tier 3")
+        expect(panel.locator(f'#student-rows tr[data-session="{session.pk}"]')).to_contain_text(
+            "alice_c · tier 1"
+        )
         calls_in = float(shown["rows"][0][2])
         assert 4 <= calls_in <= 8, shown  # two front bots at 3 calls/s
 
