@@ -28,10 +28,15 @@ from labs.services import lab
 from labs.services.shared import classroom_set_shared
 from labs.services.simulate import classroom_simulate
 from labs.services.traffic import traffic_start
-from tests.conftest import DEFAULT_PASSWORD
-from tests.e2e.conftest import ARTIFACTS, ROOT, login
+from tests.e2e.conftest import ARTIFACTS, ROOT
 from tests.e2e.test_dashboard import off_loop
-from tests.e2e.test_find_the_edge import LIVE_TIMEOUT_MS, class_contexts, lesson_class, watch
+from tests.e2e.test_find_the_edge import (
+    LIVE_TIMEOUT_MS,
+    class_contexts,
+    lesson_class,
+    signed_in,
+    watch,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -93,9 +98,9 @@ def test_three_tiers_of_students_show_27_hits_per_request_and_grade_the_predicti
     errors: list[str] = []
     student, teacher = class_contexts(browser, errors)
     try:
-        dashboard = watch(teacher, errors)
-        login(dashboard, daphne_server, "teacher_c", DEFAULT_PASSWORD)
-        dashboard.goto(f"{daphne_server}/classes/{room.pk}/dashboard/")
+        dashboard = signed_in(
+            teacher, errors, daphne_server, "teacher_c", f"/classes/{room.pk}/dashboard/"
+        )
         now = dashboard.locator("#chain-now")
         expect(now).to_have_text("Now: no chain; 9 sessions on the shared dependency.")
         expect(dashboard.locator("#chain-tiers-help")).to_have_text(
@@ -118,9 +123,7 @@ def test_three_tiers_of_students_show_27_hits_per_request_and_grade_the_predicti
         dashboard.locator("#chain-form").screenshot(path=str(ARTIFACTS / "chain-form-1920.png"))
 
         # The student's journal says where her service is.
-        page = watch(student, errors)
-        login(page, daphne_server, "alice_c", DEFAULT_PASSWORD)
-        page.goto(f"{daphne_server}/sessions/{session.pk}/")
+        page = signed_in(student, errors, daphne_server, "alice_c", f"/sessions/{session.pk}/")
         expect(page.locator("#journal-rows")).to_contain_text(
             "this service is tier 1 of 3, the front: its calls go through the services of "
             "tiers 2 to 3 before the shared dependency"
@@ -189,9 +192,9 @@ def test_three_tiers_of_students_show_27_hits_per_request_and_grade_the_predicti
 
         phone = browser.new_context(viewport={"width": 390, "height": 844})
         try:
-            small = watch(phone, errors)
-            login(small, daphne_server, "teacher_c", DEFAULT_PASSWORD)
-            small.goto(f"{daphne_server}/classes/{room.pk}/dashboard/")
+            small = signed_in(
+                phone, errors, daphne_server, "teacher_c", f"/classes/{room.pk}/dashboard/"
+            )
             small.locator("#chain-form").scroll_into_view_if_needed()
             expect(small.locator("#chain-tiers")).to_have_value("3")
             small.locator("#chain-form").screenshot(path=str(ARTIFACTS / "chain-form-390.png"))

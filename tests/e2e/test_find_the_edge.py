@@ -118,6 +118,14 @@ def watch(context, errors: list[str]):
     return page
 
 
+def signed_in(context, errors: list[str], server: str, username: str, path: str):
+    """A new watched page of ``context``, logged in as ``username``, at ``path``."""
+    page = watch(context, errors)
+    login(page, server, username, DEFAULT_PASSWORD)
+    page.goto(f"{server}{path}")
+    return page
+
+
 def class_contexts(browser, errors: list[str]):
     """A student's and an instructor's browser at 1920x1080, each reporting CSP violations
     into ``errors``."""
@@ -139,9 +147,7 @@ def test_the_class_finds_the_edge_and_the_panel_s_clock_grades_each_prediction(
     try:
         panel = watch(teacher, errors)
         login(panel, daphne_server, "teacher_f", DEFAULT_PASSWORD)
-        page = watch(student, errors)
-        login(page, daphne_server, "alice_f", DEFAULT_PASSWORD)
-        page.goto(f"{daphne_server}/sessions/{session.pk}/")
+        page = signed_in(student, errors, daphne_server, "alice_f", f"/sessions/{session.pk}/")
         step1 = page.locator("#step-prediction-1")
         expect(step1).to_contain_text("Step 1: the class's load is well below the stable line")
         expect(page.locator("#answer-1 option")).to_have_text(
@@ -203,9 +209,7 @@ def test_the_class_finds_the_edge_and_the_panel_s_clock_grades_each_prediction(
 
         phone = browser.new_context(viewport={"width": 390, "height": 844})
         try:
-            small = watch(phone, errors)
-            login(small, daphne_server, "alice_f", DEFAULT_PASSWORD)
-            small.goto(f"{daphne_server}/sessions/{session.pk}/")
+            small = signed_in(phone, errors, daphne_server, "alice_f", f"/sessions/{session.pk}/")
             expect(small.locator("#step-prediction-2 [data-grade]")).to_have_attribute(
                 "data-grade", "wrong"
             )

@@ -20,8 +20,7 @@ import pytest
 from playwright.sync_api import expect
 
 from labs.live import runtime
-from tests.conftest import DEFAULT_PASSWORD
-from tests.e2e.conftest import ARTIFACTS, ROOT, login
+from tests.e2e.conftest import ARTIFACTS, ROOT
 from tests.e2e.test_find_the_edge import (
     LIVE_TIMEOUT_MS,
     RECOVERED_TIMEOUT_MS,
@@ -29,6 +28,7 @@ from tests.e2e.test_find_the_edge import (
     fire,
     lesson_class,
     predict,
+    signed_in,
     simulate,
     wait_steady,
     watch,
@@ -61,9 +61,9 @@ def test_codel_set_on_the_dashboard_brings_a_locked_in_load_back(
     errors: list[str] = []
     student, teacher = class_contexts(browser, errors)
     try:
-        dashboard = watch(teacher, errors)
-        login(dashboard, daphne_server, "teacher_d", DEFAULT_PASSWORD)
-        dashboard.goto(f"{daphne_server}/classes/{room.pk}/dashboard/")
+        dashboard = signed_in(
+            teacher, errors, daphne_server, "teacher_d", f"/classes/{room.pk}/dashboard/"
+        )
         expect(dashboard.locator("#shared-defences > summary")).to_have_text(
             "The server's defences (blank: off)"
         )
@@ -91,9 +91,7 @@ def test_codel_set_on_the_dashboard_brings_a_locked_in_load_back(
         )
 
         # Twice the stable line: the student predicts step 2 (CoDel) and the trigger fires.
-        page = watch(student, errors)
-        login(page, daphne_server, "alice_d", DEFAULT_PASSWORD)
-        page.goto(f"{daphne_server}/sessions/{session.pk}/")
+        page = signed_in(student, errors, daphne_server, "alice_d", f"/sessions/{session.pk}/")
         step2 = page.locator("#step-prediction-2")
         expect(step2).to_contain_text("the server sheds long waits (CoDel")
         simulate(room, rate=10)
@@ -139,9 +137,9 @@ def test_codel_set_on_the_dashboard_brings_a_locked_in_load_back(
 
         phone = browser.new_context(viewport={"width": 390, "height": 844})
         try:
-            small = watch(phone, errors)
-            login(small, daphne_server, "teacher_d", DEFAULT_PASSWORD)
-            small.goto(f"{daphne_server}/classes/{room.pk}/dashboard/")
+            small = signed_in(
+                phone, errors, daphne_server, "teacher_d", f"/classes/{room.pk}/dashboard/"
+            )
             small.locator("#shared-form").scroll_into_view_if_needed()
             expect(small.locator("#shared-defences")).to_have_attribute("open", "")
             expect(small.locator("#shared-codel_target_ms")).to_have_value("100")
