@@ -16,7 +16,7 @@ from labs.services import shared as shared_services
 from labs.services import traffic as traffic_services
 from labs.services.lab import SettingsInvalid
 from labs.services.simulate import bot_policy
-from tests.integration.conftest import wait_run_ended
+from tests.integration.conftest import wait_for, wait_run_ended
 from tests.integration.test_shared_worker import shared_class
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -116,3 +116,33 @@ def test_a_chain_refuses_bad_layouts_and_its_back_tier_runs_its_own_traffic(cele
     assert not LabSession.objects.filter(classroom=room, tier__isnull=False).exists()
     run = traffic_services.traffic_start(session=back, user=back.owner, rate=1, duration_s=1)
     assert wait_run_ended(run).status == Traffic.Status.DONE
+
+
+def test_a_tier_stops_waiting_at_its_timeout_and_the_tier_behind_goes_on(celery_worker):
+    room, teacher, sessions = shared_class(2, service_ms=400)  # each answer takes 400 ms
+    front, back = sessions
+    naive(front, attempts=1, timeout_ms=100)
+    naive(back, attempts=1, timeout_ms=2000)
+    layout = chain_services.classroom_set_chain(
+        classroom=room, user=teacher, values={"tiers": 2, "order": "even"}
+    )
+    assert layout == [[front.pk], [back.pk]]
+    front = LabSession.objects.get(pk=front.pk)
+    burst = wait_run_ended(bursts.burst_start(session=front, user=front.owner, size=1))
+    attempt = JournalEvent.objects.get(session=front, burst_id=burst.pk, kind="attempt")
+    assert attempt.error == "timeout"
+    assert 100 <= attempt.latency_ms < 390, attempt.latency_ms  # its own timeout, not 400 ms
+    # The back tier's call went on to its answer after the front stopped waiting.
+    answered = wait_for(
+        lambda: JournalEvent.objects.filter(session=back, kind="call_result").first(),
+        timeout=30,
+        message="the back tier's answer",
+    )
+    assert answered.outcome == "success"
+    assert answered.data["parent"] == {
+        "service": "tier 1, service 1",
+        "call": attempt.call_no,
+        "attempt": 1,
+    }
+    back_attempt = JournalEvent.objects.get(session=back, kind="attempt")
+    assert back_attempt.latency_ms >= 390
