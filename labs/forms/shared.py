@@ -177,7 +177,10 @@ class SharedDependencyAdminForm(forms.ModelForm):
         "only while no traffic runs.",
     )
     chain_order = forms.ChoiceField(
-        label="Order", choices=list(chain_services.ORDERS.items()), initial="even", required=False
+        label="Order",
+        choices=[(name, words.capitalize()) for name, words in chain_services.ORDERS.items()],
+        initial="even",
+        required=False,
     )
 
     def __init__(self, *args, **kwargs):
