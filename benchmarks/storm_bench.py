@@ -726,7 +726,7 @@ def chain_table(chain: dict, cpu_s: float) -> None:
         out = round(tier["attempts_per_s"] * chain["window_s"])
         ratio = f"{tier['amplification']:.2f}" if tier["amplification"] else "-"
         print(f"{tier['tier']:<6} {calls_in:>9} {out:>13} {ratio:>9}")
-    requests = chain["tiers"][0]["calls_per_s"] * chain["window_s"]
+    requests = chain["requests"]
     if requests:
         print(f"leaf hits per user request {chain['leaf_per_request']}; CPU per user request "
               f"{1000 * cpu_s / requests:.2f} ms, every process summed")  # fmt: skip

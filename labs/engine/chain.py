@@ -102,9 +102,11 @@ def _seconds(timeout_ms: float | None) -> float | None:
 class Counted:
     """A tier's dependency, counted: ``count(tier, "in")`` for each call entering the tier
     (its first attempt, or a call its breaker refused) and ``count(tier, "out")`` for each
-    attempt leaving it. Passes the call context through to ``inner``. ``extra`` adds to a
-    burst's summary (the guarded client asks :meth:`burst_extra` at the burst's end): the
-    chain's figures for the burst, such as the attempts that reached the leaf."""
+    attempt leaving it; with ``entry`` (the service a user's request enters the chain at,
+    whatever its tier) also ``count(tier, "req")`` for each of its calls. Passes the call
+    context through to ``inner``. ``extra`` adds to a burst's summary (the guarded client
+    asks :meth:`burst_extra` at the burst's end): the chain's figures for the burst, such as
+    the attempts that reached the leaf."""
 
     wants_call_context = True
 
@@ -115,11 +117,13 @@ class Counted:
         tier: int,
         count: Callable[[int, str], None],
         extra: Callable[[], dict[str, Any]] | None = None,
+        entry: bool = False,
     ) -> None:
         self.inner = inner
         self.tier = tier
         self.count = count
         self.extra = extra
+        self.entry = entry
         self._context = bool(getattr(inner, "wants_call_context", False))
 
     def burst_extra(self) -> dict[str, Any]:
@@ -127,17 +131,22 @@ class Counted:
         return self.extra() if self.extra is not None else {}
 
     def refused(self, reason: str) -> None:
-        self.count(self.tier, "in")
+        self._entered()
         if self._context:
             self.inner.refused(reason)
 
     def attempt(self, timeout_ms: float | None = None, **context: Any) -> AttemptResult:
         if context.get("attempt", 1) == 1:
-            self.count(self.tier, "in")
+            self._entered()
         self.count(self.tier, "out")
         if self._context:
             return self.inner.attempt(timeout_ms, **context)  # type: ignore[no-any-return]
         return self.inner.attempt(timeout_ms)  # type: ignore[no-any-return]
+
+    def _entered(self) -> None:
+        self.count(self.tier, "in")
+        if self.entry:
+            self.count(self.tier, "req")
 
 
 def validate_chain(tiers: Sequence[Sequence[str]]) -> list[Problem]:

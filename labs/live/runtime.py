@@ -292,8 +292,8 @@ def reserve_call_numbers(session_id: int, base: int, count: int) -> int:
 
 def chain_key(classroom_id: int, second: int) -> str:
     """One second's counts of the class's chain (``in:<tier>``: calls entering the tier,
-    ``out:<tier>``: attempts leaving it), under the shared model's hash tag; kept
-    :data:`CHAIN_KEEP_S`."""
+    ``out:<tier>``: attempts leaving it, ``req:<tier>``: users' requests entering the chain
+    there), under the shared model's hash tag; kept :data:`CHAIN_KEEP_S`."""
     return f"fl:{{shared:{shared_model_id(classroom_id)}}}:chain:{second}"
 
 
@@ -315,8 +315,9 @@ def chain_layout(classroom_id: int) -> list[list[LabSession]]:
 def chain_now(classroom_id: int, depth: int, *, now: int, window_s: int = 10) -> dict[str, Any]:
     """What the panel shows of the chain over the complete seconds ``now - window_s`` to
     ``now - 1``: per tier the calls entering it per second and the attempts leaving it per
-    call entering it (the tier's amplification), and the back tier's attempts per call
-    entering the front (the leaf's hits per user request). One pipeline of ``HGETALL``."""
+    call entering it (the tier's amplification), and the back tier's attempts per user
+    request (a call of a run, entering the chain at the run's tier: the leaf's hits per user
+    request). One pipeline of ``HGETALL``."""
     client = engine_redis()
     pipe = client.pipeline(transaction=False)
     for second in range(now - window_s, now):
@@ -335,11 +336,16 @@ def chain_now(classroom_id: int, depth: int, *, now: int, window_s: int = 10) ->
             "attempts_per_s": round(out / window_s, 1),
             "amplification": round(out / calls_in, 2) if calls_in else None,
         })  # fmt: skip
-    front, back = totals.get("in:1", 0), totals.get(f"out:{depth}", 0)
+    # A user's request enters where its run is: the front's traffic, or a student's own
+    # burst at another tier.
+    requests = sum(totals.get(f"req:{n}", 0) for n in range(1, depth + 1))
+    back = totals.get(f"out:{depth}", 0)
     return {
         "window_s": window_s,
         "tiers": tiers,
-        "leaf_per_request": round(back / front, 2) if front else None,
+        "requests": requests,
+        "requests_per_s": round(requests / window_s, 1),
+        "leaf_per_request": round(back / requests, 2) if requests else None,
     }
 
 

@@ -70,10 +70,14 @@ def service_name(tier: int, index: int) -> str:
 def _wrap(
     tier: int, index: int, depth: int, downstream: list[_Inbound], count, clock, extra=None
 ) -> Callable[[Any], Any]:
+    """The dependency of a service of ``tier``: the next tier (the shared dependency at the
+    back), counted; the run's own service (the one with ``extra``) is where its calls, the
+    users' requests, enter the chain."""
+
     def wrap(dependency: Any) -> Any:
         if tier < depth:
             dependency = NextTier(downstream, clock=clock, caller=service_name(tier, index))
-        return Counted(dependency, tier=tier, count=count, extra=extra)
+        return Counted(dependency, tier=tier, count=count, extra=extra, entry=extra is not None)
 
     return wrap
 

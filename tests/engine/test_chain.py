@@ -105,7 +105,7 @@ def _chain(clock, *, tiers, width, policy, counts, leaf_latency_ms=5.0):
     layout = []
     downstream = leaf
     for number in range(tiers, 0, -1):
-        counted = Counted(downstream, tier=number, count=count)
+        counted = Counted(downstream, tier=number, count=count, entry=number == 1)
         services = [_Service(f"t{number}s{i}", counted, clock, policy) for i in range(width)]
         layout.insert(0, services)
         downstream = NextTier(services, clock=clock, caller=f"tier {number - 1}")
@@ -125,6 +125,8 @@ def test_three_tiers_of_three_attempts_make_27_leaf_hits_a_call():
     assert counts[(1, "out")] == counts[(2, "in")] == 12
     assert counts[(2, "out")] == counts[(3, "in")] == 36
     assert counts[(3, "out")] == 4 * 27
+    # the users' requests entered at the front; no tier behind counts any
+    assert counts[(1, "req")] == 4 and [t for t, d in counts if d == "req"] == [1]
     # round robin: the middle tier's two services shared its twelve calls
     assert [s.calls for s in layout[1]] == [6, 6]
     parent = layout[1][0].parents[0]

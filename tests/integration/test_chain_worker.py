@@ -87,6 +87,10 @@ def test_three_tiers_of_three_attempts_reach_the_leaf_27_times_per_request(celer
     mid_burst = wait_run_ended(bursts.burst_start(session=mid, user=mid.owner, size=1))
     assert front_burst.summary["leaf_hits"] == 27 and front_burst.summary["tier"] == 1
     assert mid_burst.summary["leaf_hits"] == 9 and mid_burst.summary["attempts_total"] == 3
+    # The panel counts each burst's call as a user's request where it entered.
+    after = runtime.chain_now(room.pk, 3, now=int(time.time()) + 1, window_s=120)
+    assert after["requests"] == calls + 2
+    assert after["leaf_per_request"] == round((27 * calls + 27 + 9) / (calls + 2), 2)
 
 
 def test_a_chain_refuses_bad_layouts_and_its_back_tier_runs_its_own_traffic(celery_worker):
