@@ -19,7 +19,11 @@ from labs.services.simulate import bot_policy
 from tests.integration.conftest import wait_for, wait_run_ended
 from tests.integration.test_shared_worker import shared_class
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.postgres,
+    pytest.mark.django_db(transaction=True),
+]
 
 ATTEMPTS = 3
 

@@ -13,7 +13,11 @@ from labs.services import bursts, lab
 from labs.services import chain as svc
 from tests.conftest import make_student
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clean_shared_model")]
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.postgres,
+    pytest.mark.usefixtures("clean_shared_model"),
+]
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
