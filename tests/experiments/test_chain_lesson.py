@@ -62,3 +62,22 @@ def test_the_instructions_say_the_figures_of_the_seed_and_the_settings_by_their_
     for label in ("Retry budget: token ratio", "Retry budget: ceiling"):
         assert label in labels and label.split(": ")[1] in text
     assert LESSON["policy"]["retry_budget"] is None and LESSON["policy"]["max_attempts"] == 3
+
+
+def test_no_tier_gives_up_on_the_one_behind_it_while_a_class_queues_at_the_dependency():
+    """Step 1 in a class of 30, everyone pressing Do it at once, on the default shared
+    dependency during the down trigger (each attempt served for its service time, then
+    failed). A chain's attempts are one after another, so at most 30 attempts are at the
+    dependency at a time: each waits at most ceil(30 / servers) service times. A front
+    attempt is a tier-2 call of 3 tier-3 calls of 3 attempts each; the lesson's attempt timeout
+    must outlast it, or the front gives up and the step's count comes out short."""
+    import math
+
+    from labs.engine.shared import SharedConfig
+
+    shared = SharedConfig()
+    in_flight = 30
+    attempt_ms = (math.ceil(in_flight / shared.servers) + 1) * shared.service_ms
+    front_attempt_ms = 9 * attempt_ms
+    assert front_attempt_ms == 1800  # 9 attempts of (4 waits + 1 service) x 40 ms
+    assert LESSON["policy"]["attempt_timeout_ms"] > front_attempt_ms * 2  # and room to spare
