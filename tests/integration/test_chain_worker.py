@@ -4,7 +4,9 @@ three attempts at every tier one user request reaches the shared dependency 27 t
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +28,7 @@ pytestmark = [
 ]
 
 ATTEMPTS = 3
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def naive(session: LabSession, *, attempts: int = ATTEMPTS, timeout_ms: int = 5000) -> None:
@@ -154,3 +157,28 @@ def test_a_tier_stops_waiting_at_its_timeout_and_the_tier_behind_goes_on(celery_
     }
     back_attempt = JournalEvent.objects.get(session=back, kind="attempt")
     assert back_attempt.latency_ms >= 390
+
+
+def test_the_lessons_first_step_for_a_class_of_30_at_once(celery_worker):
+    """Step 1 of "A chain of students" as a class does it: 30 students in 3 tiers on the
+    default shared dependency during a down trigger, each pressing Do it (one call) at the
+    same moment. Every front call puts 27 attempts on the dependency, a middle one 9, a back
+    one 3: the count each student is graded on."""
+    lesson = json.loads((ROOT / "scenarios" / "chain_of_students.json").read_text())
+    room, teacher, sessions = shared_class(30, servers=8, service_ms=40)
+    for session in sessions:
+        lab.session_set_policy(session=session, user=session.owner, changes=lesson["policy"])
+    layout = chain_services.classroom_set_chain(
+        classroom=room, user=teacher, values={"tiers": 3, "order": "random"}
+    )
+    shared_services.classroom_fire_trigger(
+        classroom=room, user=teacher, values={"kind": "down", "duration_ms": 120_000}
+    )
+    tier_of = {pk: n for n, tier in enumerate(layout, start=1) for pk in tier}
+    started = [
+        bursts.burst_start(session=s, user=s.owner, size=lesson["steps"][0]["burst"])
+        for s in LabSession.objects.filter(pk__in=tier_of)
+    ]
+    ended = [wait_run_ended(b, timeout=120) for b in started]
+    leaf = {b.session_id: b.summary["leaf_hits"] for b in ended}
+    assert {pk: leaf[pk] for pk in tier_of} == {pk: 3 ** (4 - n) for pk, n in tier_of.items()}
