@@ -16,6 +16,7 @@ import random
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from labs.engine import Problem
 from labs.engine.chain import MAX_TIERS, MIN_TIERS, validate_chain
@@ -123,11 +124,14 @@ def classroom_set_chain(*, classroom: Classroom, user, values: dict[str, Any]) -
         if busy:
             raise ChainBusy(busy_message(busy))
         _free_inbound_numbers([s for s in locked if s.tier and s.tier > 1])
-        tier_of = {s.pk: number for number, tier in enumerate(layout, 1) for s in tier}
+        ids = [[s.pk for s in tier] for tier in layout]
+        now = timezone.now()
+        LabSession.objects.filter(classroom=classroom).update(tier=None, updated_at=now)
+        for number, tier_ids in enumerate(ids, start=1):  # one UPDATE a tier
+            LabSession.objects.filter(pk__in=tier_ids).update(tier=number, updated_at=now)
+        tier_of = {pk: number for number, tier_ids in enumerate(ids, start=1) for pk in tier_ids}
         for session in locked:
             session.tier = tier_of.get(session.pk)
-            session.save(update_fields=["tier", "updated_at"])
-        ids = [[s.pk for s in tier] for tier in layout]
         journal.record([
             journal.entry(
                 s, "chain_set", user=user,
