@@ -263,12 +263,8 @@ def run(name: str, parser: argparse.ArgumentParser,
     ``--plain NAME[,NAME]`` runs everything with those overrides of a library's private parts
     switched off (``LAB_PLAIN``, ``lab_project.env.OVERRIDES``), to measure each beside the
     plain library (docs/scaling.md)."""
-    parser.add_argument(
-        "--plain",
-        metavar="NAME",
-        default="",
-        help="switch off these overrides (comma-separated; LAB_PLAIN)",
-    )
+    parser.add_argument("--plain", metavar="NAME", default="",
+                        help="switch off these overrides (comma-separated; LAB_PLAIN)")
     args = parser.parse_args(argv)
     if args.plain:
         os.environ["LAB_PLAIN"] = args.plain

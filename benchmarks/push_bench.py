@@ -649,7 +649,9 @@ def measure(args, bench: Bench) -> None:
         f"{args.calls} calls per burst, servers with DJANGO_DEBUG={str(args.debug).lower()}, "
         f"{os.cpu_count()} CPUs; logs in {logdir}"
     )
-    procs = Processes(bench, port, args.worker_concurrency, logdir, debug=args.debug, web=args.web)
+    procs = Processes(
+        bench, port, args.worker_concurrency, logdir, debug=args.debug, web=args.web
+    )
     rows = []
     usage: list[str] = []
     details: list[str] = []

@@ -60,7 +60,9 @@ def measure(args, bench: Bench) -> None:
             client.ping()
             cpus.append((time.thread_time() - cpu) * 1e6)
             walls.append((time.perf_counter() - wall) * 1e6)
-        label = "PING, back to back" if not quiet else f"PING after {quiet * 1000:.0f} ms of quiet"
+        label = (
+            "PING, back to back" if not quiet else f"PING after {quiet * 1000:.0f} ms of quiet"
+        )
         print(f"{label:32} {statistics.median(walls):8.0f} {statistics.mean(walls):8.0f} "
               f"{statistics.median(cpus):11.0f}")  # fmt: skip
     over = []

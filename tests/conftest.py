@@ -72,7 +72,6 @@ def pytest_unconfigure(config):
     """Whatever server a fixture did not stop (an error in its teardown) stops here."""
     servers.stop_all()
 
-
 DEFAULT_PASSWORD = "correct-horse-battery-staple"
 
 TOUR_SCRIPT = {

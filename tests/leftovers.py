@@ -87,9 +87,7 @@ def descendants(ancestor: int) -> list[tuple[int, str]]:
         if not entry.name.isdigit():
             continue
         try:
-            parents[int(entry.name)] = int(
-                (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
-            )
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
     found = []

@@ -18,25 +18,11 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Lowest first. A module may import its own layer and any lower one. A prefix names a
 #: module or a package (everything below it).
 LAYERS: list[tuple[str, ...]] = [
-    (
-        "labs.engine",
-        "lab_project.settings",
-        "lab_project.env",
-        "lab_project.csp",
-        "lab_project.redis_pool",
-        "lab_project.static_storage",
-    ),
-    (
-        "labs.models",
-        "labs.apps",
-        "labs.experiments",
-        "labs.grading",
-        "labs.migrations",
-        "lab_project.http_limit",
-        "lab_project.processes",
-        "lab_project.login_limits",
-        "labs.journal.kinds",
-    ),
+    ("labs.engine", "lab_project.settings", "lab_project.env", "lab_project.csp",
+     "lab_project.redis_pool", "lab_project.static_storage"),
+    ("labs.models", "labs.apps", "labs.experiments", "labs.grading", "labs.migrations",
+     "lab_project.http_limit", "lab_project.processes", "lab_project.login_limits",
+     "labs.journal.kinds"),
     ("labs.journal",),
     ("labs.live", "lab_project.celery", "lab_project.broker"),
     ("labs.presenters",),
@@ -46,15 +32,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("labs.forms", "labs.templatetags"),
     ("labs.clicks",),
     ("labs.consumers", "labs.views", "labs.admin"),
-    (
-        "labs.urls",
-        "labs.experiments.urls",
-        "labs.routing",
-        "labs.management",
-        "lab_project.urls",
-        "lab_project.asgi",
-        "lab_project.wsgi",
-    ),
+    ("labs.urls", "labs.experiments.urls", "labs.routing", "labs.management",
+     "lab_project.urls", "lab_project.asgi", "lab_project.wsgi"),
 ]
 
 

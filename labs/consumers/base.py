@@ -102,7 +102,9 @@ class DirectDispatch:
         sources = [receive]
         if self.channel_layer is not None:
             self.channel_name = await self.channel_layer.new_channel()
-            self.channel_receive = functools.partial(self.channel_layer.receive, self.channel_name)
+            self.channel_receive = functools.partial(
+                self.channel_layer.receive, self.channel_name
+            )
             sources.append(self.channel_receive)
         self.base_send = send
         inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -157,7 +159,9 @@ def unsent_bytes(transport: Any) -> int:
     """Bytes written to a Twisted TCP transport that the kernel has not taken yet (what
     ``twisted.internet.abstract.FileDescriptor`` holds in ``dataBuffer`` past ``offset``, plus
     its pending ``_tempDataBuffer``)."""
-    return len(transport.dataBuffer) - transport.offset + getattr(transport, "_tempDataLen", 0)
+    return (
+        len(transport.dataBuffer) - transport.offset + getattr(transport, "_tempDataLen", 0)
+    )
 
 
 class SocketLimits:

@@ -109,7 +109,9 @@ class ClassDashboardConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncJson
         for update in event.get("sessions", ()):
             if update.get("session") in self._hidden:
                 continue
-            await self.send_json({**update, **dashboard_labels(update), "type": "session"})
+            await self.send_json(
+                {**update, **dashboard_labels(update), "type": "session"}
+            )
         if time.monotonic() - self._last_refresh >= RESYNC_BUSY_S:
             await self._send_snapshot()
         else:

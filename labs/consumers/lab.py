@@ -586,10 +586,8 @@ class LabSessionConsumer(DirectDispatch, SocketLimits, RightCheck, AsyncWebsocke
             return
         message: dict[str, Any] = {"type": "seconds", "through": max(through, self.last_seq)}
         message["seconds"] = counted
-        if (
-            through > self.last_seq
-            and self._policy is not None
-            and any(c.get("state_changes") for c in counted)
+        if through > self.last_seq and self._policy is not None and any(
+            c.get("state_changes") for c in counted
         ):
             # Once per process for every page of the session (a live push: ``first`` names it).
             key_event = {"seq": through, "at": "seconds", "emitted": first or None}

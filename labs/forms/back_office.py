@@ -185,7 +185,9 @@ class EngineValueField(forms.CharField):
 
     def __init__(self, **kwargs):
         kwargs.setdefault("required", False)
-        kwargs.setdefault("widget", forms.TextInput(attrs={"size": 8, "maxlength": self.MAX_CHARS}))
+        kwargs.setdefault(
+            "widget", forms.TextInput(attrs={"size": 8, "maxlength": self.MAX_CHARS})
+        )
         super().__init__(**kwargs)
 
     def prepare_value(self, value):
@@ -226,7 +228,7 @@ class StepRowForm(forms.Form):
     )
     situation = PrettyJSONField(
         required=False,
-        help_text="burst: what must happen for the lesson, else the lab grades nothing, e.g. "
+        help_text='burst: what must happen for the lesson, else the lab grades nothing, e.g. '
         '{"needs": {"throttled": {"min": 1}}, "missed": "The rate limit was over: ..."}',
         widget=forms.Textarea(attrs={"rows": 2, "cols": 40}),
     )

@@ -157,7 +157,9 @@ class TeachingBackend:
             return False
         cached = getattr(user, "_teaching_cache", None)
         if cached is None:
-            cached = Membership.objects.filter(user=user, role=Membership.Role.INSTRUCTOR).exists()
+            cached = Membership.objects.filter(
+                user=user, role=Membership.Role.INSTRUCTOR
+            ).exists()
             user._teaching_cache = cached
         return cached
 

@@ -148,4 +148,6 @@ def launch_tokens_still_valid(grants: Sequence[Grant]) -> list[bool]:
     active = set(
         get_user_model().objects.filter(pk__in=users, is_active=True).values_list("pk", flat=True)
     ) if users else set()  # fmt: skip
-    return [bool(present.get(_key(grant.grant_id))) and grant.user.pk in active for grant in grants]
+    return [
+        bool(present.get(_key(grant.grant_id))) and grant.user.pk in active for grant in grants
+    ]

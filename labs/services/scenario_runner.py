@@ -58,9 +58,9 @@ class WorkerExecutor:
             raise RuntimeError(f"burst {burst.number} ended {burst.status}: {burst.error}")
         return [
             event_from_row(row)
-            for row in JournalEvent.objects.filter(burst=burst, kind__in=EVENT_KINDS)
-            .select_related("burst")
-            .order_by("seq")
+            for row in JournalEvent.objects.filter(burst=burst, kind__in=EVENT_KINDS).select_related("burst").order_by(
+                "seq"
+            )
         ]
 
     def wait(self, ms: float) -> None:

@@ -101,7 +101,9 @@ def _whatif(request: HtmxHttpRequest, session: LabSession, burst: Burst) -> Http
         "session": session,
         "burst": burst,
         "fidelity": same.fidelity,
-        "agreement": replay_agreement(original_events, [e.to_dict() for e in same.events]),
+        "agreement": replay_agreement(
+            original_events, [e.to_dict() for e in same.events]
+        ),
         "original_rows_html": _rows_html(original_events),
     }
     status = 200
@@ -318,7 +320,7 @@ def _edit_form(user, get: QueryDict, query: dict[str, str], key: str) -> PolicyF
     lesson = "" if query["dependency"] else query["scenario"]
     current = _shown(user, lesson, _chosen(query, key))
     prefix = f"{key}-"
-    typed = {name[len(prefix) :]: get[name] for name in get if name.startswith(prefix)}
+    typed = {name[len(prefix):]: get[name] for name in get if name.startswith(prefix)}
     if f"{key}_from" in get:
         basis = _shown(user, get.get("edits_on", ""), get[f"{key}_from"].strip() or "defaults")
     else:
@@ -429,7 +431,9 @@ def _picked(query: dict[str, str], key: str) -> str:
     return value or "defaults"
 
 
-def _compare_inputs(user, query: dict[str, str]) -> tuple[list[str], int | None, dict[str, Any]]:
+def _compare_inputs(
+    user, query: dict[str, str]
+) -> tuple[list[str], int | None, dict[str, Any]]:
     problems: list[str] = []
     for key, value in query.items():
         if len(value) > COMPARE_VALUE_MAX:

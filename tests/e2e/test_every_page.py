@@ -151,8 +151,7 @@ def admin_pages(base: str, classroom) -> dict[str, tuple[str, str]]:
         "admin": (f"{base}/admin/", "#content"),
         "admin-class": (f"{base}/admin/labs/classroom/{classroom.pk}/change/", "#classroom_form"),
         "admin-shared": (
-            f"{base}/admin/labs/shareddependencyconfig/add/",
-            "#shareddependencyconfig_form",
+            f"{base}/admin/labs/shareddependencyconfig/add/", "#shareddependencyconfig_form"
         ),
     }
 
@@ -246,9 +245,8 @@ def test_every_page_is_clean_and_fits_a_phone(browser, daphne_server, e2e_worker
 def test_axe_core_finds_a_violation_it_should(page):
     """The audit can fail: on a page with an image without alternative text and an unlabelled
     field, the vendored axe-core reports both rules."""
-    page.set_content(
-        '<html lang="en"><title>t</title><main><img src="x.png"><input type="text"></main></html>'
-    )
+    page.set_content('<html lang="en"><title>t</title><main><img src="x.png">'
+                     '<input type="text"></main></html>')
     page.evaluate(axe_source())
     rules = {line.split(":")[0] for line in page.evaluate(AXE_RUN)}
     assert {"image-alt", "label"} <= rules, rules

@@ -109,9 +109,7 @@ def test_a_learner_launch_in_an_iframe_goes_live_on_its_launch_token_alone(
     rows = frame.locator("#journal-rows .journal-row")
     before = rows.count()
     frame.locator('#steps button[hx-post$="/dependency/"]').first.click()
-    frame.locator("#dependency-form .form-message", has_text="Dependency set.").wait_for(
-        state="attached"
-    )
+    frame.locator("#dependency-form .form-message", has_text="Dependency set.").wait_for(state="attached")
     frame.locator("#journal-rows .journal-row").nth(before).wait_for()
     row = frame.locator("#journal-rows .journal-row .j-msg").last.inner_text()
     assert "down" in row.lower(), row

@@ -55,9 +55,9 @@ def watched(browser):
     page = context.new_page()
     page.on(
         "console",
-        lambda msg: (
-            problems.append(f"console: {msg.text} ({page.url})") if msg.type == "error" else None
-        ),
+        lambda msg: problems.append(f"console: {msg.text} ({page.url})")
+        if msg.type == "error"
+        else None,
     )
     page.on("pageerror", lambda exc: problems.append(f"page error: {exc} ({page.url})"))
     try:
@@ -292,10 +292,7 @@ def test_the_storm_comparison_draws_each_policys_goodput_on_uplot(daphne_server,
     box = page.locator("#compare-goodput-chart")
 
     # The series the chart holds are the model's figures for A and for B, a point a second.
-    naive, budget = (
-        storm_goodput(storm.script, "defaults"),
-        storm_goodput(storm.script, "retry-budget"),
-    )
+    naive, budget = storm_goodput(storm.script, "defaults"), storm_goodput(storm.script, "retry-budget")
     plot = box.evaluate(
         """b => { const u = b.goodputPlot;
                   return { data: u.data, labels: u.series.map(s => s.label),

@@ -67,9 +67,7 @@ def test_answer_run_grade_live_histogram_reload_and_409(browser, daphne_server, 
         # reload, and any request for the predictions page would be a poll.
         for watched in (board, dash):
             watched.evaluate("window.__sameDocument = true")
-            watched.on(
-                "request", lambda r: polls.append(r.url) if "/predictions" in r.url else None
-            )
+            watched.on("request", lambda r: polls.append(r.url) if "/predictions" in r.url else None)
 
         page = student.new_page()
         login(page, daphne_server, "alice", DEFAULT_PASSWORD)
@@ -88,9 +86,7 @@ def test_answer_run_grade_live_histogram_reload_and_409(browser, daphne_server, 
         expect(page.locator("#step-do-3")).to_be_enabled()
         # The instructor's pages, open all along, count the answer.
         expect(board.locator('tr[data-answer="24"] [data-count]')).to_have_text("1", timeout=15_000)
-        expect(board.locator(f'tr[data-session="{session.pk}"] [data-score]')).to_have_text(
-            "0 of 1"
-        )
+        expect(board.locator(f'tr[data-session="{session.pk}"] [data-score]')).to_have_text("0 of 1")
         expect(progress).to_have_text("0/6 steps · 0/1 right", timeout=15_000)
 
         page.click("#step-do-3")

@@ -21,7 +21,6 @@ Screenshots go to artifacts/e2e/; with ``LAB_UPDATE_README_SCREENSHOT=1`` also t
 (storm-panel.png mid-storm, storm-panel-recovered.png), so a test run never changes the
 repository.
 """
-
 from __future__ import annotations
 
 import itertools
@@ -85,11 +84,7 @@ new PerformanceObserver(function (list) {
 #: Updates traced mid-storm, and the most main-thread time one may take (Chromium's long task).
 UPDATES = 15
 LONG_TASK_MS = 50
-TRACE_CATEGORIES = [
-    "devtools.timeline",
-    "disabled-by-default-devtools.timeline",
-    "blink.user_timing",
-]
+TRACE_CATEGORIES = ["devtools.timeline", "disabled-by-default-devtools.timeline", "blink.user_timing"]
 FIELDS = ("offered", "ok", "error", "shed", "skipped", "timeout", "calls", "calls_ok", "retries")
 
 
@@ -113,7 +108,9 @@ def update_tasks(trace: dict) -> list[tuple[float, float]]:
 
 @pytest.fixture
 def storm_class(db):
-    lesson = make_scenario("storm_lesson", title="The storm", script=json.loads(LESSON.read_text()))
+    lesson = make_scenario(
+        "storm_lesson", title="The storm", script=json.loads(LESSON.read_text())
+    )
     room = make_classroom("Storm A", join_code="STORMA01")
     room.scenarios.add(lesson)
     teacher = make_instructor("teacher_a", room)
@@ -144,7 +141,9 @@ def redis_window(model, session_id: int, now: int) -> dict:
     return {
         "attempts": sum(r["offered"] for r in rows),
         "retries": sum(r["retries"] for r in rows),
-        "class_offered": sum(by_second[s].offered for s in range(now - 5, now) if s in by_second),
+        "class_offered": sum(
+            by_second[s].offered for s in range(now - 5, now) if s in by_second
+        ),
     }
 
 
@@ -339,9 +338,7 @@ def test_the_storm_lesson_as_a_class_card_panel_and_redis_agree_every_second(
             "() => ['overloaded', 'triggered', 'healthy'].includes(window.failureLab.shared().state)"
         )
         assert lab_page.evaluate("failureLab.stripDrawn().shares") > 0
-        lab_page.locator("#shared-status").screenshot(
-            path=str(ARTIFACTS / "storm-student-card.png")
-        )
+        lab_page.locator("#shared-status").screenshot(path=str(ARTIFACTS / "storm-student-card.png"))
         check_layout(page, "1920x1080 mid-storm")
         page.screenshot(path=str(ARTIFACTS / "storm-panel.png"))
 

@@ -17,7 +17,6 @@ def rig():
 @pytest.fixture
 def redis_client():
     import redis
-
     client = redis.Redis.from_url(REDIS_URL)
     client.ping()
     yield client

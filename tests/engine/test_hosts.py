@@ -146,9 +146,7 @@ def test_a_cached_fallback_leaves_only_the_calls_with_no_usable_answer(store_of)
     out = run(script, store_of())
     assert _errors(out) == [0, 4]
     assert [b["degraded"] for b in _bursts(out)] == [6, 0]
-    degraded = [
-        e for e in out["events"] if e["kind"] == "call_result" and e["outcome"] == "degraded"
-    ]
+    degraded = [e for e in out["events"] if e["kind"] == "call_result" and e["outcome"] == "degraded"]
     assert degraded[0]["call"] == 5
     assert degraded[0]["explain"] == (
         "call 5: degraded, answered by the cached answer, 45 ms old (max age 3.0 s) instead "
@@ -183,7 +181,8 @@ def test_a_fallback_the_dependency_does_not_offer_is_refused_naming_both():
     script = load_scenario("fallback_cached")
     script["steps"].insert(1, {"set_policy": {"fallback": "default"}})
     assert [str(p) for p in validate_scenario(script)] == [
-        "steps[1].set_policy.fallback: default is not offered by the dependency (offered: cached)"
+        "steps[1].set_policy.fallback: default is not offered by the dependency "
+        "(offered: cached)"
     ]
     problems = validate_settings({"fallbacks": ["cached"], "b": {}}, {"fallback": "cached"})
     assert [str(p) for p in problems] == [

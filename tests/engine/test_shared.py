@@ -427,7 +427,8 @@ def test_an_adaptive_limit_needs_a_start_no_higher_than_its_highest():
             {"concurrency": "gradient", "concurrency_limit": 50, "concurrency_max": 40}
         )
     ] == [
-        "shared.concurrency_limit: must be between 1 and 40 attempts (at most the highest; got 50)"
+        "shared.concurrency_limit: must be between 1 and 40 attempts (at most the highest; "
+        "got 50)"
     ]
     assert [str(p) for p in validate_shared({"concurrency": "lifo"})] == [
         "shared.concurrency: must be one of fixed, aimd, gradient (got 'lifo')"

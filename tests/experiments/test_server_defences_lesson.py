@@ -66,3 +66,4 @@ def test_the_passive_server_never_comes_back(lesson):
 @pytest.mark.parametrize("step", [2, 3])
 def test_a_defended_server_comes_back_within_a_second_at_every_seed(lesson, step):
     assert [_recovery(lesson, SERVERS[step], seed) for seed in SEEDS] == [0] * len(SEEDS)
+

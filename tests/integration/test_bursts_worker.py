@@ -25,11 +25,7 @@ from labs.worker.writers import get_writer
 from tests.conftest import make_classroom, make_scenario, make_student, tour_script
 from tests.integration.conftest import wait_for
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.postgres,
-    pytest.mark.django_db(transaction=True),
-]
+pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
 def new_session(script: dict | None = None, username: str = "alice") -> LabSession:

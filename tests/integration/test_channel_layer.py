@@ -19,9 +19,7 @@ TIMEOUT = 5
 
 
 def test_the_settings_use_the_lab_layer():
-    assert (
-        settings.CHANNEL_LAYERS["default"]["BACKEND"] == "labs.live.channel_layer.LabChannelLayer"
-    )
+    assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == "labs.live.channel_layer.LabChannelLayer"
     assert isinstance(get_channel_layer(), LabChannelLayer)
 
 

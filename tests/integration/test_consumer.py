@@ -440,7 +440,6 @@ def test_resyncs_in_a_row_coalesce_into_a_bounded_replay(world, monkeypatch):
         user=world["carol"], classroom=session.classroom, scenario=session.scenario
     )
     read_rows: list[int] = []
-
     def counting_rows_after(session_id, after, limit):
         found = rows_after(session_id, after, limit)
         if session_id == session.pk:
@@ -652,7 +651,9 @@ def live_rows(session: LabSession) -> list[dict]:
     return [journal.entry_payload(w) for w in written]
 
 
-def test_pages_watching_one_session_share_one_summary_render_and_one_badge_read(world, monkeypatch):
+def test_pages_watching_one_session_share_one_summary_render_and_one_badge_read(
+    world, monkeypatch
+):
     """Three pages watch one session: a live push's summary panel is made once and its
     breaker badge read from Redis and rendered once for all of them, and every page gets the
     same bytes (a replayed row still reads the badge afresh: see rendered_badge)."""

@@ -36,6 +36,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 SEND_BUFFER_MAX = 1024 * 1024
 
 
+
 def limited_daphne(log_path: Path) -> DaphneProcess:
     """A daphne process with a small send-buffer limit (the slow-reader test fills it)."""
     env = subprocess_env()

@@ -254,7 +254,9 @@ def test_refresh_asks_for_a_new_snapshot(instructor, classroom, sessions, scenar
     assert len(second["rows"]) == len(first["rows"]) + 1
     # The newcomer's row arrives rendered by the server, as the page renders its own rows.
     newcomer = next(r for r in second["rows"] if r["username"] == "carol")
-    row = next(r for r in class_dashboard_rows(classroom_id=classroom.pk) if r.username == "carol")
+    row = next(
+        r for r in class_dashboard_rows(classroom_id=classroom.pk) if r.username == "carol"
+    )
     assert newcomer["html"] == dashboard_row_html(row)
     assert f'id="row-{newcomer["session"]}"' in newcomer["html"]
     assert newcomer["state_label"] == "closed"

@@ -176,7 +176,9 @@ def test_get_hub_is_one_per_process():
     assert hub_module.get_hub() is hub_module.get_hub()
 
 
-def test_a_command_sent_without_waiting_goes_out_with_the_callers_next_round_in_order(hub, client):
+def test_a_command_sent_without_waiting_goes_out_with_the_callers_next_round_in_order(
+    hub, client
+):
     def caller():
         assert client.send_nowait(("SET", "k", "first")) is None  # the caller goes on at once
         return client.getset("k", "second")

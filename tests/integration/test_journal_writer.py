@@ -90,9 +90,7 @@ def test_concurrent_batches_over_the_same_sessions_get_gap_free_numbers_and_no_d
                 if round_no % 2:
                     order.reverse()
                 entries = [
-                    journal.entry(s, "policy_set", f"writer {k} round {round_no}")
-                    for s in order
-                    for _ in (1, 2)
+                    journal.entry(s, "policy_set", f"writer {k} round {round_no}") for s in order for _ in (1, 2)
                 ]
                 from django.db import transaction
 
@@ -110,9 +108,7 @@ def test_concurrent_batches_over_the_same_sessions_get_gap_free_numbers_and_no_d
         t.join(60)
     assert not errors, errors
     for s in sessions:
-        seqs = list(
-            JournalEvent.objects.filter(session=s).order_by("seq").values_list("seq", flat=True)
-        )
+        seqs = list(JournalEvent.objects.filter(session=s).order_by("seq").values_list("seq", flat=True))
         assert seqs == list(range(1, 4 * 15 * 2 + 1))
 
 
@@ -123,10 +119,7 @@ def test_a_batch_naming_a_deleted_session_raises_and_writes_nothing(session):
         user=make_student("ghost", session.classroom), classroom=session.classroom,
         scenario=session.scenario,
     )  # fmt: skip
-    entries = [
-        journal.entry(session, "policy_set", "kept?"),
-        journal.entry(gone, "policy_set", "gone"),
-    ]
+    entries = [journal.entry(session, "policy_set", "kept?"), journal.entry(gone, "policy_set", "gone")]
     gone.delete()
     with pytest.raises(journal.LabSession.DoesNotExist), transaction.atomic():
         journal.append_entries(entries)

@@ -15,11 +15,7 @@ from labs.services import bursts, lab
 from tests.conftest import make_classroom, make_scenario, make_student, tour_script
 from tests.integration.conftest import wait_for
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.postgres,
-    pytest.mark.django_db(transaction=True),
-]
+pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
@@ -60,11 +56,7 @@ def test_policy_problems_are_all_reported_and_nothing_is_half_applied(session):
         )
     fields = {p.field for p in info.value.problems}
     # The cap (500) is below the new base too: "base to 2000 ms".
-    assert fields == {
-        "policy.backoff_base_ms",
-        "policy.backoff_cap_ms",
-        "policy.breaker.cooldown_ms",
-    }
+    assert fields == {"policy.backoff_base_ms", "policy.backoff_cap_ms", "policy.breaker.cooldown_ms"}
     session.refresh_from_db()
     assert session.policy == before  # max_attempts=3 was valid but not applied alone
 
@@ -120,9 +112,7 @@ def test_forcing_the_breaker_open_is_a_journaled_transition(session):
     assert "forced by carol" in transition.message
     session.refresh_from_db()
     assert session.breaker_snapshot["state"] == "open"
-    assert (
-        lab.session_force_breaker(session=session, user=session.owner, action="closed") == "closed"
-    )
+    assert lab.session_force_breaker(session=session, user=session.owner, action="closed") == "closed"
 
 
 def test_reset_brings_back_scenario_settings_and_a_closed_breaker(session):

@@ -36,11 +36,12 @@ TIMEOUT = 5
 CATCH_UP_TIMEOUT = 20
 
 
+
 class RedisServer(OwnRedis):
     """The channel layer's own redis-server."""
 
     def subscribers(self, group: str) -> int:
-        ((_, count),) = redis.Redis.from_url(self.url).pubsub_numsub(f"asgi__group__{group}")
+        (_, count), = redis.Redis.from_url(self.url).pubsub_numsub(f"asgi__group__{group}")
         return count
 
 

@@ -128,6 +128,4 @@ def test_a_dead_workers_chore_is_reaped_once_and_journaled(chores, session):
     assert dead.status == Chore.Status.INTERRUPTED
     assert "stopped responding" in dead.error
     assert lost.status == Chore.Status.FAILED
-    assert (
-        JournalEvent.objects.filter(session__in=[session, other], kind="traffic_end").count() == 2
-    )
+    assert JournalEvent.objects.filter(session__in=[session, other], kind="traffic_end").count() == 2

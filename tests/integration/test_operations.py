@@ -34,6 +34,7 @@ pytestmark = [
 DOWN = tour_script(dependency={"mode": "down", "latency_ms": 2})
 
 
+
 def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
     request = urllib.request.Request(url, headers=headers or {})  # noqa: S310 (our own server)
     try:

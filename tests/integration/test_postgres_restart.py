@@ -109,9 +109,8 @@ def test_a_burst_ending_while_postgresql_is_down_ends_done_on_its_return(stack):
     status, body = http_post(web.url, f"/sessions/{ids['session']}/bursts/", cookie, {"size": 6})
     assert status == 200, body[-2000:]
     wait_until(
-        lambda: (
-            stack.query("SELECT count(*) FROM labs_journalevent WHERE kind = 'attempt'")[0][0] >= 2
-        ),
+        lambda: stack.query("SELECT count(*) FROM labs_journalevent WHERE kind = 'attempt'")[0][0]
+        >= 2,
         60,
         "two attempts journaled",
     )

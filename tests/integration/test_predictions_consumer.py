@@ -169,7 +169,7 @@ def test_the_predictions_view_gets_its_histograms_on_connect_and_after_each_answ
     assert bar in one["html"] and bar in two["html"]
     assert '<td class="count" data-count>1</td>' in one["html"].split(bar)[1].split("</tr>")[0]
     assert '<td class="count" data-count>2</td>' in two["html"].split(bar)[1].split("</tr>")[0]
-    assert "<strong data-total>2</strong> answers" in two["html"]
+    assert '<strong data-total>2</strong> answers' in two["html"]
 
 
 def test_the_predictions_view_reads_the_truth_again_after_a_gap(instructor, classroom, sessions):
@@ -186,9 +186,7 @@ def test_the_predictions_view_reads_the_truth_again_after_a_gap(instructor, clas
         )  # fmt: skip
         # ... then the channel layer subscribes again (labs.live.channel_layer tells every
         # consumer with ``layer.reconnected``).
-        await get_channel_layer().group_send(
-            class_group(classroom.pk), {"type": "layer.reconnected"}
-        )
+        await get_channel_layer().group_send(class_group(classroom.pk), {"type": "layer.reconnected"})
         healed = await ws.receive_json_from(timeout=TIMEOUT)
         await ws.disconnect()
         return healed

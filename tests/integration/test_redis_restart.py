@@ -254,7 +254,9 @@ def test_a_redis_restart_mid_traffic_with_a_trigger_running_restores_the_setting
 # --- websockets ----------------------------------------------------------------------------------
 
 
-def test_the_first_socket_opened_after_a_redis_restart_with_none_open_connects(own_redis, tmp_path):
+def test_the_first_socket_opened_after_a_redis_restart_with_none_open_connects(
+    own_redis, tmp_path
+):
     """The web process's channel layer keeps its connection to Redis after its last socket
     closed; a restart closes it. The next socket to open must connect and get its state
     (daphne's error and a reconnect were the first socket's lot)."""

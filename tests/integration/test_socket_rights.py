@@ -171,7 +171,9 @@ def test_an_instructor_who_stops_teaching_the_class_loses_its_sockets(daphne, wo
             assert sock.wait_closed() == 4403, name
             assert sock.closed_at - removed < CLOSE_WITHIN_S
         # The storm panel sent its student table (usernames) no more once it closed.
-        storm_after = [text for text in sockets["storm"].sent_after(sockets["storm"].closed_at)]
+        storm_after = [
+            text for text in sockets["storm"].sent_after(sockets["storm"].closed_at)
+        ]
         assert storm_after == []
         time.sleep(2.5)
         assert student.closed_at is None, "the student's own page must stay open"

@@ -87,6 +87,4 @@ def test_run_scenario_command_refuses_a_bad_script_with_exit_2(tmp_path, transac
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert any(line.startswith("dependency.mode:") for line in lines)
-    assert any(
-        line.startswith("policy.max_attempts:") and "1" in line and "5" in line for line in lines
-    )
+    assert any(line.startswith("policy.max_attempts:") and "1" in line and "5" in line for line in lines)

@@ -150,9 +150,7 @@ def test_steady_traffic_reaches_the_page_as_seconds_that_count_the_journal_rows(
         for t, second in expected.items():
             got = shown[t]
             assert (got["n"], got["counts"], got["attempts"]) == (
-                second["n"],
-                second["counts"],
-                second["attempts"],
+                second["n"], second["counts"], second["attempts"]
             ), t
             assert f"sec-{t}" in got["html"] and got["text"] in got["html"]
 
@@ -219,13 +217,9 @@ def test_a_seconds_rows_are_for_whoever_may_see_the_page(worker_process, world):
         html = answer.content.decode()
         assert html.count('<li id="ev-') == expected["n"], who
         # the rows' own words, as the journal wrote them
-        first_row = (
-            JournalEvent.objects.filter(
-                session=session, t_ms__gte=second * 1000, t_ms__lt=(second + 1) * 1000
-            )
-            .order_by("seq")
-            .first()
-        )
+        first_row = JournalEvent.objects.filter(
+            session=session, t_ms__gte=second * 1000, t_ms__lt=(second + 1) * 1000
+        ).order_by("seq").first()
         assert f'id="ev-{first_row.seq}"' in html and first_row.message.split()[0] in html
     whole = Client()
     whole.force_login(erin)

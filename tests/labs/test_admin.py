@@ -586,7 +586,9 @@ def test_the_rows_and_the_raw_json_edited_in_one_save_are_refused(admin_client_,
     assert scenario.script == script
 
 
-def test_raw_json_still_edits_the_steps_when_the_rows_are_posted_unchanged(admin_client_, scenario):
+def test_raw_json_still_edits_the_steps_when_the_rows_are_posted_unchanged(
+    admin_client_, scenario
+):
     _shipped_tour(scenario)
     data, _ = _page_post(admin_client_, scenario)
     data["steps"] = json.dumps([{"burst": 3, "expect": {"calls": 3}}])

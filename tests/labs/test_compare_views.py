@@ -138,9 +138,7 @@ def test_the_storm_lesson_is_compared_on_the_shared_model(client, student, storm
 
 def storm_figures(storm, preset: str) -> dict:
     """What the shared model gives the storm lesson's policy with ``preset`` over it."""
-    params = metastable.MetastableParams(
-        **{**SHARED_COMPARE.__dict__, "seed": storm.script["seed"]}
-    )
+    params = metastable.MetastableParams(**{**SHARED_COMPARE.__dict__, "seed": storm.script["seed"]})
     policy = parse_policy(merge_settings(storm.script["policy"], PRESETS[preset]))
     return metastable.figures_for(params, policy)
 
@@ -238,7 +236,9 @@ def test_an_edited_field_changes_the_result_against_the_unedited_pick(client, st
             "B: The lesson&#x27;s own policy, edited: Max attempts per call 1.") in html  # fmt: skip
 
 
-def test_a_submitted_form_redirects_to_an_address_holding_only_the_edits(client, student, scenario):
+def test_a_submitted_form_redirects_to_an_address_holding_only_the_edits(
+    client, student, scenario
+):
     """The form sends every field of both policies; only the one changed counts, and the
     address the page lands on holds it alone, giving the same comparison."""
     client.force_login(student)

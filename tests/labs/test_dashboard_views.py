@@ -349,7 +349,7 @@ def test_class_exports_neutralise_spreadsheet_formulas(client, instructor, class
     """Names and messages students typed reach the class exports: a cell starting with ``=``
     must not run as a formula when the instructor opens the file in a spreadsheet."""
     alice, _ = sessions
-    alice.owner.first_name = '=HYPERLINK("http://evil","x")'
+    alice.owner.first_name = "=HYPERLINK(\"http://evil\",\"x\")"
     alice.owner.last_name = ""
     alice.owner.save()
     journal.record(
@@ -363,7 +363,7 @@ def test_class_exports_neutralise_spreadsheet_formulas(client, instructor, class
     client.force_login(instructor)
     summary = b"".join(client.get(url("class_export_summary", classroom)).streaming_content)
     table = list(csv.DictReader(io.StringIO(summary.decode())))
-    assert table[0]["student"] == '\'=HYPERLINK("http://evil","x")'
+    assert table[0]["student"] == "'=HYPERLINK(\"http://evil\",\"x\")"
     journal_csv = b"".join(
         client.get(url("class_export_journal", classroom, "csv")).streaming_content
     )

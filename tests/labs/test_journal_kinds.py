@@ -217,10 +217,7 @@ def test_the_comparison_scan_sees_a_kind_compared_and_a_kind_constant():
         "LOST_KIND = 'third_made_up'\n"
     )
     assert sorted(k for _, k in _compared_kinds(tree)) == [
-        "also_made_up",
-        "burst_end",
-        "made_up",
-        "third_made_up",
+        "also_made_up", "burst_end", "made_up", "third_made_up"
     ]
     assert JS_KIND.findall('if (e.kind === "made_up" || event.kind !== "x") {') == ["made_up", "x"]
 

@@ -33,10 +33,7 @@ def test_a_batch_announces_each_sessions_rows_and_one_summary_message_per_class(
     assert [e["seq"] for e in by_group[session_group(1)]["events"]] == [5, 6]
     summaries = by_group[class_group(10)]
     assert summaries["type"] == "class.sessions"
-    assert [
-        (s["session"], s["last_seq"], s["attempts_total"], s["calls"])
-        for s in summaries["sessions"]
-    ] == [
+    assert [(s["session"], s["last_seq"], s["attempts_total"], s["calls"]) for s in summaries["sessions"]] == [
         (1, 6, 1, 1),
         (2, 9, 1, 0),
     ]

@@ -173,10 +173,7 @@ def test_the_summary_shows_each_dependency_degraded_calls_and_effects_against_ca
     html = render_summary(summary_panel(facts, counts))
     assert 'data-stat="degraded">2<' in html
     assert 'data-stat="rejected_bulkhead">8<' in html
-    assert (
-        '<span data-role="effects-applied">9</span> / <span data-role="effects-calls">6</span>'
-        in html
-    )
+    assert '<span data-role="effects-applied">9</span> / <span data-role="effects-calls">6</span>' in html
     row_b = html.split('data-dependency="b">')[1].split("</tr>")[0]
     assert (
         '<td data-label="Calls">10</td><td data-label="Succeeded">2</td>'

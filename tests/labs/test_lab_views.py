@@ -246,9 +246,7 @@ def test_every_bad_policy_field_is_named_and_nothing_is_half_applied(owner_clien
     html = response.content.decode()
     assert "Max attempts per call: must be between 1 and 5 (got 9)" in html
     assert "Cooldown (ms): must be between 100 and 60000 ms (got 50)" in html
-    assert (
-        "Backoff cap (ms): must be between the backoff base (100 ms) and 2000 ms (got 40)" in html
-    )
+    assert "Backoff cap (ms): must be between the backoff base (100 ms) and 2000 ms (got 40)" in html
     session.refresh_from_db()
     assert (session.policy, journal_count(session)) == before
 
@@ -705,7 +703,9 @@ ADVANCED_FIELDS = (
 
 def _advanced_section(html: str) -> str:
     marker = '<details class="field-group" id="policy-group-advanced" data-group="advanced"'
-    return html.split(marker)[1].split("</details>")[0]
+    return html.split(marker)[1].split(
+        "</details>"
+    )[0]
 
 
 def test_every_peer_setting_is_in_the_collapsed_advanced_section(owner_client, session):

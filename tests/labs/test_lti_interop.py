@@ -143,9 +143,7 @@ def test_a_launch_from_lti1p3platform_signs_the_learner_into_the_lesson(
 
     done = client.post("/lti/launch/", {"id_token": form["id_token"], "state": form["state"]})
     session = LabSession.objects.get()
-    assert done.status_code == 302 and done["Location"].startswith(
-        session.get_absolute_url() + "?launch="
-    )
+    assert done.status_code == 302 and done["Location"].startswith(session.get_absolute_url() + "?launch=")
     assert session.classroom.name == "Interop course"
     assert Membership.objects.get(user=session.owner).role == Membership.Role.STUDENT
     assert session.owner.first_name == "Barbara Liskov"  # the platform sent only ``name``

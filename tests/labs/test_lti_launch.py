@@ -125,9 +125,7 @@ def test_a_learner_launch_lands_in_the_lesson_of_the_link(client, platform, regi
     )
     response, _ = launch_as(client, platform, "student-1", Launch(custom={"lesson": scenario.slug}))
     session = LabSession.objects.get()
-    assert response.status_code == 302 and response["Location"].startswith(
-        session.get_absolute_url() + "?launch="
-    )
+    assert response.status_code == 302 and response["Location"].startswith(session.get_absolute_url() + "?launch=")
     assert session.scenario == scenario
     assert session.owner.get_full_name() == "Grace Hopper"
     assert Membership.objects.get(user=session.owner).role == Membership.Role.STUDENT

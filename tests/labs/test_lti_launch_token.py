@@ -76,10 +76,9 @@ def test_an_htmx_post_with_the_token_is_csrf_checked_against_the_grant(launched)
     # No CSRF token: refused, though the launch token is right.
     assert browser.post(post_url, {"mode": "down"}, **headers).status_code == 403
     # A token masked from another secret (an ordinary cookie's): refused.
-    assert (
-        browser.post(post_url, {"mode": "down"}, **headers, HTTP_X_CSRFTOKEN="x" * 64).status_code
-        == 403
-    )
+    assert browser.post(
+        post_url, {"mode": "down"}, **headers, HTTP_X_CSRFTOKEN="x" * 64
+    ).status_code == 403
     csrf = page_csrf(browser.get(session.get_absolute_url(), {"launch": token}))
     # The page's own token, from another site: refused by the origin check.
     assert browser.post(
@@ -138,7 +137,9 @@ def test_an_expired_token_or_a_grant_gone_from_the_server_is_refused(launched, m
     url = session.get_absolute_url()
     old = signing.b62_encode(int(time.time()) - settings.LTI_LAUNCH_TOKEN_MAX_AGE_S - 5)
     monkeypatch.setattr(signing.TimestampSigner, "timestamp", lambda self: old)
-    expired = tokens.launch_token_issue(user=session.owner, session_id=session.pk, frame_origins=[])
+    expired = tokens.launch_token_issue(
+        user=session.owner, session_id=session.pk, frame_origins=[]
+    )
     monkeypatch.undo()
     page = Client().get(url, {"launch": expired})
     assert page.status_code == 403 and "has expired" in page.content.decode()

@@ -231,9 +231,7 @@ def test_an_answer_is_journaled_in_the_session_with_its_words(owner_client, sess
 
     owner_client.post(_url(session), {"answer": "24"})
     owner_client.post(_url(session), {"answer": "12"})
-    rows = list(
-        JournalEvent.objects.filter(session=session, kind="prediction_submitted").order_by("seq")
-    )
+    rows = list(JournalEvent.objects.filter(session=session, kind="prediction_submitted").order_by("seq"))
     assert [r.message for r in rows] == [
         "alice predicted 24 dependency hits for step 3",
         "alice changed the prediction: predicted 12 dependency hits for step 3",

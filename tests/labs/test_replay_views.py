@@ -473,11 +473,7 @@ def test_the_pushed_summary_panel_has_no_what_if_link(session):
     for burst in (new, old):
         end = JournalEvent.objects.get(burst=burst, kind="burst_end")
         html = render_summary(summary_update(journal.event_payload(end), facts[burst.pk]))
-        assert (
-            f'data-role="number">{burst.number}<' in html
-            and "replay/" not in html
-            and "<a " not in html
-        )
+        assert f'data-role="number">{burst.number}<' in html and "replay/" not in html and "<a " not in html
 
 
 def test_replay_rows_rendered_in_python_match_the_template_markup_and_charts_are_data():

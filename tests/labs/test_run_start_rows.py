@@ -42,7 +42,8 @@ def test_a_traffic_runs_first_row_says_what_was_started_by_whom(session, student
                                 arrivals="even")  # fmt: skip
     row = _row(session, "traffic_start")
     assert row.message == (
-        f"traffic started by {student.username}: 4 calls/s (even) for 10 s, 40 call(s) from call 1"
+        f"traffic started by {student.username}: 4 calls/s (even) "
+        "for 10 s, 40 call(s) from call 1"
     )
     assert (row.actor_id, row.burst_id) == (student.pk, None)
     assert row.data == {"traffic": run.pk, "rate": 4, "duration_s": 10, "arrivals": "even",

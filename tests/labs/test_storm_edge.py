@@ -33,13 +33,7 @@ def steady(first: int, last: int, calls: int) -> list[dict]:
 
 
 def session(max_attempts: int | None, mode: str = "shared") -> dict:
-    return {
-        "session": 1,
-        "student": "s",
-        "scenario": "",
-        "mode": mode,
-        "max_attempts": max_attempts,
-    }
+    return {"session": 1, "student": "s", "scenario": "", "mode": mode, "max_attempts": max_attempts}
 
 
 def test_the_stable_line_is_the_capacity_over_one_plus_the_retries():
@@ -100,9 +94,7 @@ def test_the_load_is_the_calls_asked_over_the_headline_s_complete_seconds():
     # The mean over the last HEADLINE_SECONDS seconds: 40, 40, 100 -> 60 (vulnerable).
     rising = [*steady(100, 129, 40), second(130, 100)]
     edge = storm_edge(rising, 131, 200, 3)
-    assert edge["load_per_s"] == pytest.approx(
-        (40 * (HEADLINE_SECONDS - 1) + 100) / HEADLINE_SECONDS
-    )
+    assert edge["load_per_s"] == pytest.approx((40 * (HEADLINE_SECONDS - 1) + 100) / HEADLINE_SECONDS)
     assert edge["region"] == "vulnerable"
     assert storm_edge(steady(100, 130, 250), 131, 200, 3)["region"] == "over_capacity"
 

@@ -49,7 +49,9 @@ def test_a_tick_is_two_round_trips_to_redis_and_no_query(classroom, model, round
         read = storm_now(classroom.pk, RESEND_S, sessions, config)
     assert len(queries) == 0, [q["sql"] for q in queries]
     assert len(round_trips) == 2
-    assert len(read["seconds"]) == RESEND_S + 1 and set(read["window"]["sessions"]) == set(sessions)
+    assert len(read["seconds"]) == RESEND_S + 1 and set(read["window"]["sessions"]) == set(
+        sessions
+    )
 
 
 @pytest.mark.django_db

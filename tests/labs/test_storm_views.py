@@ -192,9 +192,7 @@ def test_without_javascript_the_traffic_form_redirects_back_with_the_problem(
         follow=True,
     )
     assert response.redirect_chain == [(reverse("labs:storm_panel", args=[configured.pk]), 302)]
-    assert (
-        "Calls per second: must be between 1 and 20 calls/s (got 99)" in response.content.decode()
-    )
+    assert "Calls per second: must be between 1 and 20 calls/s (got 99)" in response.content.decode()
     assert Traffic.objects.count() == 0
 
 
@@ -209,15 +207,8 @@ def test_the_dashboard_has_a_storm_section_only_with_a_shared_dependency(
     page = client.get(url).content.decode()
     # The panel's own parts, script and websocket; one trigger form (the dashboard's).
     assert f'data-ws-path="/ws/classes/{classroom.pk}/storm/"' in page
-    for part in (
-        'id="chart-load"',
-        'id="student-rows"',
-        'data-metric="recovery"',
-        'id="traffic-form"',
-        'id="export-png"',
-        "js/storm.js",
-        "uPlot.iife.min.js",
-    ):
+    for part in ('id="chart-load"', 'id="student-rows"', 'data-metric="recovery"',
+                 'id="traffic-form"', 'id="export-png"', "js/storm.js", "uPlot.iife.min.js"):
         assert part in page, part  # fmt: skip
     assert page.count('id="trigger-form"') == 1
     assert page.count('id="action-result"') == 1

@@ -69,7 +69,9 @@ class Command(BaseCommand):
         try:
             output = run_scenario(
                 scenario,
-                executor=WorkerExecutor(session, user=user, burst_timeout=options["burst_timeout"]),
+                executor=WorkerExecutor(
+                    session, user=user, burst_timeout=options["burst_timeout"]
+                ),
             )
         except NoWorker as exc:
             raise CommandError(str(exc)) from exc

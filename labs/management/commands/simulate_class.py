@@ -96,13 +96,16 @@ class Command(BaseCommand):
         try:
             with _stop_signals_interrupt():
                 while time.monotonic() < deadline:
-                    active = Traffic.objects.filter(pk__in=ids, status__in=Traffic.ACTIVE_STATUSES)
+                    active = Traffic.objects.filter(
+                        pk__in=ids, status__in=Traffic.ACTIVE_STATUSES
+                    )
                     if not active.exists():
                         break
                     time.sleep(0.5)
         except KeyboardInterrupt as exc:
             stopped = [
-                traffic_stop(session=session, user=session.owner) for session in simulation.sessions
+                traffic_stop(session=session, user=session.owner)
+                for session in simulation.sessions
             ]
             count = sum(t is not None for t in stopped)
             raise CommandError(
