@@ -18,6 +18,7 @@ from labs.forms.lab import coerce
 from labs.models import LabSession, SharedDependencyConfig
 from labs.services import chain as chain_services
 from labs.services.shared import shared_problems
+from labs.services.storm import shared_sessions
 
 #: (field, LIMITS path, label) of the shared dependency's settings.
 SHARED_PARAMS: tuple[tuple[str, str, str], ...] = (
@@ -219,7 +220,7 @@ class SharedDependencyAdminForm(forms.ModelForm):
         classroom = cleaned.get("classroom") or getattr(self.instance, "classroom", None)
         if not self.chain_changed or classroom is None:
             return
-        available = len(chain_services.chain_sessions(classroom))
+        available = len(shared_sessions(classroom))
         for problem in chain_services.validate_chain_settings(
             cleaned.get("chain_tiers"), cleaned.get("chain_order") or "even", available
         ):

@@ -26,6 +26,7 @@ from labs.models import Burst, Classroom, LabSession, Traffic
 from labs.presenters.text import actor_name, chain_place
 from labs.services.lab import SettingsInvalid
 from labs.services.shared import _check_teaches
+from labs.services.storm import shared_sessions
 
 logger = logging.getLogger(__name__)
 
@@ -37,12 +38,6 @@ class ChainBusy(Exception):
     """The class has runs going: the tiers cannot change under them (409)."""
 
     status = 409
-
-
-def chain_sessions(classroom: Classroom) -> list[LabSession]:
-    """The sessions a chain is made of: the class's sessions on its shared dependency."""
-    sessions = LabSession.objects.filter(classroom=classroom).order_by("pk")
-    return [s for s in sessions if runtime.is_shared(s.dependency)]
 
 
 def validate_chain_settings(tiers: object, order: object, available: int) -> list[Problem]:
@@ -111,7 +106,7 @@ def classroom_set_chain(*, classroom: Classroom, user, values: dict[str, Any]) -
     """
     _check_teaches(user=user, classroom=classroom)
     tiers, order = values.get("tiers"), values.get("order", "even")
-    sessions = chain_sessions(classroom)
+    sessions = shared_sessions(classroom)
     problems = validate_chain_settings(tiers, order, len(sessions))
     layout = [] if problems or tiers is None else layout_for(sessions, tiers, order)
     if layout:

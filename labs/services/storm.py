@@ -29,7 +29,9 @@ def check_teaches(*, user, classroom: Classroom) -> None:
         raise PermissionDenied("You do not teach this class.")
 
 
-def _shared_sessions(classroom: Classroom) -> list[LabSession]:
+def shared_sessions(classroom: Classroom) -> list[LabSession]:
+    """The class's sessions on its shared dependency, in the order they joined (what the
+    panel's traffic starts and stops, and what a chain of students is made of)."""
     return list(
         LabSession.objects.filter(classroom=classroom, dependency__mode="shared")
         .select_related("owner")
@@ -52,7 +54,7 @@ def classroom_traffic_start(
     problems = validate_traffic(rate, duration_s, arrivals)
     if problems:
         raise TrafficInvalid(problems)
-    sessions = _shared_sessions(classroom)
+    sessions = shared_sessions(classroom)
     if not sessions:
         raise TrafficInvalid(
             [Problem("sessions", "no session of the class calls the shared dependency yet")]
@@ -77,7 +79,7 @@ def classroom_traffic_stop(*, classroom: Classroom, user) -> ClassActionResult:
     finish); sessions with none running are skipped."""
     check_teaches(user=user, classroom=classroom)
     result = ClassActionResult()
-    for session in _shared_sessions(classroom):
+    for session in shared_sessions(classroom):
         if traffic_stop(session=session, user=user) is None:
             result.skipped[session.pk] = "no traffic running"
         else:
