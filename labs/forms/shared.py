@@ -15,7 +15,8 @@ from django import forms
 from labs.engine import LIMITS
 from labs.engine.shared import DEFENCES
 from labs.forms.lab import coerce
-from labs.models import LabSession, SharedDependencyConfig
+from labs.live import runtime
+from labs.models import SharedDependencyConfig
 from labs.services import chain as chain_services
 from labs.services.shared import shared_problems
 from labs.services.storm import shared_sessions
@@ -189,9 +190,7 @@ class SharedDependencyAdminForm(forms.ModelForm):
         for name, path, _label_text in SHARED_PARAMS:
             self.fields[name] = _admin_field(name, path)
         if self.instance.pk is not None:
-            layout = LabSession.objects.filter(classroom_id=self.instance.classroom_id)
-            depth = max(layout.values_list("tier", flat=True), key=lambda t: t or 0, default=None)
-            self.fields["chain_tiers"].initial = depth
+            self.fields["chain_tiers"].initial = runtime.chain_depth(self.instance.classroom_id)
         self.chain_changed = False
 
     class Meta:

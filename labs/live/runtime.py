@@ -22,6 +22,7 @@ from typing import Any
 import redis
 from django.conf import settings
 from django.db import connection
+from django.db.models import Max
 
 from labs.engine import (
     Breaker,
@@ -310,6 +311,13 @@ def chain_layout(classroom_id: int) -> list[list[LabSession]]:
     ).order_by("tier", "pk"):
         tiers.setdefault(session.tier, []).append(session)
     return [tiers[number] for number in sorted(tiers)]
+
+
+def chain_depth(classroom_id: int) -> int | None:
+    """How many tiers the class's chain has (None: no chain); one query."""
+    return LabSession.objects.filter(classroom_id=classroom_id).aggregate(depth=Max("tier"))[
+        "depth"
+    ]
 
 
 def chain_now(classroom_id: int, depth: int, *, now: int, window_s: int = 10) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import connection
-from django.db.models import BooleanField, ExpressionWrapper, Max, Q
+from django.db.models import BooleanField, ExpressionWrapper, Q
 
 from labs.engine.validate import traffic_defaults
 from labs.journal import rows as journal_rows
@@ -260,7 +260,4 @@ def chain_place_of(session: LabSession) -> str:
     when the class has none (one query, only for a session in a chain)."""
     if not session.tier:
         return ""
-    depth = LabSession.objects.filter(classroom_id=session.classroom_id).aggregate(
-        depth=Max("tier")
-    )["depth"]
-    return chain_place(session.tier, depth or session.tier)
+    return chain_place(session.tier, runtime.chain_depth(session.classroom_id) or session.tier)
