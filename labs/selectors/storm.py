@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from django.db.models import Count
+
+from labs.engine.chain import MAX_TIERS, MIN_TIERS
 from labs.engine.config import LIMITS
 from labs.engine.shared import SharedConfig
 from labs.engine.validate import traffic_defaults
@@ -168,18 +171,13 @@ def chain_settings(*, classroom: Classroom) -> dict[str, Any]:
     """The class's chain as its dashboard form shows it: the tiers' sizes (front first,
     empty: no chain), the sessions a chain can be made of (those on the shared dependency)
     and the most tiers they allow."""
-    from labs.engine.chain import MAX_TIERS
-
-    sizes: dict[int, int] = {}
-    available = 0
-    for tier, dependency in LabSession.objects.filter(classroom=classroom).values_list(
-        "tier", "dependency"
-    ):
-        available += runtime.is_shared(dependency)
-        if tier:
-            sizes[tier] = sizes.get(tier, 0) + 1
+    sessions = LabSession.objects.filter(classroom=classroom)
+    sizes = dict(
+        sessions.filter(tier__isnull=False).order_by().values_list("tier").annotate(n=Count("pk"))
+    )
+    available = sessions.filter(dependency__mode="shared").count()
     return {
         "sizes": [sizes.get(n, 0) for n in range(1, max(sizes, default=0) + 1)],
         "available": available,
-        "most": max(2, min(MAX_TIERS, available)),
+        "most": max(MIN_TIERS, min(MAX_TIERS, available)),
     }
