@@ -180,7 +180,8 @@ _polls: dict[RunKind, Callable[[list[int]], None]] = {}
 _kinds: list[RunKind] = []
 _kinds_lock = threading.Lock()
 #: No reap before this instant (monotonic): after the heartbeat failed (the database was away)
-#: every worker's heartbeats failed too, and live runs get a staleness window to land.
+#: every worker's heartbeats failed too, and live runs get a staleness window, from the
+#: database's return, to land.
 _hold_reaps_until = 0.0
 
 
@@ -205,6 +206,7 @@ def touch(kind: RunKind, ids: list[int]) -> None:
 def _heartbeat_loop() -> None:
     global _hold_reaps_until
     next_touch = 0.0
+    failed = False  # the last heartbeat failed (the database away)
     while True:
         time.sleep(TICK_S)
         with _kinds_lock:
@@ -224,8 +226,12 @@ def _heartbeat_loop() -> None:
             for kind, ids in running.items():
                 if kind in _polls:
                     _polls[kind](ids)
+            if failed:  # back: other workers' runs get a staleness window from now too
+                failed = False
+                _hold_reaps_until = time.monotonic() + settings.LAB_BURST_STALE_SECONDS
         except Exception:  # the heartbeat must outlive a database hiccup
             logger.exception("run heartbeat failed")
+            failed = True
             _hold_reaps_until = time.monotonic() + settings.LAB_BURST_STALE_SECONDS
         finally:
             # A few short queries a second do not need a connection held open between ticks.
@@ -271,6 +277,7 @@ def start_sweeper(name: str, sweep: Callable[[], object]) -> None:
 
 def _sweep_forever() -> None:
     held: dict[str, float] = {}  # sweep -> not before (after a failure)
+    failed: set[str] = set()  # sweeps whose last try failed (the database away, say)
     while True:
         time.sleep(reap_interval())
         if not (_ready or _busy()):
@@ -280,12 +287,32 @@ def _sweep_forever() -> None:
         for name, sweep in sweeps:
             if time.monotonic() < max(held.get(name, 0.0), _hold_reaps_until):
                 continue
+            if name in failed:
+                # Every worker's heartbeats failed while the database was away: the live runs
+                # get a staleness window from its return, not from this sweep's last failure
+                # (an idle worker's sweep would otherwise reap a run whose own worker has not
+                # yet written its first heartbeat since the return).
+                if _database_answers():
+                    failed.discard(name)
+                    held[name] = time.monotonic() + settings.LAB_BURST_STALE_SECONDS
+                continue
             try:
                 sweep()
             except Exception:  # the sweeper must outlive a database hiccup
                 logger.exception("%s failed", name)
                 held[name] = time.monotonic() + settings.LAB_BURST_STALE_SECONDS
+                failed.add(name)
         connection.close()
+
+
+def _database_answers() -> bool:
+    """Whether this thread can reach the database now."""
+    try:
+        connection.ensure_connection()
+    except Exception:
+        connection.close()
+        return False
+    return True
 
 
 #: The heartbeat of this process's runs and the sweeper of every kind's stale runs: one
