@@ -131,7 +131,7 @@ class Processes:
         popen.setdefault("cwd", ROOT)
         # A stop signal between the fork and the append would leave a child nobody stops:
         # raise_on_stop_signals holds it back until the child is on the list.
-        with _signals_held():
+        with signals_held():
             proc = subprocess.Popen(cmd, env=env, start_new_session=True, **popen)
             self.children.append((name, proc, stop_signal))
         return proc
@@ -212,7 +212,7 @@ def stop_received() -> StopRequested | None:
 
 
 @contextlib.contextmanager
-def _signals_held():
+def signals_held():
     """Defer a stop signal's exception to the end of this block (main thread only: the one
     where Python runs signal handlers, and where the exception must be raised)."""
     if threading.current_thread() is not threading.main_thread():
@@ -234,7 +234,8 @@ def raise_on_stop_signals(make=StopRequested, signals=STOP_SIGNALS):
     """While inside: each of ``signals`` raises ``make(signum)`` in the main thread, once.
     The first one sets every stop signal to ignored (a second Ctrl-C, or the SIGTERM that
     both ``timeout`` and ``make`` forward, must not cut the stopping short); inside
-    :meth:`Processes.start` it waits until the new child is on the list. The previous
+    :meth:`Processes.start` (and any :func:`signals_held` block) it waits until the new child
+    is on the list. The previous
     handlers come back on the way out."""
     previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
 

@@ -66,7 +66,8 @@ def pytest(args: list[str], env: dict[str, str]) -> int:
     KeyboardInterrupt handling runs the fixtures' teardown), then Stop is raised again."""
     cmd = [sys.executable, "-m", "pytest", *args]
     say(" ".join(cmd[2:]))
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
+    with services.signals_held():  # no stop between the fork and the assignment
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
     try:
         return proc.wait()
     except Stop:
@@ -300,7 +301,9 @@ def start_part(part: Part, env: dict[str, str]) -> None:
     part.log.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pytest", *part.args]
     say(f"{part.name}: pytest {' '.join(part.args)[:160]} (log: {part.log.relative_to(ROOT)})")
-    with part.log.open("wb") as out:
+    # A stop signal between the fork and the assignment would leave a pytest nobody stops:
+    # it is held back until the part holds its process.
+    with part.log.open("wb") as out, services.signals_held():
         part.proc = subprocess.Popen(
             cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True,

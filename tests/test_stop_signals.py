@@ -36,7 +36,7 @@ def test_a_signal_while_a_child_starts_is_raised_once_the_child_is_on_the_list()
     with (
         services.raise_on_stop_signals(),
         pytest.raises(services.StopRequested),
-        services._signals_held(),  # what Processes.start holds around Popen and the append
+        services.signals_held(),  # what Processes.start holds around Popen and the append
     ):
         deliver(signal.SIGTERM)
         finished.append("the block went on")

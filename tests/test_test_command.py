@@ -122,6 +122,38 @@ def _load_test_script():
     return module
 
 
+def test_a_stop_while_a_part_starts_is_raised_once_the_part_holds_its_pytest(monkeypatch, tmp_path):
+    """A stop signal between the fork and ``part.proc`` being set would leave a pytest that
+    nobody stops (a CI run of the test below once found one): the part must hold its process
+    before the stop is raised."""
+    script = _load_test_script()
+    monkeypatch.setattr(script, "ROOT", tmp_path)
+    real_popen = subprocess.Popen
+    children = []
+
+    def popen_then_stop(cmd, **kwargs):
+        child = real_popen(["sleep", "60"], start_new_session=True)
+        children.append(child)
+        os.kill(os.getpid(), signal.SIGTERM)  # the stop arrives before Popen returns
+        for _ in range(50):
+            time.sleep(0.01)  # the moment Python needs to run the handler
+        return child
+
+    monkeypatch.setattr(script.subprocess, "Popen", popen_then_stop)
+    part = script.Part("the-rest", ["-q"])
+    try:
+        with (
+            script.services.raise_on_stop_signals(lambda n: script.Stop(signal.Signals(n).name)),
+            pytest.raises(script.Stop),
+        ):
+            script.start_part(part, dict(os.environ))
+        assert part.proc is children[0]
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+
+
 def test_no_browser_to_be_had_fails_naming_it(monkeypatch, capsys):
     script = _load_test_script()
     monkeypatch.delenv("LAB_SKIP_BROWSER_TESTS", raising=False)
