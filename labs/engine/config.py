@@ -277,6 +277,17 @@ LIMITS: dict[str, Limit] = {
         note="CoDel: once waits stay above this for an interval, a longer wait is shed",
     ),
     "shared.codel_interval_ms": Limit(100, 10, 10000, "ms", note="CoDel: the interval"),
+    # which waiting attempt a freed server takes (LIFO needs the explicit queue: decided as
+    # servers free, not at arrival; see labs/engine/shared.py)
+    "shared.discipline": Limit(
+        "fifo",
+        type="choice",
+        choices=("fifo", "lifo", "adaptive_lifo"),
+        note="which waiting attempt a freed server takes",
+    ),
+    "shared.lifo_after_ms": Limit(
+        100, 1, 10000, "ms", note="adaptive LIFO: LIFO while the oldest wait is longer"
+    ),
     "shared.trigger.kind": Limit("down", type="choice", choices=("down", "slow", "capacity")),
     "shared.trigger.duration_ms": Limit(8000, 100, 600000, "ms"),
     "shared.trigger.factor": Limit(3, 1, 20, type="number", note="slow: service time x k"),

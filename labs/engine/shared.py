@@ -56,7 +56,18 @@ SHED_REASONS = ("queue_wait", "queue_full", "concurrency", "codel")
 DEFENCES = (
     "rate_per_s", "rate_burst", "queue_limit", "concurrency_limit", "concurrency",
     "concurrency_max", "limit_latency_ms", "codel_target_ms", "codel_interval_ms",
+    "discipline", "lifo_after_ms",
 )  # fmt: skip
+#: Which waiting attempt a freed server takes: the oldest (``fifo``), the newest (``lifo``),
+#: or the oldest until the oldest has waited longer than ``lifo_after_ms``, then the newest
+#: (``adaptive_lifo``, as Facebook's servers do).
+DISCIPLINES = tuple(LIMITS["shared.discipline"].choices)
+#: How many servers' turns ahead a waiting attempt's next look is computed (a lower bound of
+#: when a server could take it; more turns ahead only push the bound later).
+LOOKAHEAD = 64
+#: The longest a waiting attempt goes without looking again (bounds how late it hears of a
+#: change the bound cannot foresee: a trigger cleared early, servers added).
+POLL_MAX_US = 1_000_000
 #: How a concurrency limit moves: ``fixed``; ``aimd`` (an answer slower than
 #: ``limit_latency_ms``, or a failure, cuts it to 0.9x; + 1 while half of it is in use);
 #: ``gradient`` (toward limit x fastest / this latency + sqrt(limit), as Netflix's
@@ -137,7 +148,12 @@ class SharedConfig:
       attempt that has finished by the next arrival, in the order they finished;
     - ``codel_target_ms`` / ``codel_interval_ms``: once every wait has been over the target
       for an interval, an attempt that would wait longer than the target is shed; a wait at
-      or under it ends the congestion (CoDel, on the wait the attempt will have).
+      or under it ends the congestion (CoDel, on the wait the attempt will have);
+    - ``discipline`` (:data:`DISCIPLINES`) with ``lifo_after_ms``: which waiting attempt a
+      freed server takes. Any but ``fifo`` keeps the waiting attempts in an explicit queue
+      decided as servers free (see :meth:`MemorySharedModel.poll`); it works with the rate
+      limit, the queue limit and the longest wait (dropped when a server reaches it), not
+      with CoDel or a concurrency limit, which decide on the wait known at arrival.
 
     Capacity is ``servers x 1000 / service_ms`` attempts per second (8 x 1000 / 40 = 200/s
     with the defaults, which 30 clients at 5 calls/s load to 75 %). Use
@@ -157,6 +173,8 @@ class SharedConfig:
     limit_latency_ms: int = LIMITS["shared.limit_latency_ms"].default
     codel_target_ms: int | None = None
     codel_interval_ms: int = LIMITS["shared.codel_interval_ms"].default
+    discipline: str = LIMITS["shared.discipline"].default
+    lifo_after_ms: int = LIMITS["shared.lifo_after_ms"].default
 
     def __post_init__(self) -> None:
         if not 1 <= self.servers <= MAX_SERVERS:
@@ -170,6 +188,13 @@ class SharedConfig:
             raise ValueError("the server's defences must be > 0 (or None: off)")
         if self.concurrency not in CONCURRENCY:
             raise ValueError(f"concurrency must be one of {', '.join(CONCURRENCY)}")
+        if self.discipline not in DISCIPLINES or self.lifo_after_ms <= 0:
+            raise ValueError(f"discipline must be one of {', '.join(DISCIPLINES)}")
+
+    @property
+    def queues(self) -> bool:
+        """Whether waiting attempts are held in an explicit queue (any discipline but FIFO)."""
+        return self.discipline != "fifo"
 
     @property
     def adaptive(self) -> bool:
@@ -184,6 +209,7 @@ class SharedConfig:
             or self.queue_limit is not None
             or self.concurrency_limit is not None
             or self.codel_target_ms is not None
+            or self.queues
         )
 
     @property
@@ -248,6 +274,10 @@ class Decision:
     ``wait_us`` is the queue wait it had (or would have had; 0 when limited). ``reason``
     says why a shed attempt was shed (:data:`SHED_REASONS`, else ""); ``retry_after_us`` is
     a 429's Retry-After.
+
+    With a queueing discipline an attempt that has to wait gets ``outcome`` ``waiting``, its
+    ``ticket`` and, as ``answer_us``, the earliest instant anything can change for it: the
+    caller asks :meth:`MemorySharedModel.poll` again then.
     """
 
     outcome: str
@@ -261,6 +291,7 @@ class Decision:
     second_offered: int
     reason: str = ""
     retry_after_us: int = 0
+    ticket: int = 0
 
     @property
     def latency_ms(self) -> float:
@@ -403,9 +434,32 @@ class SharedModel(Protocol):
 
     def refuse(self, now_us: int | None = None, *, session: str, state: str = "open") -> None: ...
 
+    def poll(self, ticket: int, now_us: int | None = None) -> Decision: ...
+
 
 def _sec(t_us: int) -> int:
     return t_us // 1_000_000
+
+
+@dataclass(slots=True)
+class _Waiter:
+    """An attempt waiting in the explicit queue (times in us, ``timeout`` and ``deadline``
+    relative to ``arrival`` as :meth:`MemorySharedModel.decide` takes them)."""
+
+    ticket: int
+    arrival: int
+    timeout: int | None
+    deadline: int | None
+    session: str | None
+    offered: int
+    given_up: bool = False
+
+    @property
+    def give_up_at(self) -> int | None:
+        """When the caller stops waiting: its propagated deadline, else its timeout."""
+        if self.deadline is not None:
+            return self.arrival + self.deadline
+        return None if self.timeout is None else self.arrival + self.timeout
 
 
 class MemorySharedModel:
@@ -435,6 +489,10 @@ class MemorySharedModel:
         self._trigger: tuple[str, int, int, int, int] | None = None  # kind, from, until, pct, c'
         self._last = 0
         self._fields: Counter[str] = Counter()
+        self._waiting: list[_Waiter] = []  # the explicit queue, in arrival order
+        self._tickets: dict[int, _Waiter] = {}  # waiting attempts a caller still waits for
+        self._done: dict[int, Decision] = {}  # decided, not yet heard by their caller
+        self._ticket = 0
         self._defences_reset()
 
     def _defences_reset(self) -> None:
@@ -543,45 +601,218 @@ class MemorySharedModel:
             mine = self._session_second(session, _sec(t), state)
             service, down = self._service(t)
             free = self._free
+            counts = self._fields
+            sec = _sec(t)
+            offered = self._offer(sec, attempt, mine)
+            after = self._take_token(cfg, t) if cfg.rate_per_s is not None else 0
+            if after:  # answered 429 at once
+                for table in (counts, mine):
+                    table[f"{sec}:limited"] += 1
+                return Decision("limited", t, t, 0, 0, -1, 0, service, offered, "", after)
+            if cfg.queues or self._waiting:
+                self._settle(cfg, t)
+                if self._waiting or min(free[: cfg.servers]) > t:
+                    waiter = _Waiter(0, t, timeout_us, deadline_us, session, offered)
+                    return self._enqueue(cfg, waiter, service, mine)
             best = min(range(cfg.servers), key=free.__getitem__)  # the first free server
             start = max(t, free[best])
             wait = start - t
-            counts = self._fields
-            sec = _sec(t)
-            kind = f"{sec}:calls" if attempt <= 1 else f"{sec}:retries"
-            for table in (counts, mine):
-                table[f"{sec}:offered"] += 1
-                table[kind] += 1
-            offered = counts[f"{sec}:offered"]
-            after = self._take_token(cfg, t) if cfg.rate_per_s is not None else 0
-            shed = "" if after else self._shed_reason(cfg, t, wait)
+            shed = self._shed_reason(cfg, t, wait)
             late = deadline_us is not None and start >= t + deadline_us
-            if after or shed or late:  # answered at once, no server taken
-                outcome = "limited" if after else "shed" if shed else "skipped"
-                counts[f"{sec}:{outcome}"] += 1
-                mine[f"{sec}:{outcome}"] += 1
-                seen = 0 if after else wait
-                return Decision(outcome, t, t, 0, 0, -1, seen, service, offered, shed, after)
-            finish = start + service
-            free[best] = finish
-            if cfg.counts_in_flight:
-                given_up = timeout_us is not None and finish - t > timeout_us
-                self._admit(start, finish, t, down or given_up)
-            counts[f"{sec}:q{wait_bucket(wait)}"] += 1
-            if timeout_us is not None and finish - t > timeout_us:
-                answer = t + timeout_us
-                counts[f"{_sec(answer)}:timeout"] += 1
-                mine[f"{_sec(answer)}:timeout"] += 1
-                counts[f"{_sec(finish)}:wasted_us"] += service
-                return Decision("timeout", t, answer, start, finish, best, wait, service, offered)
-            if down:
-                counts[f"{_sec(finish)}:error"] += 1
-                mine[f"{_sec(finish)}:error"] += 1
-                return Decision("error", t, finish, start, finish, best, wait, service, offered)
-            counts[f"{_sec(finish)}:ok"] += 1
-            counts[f"{_sec(finish)}:calls_ok"] += 1
-            mine[f"{_sec(finish)}:ok"] += 1
-            return Decision("ok", t, finish, start, finish, best, wait, service, offered)
+            if shed or late:  # answered at once, no server taken
+                outcome = "shed" if shed else "skipped"
+                for table in (counts, mine):
+                    table[f"{sec}:{outcome}"] += 1
+                return Decision(outcome, t, t, 0, 0, -1, wait, service, offered, shed)
+            return self._begin(cfg, t, best, start, service, down, timeout_us, offered, mine)
+
+    def _begin(self, cfg, t, best, start, service, down, timeout_us, offered, mine) -> Decision:
+        """Server ``best`` takes the attempt arriving at ``t`` at ``start``: its outcome."""
+        counts, free, wait = self._fields, self._free, start - t
+        finish = start + service
+        free[best] = finish
+        if cfg.counts_in_flight:
+            given_up = timeout_us is not None and finish - t > timeout_us
+            self._admit(start, finish, t, down or given_up)
+        counts[f"{_sec(t)}:q{wait_bucket(wait)}"] += 1
+        if timeout_us is not None and finish - t > timeout_us:
+            answer = t + timeout_us
+            counts[f"{_sec(answer)}:timeout"] += 1
+            mine[f"{_sec(answer)}:timeout"] += 1
+            counts[f"{_sec(finish)}:wasted_us"] += service
+            return Decision("timeout", t, answer, start, finish, best, wait, service, offered)
+        if down:
+            counts[f"{_sec(finish)}:error"] += 1
+            mine[f"{_sec(finish)}:error"] += 1
+            return Decision("error", t, finish, start, finish, best, wait, service, offered)
+        counts[f"{_sec(finish)}:ok"] += 1
+        counts[f"{_sec(finish)}:calls_ok"] += 1
+        mine[f"{_sec(finish)}:ok"] += 1
+        return Decision("ok", t, finish, start, finish, best, wait, service, offered)
+
+    def _offer(self, sec: int, attempt: int, mine: Counter[str]) -> int:
+        """Count an arrival in ``sec`` (a call or a retry); the second's offered count."""
+        kind = f"{sec}:calls" if attempt <= 1 else f"{sec}:retries"
+        for table in (self._fields, mine):
+            table[f"{sec}:offered"] += 1
+            table[kind] += 1
+        return self._fields[f"{sec}:offered"]
+
+    # -- the explicit queue (any discipline but FIFO) ----------------------------------------
+
+    def poll(self, ticket: int, now_us: int | None = None) -> Decision:
+        """What became of waiting attempt ``ticket`` by now: its decision (counted as
+        :meth:`decide` counts, in its answer's second) once a server took it, dropped it or
+        its caller gave up; else ``waiting`` with the next instant to ask again. Every call
+        first lets each server freed by now take the attempt the discipline picks."""
+        with self._lock:
+            cfg = self._config
+            t = max(self._now(now_us), self._last)
+            self._last = t
+            self._settle(cfg, t)
+            done = self._done.pop(ticket, None)
+            if done is not None:
+                return done
+            waiter = self._tickets.get(ticket)
+            if waiter is None:  # the model was reset under it
+                return Decision("error", t, t, 0, 0, -1, 0, 0, 0, "reset")
+            give_up = waiter.give_up_at
+            if give_up is not None and t >= give_up:
+                self._give_up(waiter)
+                return self._done.pop(ticket)
+            at = self._poll_at(cfg, waiter, t)
+            return Decision(
+                "waiting", waiter.arrival, at, 0, 0, -1, 0, 0, waiter.offered, "", 0, ticket
+            )
+
+    def _enqueue(self, cfg: SharedConfig, w: _Waiter, service: int, mine: Counter[str]) -> Decision:
+        """Queue an attempt that cannot start at its arrival (or shed it: the queue full)."""
+        t, sec = w.arrival, _sec(w.arrival)
+        if cfg.queue_limit is not None and len(self._waiting) >= cfg.queue_limit:
+            self._fields[f"{sec}:shed"] += 1
+            mine[f"{sec}:shed"] += 1
+            return Decision("shed", t, t, 0, 0, -1, 0, service, w.offered, "queue_full")
+        self._ticket += 1
+        w.ticket = self._ticket
+        self._waiting.append(w)
+        self._tickets[w.ticket] = w
+        at = self._poll_at(cfg, w, t)
+        return Decision("waiting", t, at, 0, 0, -1, 0, service, w.offered, "", 0, w.ticket)
+
+    def _settle(self, cfg: SharedConfig, now: int) -> None:
+        """Every server free by ``now`` takes the waiting attempt the discipline picks, in
+        the order the servers free (dropping on the way what waited longer than
+        ``max_queue_ms`` and what its caller's deadline skipped)."""
+        free, waiting = self._free, self._waiting
+        while waiting:
+            best = min(range(cfg.servers), key=free.__getitem__)
+            at = free[best]
+            if at > now:
+                return
+            newest = cfg.discipline == "lifo" or (
+                cfg.discipline == "adaptive_lifo"
+                and at - waiting[0].arrival > cfg.lifo_after_ms * 1000
+            )
+            w = waiting.pop() if newest else waiting.pop(0)
+            self._tickets.pop(w.ticket, None)
+            self._serve(cfg, w, best, at)
+
+    def _serve(self, cfg: SharedConfig, w: _Waiter, best: int, at: int) -> None:
+        """Server ``best``, free at ``at``, takes ``w``: the same rules as an attempt
+        starting at its arrival (:meth:`decide`), counted for ``w``'s session."""
+        give_up = w.give_up_at
+        if not w.given_up and give_up is not None and at >= give_up:
+            self._give_up(w)
+            if w.deadline is not None:
+                return  # skipped: no server taken
+        wait = at - w.arrival
+        counts, mine = self._fields, self._counts_of(w.session)
+        if wait > cfg.max_queue_ms * 1000:
+            if not w.given_up:
+                counts[f"{_sec(at)}:shed"] += 1
+                mine[f"{_sec(at)}:shed"] += 1
+                self._done[w.ticket] = Decision(
+                    "shed", w.arrival, at, 0, 0, -1, wait, 0, w.offered, "queue_wait"
+                )
+            return
+        service, down = self._service(at)
+        finish = at + service
+        self._free[best] = finish
+        counts[f"{_sec(w.arrival)}:q{wait_bucket(wait)}"] += 1
+        late = w.timeout is not None and finish - w.arrival > w.timeout
+        if w.given_up or late:
+            counts[f"{_sec(finish)}:wasted_us"] += service
+        if w.given_up:
+            return
+        if late:
+            answer = w.arrival + (w.timeout or 0)
+            outcome = "timeout"
+        else:
+            answer = finish
+            outcome = "error" if down else "ok"
+            if not down:
+                counts[f"{_sec(finish)}:calls_ok"] += 1
+        counts[f"{_sec(answer)}:{outcome}"] += 1
+        mine[f"{_sec(answer)}:{outcome}"] += 1
+        self._done[w.ticket] = Decision(
+            outcome, w.arrival, answer, at, finish, best, wait, service, w.offered
+        )
+
+    def _give_up(self, w: _Waiter) -> None:
+        """``w``'s caller stopped waiting before a server took it: ``skipped`` (a propagated
+        deadline: it leaves the queue) or ``timeout`` (it stays, and a server that takes it
+        later wastes its work), counted in the second it gave up."""
+        at = w.give_up_at or w.arrival
+        if w.deadline is not None:
+            outcome = "skipped"
+            if w in self._waiting:
+                self._waiting.remove(w)
+        else:
+            outcome = "timeout"
+            w.given_up = True
+        self._tickets.pop(w.ticket, None)
+        self._fields[f"{_sec(at)}:{outcome}"] += 1
+        self._counts_of(w.session)[f"{_sec(at)}:{outcome}"] += 1
+        self._done[w.ticket] = Decision(
+            outcome, w.arrival, at, 0, 0, -1, at - w.arrival, 0, w.offered
+        )
+
+    def _poll_at(self, cfg: SharedConfig, w: _Waiter, now: int) -> int:
+        """A lower bound of when a server could take ``w`` (or it could be dropped, or skip),
+        no later than its give-up nor :data:`POLL_MAX_US` away.
+
+        The servers must first take the attempts the discipline picks before it (the newer
+        ones under LIFO, the older under FIFO, the fewer of the two under adaptive LIFO), each
+        for at least a service time, up to :data:`LOOKAHEAD` of them; an attempt ahead may
+        leave without a server only once the oldest has waited past ``max_queue_ms`` or a
+        propagated deadline passes, so from then on the next freed server is the bound."""
+        waiting = self._waiting
+        older = waiting.index(w)
+        newer = len(waiting) - older - 1
+        if cfg.discipline == "lifo":
+            ahead = newer
+        elif cfg.discipline == "fifo":
+            ahead = older
+        else:
+            ahead = min(older, newer) if cfg.lifo_after_ms <= cfg.max_queue_ms else 0
+        turns = sorted(self._free[: cfg.servers])
+        first = turns[0]
+        for _ in range(min(ahead, LOOKAHEAD)):
+            heapq.heapreplace(turns, turns[0] + cfg.service_ms * 1000)
+        leave = waiting[0].arrival + cfg.max_queue_ms * 1000 + 1
+        deadlines = [x.arrival + x.deadline for x in waiting if x.deadline is not None]
+        if deadlines:
+            leave = min(leave, min(deadlines))
+        at = min(turns[0], max(first, leave), now + POLL_MAX_US)
+        give_up = w.give_up_at
+        return at if give_up is None else min(at, give_up)
+
+    def _counts_of(self, session: str | None) -> Counter[str]:
+        """``session``'s counters, for an outcome decided after its arrival (a throwaway
+        for None); its seconds and breaker state move only with its own arrivals."""
+        if session is None:
+            return Counter()
+        return self._sessions.setdefault(str(session), Counter())
 
     def _take_token(self, cfg: SharedConfig, t: int) -> int:
         """The token bucket at ``t``: 0 when a token was taken, else the Retry-After (us)."""
@@ -725,6 +956,7 @@ class MemorySharedModel:
                     "servers": trig[4],
                 },
                 "free_us": self._free[: self._config.servers],
+                "waiting": len(self._waiting),
                 "last_us": self._last,
                 "limit_now": self._limit_now(self._config) if self._config.adaptive else None,
             }
@@ -737,6 +969,9 @@ class MemorySharedModel:
             self._trigger = None
             self._last = 0
             self._fields.clear()
+            self._waiting.clear()
+            self._tickets.clear()
+            self._done.clear()
             self._defences_reset()
             self._sessions.clear()
             self._session_state.clear()
@@ -814,9 +1049,13 @@ class SharedDependency:
             session=self.session,
             state="half_open" if probe else "closed",
         )
+        queued = decision.outcome == "waiting"
+        decision = self._wait_in_queue(decision, now)
         self.last = decision
         took_us = decision.answer_us - decision.arrival_us
-        if took_us > 0:
+        if queued:  # asked again since the arrival: sleep until the answer's instant
+            self.clock.sleep(max(0.0, now + took_us / 1e6 - self.clock.now()))
+        elif took_us > 0:
             self.clock.sleep(took_us / 1e6)
         took = took_us / 1000
         data = decision.to_dict()
@@ -828,6 +1067,19 @@ class SharedDependency:
             retry_after = decision.retry_after_us / 1000
             return AttemptResult(False, "429", took, retry_after_ms=retry_after, data=data)
         return AttemptResult(False, "503", took, data=data)
+
+    def _wait_in_queue(self, decision: Decision, now: float) -> Decision:
+        """An attempt waiting in the explicit queue sleeps until each instant its reply
+        names and asks again, until it is decided (times measured from its arrival, so the
+        model's clock and ours need not agree)."""
+        while decision.outcome == "waiting":
+            at = now + (decision.answer_us - decision.arrival_us) / 1e6
+            self.clock.sleep(max(0.0, at - self.clock.now()))
+            decision = self.model.poll(
+                decision.ticket,
+                None if _owns_time(self.model) else int(self.clock.now() * 1e6 + 0.5),
+            )
+        return decision
 
 
 def _owns_time(model: Any) -> bool:

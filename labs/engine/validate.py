@@ -721,7 +721,7 @@ def parse_scenario(d: Mapping[str, Any]) -> Scenario:
 _SHARED_KEYS = (
     "servers", "service_ms", "max_queue_ms", "rate_per_s", "rate_burst", "queue_limit",
     "concurrency_limit", "concurrency", "concurrency_max", "limit_latency_ms", "codel_target_ms",
-    "codel_interval_ms",
+    "codel_interval_ms", "discipline", "lifo_after_ms",
 )  # fmt: skip
 _TRIGGER_KEYS = ("kind", "duration_ms", "factor", "servers")
 
@@ -736,6 +736,26 @@ def validate_shared(d: Any, prefix: str = "shared") -> list[Problem]:
     for key in _SHARED_KEYS:
         if key in d:
             _check(f"{prefix}.{key}", d[key], LIMITS[f"shared.{key}"], problems)
+    if problems:
+        return problems
+    discipline = d.get("discipline", "fifo")
+    arrival_only = [
+        words
+        for key, words in (
+            ("concurrency_limit", "a concurrency limit"),
+            ("codel_target_ms", "CoDel"),
+        )
+        if d.get(key) is not None
+    ]
+    if discipline != "fifo" and arrival_only:
+        problems.append(
+            Problem(
+                f"{prefix}.discipline",
+                f"must be fifo while {' and '.join(arrival_only)} is on: they decide on the "
+                f"wait an attempt has at its arrival, which only a FIFO queue knows then "
+                f"(got {discipline})",
+            )
+        )
     if problems or d.get("concurrency", "fixed") == "fixed":
         return problems
     start = d.get("concurrency_limit")

@@ -629,6 +629,8 @@ def test_out_of_range_settings_are_refused_naming_the_field_and_range():
             "shared.limit_latency_ms",
             "shared.codel_target_ms",
             "shared.codel_interval_ms",
+            "shared.discipline",
+            "shared.lifo_after_ms",
         )
     }
     assert not SharedConfig().defended

@@ -2,7 +2,8 @@
 
 Every attempt is one ``EVALSHA`` of ``lua/shared_attempt.lua`` (the decision, the server's new
 free-at time and every counter in one atomic step), a trigger one of
-``lua/shared_control.lua``; every key lives under the hash tag ``{shared:ID}`` so the scripts
+``lua/shared_control.lua``; with a discipline but FIFO an attempt that waits asks again with
+``lua/shared_poll.lua`` (both include ``lua/shared_queue.lua``, the explicit queue); every key lives under the hash tag ``{shared:ID}`` so the scripts
 run on Redis Cluster. Arrivals are stamped with Redis's ``TIME`` by default, so arrival order
 is the order Redis runs the scripts whatever the callers' clocks say. docs/engine.md, "The two
 implementations", gives the key layout."""
@@ -43,10 +44,13 @@ NEVER_DECODE = "NEVER_DECODE"
 _TEXT_FIELDS = (
     "servers", "last", "trig", "trig_from", "trig_until", "trig_pct", "trig_servers", "c_limit",
 )  # fmt: skip
+#: The decision's fields in a reply of ``shared_attempt.lua`` or ``shared_poll.lua`` (a 12th
+#: element, the ticket, only while the attempt waits).
+_REPLY_LEN = 11
 #: The model hash's fields of the server's defences (``''``: off), in :data:`DEFENCES` order.
 _DEFENCE_FIELDS = (
     "d_rate", "d_burst", "d_queue", "d_conc", "d_adapt", "d_cmax", "d_lat_us", "d_codel_us",
-    "d_codel_int_us",
+    "d_codel_int_us", "d_disc", "d_lifo_us",
 )  # fmt: skip
 CONFIG_FIELDS = ("servers", "service_us", "max_queue_us", *_DEFENCE_FIELDS)
 
@@ -83,15 +87,23 @@ class RedisSharedModel:
         self.k_counters = f"{tag}:counters"
         self.k_starts = f"{tag}:starts"
         self.k_finishes = f"{tag}:finishes"
-        self._keys = tuple(
-            k.encode() for k in (self.k_model, self.k_counters, self.k_starts, self.k_finishes)
-        )
+        #: the explicit queue: tickets in arrival order, the waiters, their deadlines, and
+        #: the decisions their callers have not heard yet
+        self.k_waiting = f"{tag}:waiting"
+        self.k_waiters = f"{tag}:waiters"
+        self.k_deadlines = f"{tag}:deadlines"
+        self.k_done = f"{tag}:done"
+        self._keys = tuple(k.encode() for k in self.all_keys())
         self._attempt = _Script(client, "shared_attempt")
+        self._poll = _Script(client, "shared_poll")
         self._control = _Script(client, "shared_control")
 
     def all_keys(self) -> list[str]:
         """Every key this model writes but the sessions' (:meth:`session_key`)."""
-        return [self.k_model, self.k_counters, self.k_starts, self.k_finishes]
+        return [
+            self.k_model, self.k_counters, self.k_starts, self.k_finishes,
+            self.k_waiting, self.k_waiters, self.k_deadlines, self.k_done,
+        ]  # fmt: skip
 
     def session_key(self, session: str) -> str:
         """The key of one calling session's counters (under the model's hash tag)."""
@@ -173,8 +185,13 @@ class RedisSharedModel:
                 self.keep_s,
             ),
         )
-        outcome, *numbers, reason, retry_after = reply
-        return Decision(_text(outcome), *(int(n) for n in numbers), _text(reason), int(retry_after))
+        return _decision(reply)
+
+    def poll(self, ticket: int, now_us: int | None = None) -> Decision:
+        """What became of waiting attempt ``ticket`` (:meth:`MemorySharedModel.poll
+        <labs.engine.shared.MemorySharedModel.poll>`): exactly one ``EVALSHA``."""
+        reply = self._poll(self._keys, (self._now_arg(now_us), int(ticket), self.counters_ttl_ms))
+        return _decision(reply)
 
     def refuse(self, now_us: int | None = None, *, session: str, state: str = "open") -> None:
         """Count a call ``session``'s breaker refused (its counters only; one ``EVALSHA``,
@@ -236,6 +253,7 @@ class RedisSharedModel:
             "config": None if config is None else config.to_dict(),
             "trigger": trigger,
             "free_us": [int(f) for f in free[: min(servers, MAX_SERVERS)]],
+            "waiting": int(self.client.zcard(self.k_waiting)),
             "last_us": int(raw.get("last", 0)),
             "limit_now": limit_now,
         }
@@ -276,6 +294,8 @@ def _config_fields(config: SharedConfig) -> dict[str, Any]:
         "d_lat_us": config.limit_latency_ms * 1000,
         "d_codel_us": None if config.codel_target_ms is None else config.codel_target_ms * 1000,
         "d_codel_int_us": config.codel_interval_ms * 1000,
+        "d_disc": config.discipline,
+        "d_lifo_us": config.lifo_after_ms * 1000,
     }
     return {
         "servers": config.servers,
@@ -301,13 +321,22 @@ def config_from_fields(values: Any, model_id: str = "?") -> SharedConfig:
             kept[name] = None
         elif name == "rate_per_s":
             kept[name] = float(raw)
-        elif name == "concurrency":
+        elif name in ("concurrency", "discipline"):
             kept[name] = raw
         elif field.endswith("_us"):
             kept[name] = int(raw) // 1000
         else:
             kept[name] = int(raw)
     return SharedConfig(int(servers), int(service) // 1000, int(queue) // 1000, **kept)
+
+
+def _decision(reply: Any) -> Decision:
+    """A :class:`Decision` from a script's reply (its ticket when the attempt waits)."""
+    outcome, *numbers, reason, retry_after = reply[:_REPLY_LEN]
+    ticket = int(reply[_REPLY_LEN]) if len(reply) > _REPLY_LEN else 0
+    return Decision(
+        _text(outcome), *(int(n) for n in numbers), _text(reason), int(retry_after), ticket
+    )
 
 
 def _replaced(reply: Any) -> dict[str, Any] | None:

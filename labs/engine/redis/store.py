@@ -464,7 +464,9 @@ def load_scripts(client: Any) -> int:
 #: Scripts built on others: their text is preceded by these scripts', each wrapped as a
 #: local function of that name taking its own KEYS and ARGV (one copy of every rule).
 _PRELUDES = {"allow_step": (("allow", "allow"), ("dependency", "step")),
-             "check_step": (("dependency", "step"),)}  # fmt: skip
+             "check_step": (("dependency", "step"),),
+             "shared_attempt": (("shared_queue", "shared_queue"),),
+             "shared_poll": (("shared_queue", "shared_queue"),)}  # fmt: skip
 
 
 @functools.cache

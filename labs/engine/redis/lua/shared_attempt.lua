@@ -9,7 +9,8 @@
 -- KEYS[3], KEYS[4] sorted sets of the accepted attempts' start and finish times (kept only
 --   while a queue or concurrency limit is on); a finish's member is its number (12 digits,
 --   so that equal times sort in the order accepted), latency us and failure: "n:lat:0|1"
--- KEYS[5] (optional) the calling session's counters hash "<second>:<name>" -> count, with
+-- KEYS[5] to KEYS[8] the explicit queue of a discipline but FIFO (shared_queue.lua)
+-- KEYS[9] (optional) the calling session's counters hash "<second>:<name>" -> count, with
 --   "<second>:state" (the breaker's state) and "last" (its latest arrival second)
 -- ARGV[1] arrival us ('' = Redis TIME), ARGV[2] timeout us (-1 none),
 -- ARGV[3] deadline us after arrival (-1 none), ARGV[4] attempt number (0: a call the
@@ -17,11 +18,13 @@
 -- ARGV[6] the session's breaker state, ARGV[7] seconds a session's counters are kept
 -- Reply {outcome, arrival, answer, start, finish, server (0-based, -1), wait, service,
 --   the arrival second's offered count after this attempt, why it was shed, Retry-After us}
-local m, k, zs, zf, sk = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+--   and, for an attempt that waits in the explicit queue, outcome 'waiting', answer the
+--   instant to ask shared_poll.lua again, and a 12th element, its ticket
+local m, k, zs, zf, sk = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[9]
 local cfg = redis.call('HMGET', m, 'servers', 'service_us', 'max_queue_us', 'last',
   'trig', 'trig_from', 'trig_until', 'trig_pct', 'free', 'd_rate', 'd_burst', 'd_queue',
   'd_conc', 'd_codel_us', 'd_codel_int_us', 'tb_tokens', 'tb_at', 'codel_since',
-  'd_adapt', 'd_cmax', 'd_lat_us', 'c_limit', 'c_fastest')
+  'd_adapt', 'd_cmax', 'd_lat_us', 'c_limit', 'c_fastest', 'd_disc', 'd_lifo_us')
 local servers = tonumber(cfg[1])
 if not servers then return redis.error_reply('shared dependency not configured') end
 local t
@@ -127,6 +130,22 @@ if rate then
   end
 end
 local qlim, clim, counted = num(cfg[12]), num(cfg[13]), false
+-- a discipline but FIFO, or attempts still queued from one: the explicit queue
+local disc = cfg[24]
+if not disc or disc == '' then disc = 'fifo' end
+if disc ~= 'fifo' or redis.call('EXISTS', KEYS[5]) == 1 then
+  local Q = shared_queue(KEYS, {cfg = cfg, free = free, servers = servers, disc = disc,
+    lifo_us = num(cfg[25]) or 100000, ttl = ARGV[5]})
+  Q.settle(t)
+  if Q.dirty() then redis.call('HSET', m, 'free', struct.pack(PACK, unpack(free, 1, 64))) end
+  best, best_free = Q.first_free()
+  if redis.call('ZCARD', KEYS[5]) > 0 or best_free > t then
+    local session = ''
+    if sk then session = string.sub(sk, string.len(m) - 6 + 10) end -- after ":session:"
+    return Q.enqueue(t, tonumber(ARGV[2]), tonumber(ARGV[3]), session, offered, service, qlim)
+  end
+  start, wait = t, 0
+end
 local reason = ''
 if wait > tonumber(cfg[3]) then
   reason = 'queue_wait'
