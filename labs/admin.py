@@ -598,8 +598,11 @@ class SharedDependencyConfigAdmin(InstructorScopedAdmin):
                     "limit_latency_ms",
                     "codel_target_ms",
                     "codel_interval_ms",
+                    "discipline",
+                    "lifo_after_ms",
                 ],
-                "description": "Each is decided when an attempt arrives, by every worker alike.",
+                "description": "Each is decided when an attempt arrives, by every worker alike; "
+                "the queue order, as servers free.",
             },
         ),
         ("Chain of students", {"fields": ["chain_tiers", "chain_order"]}),

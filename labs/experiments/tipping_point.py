@@ -145,7 +145,8 @@ def simulate(
     """One run: Poisson calls at ``load_pct`` % of capacity, the trigger at
     ``trigger_at_s``; with ``later_load_pct``, the load changes to it at ``later_at_s``;
     ``defences``: the server's (``SharedConfig``'s rate limit, queue and concurrency limits,
-    CoDel), as the instructor sets them on the live class.
+    CoDel, queue order), as the instructor sets them on the live class; an attempt waiting in
+    a LIFO queue asks again at each instant the model names, as a live caller does.
 
     Returns per-second ``calls`` (first attempts arriving), ``calls_ok`` (succeeded, at
     their answer), ``offered`` (attempts) and ``recovery_s`` (None: never)."""
@@ -156,7 +157,8 @@ def simulate(
     capacity = config.capacity_per_s
     end_s = params.trigger_at_s + trigger_s + params.observe_s
     rng = random.Random(f"tipping:{params.seed}:{load_pct}:{kind}:{trigger_s}")
-    heap: list[tuple[int, int, int]] = []  # (time us, sequence, attempt; 0 = the trigger)
+    #: (time us, sequence, attempt (0: the trigger), ticket of a waiting attempt or 0)
+    heap: list[tuple[int, int, int, int]] = []
     seq = 0
     t = 0.0
     while True:
@@ -167,21 +169,27 @@ def simulate(
         if t >= end_s:
             break
         seq += 1
-        heap.append((round(t * 1e6), seq, 1))
-    heap.append((params.trigger_at_s * 1_000_000, 0, 0))
+        heap.append((round(t * 1e6), seq, 1, 0))
+    heap.append((params.trigger_at_s * 1_000_000, 0, 0, 0))
     heapq.heapify(heap)
     trigger = Trigger(kind, trigger_s * 1000, servers=params.trigger_servers)  # type: ignore[arg-type]
     timeout_us = params.timeout_ms * 1000
     last_attempt = params.retries + 1
     horizon_us = end_s * 1_000_000
     while heap:
-        at, n, attempt = heapq.heappop(heap)
+        at, n, attempt, ticket = heapq.heappop(heap)
         if attempt == 0:
             model.trigger(trigger, at)
             continue
-        decision = model.decide(at, timeout_us=timeout_us, attempt=attempt)
+        if ticket:
+            decision = model.poll(ticket, at)
+        else:
+            decision = model.decide(at, timeout_us=timeout_us, attempt=attempt)
+        if decision.outcome == "waiting":
+            heapq.heappush(heap, (decision.answer_us, n, attempt, decision.ticket))
+            continue
         if decision.outcome != "ok" and attempt < last_attempt and decision.answer_us < horizon_us:
-            heapq.heappush(heap, (decision.answer_us, n, attempt + 1))
+            heapq.heappush(heap, (decision.answer_us, n, attempt + 1, 0))
     by_second = {s.second: s for s in model.counters()}
     span = range(end_s)
     calls = [by_second[s].calls if s in by_second else 0 for s in span]

@@ -35,16 +35,23 @@ SHARED_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("limit_latency_ms", "shared.limit_latency_ms", "AIMD: slow answer (ms)"),
     ("codel_target_ms", "shared.codel_target_ms", "CoDel target wait (ms)"),
     ("codel_interval_ms", "shared.codel_interval_ms", "CoDel interval (ms)"),
+    ("discipline", "shared.discipline", "Queue order"),
+    ("lifo_after_ms", "shared.lifo_after_ms", "Adaptive LIFO: newest first past (ms)"),
 )
 #: A choice as its option reads, where the value alone is a code name.
 CHOICE_WORDS = {
     "aimd": "AIMD: cut by slow answers, + 1 while half is used",
     "gradient": "gradient: with latency against the fastest",
+    "fifo": "first come, first served (FIFO)",
+    "lifo": "newest first (LIFO)",
+    "adaptive_lifo": "adaptive LIFO: newest first once the oldest waits too long",
 }
 #: A setting's help where its range alone would name code values.
 HELP_WORDS = {
     "shared.concurrency": "fixed, or adaptive: starting at the concurrency limit, moved by "
     "every answer",
+    "shared.discipline": "which waiting attempt a freed server takes; newest first works with "
+    "the rate and queue limits, not with CoDel or a concurrency limit",
 }
 #: The settings drawn under "The server's defences" (a blank one is off).
 DEFENCE_NAMES = frozenset(DEFENCES)
@@ -133,6 +140,10 @@ ADMIN_NOTES = {
 }
 #: A setting whose admin help says what it does instead of listing code values.
 ADMIN_HELP = {
+    "discipline": "Which waiting attempt a freed server takes: the oldest, the newest, or the "
+    "oldest until it has waited longer than the adaptive LIFO threshold. Newest first works "
+    "with the rate limit and the queue limit, not with CoDel or a concurrency limit (they "
+    "decide on the wait an attempt has at its arrival).",
     "concurrency": "Fixed, or adaptive from the concurrency limit: AIMD cuts it to 0.9x on an "
     "answer slower than the AIMD latency (or a failure) and adds 1 while half of it is in use; "
     "gradient moves it with the latency against the fastest seen.",

@@ -623,6 +623,23 @@ class SharedDependencyConfig(models.Model):
     codel_interval_ms = models.PositiveIntegerField(
         "CoDel interval (ms)", default=100, help_text="10 to 10000 ms."
     )
+    # which waiting attempt a freed server takes (any but FIFO: decided as servers free)
+    discipline = models.CharField(
+        "queue order",
+        max_length=16,
+        default="fifo",
+        choices=[
+            ("fifo", "first come, first served (FIFO)"),
+            ("lifo", "newest first (LIFO)"),
+            ("adaptive_lifo", "adaptive LIFO: newest first once the oldest waits too long"),
+        ],
+        help_text="Which waiting attempt a freed server takes.",
+    )
+    lifo_after_ms = models.PositiveIntegerField(
+        "adaptive LIFO: newest first past (ms)",
+        default=100,
+        help_text="Newest first while the oldest attempt has waited longer; 1 to 10000 ms.",
+    )
     updated_at = models.DateTimeField("last changed", auto_now=True)
 
     class Meta:
@@ -680,6 +697,14 @@ class SharedDependencyConfig(models.Model):
                 condition=Q(limit_latency_ms__gte=1, limit_latency_ms__lte=10000),
                 name="shared_limit_latency_ms_1_to_10000",
             ),
+            models.CheckConstraint(
+                condition=Q(discipline__in=("fifo", "lifo", "adaptive_lifo")),
+                name="shared_discipline_fifo_lifo_adaptive_lifo",
+            ),
+            models.CheckConstraint(
+                condition=Q(lifo_after_ms__gte=1, lifo_after_ms__lte=10000),
+                name="shared_lifo_after_ms_1_to_10000",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -709,6 +734,8 @@ class SharedDependencyConfig(models.Model):
             "limit_latency_ms": self.limit_latency_ms,
             "codel_target_ms": self.codel_target_ms,
             "codel_interval_ms": self.codel_interval_ms,
+            "discipline": self.discipline,
+            "lifo_after_ms": self.lifo_after_ms,
         }
 
 

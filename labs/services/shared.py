@@ -89,6 +89,13 @@ def describe_defences(config: SharedConfig) -> list[str]:
             f"CoDel sheds a wait over {config.codel_target_ms} ms once waits stay over it "
             f"for {config.codel_interval_ms} ms"
         )
+    if config.discipline == "lifo":
+        out.append("a freed server takes the newest waiting attempt (LIFO)")
+    elif config.discipline == "adaptive_lifo":
+        out.append(
+            f"a freed server takes the newest waiting attempt once the oldest has waited "
+            f"over {config.lifo_after_ms} ms (adaptive LIFO)"
+        )
     return out
 
 

@@ -88,6 +88,8 @@
       on.push("at most " + c.concurrency_limit + " in the server");
     }
     if (c.codel_target_ms != null) on.push("CoDel " + c.codel_target_ms + " ms / " + c.codel_interval_ms + " ms");
+    if (c.discipline === "lifo") on.push("newest first (LIFO)");
+    if (c.discipline === "adaptive_lifo") on.push("newest first past " + c.lifo_after_ms + " ms (adaptive LIFO)");
     return on.length ? "; defends itself: " + on.join(", ") : "";
   }
 

@@ -98,3 +98,15 @@ def test_a_capacity_drop_must_leave_fewer_servers_and_the_map_is_capped():
         "loads: must be 1 to 10 whole numbers separated by commas, each between 1 and 100 "
         "% of capacity (got 0,50)"
     )
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("discipline", ["lifo", "adaptive_lifo"])
+def test_a_server_taking_the_newest_waiting_attempt_first_escapes_the_lock_in(seed, discipline):
+    """At 40 % of C (above the line), an 8 s outage locks a FIFO server in; taking the newest
+    waiting attempt first serves fresh attempts before their callers give up, and the same
+    load comes back within a few seconds of the trigger's end."""
+    params = TippingParams(seed=seed, observe_s=40)
+    assert simulate(params, 40, "down", 8)["recovery_s"] is None
+    out = simulate(params, 40, "down", 8, defences={"discipline": discipline})
+    assert out["recovery_s"] is not None and out["recovery_s"] <= 3, out["recovery_s"]

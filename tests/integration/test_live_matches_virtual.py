@@ -10,7 +10,9 @@ verdict is the storm panel's recovery clock (``storm_headline``) over the second
 recorded, read as a recovery question is graded (``recovery_observed``); the virtual one is
 the experiment's time to recovery. Both must say "back within WITHIN_S s of the trigger's
 end" below the line and "not back" above it; and, above it, "back" again once the server
-defends itself with CoDel, set by the instructor on the live class and given to the
+defends itself with CoDel, or serves the newest waiting attempt first (LIFO: a fresh attempt is
+served before its caller gives up, where FIFO serves attempts nobody waits for any more), set
+by the instructor on the live class and given to the
 experiment as the same ``SharedConfig``.
 """
 
@@ -49,6 +51,8 @@ STEADY_TIMEOUT_S = 60
 #: stayed over it for 100 ms (below the bots' 500 ms attempt timeout, so no server time goes
 #: to attempts nobody waits for).
 CODEL = {"codel_target_ms": 100, "codel_interval_ms": 100}
+#: The fourth case's: a freed server takes the newest waiting attempt (the explicit queue).
+LIFO = {"discipline": "lifo"}
 
 
 def virtual_verdict(
@@ -105,6 +109,7 @@ def live_verdict(room, teacher) -> dict:
         pytest.param(1, None, "yes", id="0.3x-the-line-recovers"),
         pytest.param(10, None, "no", id="3x-the-line-locks-in"),
         pytest.param(10, CODEL, "yes", id="3x-the-line-with-codel-recovers"),
+        pytest.param(10, LIFO, "yes", id="3x-the-line-with-lifo-recovers"),
     ],
 )
 def test_the_live_class_and_the_virtual_model_agree_on_recovery(
@@ -115,7 +120,8 @@ def test_the_live_class_and_the_virtual_model_agree_on_recovery(
     room, teacher, _ = shared_class(0, servers=SERVERS, service_ms=SERVICE_MS)
     if defences:
         shared_services.classroom_set_shared(classroom=room, user=teacher, values=defences)
-        assert runtime.shared_model(room.pk).config.codel_target_ms == CODEL["codel_target_ms"]
+        stored = runtime.shared_model(room.pk).config.to_dict()
+        assert {k: stored[k] for k in defences} == defences
     config = runtime.shared_config(room.pk)
     assert config.capacity_per_s == CAPACITY
     virtual, virtual_back = virtual_verdict(calls_per_s, config.max_queue_ms, defences)
@@ -142,6 +148,6 @@ def test_the_live_class_and_the_virtual_model_agree_on_recovery(
     assert virtual == expected, detail
     assert observed["recovered"] == expected, detail
     assert live["headline"]["state"] == ("recovered" if expected == "yes" else "not_recovered")
-    if defences:  # the defence did the work: attempts were shed by CoDel, live as virtual
+    if defences is CODEL:  # the defence did the work: attempts were shed by CoDel, live as virtual
         shed = sum(r["shed"] for r in runtime.shared_now(room.pk, back_s=60)["seconds"])
         assert shed > 0, detail
