@@ -751,8 +751,10 @@ def validate_shared(d: Any, prefix: str = "shared") -> list[Problem]:
         problems.append(
             Problem(
                 f"{prefix}.discipline",
-                f"must be fifo while {' and '.join(arrival_only)} is on: they decide on the "
-                f"wait an attempt has at its arrival, which only a FIFO queue knows then "
+                f"must be fifo (first come, first served) while {' and '.join(arrival_only)} "
+                f"{'are' if len(arrival_only) > 1 else 'is'} on: "
+                f"{'they decide' if len(arrival_only) > 1 else 'it decides'} on the wait an "
+                f"attempt has at its arrival, which only a FIFO queue knows then "
                 f"(got {discipline})",
             )
         )

@@ -58,8 +58,9 @@ def test_newest_first_set_on_the_dashboard_brings_a_locked_in_load_back(
         order.select_option("lifo")
         dashboard.click("#shared-submit")
         expect(result).to_contain_text(
-            "Queue order: must be fifo while CoDel is on: they decide on the wait an attempt "
-            "has at its arrival, which only a FIFO queue knows then (got lifo)"
+            "Queue order: must be fifo (first come, first served) while CoDel is on: it decides "
+            "on the wait an attempt has at its arrival, which only a FIFO queue knows then "
+            "(got lifo)"
         )
         config = runtime.shared_model(room.pk).config
         assert (config.discipline, config.codel_target_ms) == ("fifo", None)

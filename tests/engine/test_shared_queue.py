@@ -122,8 +122,9 @@ def test_lifo_with_an_arrival_time_defence_is_refused_naming_the_field():
         str(p) for p in validate_shared({"discipline": "lifo", "codel_target_ms": 5, "servers": 2})
     ]
     assert problems == [
-        "shared.discipline: must be fifo while CoDel is on: they decide on the wait an "
-        "attempt has at its arrival, which only a FIFO queue knows then (got lifo)"
+        "shared.discipline: must be fifo (first come, first served) while CoDel is on: it "
+        "decides on the wait an attempt has at its arrival, which only a FIFO queue knows "
+        "then (got lifo)"
     ]
     assert [str(p) for p in validate_shared({"discipline": "stack"})] == [
         "shared.discipline: must be one of fifo, lifo, adaptive_lifo (got 'stack')"

@@ -243,6 +243,29 @@ def test_admin_shows_the_engines_range_beside_the_field(client, superuser, class
     assert runtime.shared_config(classroom.pk).servers == 2
 
 
+def test_the_admin_sets_the_queue_order_and_refuses_newest_first_with_codel(
+    client, superuser, classroom, sessions
+):
+    client.force_login(superuser)
+    row = SharedDependencyConfig.objects.create(classroom=classroom)
+    change = reverse("admin:labs_shareddependencyconfig_change", args=[row.pk])
+    page = client.get(change).content.decode()
+    assert "Queue order" in page and "newest first (LIFO)" in page
+    base = {"servers": "8", "service_ms": "40", "max_queue_ms": "2000", "chain_order": "even"}
+    refused = client.post(change, {**base, "discipline": "lifo", "codel_target_ms": "5"})
+    assert refused.status_code == 200
+    assert refused.context["adminform"].form.errors["discipline"] == [
+        "Must be fifo (first come, first served) while CoDel is on: it decides on the wait an "
+        "attempt has at its arrival, which only a FIFO queue knows then (got lifo)"
+    ]
+    row.refresh_from_db()
+    assert (row.discipline, row.codel_target_ms) == ("fifo", None)
+    saved = client.post(change, {**base, "discipline": "adaptive_lifo", "lifo_after_ms": "250"})
+    assert saved.status_code == 302
+    config = runtime.shared_config(classroom.pk)
+    assert (config.discipline, config.lifo_after_ms) == ("adaptive_lifo", 250)
+
+
 def test_an_instructor_sees_only_their_classes_row_in_the_admin(
     client, classroom, other_classroom, instructor, other_instructor
 ):
