@@ -1075,10 +1075,10 @@ class SharedDependency:
         while decision.outcome == "waiting":
             at = now + (decision.answer_us - decision.arrival_us) / 1e6
             self.clock.sleep(max(0.0, at - self.clock.now()))
-            decision = self.model.poll(
-                decision.ticket,
-                None if _owns_time(self.model) else int(self.clock.now() * 1e6 + 0.5),
-            )
+            asked = None
+            if not _owns_time(self.model):  # the named instant, never a rounding before it
+                asked = max(int(self.clock.now() * 1e6 + 0.5), decision.answer_us)
+            decision = self.model.poll(decision.ticket, asked)
         return decision
 
 

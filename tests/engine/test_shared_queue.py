@@ -301,10 +301,13 @@ def test_the_live_model_serves_as_the_virtual_time_server_with_the_same_policy(s
     assert set(live_outcomes.values()) >= {"ok", "timeout"}
 
 
-def test_a_guarded_call_waits_in_the_queue_until_its_answer():
+@pytest.mark.parametrize("start", [0.0, 1_764_900_000.123457])
+def test_a_guarded_call_waits_in_the_queue_until_its_answer(start):
     """SharedDependency asks again at each instant the model names and returns when the
-    answer is due: the caller's clock reads the model's answer time."""
-    clock = VirtualClock()
+    answer is due: the caller's clock reads the model's answer time. On wall-clock times
+    (1.7e9 s) a float instant may round to a microsecond before the one named: it still
+    asks at the named one (once looped for ever, asking a microsecond early)."""
+    clock = VirtualClock(start=start)
     model = MemorySharedModel(
         SharedConfig(servers=1, service_ms=100, max_queue_ms=1000, discipline="lifo"),
         clock=clock,
@@ -317,7 +320,8 @@ def test_a_guarded_call_waits_in_the_queue_until_its_answer():
         ends[name] = (round(clock.now(), 3), result.ok, round(result.latency_ms))
 
     for name, delay in (("a", 0), ("b", 0.01), ("c", 0.02)):
-        clock.spawn(lambda name=name: caller(name), at=delay)
+        clock.spawn(lambda name=name: caller(name), at=start + delay)
     clock.run()
     # a: 0-100 ms; c (the newest) 100-200 ms; b 200-300 ms
+    ends = {k: (round(t - start, 3), ok, ms) for k, (t, ok, ms) in ends.items()}
     assert ends == {"a": (0.1, True, 100), "c": (0.2, True, 180), "b": (0.3, True, 290)}
