@@ -1,5 +1,5 @@
 """The shipped "The server defends itself" lesson (``scenarios/server_defences.json``) tells
-the truth about its three servers.
+the truth about its four servers.
 
 Like Find the edge, its steps are one-call bursts carrying the questions; the load, the
 server's defences and the trigger come from the instructor. This test checks what the
@@ -29,6 +29,7 @@ SERVERS = {
     1: {},
     2: {"codel_target_ms": 100, "codel_interval_ms": 100},
     3: {"rate_per_s": 180, "rate_burst": 20},
+    4: {"discipline": "lifo"},
 }
 
 
@@ -52,9 +53,10 @@ def test_the_instructions_name_each_step_s_settings_as_the_dashboard_labels_them
     text = lesson["instructions"]
     assert "CoDel target wait 100 ms, CoDel interval 100 ms" in text
     assert "rate limit 180 attempts/s, burst 20" in text
+    assert "queue order *newest first (LIFO)*" in text
     labels = (ROOT / "labs" / "forms" / "shared.py").read_text()
     for label in ("CoDel target wait (ms)", "CoDel interval (ms)", "Rate limit (attempts/s)",
-                  "Rate limit's burst (attempts)"):  # fmt: skip
+                  "Rate limit's burst (attempts)", "Queue order", "newest first (LIFO)"):  # fmt: skip
         assert label in labels
     assert re.search(r"\*The server's defences\* \(a blank field is off\)", text)
 
@@ -63,7 +65,7 @@ def test_the_passive_server_never_comes_back(lesson):
     assert [_recovery(lesson, SERVERS[1], seed) for seed in SEEDS] == [None] * len(SEEDS)
 
 
-@pytest.mark.parametrize("step", [2, 3])
+@pytest.mark.parametrize("step", [2, 3, 4])
 def test_a_defended_server_comes_back_within_a_second_at_every_seed(lesson, step):
     assert [_recovery(lesson, SERVERS[step], seed) for seed in SEEDS] == [0] * len(SEEDS)
 
