@@ -32,6 +32,7 @@ CASES = {
     "rate limit": {"rate_per_s": 5000, "rate_burst": 20},
     "queue and concurrency limits": {"queue_limit": 200, "concurrency_limit": 300},
     "an AIMD concurrency limit": {"concurrency_limit": 300, "concurrency": "aimd"},
+    "newest first (LIFO)": {"discipline": "lifo"},
 }
 
 
@@ -46,9 +47,10 @@ def parser() -> argparse.ArgumentParser:
 def one_run(client, engine, defences: dict, attempts: int) -> tuple[float, float] | None:
     """(Redis us per EVALSHA, caller us per decision) for ``attempts`` decisions spaced 2 ms
     apart in the model's time, the sessions in turn; None when ``engine`` predates
-    ``defences``."""
+    ``defences``. (With LIFO an attempt that finds the servers busy waits; the next arrival
+    settles the queue, as a caller's poll would.)"""
     shared_config, model_class = engine
-    if defences and "codel_target_ms" not in shared_config.__dataclass_fields__:
+    if any(name not in shared_config.__dataclass_fields__ for name in defences):
         return None
     model = model_class(client, uuid.uuid4().hex[:10], server_time=False)
     model.configure(shared_config(servers=64, service_ms=40, max_queue_ms=1000, **defences))
