@@ -181,6 +181,8 @@ class QueueServer:
         self.exact = self.policy.is_default if exact_model is None else exact_model
         if self.exact and not self.policy.is_default:
             raise ValueError("only the default policy can run on the plain shared model")
+        if self.exact and self.config.queues:
+            raise ValueError("a queue order is the policy's here: ServerPolicy(discipline=...)")
         self.model = MemorySharedModel(self.config)
         #: a worker that finishes takes queued work only ``pickup_us`` later; an attempt
         #: arriving meanwhile takes it at once (the queueing simulator's one-tick hand-off)

@@ -325,3 +325,9 @@ def test_a_guarded_call_waits_in_the_queue_until_its_answer(start):
     # a: 0-100 ms; c (the newest) 100-200 ms; b 200-300 ms
     ends = {k: (round(t - start, 3), ok, ms) for k, (t, ok, ms) in ends.items()}
     assert ends == {"a": (0.1, True, 100), "c": (0.2, True, 180), "b": (0.3, True, 290)}
+
+
+def test_the_virtual_time_server_takes_its_queue_order_from_its_policy():
+    with pytest.raises(ValueError, match="ServerPolicy"):
+        QueueServer(SharedConfig(discipline="lifo"))
+    QueueServer(SharedConfig(), ServerPolicy(discipline="lifo"))
