@@ -188,9 +188,11 @@ def ignore_stop_signals() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-class StopRequested(BaseException):
+class StopRequested(KeyboardInterrupt):
     """A stop signal, raised in the main thread by :func:`raise_on_stop_signals`. A
-    BaseException, like KeyboardInterrupt, so that no ``except Exception`` swallows it."""
+    KeyboardInterrupt, as Ctrl-C's is: no ``except Exception`` swallows it, and asyncio lets
+    it out of a callback it lands in (it logs and drops any other exception there, and a
+    benchmark's event loop once went on for minutes after its SIGTERM)."""
 
     def __init__(self, signum: int) -> None:
         self.signum = signum

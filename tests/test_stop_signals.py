@@ -4,6 +4,7 @@ a child is being started waits until that child is on the list to be stopped."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -41,3 +42,25 @@ def test_a_signal_while_a_child_starts_is_raised_once_the_child_is_on_the_list()
         deliver(signal.SIGTERM)
         finished.append("the block went on")
     assert finished == ["the block went on"]
+
+
+def test_a_signal_landing_in_an_asyncio_callback_ends_the_event_loop():
+    """asyncio drops an exception raised in a callback (a websocket's data arriving, say)
+    unless it is a KeyboardInterrupt or SystemExit: the stop must end the loop."""
+
+    async def main():
+        loop = asyncio.get_running_loop()
+
+        def busy():  # a callback running when the signal comes
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(100):
+                time.sleep(0.01)
+
+        loop.call_soon(busy)
+        await asyncio.sleep(5)
+        return "the loop went on"
+
+    started = time.monotonic()
+    with services.raise_on_stop_signals(), pytest.raises(services.StopRequested):
+        asyncio.run(main())
+    assert time.monotonic() - started < 4
