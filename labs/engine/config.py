@@ -45,6 +45,7 @@ __all__ = [
 
 MODES = (
     "healthy", "flaky", "down", "slow", "error_rate", "outage", "rate_limited", "script", "shared",
+    "server",
 )  # fmt: skip
 ERROR_KINDS = ("503", "500", "timeout", "429", "400")
 #: One entry of a ``script`` dependency: ``ok``, ``fail`` (the configured error) or a kind.
@@ -73,7 +74,8 @@ HOST_KEYS = (
 MAX_HOSTS = 8
 
 Mode = Literal[
-    "healthy", "flaky", "down", "slow", "error_rate", "outage", "rate_limited", "script", "shared"
+    "healthy", "flaky", "down", "slow", "error_rate", "outage", "rate_limited", "script", "shared",
+    "server",
 ]  # fmt: skip
 Jitter = Literal["none", "full", "equal", "decorrelated", "proportional"]
 Nesting = Literal["breaker_outside", "retry_outside"]
@@ -145,6 +147,10 @@ LIMITS: dict[str, Limit] = {
     ),
     "dependency.b": Limit(None, nullable=True, type="string", note="a second dependency, B"),
     "dependency.b_every": Limit(2, 1, 20, note="call n goes to B when n is a multiple of this"),
+    # -- a student's own server with a queue (mode ``server``): the shared.* ranges below --
+    "dependency.server": Limit(
+        None, nullable=True, type="string", note="server mode: servers, queue and defences"
+    ),
     "policy.max_attempts": Limit(4, 1, 5),
     "policy.backoff_base_ms": Limit(25, 0, 500, "ms"),
     "policy.backoff_cap_ms": Limit(500, 0, 2000, "ms", note="at least backoff_base_ms"),
@@ -324,6 +330,9 @@ class DependencyConfig:
     fallbacks: tuple[str, ...] = ()
     b: DependencyConfig | None = None
     b_every: int = 2
+    # Mode ``server``: the student's own server with a queue, the shared model's settings
+    # (labs.engine.shared.SharedConfig as a dict; defaults filled by parse_dependency).
+    server: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         _need(self.mode in MODES, f"unknown mode {self.mode!r}")
@@ -350,6 +359,7 @@ class DependencyConfig:
         data["hosts"] = [dict(h) for h in self.hosts]
         data["fallbacks"] = list(self.fallbacks)
         data["b"] = None if self.b is None else self.b.to_dict()
+        data["server"] = None if self.server is None else dict(self.server)
         return data
 
     def host_configs(self) -> list[DependencyConfig]:

@@ -9,7 +9,9 @@ set, then healthy); ``rate_limited`` (429 with ``Retry-After`` = the time left, 
 the limit trips on the caller's first request, so a lesson's window starts with the burst
 that meets it, however long the student read before running it); ``script`` (``outcomes`` in order,
 one per attempt, then healthy); ``shared`` (the class's shared dependency: the lab puts a
-:class:`~labs.engine.shared.SharedDependency` in its place, and this fake answers as healthy).
+:class:`~labs.engine.shared.SharedDependency` in its place, and this fake answers as healthy);
+``server`` (the student's own server with a queue: the shared model with ``server``'s settings,
+for this caller alone, :func:`~labs.engine.shared.private_server`; this fake answers as healthy).
 Failures carry the kind ``error`` (503 by default).
 
 Its state (flaky counter, start time, script position) lives in the store, next to the
@@ -136,8 +138,8 @@ class FakeDependency:
         cfg = self.config
         mode = cfg.mode
         error = cfg.error
-        if mode == "healthy" or mode == "slow" or mode == "shared":
-            # shared: the lab calls the class's shared model instead; alone, it answers ok
+        if mode in ("healthy", "slow", "shared", "server"):
+            # shared, server: the engine calls a shared model instead; alone, they answer ok
             return None, None
         if mode == "flaky":
             return (error, self._hint(error)) if left > 0 else (None, None)

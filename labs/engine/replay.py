@@ -33,6 +33,7 @@ from labs.engine.dependency import FakeDependency
 from labs.engine.events import Event
 from labs.engine.routes import build_routes, needs_routes
 from labs.engine.scenario import build_output, run_scenario
+from labs.engine.shared import SharedDependency, private_server
 from labs.engine.stores.memory import DEFAULT_PROBE_LEASE_MS, MemoryStore
 from labs.engine.validate import (
     Problem,
@@ -197,7 +198,11 @@ def replay(start: StartState | dict[str, Any], *, policy: dict[str, Any] | None 
     rng = random.Random(start.rng_seed)
     events: list[Event] = []
     sink = events.append
-    dependency = FakeDependency(dependency_config, store=store, clock=clock, rng=rng)
+    dependency: FakeDependency | SharedDependency
+    if dependency_config.mode == "server":  # its queue as the burst found it is not recorded
+        dependency = private_server(dependency_config.server, clock=clock)
+    else:
+        dependency = FakeDependency(dependency_config, store=store, clock=clock, rng=rng)
     breaker = Breaker(chosen.breaker, store=store, clock=clock, rng=rng, sink=sink)
     routes = None
     if needs_routes(dependency_config, chosen):  # hosts, B, bulkhead, fallback, keys
@@ -242,6 +247,12 @@ def fidelity(start: StartState) -> dict[str, Any]:
             "attempt is answered as by a healthy dependency: only a burst that met no queue "
             "and no trigger replays the same"
         )
+    if mode == "server":
+        reasons.append(
+            "your server's queue starts empty in the replay; the real burst met it as earlier "
+            "calls left it, and its service times ran on Redis's clock: a burst that found "
+            "the servers idle replays alike within a few milliseconds"
+        )
     if start.concurrency > 1:
         reasons.append(
             f"{start.concurrency} callers ran on threads in the real burst; the replay runs them "
@@ -265,7 +276,7 @@ def fidelity(start: StartState) -> dict[str, Any]:
         )
     exact = (
         mode not in TIMED_MODES
-        and mode != "shared"
+        and mode not in ("shared", "server")
         and start.concurrency == 1
         and not (parts or remembered)
     )

@@ -33,6 +33,7 @@ from labs.engine.dependency import FakeDependency
 from labs.engine.events import Event, Sink
 from labs.engine.expect import check_expectations, check_situation, observe
 from labs.engine.routes import arm_routes, build_routes, needs_routes
+from labs.engine.shared import SharedDependency, private_server
 from labs.engine.stores.base import Store
 from labs.engine.stores.memory import MemoryStore
 from labs.engine.validate import merge_settings, parse_dependency, parse_policy, parse_scenario
@@ -86,7 +87,7 @@ class EngineExecutor:
         self.bursts = 0
         self._events: list[Event] = []
         self.dependency_config = DependencyConfig()
-        self.dependency = FakeDependency(
+        self.dependency: FakeDependency | SharedDependency = FakeDependency(
             self.dependency_config, store=self.store, clock=self.clock, rng=self.rng
         )
         self.policy = Policy()
@@ -105,6 +106,9 @@ class EngineExecutor:
     def set_dependency(self, dependency: dict[str, Any]) -> None:
         """Apply and arm a dependency (every host, and B). Raises ValidationError."""
         config = self.dependency_config = parse_dependency(dependency)
+        if config.mode == "server":  # a server with a queue, fresh: its queue starts empty
+            self.dependency = private_server(config.server, clock=self.clock)
+            return
         self.dependency = FakeDependency(config, store=self.store, clock=self.clock, rng=self.rng)
         if config.hosts or config.b is not None:
             arm_routes(config, store=self.store, clock=self.clock)

@@ -35,6 +35,7 @@ __all__ = [
     "SharedDependency",
     "SharedModel",
     "Trigger",
+    "private_server",
     "seconds_from_fields",
     "session_seconds_from_fields",
     "wait_bucket",
@@ -1080,6 +1081,22 @@ class SharedDependency:
                 asked = max(int(self.clock.now() * 1e6 + 0.5), decision.answer_us)
             decision = self.model.poll(decision.ticket, asked)
         return decision
+
+
+def private_server(
+    settings: Mapping[str, Any] | None, *, clock: Clock, model: SharedModel | None = None
+) -> SharedDependency:
+    """A student's own server with a queue (dependency mode ``server``): the shared model with
+    ``settings`` (a :class:`SharedConfig` dict), called by this one client. ``model`` is where
+    it lives (the lab's Redis model keyed by the session); without one it is a
+    :class:`MemorySharedModel` on ``clock``'s time, as a lesson in virtual time runs it.
+    Its queue, defences and counters are the class model's; only the callers differ."""
+    config = SharedConfig(**(settings or {}))
+    if model is None:
+        model = MemorySharedModel(config)
+    else:
+        model.configure(config)
+    return SharedDependency(model, clock=clock)
 
 
 def _owns_time(model: Any) -> bool:

@@ -164,7 +164,7 @@ def _not_object(path: str, value: Any) -> list[Problem]:
     return [Problem(path, f"must be an object (got {_shown(value)})")]
 
 
-_LIST_KEYS = ("outcomes", "hosts", "fallbacks", "b")
+_LIST_KEYS = ("outcomes", "hosts", "fallbacks", "b", "server")
 
 
 def validate_dependency(d: Any, prefix: str = "dependency") -> list[Problem]:
@@ -204,6 +204,35 @@ def validate_dependency(d: Any, prefix: str = "dependency") -> list[Problem]:
             problems += validate_dependency(b, f"{prefix}.b")
             if b.get("hosts"):
                 problems.append(Problem(f"{prefix}.b.hosts", "must be [] (B is one host)"))
+    return problems + _server_problems(d, prefix)
+
+
+#: What a server with a queue (mode ``server``) is not: it is one pool of servers answering
+#: one caller, so hosts, a B, a side effect and fallbacks belong to the other modes.
+_NOT_WITH_SERVER = (
+    ("hosts", "[] (one host)"),
+    ("b", "null (no dependency B)"),
+    ("side_effect", "null (none)"),
+    ("fallbacks", "[] (none)"),
+)
+
+
+def _server_problems(d: Mapping[str, Any], prefix: str) -> list[Problem]:
+    """Problems of mode ``server``: its settings (the shared model's ranges, under
+    ``dependency.server``), and the parts of a dependency it cannot have."""
+    problems: list[Problem] = []
+    server = d.get("server")
+    if server is not None:
+        problems += validate_shared(server, f"{prefix}.server")
+    if d.get("mode") != "server":
+        return problems
+    if prefix.endswith(".b"):
+        problems.append(Problem(f"{prefix}.mode", "dependency B cannot be a server with a queue"))
+    for key, allowed in _NOT_WITH_SERVER:
+        if d.get(key):
+            problems.append(
+                Problem(f"{prefix}.{key}", f"must be {allowed} for a server with a queue")
+            )
     return problems
 
 
@@ -232,6 +261,9 @@ def _outcomes_problems(d: Mapping[str, Any], prefix: str) -> list[Problem]:
     return problems
 
 
+_NOT_A_HOST = {"shared": "the shared dependency", "server": "a server with a queue"}
+
+
 def _hosts_problems(d: Mapping[str, Any], prefix: str) -> list[Problem]:
     """Each host: an object of the fields a host may set (HOST_KEYS), checked merged over
     the dependency's own (``dependency.hosts[1].mode``)."""
@@ -253,8 +285,9 @@ def _hosts_problems(d: Mapping[str, Any], prefix: str) -> list[Problem]:
             continue
         problems += _unknown(path, host, HOST_KEYS)
         merged = {**base, **{k: v for k, v in host.items() if k in HOST_KEYS}}
-        if merged.get("mode") == "shared":
-            problems.append(Problem(f"{path}.mode", "a host cannot be the shared dependency"))
+        if merged.get("mode") in ("shared", "server"):
+            what = _NOT_A_HOST[merged["mode"]]
+            problems.append(Problem(f"{path}.mode", f"a host cannot be {what}"))
             continue
         for p in validate_dependency(merged, path):
             if p.field.split(".")[-1].split("[")[0] in host or p.field == f"{path}.outcomes":
@@ -457,6 +490,15 @@ def _breaker_combinations(
     return problems
 
 
+#: Policy settings that need the fake dependency's routes, and their off value.
+_ROUTED_POLICY = (
+    ("breaker_scope", "dependency"),
+    ("bulkhead", None),
+    ("pool_wait_ms", None),
+    ("idempotency_keys", False),
+)
+
+
 def validate_settings(
     dependency: Mapping[str, Any],
     policy: Mapping[str, Any],
@@ -464,11 +506,24 @@ def validate_settings(
     policy_prefix: str = "policy",
 ) -> list[Problem]:
     """Problems of a dependency and a policy that are each valid but do not fit together:
-    a policy's fallback that the dependency (or its B) does not offer, named both ways."""
+    a policy's fallback that the dependency (or its B) does not offer, named both ways; a
+    per-host breaker, a pool or idempotency keys in front of a server with a queue (one host,
+    no side effect: those belong to the fake dependency's modes)."""
+    problems = []
+    if dependency.get("mode") == "server":
+        for key, off in _ROUTED_POLICY:
+            value = policy.get(key)
+            if value not in (None, False, off):
+                problems.append(
+                    Problem(
+                        f"{policy_prefix}.{key}",
+                        f"must be {off or 'off'} while the dependency is a server with a queue "
+                        f"(got {_shown(value)})",
+                    )
+                )
     fallback = policy.get("fallback")
     if fallback is None:
-        return []
-    problems = []
+        return problems
     for path, dep in (
         (dependency_prefix, dependency),
         (f"{dependency_prefix}.b", dependency.get("b")),
@@ -641,6 +696,8 @@ def parse_dependency(d: Mapping[str, Any]) -> DependencyConfig:
         values["outcomes"] = tuple(values["outcomes"])
     if values.get("b") is not None:
         values["b"] = parse_dependency(values["b"])
+    if values.get("server") is not None or values.get("mode") == "server":
+        values["server"] = SharedConfig(**(values.get("server") or {})).to_dict()
     return DependencyConfig(**values)
 
 

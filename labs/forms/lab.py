@@ -36,6 +36,40 @@ LIST_MAX_LENGTH = 1500
 _PLAIN_INTEGER = re.compile(r"[+-]?[0-9]+")
 _PLAIN_DECIMAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)")
 
+#: The settings of a student's own server with a queue (mode ``server``), as the lab page
+#: offers them: the class model's (``shared.*`` ranges) that change what one caller meets; the
+#: rest (the rate limit's burst, the adaptive limits, CoDel's interval) keep their defaults.
+SERVER_KEYS = (
+    "servers", "service_ms", "max_queue_ms", "discipline", "lifo_after_ms", "rate_per_s",
+    "queue_limit", "concurrency_limit", "codel_target_ms",
+)  # fmt: skip
+SERVER_FIELDS: tuple[tuple[str, str, str], ...] = tuple(
+    (f"server_{key}", f"dependency.server.{key}", label)
+    for key, label in zip(
+        SERVER_KEYS,
+        (
+            "Servers",
+            "Service time per attempt",
+            "Longest queue wait before shedding",
+            "Queue order",
+            "Adaptive LIFO: newest first past",
+            "Rate limit",
+            "Queue limit",
+            "Concurrency limit",
+            "CoDel target wait",
+        ),
+        strict=True,
+    )
+)
+#: A choice as its option reads, where the value alone is a code name.
+CHOICE_WORDS = {
+    "aimd": "AIMD: cut by slow answers, + 1 while half is used",
+    "gradient": "gradient: with latency against the fastest",
+    "fifo": "first come, first served (FIFO)",
+    "lifo": "newest first (LIFO)",
+    "adaptive_lifo": "adaptive LIFO: newest first once the oldest waits too long",
+}
+
 # (form field name, path in LIMITS, label)
 DEPENDENCY_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("latency_ms", "dependency.latency_ms", "Latency per attempt"),
@@ -54,6 +88,8 @@ DEPENDENCY_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("b_mode", "dependency.b.mode", "Dependency B: mode"),
     ("b_latency_ms", "dependency.b.latency_ms", "Dependency B: latency per attempt"),
     ("b_every", "dependency.b_every", "Dependency B: takes every n-th call"),
+    # A server with a queue (mode ``server``): the shared model's settings, the student's own.
+    *SERVER_FIELDS,
 )
 
 #: Which parameters matter for each mode (the page highlights them; all are always sent).
@@ -67,6 +103,7 @@ MODE_PARAMS: dict[str, tuple[str, ...]] = {
     "rate_limited": ("latency_ms", "retry_after_ms"),
     "script": ("latency_ms", "outcomes", "error"),
     "shared": (),
+    "server": tuple(name for name, _, _ in SERVER_FIELDS),
 }
 
 MODE_LABELS: dict[str, str] = {
@@ -79,6 +116,7 @@ MODE_LABELS: dict[str, str] = {
     "rate_limited": "Rate limited",
     "script": "Script",
     "shared": "Shared (the class's)",
+    "server": "Server with a queue",
 }
 
 POLICY_FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -135,6 +173,11 @@ POLICY_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("fallback_max_age_ms", "policy.fallback_max_age_ms", "Fallback: cached answer's max age"),
     ("idempotency_keys", "policy.idempotency_keys", "Idempotency key per call"),
 )
+
+#: Every setting's label on the page, by its path (a problem one form shows of the other's).
+SETTING_LABELS: dict[str, str] = {
+    path: label for _, path, label in DEPENDENCY_FIELDS + POLICY_FIELDS
+}
 
 #: Policy fields grouped for the page (legend, field names).
 POLICY_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -248,6 +291,12 @@ DEPENDENCY_FIELD_GROUPS: tuple[FieldGroup, ...] = (
         ),
         open=False,
     ),
+    FieldGroup(
+        "server",
+        "Server with a queue: its servers and defences",
+        fields=tuple(name for name, _, _ in SERVER_FIELDS),
+        open=False,
+    ),
 )
 POLICY_FIELD_GROUPS: tuple[FieldGroup, ...] = (
     FieldGroup("retries", "Retries", fields=POLICY_GROUPS[0][1]),
@@ -269,10 +318,18 @@ FORM_LIMITS: dict[str, Limit] = {
     "dependency.b.mode": Limit(
         None,
         type="choice",
-        choices=tuple(m for m in LIMITS["dependency.mode"].choices if m != "shared"),
+        choices=tuple(
+            m for m in LIMITS["dependency.mode"].choices if m not in ("shared", "server")
+        ),
         nullable=True,
     ),
     "dependency.b.latency_ms": LIMITS["dependency.latency_ms"],
+    **{path: LIMITS[f"shared.{path.rsplit('.', 1)[1]}"] for _, path, _ in SERVER_FIELDS},
+}
+#: A setting's help where its range alone would name code values.
+HELP_WORDS = {
+    "dependency.server.discipline": "which waiting attempt a freed server takes; newest first "
+    "works with the rate and queue limits, not with CoDel or a concurrency limit",
 }
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0", "")
@@ -357,10 +414,11 @@ def _field_for(name: str, path: str, label: str) -> forms.Field:
         off = [("", "off")] if limit.nullable else []
         return forms.ChoiceField(
             label=label,
-            choices=off + [(c, c.replace("_", " ")) for c in limit.choices],
+            choices=off + [(c, CHOICE_WORDS.get(c, c.replace("_", " "))) for c in limit.choices],
             required=False,
             # the options' words (``rolling ratio``), as the select shows them
-            help_text=help_text.replace("null (off)", "off").replace("_", " "),
+            help_text=HELP_WORDS.get(path)
+            or help_text.replace("null (off)", "off").replace("_", " "),
         )
     if limit.type == "bool":
         return forms.ChoiceField(
@@ -385,7 +443,7 @@ def _field_for(name: str, path: str, label: str) -> forms.Field:
     if limit.nullable:
         attrs["placeholder"] = "off"
     return forms.CharField(
-        label=f"{label} ({limit.unit})" if limit.unit and limit.unit != "calls" else label,
+        label=f"{label} ({limit.unit})" if limit.unit not in ("", "calls", "servers") else label,
         required=False,
         max_length=NUMBER_MAX_LENGTH,
         help_text=help_text,
@@ -461,7 +519,10 @@ class _EngineForm(_LabInputsMixin, forms.Form):
         for problem in problems:
             name = self.field_for_path(problem.field)
             if name is None:
-                self.add_error(None, str(problem))
+                # a setting of the other form (a policy that does not fit this dependency):
+                # named by its label there, never by its path
+                label = SETTING_LABELS.get(problem.field.split("[", 1)[0])
+                self.add_error(None, f"{label}: {problem.message}" if label else str(problem))
             else:
                 self.add_error(name, f"{self.fields[name].label}: {problem.message}")
                 _describe_error(self.fields[name], name, self[name].auto_id)
@@ -525,6 +586,9 @@ class DependencyForm(_EngineForm):
         initial["hosts"] = hosts_text(dependency)
         initial["fallbacks"] = ", ".join(dependency.get("fallbacks") or [])
         initial["honours_keys"] = "true" if dependency.get("honours_keys") else "false"
+        server = dependency.get("server") or {}
+        for key in SERVER_KEYS:
+            initial[f"server_{key}"] = server.get(key, LIMITS[f"shared.{key}"].default)
         b = dependency.get("b") or {}
         initial["b_mode"] = b.get("mode") or ""
         initial["b_latency_ms"] = b.get("latency_ms", LIMITS["dependency.latency_ms"].default)
@@ -535,11 +599,17 @@ class DependencyForm(_EngineForm):
         changes: dict[str, Any] = {}
         if self.posted("mode"):
             changes["mode"] = self.raw("mode").strip()
+        server: dict[str, Any] = {}
         for name, path, _ in self.spec:
             if name in ("b_mode", "b_latency_ms") or not self.posted(name):
                 continue
             value = coerce(self.raw(name), limit_of(path))
-            changes[name] = hosts_from_text(value) if name == "hosts" else value
+            if name.startswith("server_"):
+                server[name.removeprefix("server_")] = value
+            else:
+                changes[name] = hosts_from_text(value) if name == "hosts" else value
+        if server:
+            changes["server"] = server
         if self.posted("b_mode"):
             mode = coerce(self.raw("b_mode"), limit_of("dependency.b.mode"))
             if mode is None:
@@ -553,7 +623,18 @@ class DependencyForm(_EngineForm):
                 changes["b"] = b
         return changes
 
+    def field_groups(self) -> list[dict[str, Any]]:
+        """The groups; the server's starts open while the mode is (or is being set to) a
+        server with a queue."""
+        groups = super().field_groups()
+        mode = self.raw("mode") if self.is_bound else self.initial.get("mode")
+        for group in groups:
+            group["open"] = group["open"] or (group["key"] == "server" and mode == "server")
+        return groups
+
     def _extra_path(self, path: str) -> str | None:
+        if path == "dependency.server":
+            return "server_servers"
         if path == "dependency.b":
             return "b_mode"
         return "mode" if path == "dependency.mode" else None

@@ -14,7 +14,7 @@ from django import forms
 
 from labs.engine import LIMITS
 from labs.engine.shared import DEFENCES
-from labs.forms.lab import coerce
+from labs.forms.lab import CHOICE_WORDS, coerce
 from labs.live import runtime
 from labs.models import SharedDependencyConfig
 from labs.services import chain as chain_services
@@ -38,14 +38,6 @@ SHARED_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("discipline", "shared.discipline", "Queue order"),
     ("lifo_after_ms", "shared.lifo_after_ms", "Adaptive LIFO: newest first past (ms)"),
 )
-#: A choice as its option reads, where the value alone is a code name.
-CHOICE_WORDS = {
-    "aimd": "AIMD: cut by slow answers, + 1 while half is used",
-    "gradient": "gradient: with latency against the fastest",
-    "fifo": "first come, first served (FIFO)",
-    "lifo": "newest first (LIFO)",
-    "adaptive_lifo": "adaptive LIFO: newest first once the oldest waits too long",
-}
 #: A setting's help where its range alone would name code values.
 HELP_WORDS = {
     "shared.concurrency": "fixed, or adaptive: starting at the concurrency limit, moved by "

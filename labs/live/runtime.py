@@ -34,6 +34,7 @@ from labs.engine import (
     parse_dependency,
     parse_policy,
 )
+from labs.engine.config import DependencyConfig
 from labs.engine.redis import RedisSharedModel, RedisStore
 from labs.engine.redis.shared import CONFIG_FIELDS, config_from_fields
 from labs.engine.replay import capture_start
@@ -42,6 +43,7 @@ from labs.engine.shared import (
     SECOND_FIELDS,
     WAIT_BOUNDS_MS,
     Second,
+    private_server,
     seconds_from_fields,
     session_field_names,
     session_seconds_from_fields,
@@ -95,6 +97,12 @@ def shared_model(classroom_id: int, client: redis.Redis | None = None) -> RedisS
     """The class's shared dependency model in Redis (arrivals stamped by Redis's ``TIME``, so
     every worker process agrees on their order)."""
     return RedisSharedModel(client or engine_redis(), shared_model_id(classroom_id))
+
+
+def private_model(session_id: int, client: redis.Redis | None = None) -> RedisSharedModel:
+    """A student's own server with a queue (dependency mode ``server``) in Redis: the shared
+    model's scripts under ``{shared:session:<id>}``, called by this session's runs alone."""
+    return RedisSharedModel(client or engine_redis(), f"session:{session_id}")
 
 
 def shared_config(classroom_id: int) -> SharedConfig:
@@ -393,24 +401,18 @@ def build_engine(
     chain of students: the next tier, or the leaf counted); the engine is then ``chained``.
 
     ``rng`` defaults to one seeded from the session's seed and burst count, so a burst can be
-    replayed. A session in ``shared`` mode calls its class's shared dependency
-    (:func:`shared_model`); the other modes call a private fake dependency in its store. Raises labs.engine.ValidationError if the stored settings are invalid (they
-    never are: services validate before they save).
+    replayed. The dependency is :func:`dependency_for`'s: the class's shared model, the
+    student's own server with a queue, or a private fake dependency in the session's store.
+    Raises labs.engine.ValidationError if the stored settings are invalid (they never are:
+    services validate before they save).
     """
     if rng is None:
         rng = random.Random(burst_rng_seed(session))
     store = session_store(session.pk, client)
-    dependency: FakeDependency | SharedDependency
-    config = None
-    if is_shared(session.dependency):
-        # The class's one model: configured from the database first (an idempotent HSET),
-        # so a Redis that lost the model's keys gets them back before the first attempt.
-        model = shared_model(session.classroom_id, client)
-        model.configure(shared_config(session.classroom_id))
-        dependency = SharedDependency(model, clock=clock, session=session.pk)
-    else:
-        config = parse_dependency(session.dependency)
-        dependency = FakeDependency(config, store=store, clock=clock, rng=rng)
+    dependency, config = dependency_for(
+        session.dependency, session_id=session.pk, classroom_id=session.classroom_id,
+        store=store, clock=clock, rng=rng, client=client,
+    )  # fmt: skip
     policy = parse_policy(session.policy)
     breaker = Breaker(policy.breaker, store=store, clock=clock, rng=rng, sink=sink)
     # Hosts, B, a bulkhead, a fallback, keys (labs.engine.routes): only when configured.
@@ -427,6 +429,35 @@ def build_engine(
         store=store, breaker=breaker, dependency=dependency, client=client, rng=rng,
         chained=wrap is not None,
     )  # fmt: skip
+
+
+def dependency_for(
+    settings_: dict[str, Any] | None,
+    *,
+    session_id: int,
+    classroom_id: int,
+    store: RedisStore,
+    clock,
+    rng: random.Random,
+    client: redis.Redis | None = None,
+) -> tuple[FakeDependency | SharedDependency, DependencyConfig | None]:
+    """What a session's guarded client calls for its dependency settings ``settings_``, and
+    their config when they are a fake dependency's (None otherwise: no routes then).
+
+    ``shared``: the class's one model, configured from the database first (an idempotent
+    HSET, so a Redis that lost the model's keys gets them back before the first attempt);
+    ``server``: the student's own server with a queue (:func:`private_model`), configured
+    from the settings the same way; any other mode: a private fake dependency in ``store``.
+    """
+    if is_shared(settings_):
+        model = shared_model(classroom_id, client)
+        model.configure(shared_config(classroom_id))
+        return SharedDependency(model, clock=clock, session=session_id), None
+    config = parse_dependency(settings_ or {})
+    if config.mode == "server":
+        model = private_model(session_id, client)
+        return private_server(config.server, clock=clock, model=model), None
+    return FakeDependency(config, store=store, clock=clock, rng=rng), config
 
 
 def burst_rng_seed(session: LabSession) -> str:
@@ -657,22 +688,14 @@ class DependencyWatch:
             if raw == self._current:
                 return False
             settings_ = json.loads(raw)
-            dependency: FakeDependency | SharedDependency
-            config = None
-            if is_shared(settings_):
-                dependency = SharedDependency(
-                    configure_shared(self._classroom_id), clock=self._clock,
-                    session=self._session_id,
-                )  # fmt: skip
-            else:
-                config = parse_dependency(settings_)
-                dependency = FakeDependency(
-                    config, store=self._engine.store, clock=self._clock, rng=self._rng,
-                )  # fmt: skip
+            dependency, config = dependency_for(
+                settings_, session_id=self._session_id, classroom_id=self._classroom_id,
+                store=self._engine.store, clock=self._clock, rng=self._rng,
+            )  # fmt: skip
             client = self._engine.client
             # Hosts and B are routes: a change rebuilds them (at a call boundary, like the rest).
             routes = None
-            if not is_shared(settings_) and needs_routes(config, client.policy):
+            if config is not None and needs_routes(config, client.policy):
                 routes = build_routes(
                     config, client.policy, store=self._engine.store, clock=self._clock,
                     rng=self._rng, sink=client.sink, breaker=self._engine.breaker,

@@ -24,6 +24,7 @@ MODE_WORDS = {
     "rate_limited": "rate limited",
     "script": "script",
     "shared": "the class's shared dependency",
+    "server": "your own server with a queue",
 }
 
 

@@ -74,6 +74,8 @@ class SettingsInvalid(ValueError):
 
 def _describe_dependency(dep: dict) -> str:
     mode = dep.get("mode", "healthy")
+    if mode == "server":
+        return _describe_server(dep.get("server") or {})
     error = dep.get("error", "503")
     latency = dep.get("latency_ms", 5)
     detail = {
@@ -92,7 +94,16 @@ def _describe_dependency(dep: dict) -> str:
     return f"{detail} ({latency} ms per attempt)"
 
 
-def _arm_dependency(session_id: int, dependency: dict, seed: int) -> None:
+def _describe_server(server: dict) -> str:
+    """A student's own server with a queue in words: its capacity, its longest wait and the
+    defences that are on."""
+    from labs.engine import SharedConfig
+    from labs.presenters.server import describe_config
+
+    return f"your own server with a queue: {describe_config(SharedConfig(**server))}"
+
+
+def _arm_dependency(session_id: int, dependency: dict, seed: int, *, was_server: bool) -> None:
     import random
 
     from labs.engine import FakeDependency, parse_dependency
@@ -101,17 +112,35 @@ def _arm_dependency(session_id: int, dependency: dict, seed: int) -> None:
 
     config = parse_dependency(dependency)
     store = runtime.session_store(session_id)
+    if config.mode == "server" or was_server:
+        _arm_server(session_id, config)
     # Scopes of hosts and a B that are no longer configured are cleared (the badge shows the
     # breakers of the scopes that exist).
     for name in [f"h{i}" for i in range(len(config.hosts) if len(config.hosts) > 1 else 0, 8)]:
         store.scoped(name).clear()
     if config.b is None:
         store.scoped("b").clear()
-    if config.hosts or config.b is not None:  # every host's and B's own state
+    if config.mode == "server":
+        pass  # its state is the server model's, armed above
+    elif config.hosts or config.b is not None:  # every host's and B's own state
         arm_routes(config, store=store, clock=runtime.CLOCK)
     else:
         FakeDependency(config, store=store, clock=runtime.CLOCK, rng=random.Random(seed)).arm()
     runtime.publish_dependency(session_id, dependency)
+
+
+def _arm_server(session_id: int, config) -> None:
+    """A student's own server starts fresh when (re)set: idle, its queue empty, its counters
+    gone; leaving the mode deletes its keys."""
+    from labs.engine import SharedConfig
+    from labs.live import runtime
+
+    model = runtime.private_model(session_id)
+    if config.mode != "server":
+        model.clear()
+        return
+    model.configure(SharedConfig(**config.server))
+    model.reset()
 
 
 def session_set_dependency(
@@ -129,6 +158,7 @@ def session_set_dependency(
     if not isinstance(changes, dict):
         raise SettingsInvalid([_problem("dependency", "must be an object")])
     merged = merge_settings(session.dependency or {}, changes)
+    was_server = (session.dependency or {}).get("mode") == "server"
     problems = validate_dependency(merged) or validate_settings(merged, session.policy or {})
     if problems:
         raise SettingsInvalid(problems)
@@ -152,7 +182,9 @@ def session_set_dependency(
                 )
             ]
         )
-        transaction.on_commit(lambda: _arm_dependency(locked.pk, canonical, locked.seed))
+        transaction.on_commit(
+            lambda: _arm_dependency(locked.pk, canonical, locked.seed, was_server=was_server)
+        )
     session.dependency = canonical
     return session
 
@@ -277,6 +309,7 @@ def session_reset(*, session: LabSession, user) -> LabSession:
     dependency, policy, _seed = _initial_settings(session.scenario)
     with transaction.atomic():
         locked = LabSession.objects.select_for_update().get(pk=session.pk)
+        was_server = (locked.dependency or {}).get("mode") == "server"
         if locked.bursts.filter(status__in=Burst.ACTIVE_STATUSES).exists():
             raise BurstAlreadyRunning("A burst is running; reset the session after it ends.")
         locked.dependency = dependency
@@ -302,7 +335,7 @@ def session_reset(*, session: LabSession, user) -> LabSession:
         def fresh_state() -> None:
             runtime.session_store(locked.pk).clear()
             runtime.engine_redis().delete(runtime.dependency_config_key(locked.pk))
-            _arm_dependency(locked.pk, dependency, locked.seed)
+            _arm_dependency(locked.pk, dependency, locked.seed, was_server=was_server)
 
         transaction.on_commit(fresh_state)
     return locked

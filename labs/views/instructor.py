@@ -36,6 +36,7 @@ from labs.live.traffic import ARRIVALS, DURATION_RANGE, RATE_RANGE
 from labs.models import Classroom, JournalEvent, LabSession, Scenario
 from labs.presenters.dashboard import dashboard_row_html, row_json
 from labs.presenters.exports import csv_lines
+from labs.presenters.server import describe_config
 from labs.presenters.storm import offered_load_text
 from labs.selectors import storm as storm_reads
 from labs.selectors.dashboard import class_dashboard_rows, simulated_count, state_counts
@@ -219,7 +220,7 @@ def class_set_shared(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     except SettingsInvalid as exc:
         problems = shared_forms.problem_texts(exc.problems, shared_forms.SHARED_PARAMS)
         return _answer(request, classroom, problems=problems, status=422)
-    described = shared_services.describe_config(SharedConfig(**row.to_dict()))
+    described = describe_config(SharedConfig(**row.to_dict()))
     return _answer(request, classroom, message=f"shared dependency set: {described}")
 
 

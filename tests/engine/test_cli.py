@@ -75,7 +75,7 @@ def test_real_mode_gives_the_same_counts():
                 "steps": [{"burst": 0}],
             },
             [
-                "dependency.mode: must be one of healthy, flaky, down, slow, error_rate, outage, rate_limited, script, shared (got 'sideways')",
+                "dependency.mode: must be one of healthy, flaky, down, slow, error_rate, outage, rate_limited, script, shared, server (got 'sideways')",
                 "policy.max_attempts: must be between 1 and 5 (got 9)",
                 "steps[0].burst: must be between 1 and 20 calls (got 0)",
             ],

@@ -241,7 +241,7 @@ def test_each_lesson_runs_the_same_on_redis_as_in_memory(name, redis_client, nam
     ("dependency", "expected"),
     [
         ({"hosts": [{}] * 9}, "dependency.hosts: must be [] (one host) or a list of 1 to 8 hosts (got 9)"),
-        ({"hosts": [{"mode": "sideways"}]}, "dependency.hosts[0].mode: must be one of healthy, flaky, down, slow, error_rate, outage, rate_limited, script, shared (got 'sideways')"),
+        ({"hosts": [{"mode": "sideways"}]}, "dependency.hosts[0].mode: must be one of healthy, flaky, down, slow, error_rate, outage, rate_limited, script, shared, server (got 'sideways')"),
         ({"hosts": [{"latency_ms": 5000}]}, "dependency.hosts[0].latency_ms: must be between 0 and 2000 ms (got 5000)"),
         ({"hosts": [{"side_effect": "charge"}]}, "dependency.hosts[0].side_effect: unknown field (allowed: mode, latency_ms, fail_count, error, rate, down_for_ms, retry_after_ms, outcomes)"),
         ({"spread": "nearest"}, "dependency.spread: must be one of round_robin, random (got 'nearest')"),

@@ -95,7 +95,7 @@ def test_canonical_dicts_round_trip():
     [
         (
             {"mode": "sideways"},
-            "dependency.mode: must be one of healthy, flaky, down, slow, error_rate, outage, rate_limited, script, shared (got 'sideways')",
+            "dependency.mode: must be one of healthy, flaky, down, slow, error_rate, outage, rate_limited, script, shared, server (got 'sideways')",
         ),
         ({"latency_ms": 2001}, "dependency.latency_ms: must be between 0 and 2000 ms (got 2001)"),
         (
@@ -113,7 +113,7 @@ def test_canonical_dicts_round_trip():
         ),
         (
             {"colour": "red"},
-            "dependency.colour: unknown field (allowed: mode, latency_ms, fail_count, error, rate, down_for_ms, retry_after_ms, outcomes, hosts, spread, side_effect, honours_keys, fallbacks, b, b_every)",
+            "dependency.colour: unknown field (allowed: mode, latency_ms, fail_count, error, rate, down_for_ms, retry_after_ms, outcomes, hosts, spread, side_effect, honours_keys, fallbacks, b, b_every, server)",
         ),
         (
             {"mode": "script"},

@@ -54,7 +54,8 @@ def test_the_instructions_name_each_step_s_settings_as_the_dashboard_labels_them
     assert "CoDel target wait 100 ms, CoDel interval 100 ms" in text
     assert "rate limit 180 attempts/s, burst 20" in text
     assert "queue order *newest first (LIFO)*" in text
-    labels = (ROOT / "labs" / "forms" / "shared.py").read_text()
+    forms = ROOT / "labs" / "forms"  # the dashboard's labels, and its options' words
+    labels = (forms / "shared.py").read_text() + (forms / "lab.py").read_text()
     for label in ("CoDel target wait (ms)", "CoDel interval (ms)", "Rate limit (attempts/s)",
                   "Rate limit's burst (attempts)", "Queue order", "newest first (LIFO)"):  # fmt: skip
         assert label in labels

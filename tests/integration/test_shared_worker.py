@@ -40,10 +40,12 @@ def journal_attempts(session_ids) -> list[JournalEvent]:
     return list(JournalEvent.objects.filter(session_id__in=session_ids, kind="attempt"))
 
 
-def counters_agree_with_journal(classroom_id: int, rows: list[JournalEvent]) -> None:
-    """Each attempt the journal holds is counted once by the model, under the outcome its
-    client saw, in the second the model counts it in."""
-    seconds = runtime.shared_model(classroom_id).counters()
+def counters_agree_with_journal(
+    classroom_id: int | None, rows: list[JournalEvent], *, model=None
+) -> None:
+    """Each attempt the journal holds is counted once by the model (the class's, or
+    ``model``), under the outcome its client saw, in the second the model counts it in."""
+    seconds = (model or runtime.shared_model(classroom_id)).counters()
     model_offered = Counter({s.second: s.offered for s in seconds if s.offered})
     model_answers = Counter()
     for s in seconds:

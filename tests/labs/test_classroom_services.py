@@ -258,7 +258,7 @@ def test_timed_fault_commits_its_restore_only_with_the_injection(
         "labs.live.enqueue.enqueue_fault_restore",
         lambda fault_id, countdown: enqueued.append(((fault_id,), countdown)),
     )
-    monkeypatch.setattr("labs.services.lab._arm_dependency", lambda *a: None)
+    monkeypatch.setattr("labs.services.lab._arm_dependency", lambda *a, **k: None)
     monkeypatch.setattr("labs.journal.broadcast.send_all", lambda pushes: None)
     with django_capture_on_commit_callbacks(execute=True):
         fault = svc.classroom_set_dependency(

@@ -246,7 +246,9 @@ def test_every_bad_policy_field_is_named_and_nothing_is_half_applied(owner_clien
     html = response.content.decode()
     assert "Max attempts per call: must be between 1 and 5 (got 9)" in html
     assert "Cooldown (ms): must be between 100 and 60000 ms (got 50)" in html
-    assert "Backoff cap (ms): must be between the backoff base (100 ms) and 2000 ms (got 40)" in html
+    assert (
+        "Backoff cap (ms): must be between the backoff base (100 ms) and 2000 ms (got 40)" in html
+    )
     session.refresh_from_db()
     assert (session.policy, journal_count(session)) == before
 
@@ -703,9 +705,7 @@ ADVANCED_FIELDS = (
 
 def _advanced_section(html: str) -> str:
     marker = '<details class="field-group" id="policy-group-advanced" data-group="advanced"'
-    return html.split(marker)[1].split(
-        "</details>"
-    )[0]
+    return html.split(marker)[1].split("</details>")[0]
 
 
 def test_every_peer_setting_is_in_the_collapsed_advanced_section(owner_client, session):
@@ -875,3 +875,88 @@ def test_a_rows_clock_is_in_the_sites_zone_to_the_millisecond(settings, moment, 
     settings.TIME_ZONE = zone
     assert clock_text(datetime(*moment, tzinfo=UTC)) == text
     assert clock_text(None) == ""
+
+
+# --- a server with a queue, the student's own -----------------------------------------------
+
+
+def test_a_server_with_a_queue_is_set_from_its_fields_and_journalled_in_words(
+    owner_client, session
+):
+    response = owner_client.post(
+        url("session_dependency", session),
+        {
+            "mode": "server",
+            "server_servers": "2",
+            "server_service_ms": "100",
+            "server_max_queue_ms": "300",
+            "server_discipline": "lifo",
+            "server_rate_per_s": "",  # blank: off
+        },
+        **HTMX,
+    )
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "Dependency set." in html
+    # the server's group stays open, its queue order as the option reads
+    assert (
+        '<details class="field-group" id="dependency-group-server" data-group="server" open>'
+        in html
+    )
+    assert '<option value="lifo" selected>newest first (LIFO)</option>' in html
+    session.refresh_from_db()
+    server = session.dependency["server"]
+    assert (server["servers"], server["service_ms"], server["max_queue_ms"]) == (2, 100, 300)
+    assert server["discipline"] == "lifo" and server["rate_per_s"] is None
+    row = JournalEvent.objects.filter(session=session).order_by("-seq").first()
+    assert row.message.endswith(
+        "dependency set by alice: your own server with a queue: 2 servers x 100 ms, queue up "
+        "to 300 ms (20 attempts/s); a freed server takes the newest waiting attempt (LIFO)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("posted", "field", "message"),
+    [
+        (
+            {"server_service_ms": "0"},
+            "server_service_ms",
+            "Service time per attempt (ms): must be between 1 and 2000 ms (got 0)",
+        ),
+        (
+            {"server_servers": "many"},
+            "server_servers",
+            "Servers: must be an integer between 1 and 64 servers (got &#x27;many&#x27;)",
+        ),
+        (
+            {"server_discipline": "lifo", "server_codel_target_ms": "20"},
+            "server_discipline",
+            "Queue order: must be fifo (first come, first served) while CoDel is on",
+        ),
+    ],
+)
+def test_a_bad_server_setting_is_named_beside_its_field_and_changes_nothing(
+    owner_client, session, posted, field, message
+):
+    before = (dict(session.dependency), journal_count(session))
+    response = owner_client.post(
+        url("session_dependency", session), {"mode": "server", **posted}, **HTMX
+    )
+    assert response.status_code == 422
+    html = response.content.decode()
+    beside = html.split(f'data-field="{field}"')[1].split('<div class="field')[0]
+    assert message in beside
+    session.refresh_from_db()
+    assert (session.dependency, journal_count(session)) == before
+
+
+def test_a_policy_that_does_not_fit_a_server_is_named_by_its_label(owner_client, session):
+    owner_client.post(url("session_policy", session), {"bulkhead": "2"}, **HTMX)
+    response = owner_client.post(url("session_dependency", session), {"mode": "server"}, **HTMX)
+    assert response.status_code == 422
+    assert (
+        "Bulkhead: calls in flight per dependency: must be off while the dependency is a "
+        "server with a queue (got 2)" in response.content.decode()
+    )
+    session.refresh_from_db()
+    assert session.dependency["mode"] == "flaky"
