@@ -41,12 +41,43 @@ def attempt(call: int, n: int, answer: AttemptResult, where: str = "") -> str:
     """``call 3, attempt 2: 503 after 40 ms, Retry-After 100 ms``; ``where`` names the host."""
     head = f"call {call}, attempt {n}: {where}"
     took = fmt_ms(answer.latency_ms)
+    why = server_words(answer.data)
     if answer.ok:
-        return f"{head}ok after {took}"
+        return f"{head}ok after {took}{why}"
     hint = (
         f", Retry-After {fmt_ms(round_ms(answer.retry_after_ms))}" if answer.retry_after_ms else ""
     )
-    return f"{head}{answer.error} after {took}{hint}"
+    return f"{head}{answer.error} after {took}{hint}{why}"
+
+
+#: Why a server model shed an attempt (labs.engine.shared.SHED_REASONS), in words.
+_SHED_WORDS = {
+    "queue_full": "shed: the queue was full",
+    "concurrency": "shed: the server's concurrency limit was reached",
+    "codel": "shed by CoDel: waits had stayed over its target",
+}
+
+
+def server_words(decision: dict[str, Any] | None) -> str:
+    """What a server model's decision adds to an attempt's sentence: why it was shed or
+    skipped, or how long it waited in the queue (nothing for a fake dependency)."""
+    if not decision or "outcome" not in decision:
+        return ""
+    outcome, wait = decision["outcome"], decision.get("wait_us", 0) / 1000
+    if outcome == "shed":
+        reason = decision.get("reason", "")
+        words = _SHED_WORDS.get(reason) or (
+            f"shed: it would have waited {fmt_ms(round_ms(wait))} in the queue, past the "
+            "longest wait"
+        )
+        return f" ({words})"
+    if outcome == "skipped":
+        return " (skipped: it could not start before the caller stopped waiting)"
+    if outcome == "limited":
+        return " (the server's rate limit)"
+    if wait > 0 and outcome in ("ok", "error"):
+        return f" ({fmt_ms(round_ms(wait))} of it waiting in the queue)"
+    return ""
 
 
 def effect(kind: str, effect: str | None, ok: bool, key: str | None) -> str:

@@ -328,8 +328,9 @@ FORM_LIMITS: dict[str, Limit] = {
 }
 #: A setting's help where its range alone would name code values.
 HELP_WORDS = {
-    "dependency.server.discipline": "which waiting attempt a freed server takes; newest first "
-    "works with the rate and queue limits, not with CoDel or a concurrency limit",
+    "dependency.server.discipline": "first come, first served, newest first, or adaptive "
+    "LIFO; newest first works with the rate and queue limits, not with CoDel or a concurrency "
+    "limit",
 }
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0", "")
