@@ -9,8 +9,10 @@ client. docs/engine.md, "The shared dependency", gives the model, triggers and c
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
+import operator
 import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -442,10 +444,11 @@ def _sec(t_us: int) -> int:
     return t_us // 1_000_000
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Waiter:
     """An attempt waiting in the explicit queue (times in us, ``timeout`` and ``deadline``
-    relative to ``arrival`` as :meth:`MemorySharedModel.decide` takes them)."""
+    relative to ``arrival`` as :meth:`MemorySharedModel.decide` takes them). Each is itself:
+    two waiters are never equal, so finding one in the queue compares identities."""
 
     ticket: int
     arrival: int
@@ -461,6 +464,9 @@ class _Waiter:
         if self.deadline is not None:
             return self.arrival + self.deadline
         return None if self.timeout is None else self.arrival + self.timeout
+
+
+_ticket_of = operator.attrgetter("ticket")
 
 
 class MemorySharedModel:
@@ -788,7 +794,7 @@ class MemorySharedModel:
         leave without a server only once the oldest has waited past ``max_queue_ms`` or a
         propagated deadline passes, so from then on the next freed server is the bound."""
         waiting = self._waiting
-        older = waiting.index(w)
+        older = bisect.bisect_left(waiting, w.ticket, key=_ticket_of)  # in ticket order
         newer = len(waiting) - older - 1
         if cfg.discipline == "lifo":
             ahead = newer

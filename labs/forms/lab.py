@@ -28,6 +28,7 @@ from django.http import QueryDict
 from labs.engine import LIMITS, Problem
 from labs.engine.config import Limit
 from labs.forms.bounded import BoundedInputsMixin
+from labs.presenters.server import CHOICE_WORDS
 
 #: Characters a number field accepts: more than any value in range, typed any way.
 NUMBER_MAX_LENGTH = 32
@@ -61,14 +62,6 @@ SERVER_FIELDS: tuple[tuple[str, str, str], ...] = tuple(
         strict=True,
     )
 )
-#: A choice as its option reads, where the value alone is a code name.
-CHOICE_WORDS = {
-    "aimd": "AIMD: cut by slow answers, + 1 while half is used",
-    "gradient": "gradient: with latency against the fastest",
-    "fifo": "first come, first served (FIFO)",
-    "lifo": "newest first (LIFO)",
-    "adaptive_lifo": "adaptive LIFO: newest first once the oldest waits too long",
-}
 
 # (form field name, path in LIMITS, label)
 DEPENDENCY_FIELDS: tuple[tuple[str, str, str], ...] = (

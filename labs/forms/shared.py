@@ -14,9 +14,10 @@ from django import forms
 
 from labs.engine import LIMITS
 from labs.engine.shared import DEFENCES
-from labs.forms.lab import CHOICE_WORDS, coerce
+from labs.forms.lab import coerce
 from labs.live import runtime
 from labs.models import SharedDependencyConfig
+from labs.presenters.server import CHOICE_WORDS
 from labs.services import chain as chain_services
 from labs.services.shared import shared_problems
 from labs.services.storm import shared_sessions

@@ -9,6 +9,7 @@ from typing import Any
 from labs.engine import state_label as engine_state_label
 from labs.engine.breaker import STATES
 from labs.grading import CLASS_MEASURES, RECOVERY_ANSWERS
+from labs.presenters.server import CHOICE_WORDS
 
 # --- scenario steps --------------------------------------------------------------------------
 
@@ -107,6 +108,17 @@ _DEPENDENCY_WORDS: dict[str, tuple[str, Any]] = {
     "fallbacks": ("Fallbacks it offers", lambda v: ", ".join(map(str, v)) if v else "none"),
     "b_every": ("Dependency B takes every n-th call", str),
 }
+_SERVER_WORDS: dict[str, tuple[str, Any]] = {
+    "servers": ("Servers", str),
+    "service_ms": ("Service time per attempt", _ms_words),
+    "max_queue_ms": ("Longest queue wait before shedding", _ms_words),
+    "discipline": ("Queue order", lambda v: CHOICE_WORDS.get(v, _choice(v))),
+    "lifo_after_ms": ("Adaptive LIFO: newest first past", _ms_words),
+    "rate_per_s": ("Rate limit", lambda v: _off_or(v, lambda x: f"{x:g} attempts/s")),
+    "queue_limit": ("Queue limit", lambda v: _off_or(v, lambda x: f"{x} attempts")),
+    "concurrency_limit": ("Concurrency limit", lambda v: _off_or(v, lambda x: f"{x} attempts")),
+    "codel_target_ms": ("CoDel target wait", lambda v: _off_or(v, _ms_words)),
+}
 _POLICY_WORDS: dict[str, tuple[str, Any]] = {
     "max_attempts": ("Max attempts per call", str),
     "backoff_base_ms": ("Backoff base", _ms_words),
@@ -184,6 +196,9 @@ def setting_phrases(kind: str, changes: dict[str, Any]) -> list[str]:
                         if k != "mode"
                     ]
                     parts.append("Dependency B: " + ", ".join(b))
+                continue
+            if key == "server" and isinstance(value, dict):
+                parts += [_phrase(_SERVER_WORDS, k, v) for k, v in value.items()]
                 continue
             parts.append(_phrase(_DEPENDENCY_WORDS, key, value))
         elif key == "breaker" and isinstance(value, dict):
@@ -357,6 +372,7 @@ LESSON_GROUPS: tuple[tuple[str, str, str], ...] = (
     ("start", "Start here", ""),
     ("one", "Retries and circuit breakers", "One dependency, one client: each lesson changes one setting and shows what it does."),
     ("beyond", "Beyond one dependency", "Several hosts, a second dependency, a fallback, side effects: what a breaker or a retry does to them."),
+    ("server", "The server's side", "A server of your own with a queue: overload it with your own calls and see what its queue order and defences do."),
     ("class", "The whole class", "Everyone's sessions call one shared dependency; the instructor runs it from the storm panel."),
 )  # fmt: skip
 #: The tour's sentence on the home page when its scenario has no description of its own.
@@ -369,13 +385,16 @@ _BEYOND_ONE_DEPENDENCY = ("hosts", "b", "fallbacks", "side_effect")
 
 def lesson_group(scenario: Any) -> str:
     """Which of :data:`LESSON_GROUPS` a scenario belongs to, from what its script sets up: the
-    tour first, the class's shared dependency, a dependency beyond one host and one service."""
+    tour first, the class's shared dependency, a server of one's own, a dependency beyond one
+    host and one service."""
     if scenario.slug == "tour":
         return "start"
     script = scenario.script if isinstance(scenario.script, dict) else {}
     dependency = script.get("dependency") if isinstance(script.get("dependency"), dict) else {}
     if dependency.get("mode") == "shared":
         return "class"
+    if dependency.get("mode") == "server":
+        return "server"
     if any(dependency.get(key) for key in _BEYOND_ONE_DEPENDENCY):
         return "beyond"
     return "one"
@@ -487,6 +506,8 @@ def _form_values_of_dependency(changes: dict[str, Any]) -> dict[str, str]:
     for key, value in changes.items():
         if key == "outcomes" and isinstance(value, list):
             values[key] = ", ".join(str(v) for v in value)
+        elif key == "server" and isinstance(value, dict):
+            values |= {f"server_{k}": "" if v is None else str(v) for k, v in value.items()}
         else:
             values[key] = "" if value is None else str(value)
     return values

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from labs.engine import SharedConfig
 
-__all__ = ["describe_config", "describe_defences"]
+__all__ = ["CHOICE_WORDS", "describe_config", "describe_defences"]
+
+#: A server setting's choice as a form's option reads it, where the value alone is a code name.
+CHOICE_WORDS = {
+    "aimd": "AIMD: cut by slow answers, + 1 while half is used",
+    "gradient": "gradient: with latency against the fastest",
+    "fifo": "first come, first served (FIFO)",
+    "lifo": "newest first (LIFO)",
+    "adaptive_lifo": "adaptive LIFO: newest first once the oldest waits too long",
+}
 
 
 def describe_config(config: SharedConfig) -> str:

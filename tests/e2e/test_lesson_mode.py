@@ -264,6 +264,7 @@ def test_without_a_lesson_the_settings_sit_in_collapsible_groups(
     assert groups == [
         ["Its parameters", True],
         ["Advanced: hosts, side effects, fallbacks, dependency B", False],
+        ["Server with a queue: its servers and defences", False],
         ["Retries", True],
         ["Circuit breaker", True],
         ["Retry budget and deadline", True],

@@ -215,6 +215,8 @@ EXPLAINED = {
     ("fallback_cached", 5): "None: the cached answer is now more than 3.5 s old",
     ("idempotency_keys", 1): "= 9 charges for 6 calls",
     ("idempotency_keys", 3): "exactly one charge per call, 6",
+    ("own_server", 1): "3 succeed, and 7 are shed",
+    ("own_server", 3): "7 succeed",
     ("per_host_breakers", 5): "three transitions per burst",
     ("per_host_breakers", 12): "No call fails",
     ("rate_limited_retry_after", 3): "they add up to 1485 ms",

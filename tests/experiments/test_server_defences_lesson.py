@@ -55,7 +55,7 @@ def test_the_instructions_name_each_step_s_settings_as_the_dashboard_labels_them
     assert "rate limit 180 attempts/s, burst 20" in text
     assert "queue order *newest first (LIFO)*" in text
     forms = ROOT / "labs" / "forms"  # the dashboard's labels, and its options' words
-    labels = (forms / "shared.py").read_text() + (forms / "lab.py").read_text()
+    labels = (forms / "shared.py").read_text() + (ROOT / "labs/presenters/server.py").read_text()
     for label in ("CoDel target wait (ms)", "CoDel interval (ms)", "Rate limit (attempts/s)",
                   "Rate limit's burst (attempts)", "Queue order", "newest first (LIFO)"):  # fmt: skip
         assert label in labels
@@ -69,4 +69,3 @@ def test_the_passive_server_never_comes_back(lesson):
 @pytest.mark.parametrize("step", [2, 3, 4])
 def test_a_defended_server_comes_back_within_a_second_at_every_seed(lesson, step):
     assert [_recovery(lesson, SERVERS[step], seed) for seed in SEEDS] == [0] * len(SEEDS)
-

@@ -97,3 +97,27 @@ def test_setting_the_mode_again_starts_the_server_fresh_and_leaving_it_deletes_i
     assert model.counters() == [] and model.config.servers == 2
     lab.session_set_dependency(session=session, user=session.owner, changes={"mode": "healthy"})
     assert not runtime.engine_redis().exists(*model.all_keys())
+
+
+def test_steady_traffic_overloads_the_students_own_server_and_every_attempt_is_counted(
+    worker_process,
+):
+    """Ten calls a second for three seconds at one server of 100 ms and a longest wait of
+    250 ms (ten a second is its whole capacity; Poisson arrivals bunch up): the run ends,
+    every call is journaled, and the student's model counted each attempt once."""
+    from labs.services import traffic as traffic_services
+    from tests.integration.test_traffic_worker import attempts_in, calls_in, ended
+
+    worker_process()
+    (session,) = own_servers(1)
+    traffic = traffic_services.traffic_start(
+        session=session, user=session.owner, rate=10, duration_s=3, arrivals="poisson"
+    )
+    ended(traffic)
+    assert traffic.status == traffic.Status.DONE, traffic.error
+    results = calls_in(traffic)
+    assert len(results) == traffic.calls
+    attempts = attempts_in(traffic)
+    assert len(attempts) == len(results)  # one attempt a call
+    assert {a.data["outcome"] for a in attempts} <= {"ok", "shed"}
+    counters_agree_with_journal(None, attempts, model=runtime.private_model(session.pk))

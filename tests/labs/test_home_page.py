@@ -4,6 +4,7 @@ of its steps are done in the current attempt."""
 
 from __future__ import annotations
 
+import html as html_text
 import re
 from pathlib import Path
 
@@ -36,7 +37,10 @@ def groups_of(html: str) -> list[tuple[str, list[str]]]:
         html,
         re.S,
     )
-    return [(heading, re.findall(r'data-scenario="([\w-]+)"', body)) for heading, body in sections]
+    return [
+        (html_text.unescape(heading), re.findall(r'data-scenario="([\w-]+)"', body))
+        for heading, body in sections
+    ]
 
 
 def test_the_lessons_are_grouped_with_the_tour_first(client, shipped_class):
@@ -48,13 +52,15 @@ def test_the_lessons_are_grouped_with_the_tour_first(client, shipped_class):
         "Start here",
         "Retries and circuit breakers",
         "Beyond one dependency",
+        "The server's side",
         "The whole class",
     ]
     assert groups[0][1] == ["tour"]
     assert set(groups[2][1]) == BEYOND
     # each after the one it builds on
-    assert groups[3][1] == ["storm_lesson", "find_the_edge", "server_defences", "chain_of_students"]
-    assert sum(len(slugs) for _, slugs in groups) == 15
+    assert groups[3][1] == ["own_server"]
+    assert groups[4][1] == ["storm_lesson", "find_the_edge", "server_defences", "chain_of_students"]
+    assert sum(len(slugs) for _, slugs in groups) == 16
     tour = html.split('data-scenario="tour"')[1].split("</li>")[0]
     assert "The guided first lesson" in tour and "6 steps" in tour
 
