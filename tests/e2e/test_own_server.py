@@ -18,6 +18,7 @@ from labs.services import lab
 from tests.conftest import DEFAULT_PASSWORD, make_classroom, make_scenario, make_student
 from tests.e2e.conftest import ARTIFACTS, login, show_setting
 from tests.e2e.test_csp import REPORT_VIOLATIONS
+from tests.e2e.test_find_the_edge import watch
 from tests.e2e.test_lab_page import BURST_TIMEOUT_MS, stat, wait_burst_done
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -44,10 +45,7 @@ def watched(browser, viewport: dict, errors: list[str]):
     context.set_default_timeout(BURST_TIMEOUT_MS)
     context.expose_function("__reportCspViolation", lambda text: errors.append(f"CSP: {text}"))
     context.add_init_script(REPORT_VIOLATIONS)
-    page = context.new_page()
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    return context, page
+    return context, watch(context, errors)
 
 
 def test_a_student_overloads_their_own_server_and_sees_what_it_shed(
