@@ -97,13 +97,20 @@ def test_a_burst_running_through_a_postgresql_restart_ends_done_and_journals_eve
     assert "interrupted" not in body.lower()
 
 
+#: The product's default ``LAB_BURST_STALE_SECONDS``.
+STALE_S = 5
+
+
 def test_a_burst_ending_while_postgresql_is_down_ends_done_on_its_return(stack):
     """The burst's last calls finish while the server is down: its rows and its final row are
     written once the server is back (not left RUNNING, nothing lost), and neither worker's
     reaper, both failing during the outage, marks it interrupted afterwards."""
     ids = stack.seed(tour_script(dependency={"mode": "healthy", "latency_ms": 400}))
-    stack.worker(4, LAB_BURST_STALE_SECONDS="2")
-    stack.worker(4, LAB_BURST_STALE_SECONDS="2")
+    # The default staleness window: after the restart a worker's pool may take seconds to
+    # connect again, and the heartbeat of the burst's worker goes through it (a 2 s window
+    # once let the idle worker's reaper in first, in CI).
+    stack.worker(4, LAB_BURST_STALE_SECONDS=str(STALE_S))
+    stack.worker(4, LAB_BURST_STALE_SECONDS=str(STALE_S))
     web = stack.web()
     cookie = ids["cookies"]["student"]
     status, body = http_post(web.url, f"/sessions/{ids['session']}/bursts/", cookie, {"size": 6})
@@ -123,7 +130,7 @@ def test_a_burst_ending_while_postgresql_is_down_ends_done_on_its_return(stack):
         return rows if rows and rows[0][0] not in ("queued", "running") else None
 
     assert wait_until(final, 120, "the burst to end") == [("done",)]
-    time.sleep(6.0)  # a reaper that was going to mark it would have by now
+    time.sleep(STALE_S + 4.0)  # a reaper that was going to mark it would have by now
     assert stack.query("SELECT status FROM labs_burst") == [("done",)]
     kinds = [k for (k,) in stack.query(
         "SELECT kind FROM labs_journalevent WHERE session_id = %s ORDER BY seq", (ids["session"],)
