@@ -285,9 +285,10 @@ def _hosts_problems(d: Mapping[str, Any], prefix: str) -> list[Problem]:
             continue
         problems += _unknown(path, host, HOST_KEYS)
         merged = {**base, **{k: v for k, v in host.items() if k in HOST_KEYS}}
-        if merged.get("mode") in ("shared", "server"):
-            what = _NOT_A_HOST[merged["mode"]]
-            problems.append(Problem(f"{path}.mode", f"a host cannot be {what}"))
+        if merged.get("mode") in _NOT_A_HOST:
+            problems.append(
+                Problem(f"{path}.mode", f"a host cannot be {_NOT_A_HOST[merged['mode']]}")
+            )
             continue
         for p in validate_dependency(merged, path):
             if p.field.split(".")[-1].split("[")[0] in host or p.field == f"{path}.outcomes":

@@ -114,10 +114,12 @@ def shared_config(classroom_id: int) -> SharedConfig:
     return SharedConfig(**row.to_dict())
 
 
-def configure_shared(classroom_id: int, config: SharedConfig | None = None) -> RedisSharedModel:
+def configure_shared(
+    classroom_id: int, config: SharedConfig | None = None, client: redis.Redis | None = None
+) -> RedisSharedModel:
     """Write the class's settings into its Redis model (one ``HSET``; idempotent, queued work
     and a running trigger are kept) and return the model."""
-    model = shared_model(classroom_id)
+    model = shared_model(classroom_id, client)
     model.configure(config or shared_config(classroom_id))
     return model
 
@@ -450,8 +452,7 @@ def dependency_for(
     from the settings the same way; any other mode: a private fake dependency in ``store``.
     """
     if is_shared(settings_):
-        model = shared_model(classroom_id, client)
-        model.configure(shared_config(classroom_id))
+        model = configure_shared(classroom_id, client=client)
         return SharedDependency(model, clock=clock, session=session_id), None
     config = parse_dependency(settings_ or {})
     if config.mode == "server":

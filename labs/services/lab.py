@@ -136,11 +136,9 @@ def _arm_server(session_id: int, config) -> None:
     from labs.live import runtime
 
     model = runtime.private_model(session_id)
-    if config.mode != "server":
-        model.clear()
-        return
-    model.configure(SharedConfig(**config.server))
-    model.reset()
+    model.clear()
+    if config.mode == "server":
+        model.configure(SharedConfig(**config.server))
 
 
 def session_set_dependency(
