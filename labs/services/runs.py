@@ -9,6 +9,7 @@ worker's half (claim, heartbeat, the run loop) is :mod:`labs.worker.runs`.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -20,8 +21,10 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from labs.journal import store as journal
-from labs.live import runtime
+from labs.live import liveness, runtime
 from labs.models import Run
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -107,12 +110,20 @@ def reap_stale(kind: RunKind, *, session_id: int | None = None) -> int:
     """Mark the kind's runs whose worker died INTERRUPTED (a heartbeat older than
     ``LAB_BURST_STALE_SECONDS``) and queued ones no worker claimed in time FAILED; one
     session's or every one. A run this process is running is never marked here: it ends as
-    its calls do. Returns how many it marked."""
+    its calls do; nor is one whose worker says in Redis that it runs it
+    (:mod:`labs.live.liveness`: its heartbeat row is late, the database restarting). Returns
+    how many it marked."""
     model = kind.model
     running, queued = model.objects.stale(session_id=session_id)
+    running = list(running)
+    spared = liveness.alive(running)
     marked = 0
     for run in running:
         if kind.runs_here(run, WORKER_ID):
+            continue
+        if run.pk in spared:
+            logger.info("%s %s looks stale but its worker %s says it runs it",
+                        model.__name__, run.pk, run.worker)  # fmt: skip
             continue
         marked += mark(kind, run, model.Status.RUNNING, model.Status.INTERRUPTED,
                        kind.interrupted_kind, kind.interrupted(run))  # fmt: skip

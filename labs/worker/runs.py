@@ -6,7 +6,8 @@ mark; with one heartbeat thread and one sweeper thread for all of them.
   the run final, so no row of the run is written after its end.
 - The heartbeat thread stamps ``heartbeat_at`` of every run this process runs, of every kind,
   one UPDATE a kind every ``LAB_BURST_HEARTBEAT_SECONDS``, and gives each kind's ``poll`` (a
-  look at its rows, e.g. a stop asked) a turn every :data:`TICK_S`.
+  look at its rows, e.g. a stop asked) a turn every :data:`TICK_S`. The liveness thread says
+  the same runs are alive in Redis (:mod:`labs.live.liveness`), apart from the database.
 - The sweeper runs every registered sweep (the reaping of each kind, the class faults'
   backstop...) every :func:`reap_interval` seconds, in turn, on a thread of its own: a slow
   sweep must not make this worker's runs look stale.
@@ -27,6 +28,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from labs.journal import store as journal
+from labs.live import liveness
 from labs.models import Run
 from labs.services.runs import WORKER_ID, RunKind, reap_stale
 from labs.worker.hub import bookkeeping, get_hub
@@ -130,6 +132,7 @@ def claim(kind: RunKind, pk: int, **claim_filter: Any) -> bool:
             kind.here.add(pk)
         watch(kind)
         _heartbeat_thread()
+        _liveness_thread()
         start_sweeper(f"{model.__name__.lower()} reaper", lambda: reap_stale(kind))
     return bool(claimed)
 
@@ -203,19 +206,25 @@ def touch(kind: RunKind, ids: list[int]) -> None:
     model.objects.filter(pk__in=ids, status=model.Status.RUNNING).update(heartbeat_at=Now())
 
 
+def _running() -> dict[RunKind, list[int]]:
+    """The pks of the runs this process runs now, by kind (kinds without any left out)."""
+    with _kinds_lock:
+        kinds = list(_kinds)
+    running = {}
+    for kind in kinds:
+        with kind.lock:
+            if kind.here:
+                running[kind] = list(kind.here)
+    return running
+
+
 def _heartbeat_loop() -> None:
     global _hold_reaps_until
     next_touch = 0.0
     failed = False  # the last heartbeat failed (the database away)
     while True:
         time.sleep(TICK_S)
-        with _kinds_lock:
-            kinds = list(_kinds)
-        running = {}
-        for kind in kinds:
-            with kind.lock:
-                if kind.here:
-                    running[kind] = list(kind.here)
+        running = _running()
         if not running:
             continue
         try:
@@ -238,6 +247,22 @@ def _heartbeat_loop() -> None:
             connection.close()
 
 
+def _liveness_loop() -> None:
+    """Say in Redis which runs this process runs (:mod:`labs.live.liveness`), every
+    ``LAB_BURST_HEARTBEAT_SECONDS``, never waiting for the database as the heartbeat does."""
+    while True:
+        time.sleep(settings.LAB_BURST_HEARTBEAT_SECONDS)
+        running = _running()
+        if not running:
+            continue
+        try:
+            liveness.stamp(
+                {kind.model._meta.label_lower: ids for kind, ids in running.items()}, WORKER_ID
+            )
+        except Exception:  # Redis away: the heartbeats' rows decide alone meanwhile
+            logger.warning("runs' liveness not said in Redis", exc_info=True)
+
+
 # --- The sweeper: reaping and other backstops, one thread ---------------------------------
 
 _sweeps: dict[str, Callable[[], object]] = {}
@@ -256,9 +281,7 @@ def worker_ready() -> None:
 
 
 def _busy() -> bool:
-    with _kinds_lock:
-        kinds = list(_kinds)
-    return any(kind.here for kind in kinds)
+    return bool(_running())
 
 
 def reap_interval() -> float:
@@ -318,4 +341,5 @@ def _database_answers() -> bool:
 #: The heartbeat of this process's runs and the sweeper of every kind's stale runs: one
 #: daemon thread each, started by the first run or sweep registered.
 _heartbeat_thread = daemon_once(_heartbeat_loop, "run-heartbeat")
+_liveness_thread = daemon_once(_liveness_loop, "run-liveness")
 _sweeper_thread = daemon_once(_sweep_forever, "worker-sweeper")

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import connection, connections, transaction
 
 from labs.journal import broadcast
-from labs.live import runtime
+from labs.live import liveness, runtime
 from labs.models import Burst, JournalEvent, LabSession
 from labs.services import bursts, lab
 from labs.worker import bursts as worker_bursts
@@ -163,6 +163,10 @@ def test_worker_killed_mid_burst_marks_it_interrupted_and_the_next_burst_runs(
         lambda: JournalEvent.objects.filter(burst=burst, kind="attempt").count() >= 3,
         message="a few attempts journaled",
     )
+    # The worker says in Redis that it runs the burst (labs.live.liveness); a killed
+    # worker's word expires with the staleness window, and the burst is reaped.
+    burst.refresh_from_db()
+    wait_for(lambda: liveness.alive([burst]) == {burst.pk}, 10, message="the worker's word")
     victim.kill()
     settings.LAB_BURST_STALE_SECONDS = 2
     interrupted(burst)

@@ -10,8 +10,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
+from labs.live import liveness
+from labs.live.health import redis_client
 from labs.models import Burst, JournalEvent, Traffic
 from labs.services import bursts, traffic
 from labs.services.runs import WORKER_ID
@@ -83,3 +86,46 @@ def test_the_heartbeat_is_stamped_by_the_database_when_written(session, monkeypa
     monkeypatch.undo()
     burst.refresh_from_db()
     assert abs((timezone.now() - burst.heartbeat_at).total_seconds()) < 60
+
+
+# --- a worker that says in Redis it runs the run (labs.live.liveness) ---------------------
+
+
+def test_a_stale_looking_run_whose_worker_says_in_redis_it_runs_it_is_spared_until_it_stops(
+    session,
+):
+    """After a PostgreSQL restart the heartbeat row of a live run can land late; its worker's
+    word in Redis keeps it from being reaped, and once the word is gone (the worker died: its
+    key expires) the row's staleness decides again."""
+    burst = _stale_burst(session, "worker-a:1")
+    liveness.stamp({"labs.burst": [burst.pk]}, "worker-a:1")
+    assert bursts.bursts_reap_stale(session_id=session.pk) == 0
+    burst.refresh_from_db()
+    assert burst.status == Burst.Status.RUNNING
+    redis_client(settings.CELERY_BROKER_URL).delete(liveness.key("labs.burst", burst.pk))
+    assert bursts.bursts_reap_stale(session_id=session.pk) == 1
+    burst.refresh_from_db()
+    assert burst.status == Burst.Status.INTERRUPTED
+
+
+def test_the_word_of_another_worker_or_of_another_kind_spares_nothing(session):
+    burst = _stale_burst(session, "worker-a:1")
+    liveness.stamp({"labs.burst": [burst.pk]}, "worker-b:2")  # not the run's worker
+    liveness.stamp({"labs.traffic": [burst.pk]}, "worker-a:1")  # a traffic run's number
+    assert bursts.bursts_reap_stale(session_id=session.pk) == 1
+
+
+def test_the_word_expires_after_the_staleness_window(session, settings):
+    settings.LAB_BURST_STALE_SECONDS = 2
+    burst = _stale_burst(session, "worker-a:1")
+    liveness.stamp({"labs.burst": [burst.pk]}, "worker-a:1")
+    ttl_ms = redis_client(settings.CELERY_BROKER_URL).pttl(liveness.key("labs.burst", burst.pk))
+    assert 1000 < ttl_ms <= 2000
+
+
+def test_without_redis_the_heartbeat_rows_decide(session, settings):
+    burst = _stale_burst(session, "worker-a:1")
+    liveness.stamp({"labs.burst": [burst.pk]}, "worker-a:1")
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"  # nothing answers there
+    assert liveness.alive([burst]) == set()
+    assert bursts.bursts_reap_stale(session_id=session.pk) == 1
