@@ -85,8 +85,11 @@ def hub_floor(redis_pid: int, port: int, seconds: float) -> None:
     """The engine hub's own CPU per attempt at several arrival rates (see the docstring)."""
     import random
 
+    import django
     import redis
 
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab_project.settings")
+    django.setup()  # the hub's module reaches the engine's Redis client through the settings
     from labs.worker.hub import Hub
 
     pool = redis.ConnectionPool(port=port)

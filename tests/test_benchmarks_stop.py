@@ -260,3 +260,19 @@ def test_a_stop_that_surfaces_as_another_error_still_exits_as_the_stop(tmp_path)
                           timeout=60)  # fmt: skip
     assert done.returncode == 128 + signal.SIGTERM, done.stderr
     assert "SIGTERM received: everything it started is stopped" in done.stderr
+
+
+@pytest.mark.timeout(300)
+def test_the_wakeup_bench_runs_to_its_hub_floor_table(tmp_path):
+    """A short run of the whole script, to its last table: the engine hub it measures is
+    imported only there (with Django set up first), where a stop test never reaches."""
+    env = bench_env(new_mark(), tmp_path)
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "wakeup_bench.py"), "--runs", "3", "--hub-seconds", "0.2"],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    table = done.stdout.split("the engine hub's floor", 1)[1].splitlines()[2:]
+    rates = [int(row.split()[0]) for row in table if row.strip()]
+    assert rates == [100, 300, 1000, 3000], done.stdout
+    assert all(int(row.split()[1]) > 0 for row in table if row.strip()), done.stdout
