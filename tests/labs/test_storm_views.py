@@ -70,6 +70,10 @@ def test_without_a_shared_dependency_the_panel_says_how_to_configure_one(
     assert "No shared dependency is configured for this class" in text
     assert reverse("labs:class_dashboard", args=[classroom.pk]) + "#shared-form" in text
     assert 'id="chart-load"' not in text
+    # nothing connects without a dependency: no status claims it does; words, not commands
+    assert "Connecting" not in text and 'id="storm-status"' not in text
+    assert "Shared (the class's)" in text
+    assert "manage.py" not in text
 
 
 def test_the_configured_panel_has_its_chart_table_and_controls(client, configured, instructor):
