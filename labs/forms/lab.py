@@ -29,6 +29,7 @@ from labs.engine import LIMITS, Problem
 from labs.engine.config import Limit
 from labs.forms.bounded import BoundedInputsMixin
 from labs.presenters.server import CHOICE_WORDS
+from labs.presenters.text import MODE_LABELS
 
 #: Characters a number field accepts: more than any value in range, typed any way.
 NUMBER_MAX_LENGTH = 32
@@ -99,18 +100,6 @@ MODE_PARAMS: dict[str, tuple[str, ...]] = {
     "server": tuple(name for name, _, _ in SERVER_FIELDS),
 }
 
-MODE_LABELS: dict[str, str] = {
-    "healthy": "Healthy",
-    "flaky": "Flaky",
-    "down": "Down",
-    "slow": "Slow",
-    "error_rate": "Error rate",
-    "outage": "Outage",
-    "rate_limited": "Rate limited",
-    "script": "Script",
-    "shared": "Shared (the class's)",
-    "server": "Server with a queue",
-}
 
 POLICY_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("max_attempts", "policy.max_attempts", "Max attempts per call"),

@@ -8,6 +8,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from labs.engine import state_label as engine_state_label
+from labs.presenters.text import MODE_LABELS
 
 # --- the class dashboard --------------------------------------------------------------------
 
@@ -29,7 +30,8 @@ def dashboard_state_label(state: str | None) -> str:
 
 
 def mode_label(mode: str | None) -> str:
-    return (mode or "").replace("_", " ")
+    """A dependency mode as the lab page's button names it (``Server with a queue``)."""
+    return MODE_LABELS.get(mode or "", (mode or "").replace("_", " "))
 
 
 def dashboard_labels(update: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """Words for people: who did something, why a run stopped, why a burst has no what-if,
-and the durations the pages write.
+the dependency's modes, and the durations the pages write.
 """
 
 from __future__ import annotations
@@ -9,6 +9,21 @@ from typing import Any
 
 import redis
 from django.db import InterfaceError, OperationalError
+
+#: Each dependency mode as the pages name it (the lab page's mode buttons, the dashboard).
+MODE_LABELS: dict[str, str] = {
+    "healthy": "Healthy",
+    "flaky": "Flaky",
+    "down": "Down",
+    "slow": "Slow",
+    "error_rate": "Error rate",
+    "outage": "Outage",
+    "rate_limited": "Rate limited",
+    "script": "Script",
+    "shared": "Shared (the class's)",
+    "server": "Server with a queue",
+}
+
 
 # --- people ----------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from django.utils.safestring import SafeString, mark_safe
 from labs.engine import state_label as engine_state_label
 from labs.journal import rows
 from labs.presenters import lessons as lesson_words
+from labs.presenters.dashboard import mode_label as dependency_mode_label
 from labs.presenters.lessons import step_sentence
 from labs.presenters.text import ms_text, seconds_text
 
@@ -41,6 +42,12 @@ def render_markdown(text: str | None) -> SafeString:
         link_rel="noopener noreferrer nofollow",
     )
     return mark_safe(clean)  # noqa: S308 - sanitised by nh3 just above
+
+
+@register.filter
+def mode_label(mode: str | None) -> str:
+    """``rate_limited`` -> ``Rate limited`` (the lab page's mode button)."""
+    return dependency_mode_label(mode)
 
 
 @register.filter

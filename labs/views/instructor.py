@@ -34,7 +34,7 @@ from labs.forms.lab import coerce
 from labs.journal.store import event_payload
 from labs.live.traffic import ARRIVALS, DURATION_RANGE, RATE_RANGE
 from labs.models import Classroom, JournalEvent, LabSession, Scenario
-from labs.presenters.dashboard import dashboard_row_html, row_json
+from labs.presenters.dashboard import dashboard_row_html, mode_label, row_json
 from labs.presenters.exports import csv_lines
 from labs.presenters.server import describe_config
 from labs.presenters.storm import offered_load_text
@@ -201,7 +201,7 @@ def class_set_dependency(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         )
     except SettingsInvalid as exc:
         return _answer(request, classroom, problems=[str(p) for p in exc.problems], status=422)
-    what = changes["mode"].replace("_", " ")
+    what = mode_label(changes["mode"])
     if duration:
         what += f" for {duration} s (then each session's previous mode comes back)"
     return _answer(request, classroom, message=result.describe(f"{what}: applied to"))

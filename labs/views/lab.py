@@ -39,7 +39,6 @@ from django_htmx.http import reswap, retarget
 from labs.clicks import start_burst_for
 from labs.engine.breaker import STATE_LABELS
 from labs.forms.lab import (
-    MODE_LABELS,
     MODE_PARAMS,
     BurstForm,
     DependencyForm,
@@ -54,6 +53,7 @@ from labs.presenters.exports import csv_lines
 from labs.presenters.lab_page import badge, burst_panel, chart_payload, summary_prototype
 from labs.presenters.lessons import scenario_steps
 from labs.presenters.storm import OVERLOAD_WAIT_MS
+from labs.presenters.text import MODE_LABELS
 from labs.selectors.access import owned_session, visible_session
 from labs.selectors.lab import (
     breaker_now,

@@ -21,6 +21,7 @@ from django.db import connections
 from playwright.sync_api import expect
 
 from labs.models import Burst, JournalEvent
+from labs.presenters.text import MODE_LABELS
 from labs.services import bursts, lab
 from tests.conftest import (
     DEFAULT_PASSWORD,
@@ -169,6 +170,9 @@ def test_instructor_watches_two_students_burst_live_and_downs_the_whole_class(
         alice_page.wait_for_selector('#live-status[data-state="live"]')
 
         # 2. A class-wide "down": a bad duration is refused first and changes nothing.
+        assert page.locator("#fault-mode option[value='rate_limited']").text_content() == (
+            "Rate limited"
+        )
         page.select_option("#fault-mode", "down")
         # The input's min/max stop this in the browser; the server must refuse it anyway.
         page.evaluate("document.getElementById('fault-form').noValidate = true")
@@ -181,9 +185,11 @@ def test_instructor_watches_two_students_burst_live_and_downs_the_whole_class(
         assert not JournalEvent.objects.filter(kind="fault_injected").exists()
         page.fill("#fault-duration", "")
         page.click("#fault-submit")
-        expect(page.locator("#action-result")).to_contain_text("applied to 2 sessions")
+        expect(page.locator("#action-result")).to_contain_text("Down: applied to 2 sessions")
         for session in (alice, bob):
             wait_row(page, session.pk, "r.dataset.mode === 'down'")
+            # the mode in the lab page's words, not its code word
+            expect(page.locator(f"#row-{session.pk} .c-mode")).to_have_text("Down")
             row = JournalEvent.objects.get(session=session, kind="fault_injected")
             assert row.message.startswith("fault injected by teacher_a: down")
         shot(page, "3-class-down")
@@ -319,11 +325,11 @@ def test_the_sessions_table_breaks_no_word_and_never_scrolls_the_page(
         page.wait_for_selector('#live-status[data-state="live"]')
         # The widest labels a row shows, in the first row (as a live update would set them).
         page.evaluate(
-            """id => { const r = document.getElementById('row-' + id);
+            """([id, mode]) => { const r = document.getElementById('row-' + id);
                        r.querySelector('[data-field=state]').textContent = 'half-open';
-                       r.querySelector('[data-field=mode]').textContent = 'rate limited';
+                       r.querySelector('[data-field=mode]').textContent = mode;
                        r.querySelector('[data-field=activity]').textContent = 'bursting'; }""",
-            sessions[0].pk,
+            [sessions[0].pk, max(MODE_LABELS.values(), key=len)],
         )
         for width, height in ((1400, 900), (1920, 1080)):
             page.set_viewport_size({"width": width, "height": height})

@@ -18,6 +18,7 @@ from labs.consumers.dashboard import REFRESH_INTERVAL_S, SETTLE_S
 from labs.journal.broadcast import class_group
 from labs.models import Burst
 from labs.presenters.dashboard import dashboard_row_html
+from labs.presenters.text import MODE_LABELS
 from labs.selectors.dashboard import class_dashboard_rows
 from labs.services import bursts, lab
 from labs.services import classroom as class_services
@@ -260,7 +261,7 @@ def test_refresh_asks_for_a_new_snapshot(instructor, classroom, sessions, scenar
     assert newcomer["html"] == dashboard_row_html(row)
     assert f'id="row-{newcomer["session"]}"' in newcomer["html"]
     assert newcomer["state_label"] == "closed"
-    assert newcomer["mode_label"] == newcomer["mode"].replace("_", " ")
+    assert newcomer["mode_label"] == MODE_LABELS[newcomer["mode"]]  # the lab page's button
 
 
 def test_a_burst_on_a_real_worker_shows_bursting_totals_and_its_summary(

@@ -157,7 +157,7 @@ def test_class_wide_down_flips_every_session(client, instructor, classroom, sess
     client.force_login(instructor)
     response = client.post(url("class_set_dependency", classroom), {"mode": "down"}, **HTMX)
     assert response.status_code == 200
-    assert "applied to 2 sessions" in response.content.decode()
+    assert "Down: applied to 2 sessions" in response.content.decode()
     for session in sessions:
         session.refresh_from_db()
         assert session.dependency["mode"] == "down"
@@ -171,13 +171,22 @@ def test_class_wide_fault_with_duration_is_stored_for_its_restore(
 ):
     client.force_login(instructor)
     response = client.post(
-        url("class_set_dependency", classroom), {"mode": "down", "duration_s": "30"}, **HTMX
+        url("class_set_dependency", classroom),
+        {"mode": "rate_limited", "duration_s": "30"},
+        **HTMX,
     )
     assert response.status_code == 200
     fault = ClassFault.objects.get(classroom=classroom)
     assert fault.duration_s == 30
     assert set(fault.sessions) == {str(s.pk) for s in sessions}
-    assert "fault-banner" in response.content.decode()
+    text = response.content.decode()
+    assert "Rate limited for 30 s (then each session&#x27;s previous mode comes back)" in text
+    assert "fault-banner" in text
+    # the mode in the lab page's words, on the banner and on the page itself
+    assert "Class-wide <strong>Rate limited</strong> until" in text
+    page = client.get(url("class_dashboard", classroom)).content.decode()
+    assert "Class-wide <strong>Rate limited</strong> until" in page
+    assert '<option value="rate_limited">Rate limited</option>' in page
 
 
 @pytest.mark.parametrize(
