@@ -379,3 +379,16 @@ def test_class_exports_neutralise_spreadsheet_formulas(client, instructor, class
     messages = [r["message"] for r in csv.DictReader(io.StringIO(journal_csv.decode()))]
     assert "'@SUM(1+1)" in messages
     assert "@SUM(1+1)" not in messages
+
+
+def test_the_chain_form_says_what_a_chain_needs_before_two_sessions_share_the_dependency(
+    client, instructor, classroom, sessions
+):
+    client.force_login(instructor)
+    html = client.get(url("class_dashboard", classroom)).content.decode()
+    assert "A chain needs at least 2 sessions on the shared dependency, one a tier" in html
+    assert "2 to 2 tiers" not in html
+    for session in sessions:
+        lab.session_set_dependency(session=session, user=session.owner, changes={"mode": "shared"})
+    html = client.get(url("class_dashboard", classroom)).content.decode()
+    assert "2 to 2 tiers; blank: no chain." in html
