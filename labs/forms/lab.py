@@ -28,7 +28,7 @@ from django.http import QueryDict
 from labs.engine import LIMITS, Problem
 from labs.engine.config import Limit
 from labs.forms.bounded import BoundedInputsMixin
-from labs.presenters.server import CHOICE_WORDS
+from labs.presenters.server import CHOICE_WORDS, SERVER_LABELS
 from labs.presenters.text import MODE_LABELS
 
 #: Characters a number field accepts: more than any value in range, typed any way.
@@ -41,27 +41,9 @@ _PLAIN_DECIMAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)")
 #: The settings of a student's own server with a queue (mode ``server``), as the lab page
 #: offers them: the class model's (``shared.*`` ranges) that change what one caller meets; the
 #: rest (the rate limit's burst, the adaptive limits, CoDel's interval) keep their defaults.
-SERVER_KEYS = (
-    "servers", "service_ms", "max_queue_ms", "discipline", "lifo_after_ms", "rate_per_s",
-    "queue_limit", "concurrency_limit", "codel_target_ms",
-)  # fmt: skip
+SERVER_KEYS = tuple(SERVER_LABELS)
 SERVER_FIELDS: tuple[tuple[str, str, str], ...] = tuple(
-    (f"server_{key}", f"dependency.server.{key}", label)
-    for key, label in zip(
-        SERVER_KEYS,
-        (
-            "Servers",
-            "Service time per attempt",
-            "Longest queue wait before shedding",
-            "Queue order",
-            "Adaptive LIFO: newest first past",
-            "Rate limit",
-            "Queue limit",
-            "Concurrency limit",
-            "CoDel target wait",
-        ),
-        strict=True,
-    )
+    (f"server_{key}", f"dependency.server.{key}", label) for key, label in SERVER_LABELS.items()
 )
 
 # (form field name, path in LIMITS, label)
@@ -99,7 +81,6 @@ MODE_PARAMS: dict[str, tuple[str, ...]] = {
     "shared": (),
     "server": tuple(name for name, _, _ in SERVER_FIELDS),
 }
-
 
 POLICY_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("max_attempts", "policy.max_attempts", "Max attempts per call"),

@@ -8,7 +8,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from labs.engine import state_label as engine_state_label
-from labs.presenters.text import MODE_LABELS
+from labs.presenters.text import mode_label
 
 # --- the class dashboard --------------------------------------------------------------------
 
@@ -27,11 +27,6 @@ def burst_summary_text(summary: dict[str, Any] | None) -> str:
 def dashboard_state_label(state: str | None) -> str:
     """The breaker state as the dashboard's table writes it (``half-open``)."""
     return engine_state_label(state).lower()
-
-
-def mode_label(mode: str | None) -> str:
-    """A dependency mode as the lab page's button names it (``Server with a queue``)."""
-    return MODE_LABELS.get(mode or "", (mode or "").replace("_", " "))
 
 
 def dashboard_labels(update: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 from labs.engine import state_label as engine_state_label
 from labs.engine.breaker import STATES
 from labs.grading import CLASS_MEASURES, RECOVERY_ANSWERS
-from labs.presenters.server import CHOICE_WORDS
+from labs.presenters.server import CHOICE_WORDS, SERVER_LABELS
 
 # --- scenario steps --------------------------------------------------------------------------
 
@@ -108,16 +108,19 @@ _DEPENDENCY_WORDS: dict[str, tuple[str, Any]] = {
     "fallbacks": ("Fallbacks it offers", lambda v: ", ".join(map(str, v)) if v else "none"),
     "b_every": ("Dependency B takes every n-th call", str),
 }
+_SERVER_SHOWN: dict[str, Any] = {
+    "servers": str,
+    "service_ms": _ms_words,
+    "max_queue_ms": _ms_words,
+    "discipline": lambda v: CHOICE_WORDS.get(v, _choice(v)),
+    "lifo_after_ms": _ms_words,
+    "rate_per_s": lambda v: _off_or(v, lambda x: f"{x:g} attempts/s"),
+    "queue_limit": lambda v: _off_or(v, lambda x: f"{x} attempts"),
+    "concurrency_limit": lambda v: _off_or(v, lambda x: f"{x} attempts"),
+    "codel_target_ms": lambda v: _off_or(v, _ms_words),
+}
 _SERVER_WORDS: dict[str, tuple[str, Any]] = {
-    "servers": ("Servers", str),
-    "service_ms": ("Service time per attempt", _ms_words),
-    "max_queue_ms": ("Longest queue wait before shedding", _ms_words),
-    "discipline": ("Queue order", lambda v: CHOICE_WORDS.get(v, _choice(v))),
-    "lifo_after_ms": ("Adaptive LIFO: newest first past", _ms_words),
-    "rate_per_s": ("Rate limit", lambda v: _off_or(v, lambda x: f"{x:g} attempts/s")),
-    "queue_limit": ("Queue limit", lambda v: _off_or(v, lambda x: f"{x} attempts")),
-    "concurrency_limit": ("Concurrency limit", lambda v: _off_or(v, lambda x: f"{x} attempts")),
-    "codel_target_ms": ("CoDel target wait", lambda v: _off_or(v, _ms_words)),
+    key: (label, _SERVER_SHOWN[key]) for key, label in SERVER_LABELS.items()
 }
 _POLICY_WORDS: dict[str, tuple[str, Any]] = {
     "max_attempts": ("Max attempts per call", str),

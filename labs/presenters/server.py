@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from labs.engine import SharedConfig
 
-__all__ = ["CHOICE_WORDS", "describe_config", "describe_defences"]
+__all__ = ["CHOICE_WORDS", "SERVER_LABELS", "describe_config", "describe_defences"]
 
 #: A server setting's choice as a form's option reads it, where the value alone is a code name.
 CHOICE_WORDS = {
@@ -14,6 +14,20 @@ CHOICE_WORDS = {
     "fifo": "first come, first served (FIFO)",
     "lifo": "newest first (LIFO)",
     "adaptive_lifo": "adaptive LIFO: newest first once the oldest waits too long",
+}
+
+#: The settings of a student's own server a page names (the lab page's fields, a lesson's
+#: steps), in the order the lab page shows them, with their labels.
+SERVER_LABELS = {
+    "servers": "Servers",
+    "service_ms": "Service time per attempt",
+    "max_queue_ms": "Longest queue wait before shedding",
+    "discipline": "Queue order",
+    "lifo_after_ms": "Adaptive LIFO: newest first past",
+    "rate_per_s": "Rate limit",
+    "queue_limit": "Queue limit",
+    "concurrency_limit": "Concurrency limit",
+    "codel_target_ms": "CoDel target wait",
 }
 
 

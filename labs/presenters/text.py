@@ -25,6 +25,11 @@ MODE_LABELS: dict[str, str] = {
 }
 
 
+def mode_label(mode: str | None) -> str:
+    """A dependency mode as the lab page's button names it (``Server with a queue``)."""
+    return MODE_LABELS.get(mode or "", (mode or "").replace("_", " "))
+
+
 # --- people ----------------------------------------------------------------------------------
 
 

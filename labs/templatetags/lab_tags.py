@@ -15,8 +15,8 @@ from django.utils.safestring import SafeString, mark_safe
 from labs.engine import state_label as engine_state_label
 from labs.journal import rows
 from labs.presenters import lessons as lesson_words
-from labs.presenters.dashboard import mode_label as dependency_mode_label
 from labs.presenters.lessons import step_sentence
+from labs.presenters.text import mode_label as dependency_mode_label
 from labs.presenters.text import ms_text, seconds_text
 
 register = template.Library()

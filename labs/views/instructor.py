@@ -34,10 +34,11 @@ from labs.forms.lab import coerce
 from labs.journal.store import event_payload
 from labs.live.traffic import ARRIVALS, DURATION_RANGE, RATE_RANGE
 from labs.models import Classroom, JournalEvent, LabSession, Scenario
-from labs.presenters.dashboard import dashboard_row_html, mode_label, row_json
+from labs.presenters.dashboard import dashboard_row_html, row_json
 from labs.presenters.exports import csv_lines
 from labs.presenters.server import describe_config
 from labs.presenters.storm import offered_load_text
+from labs.presenters.text import mode_label
 from labs.selectors import storm as storm_reads
 from labs.selectors.dashboard import class_dashboard_rows, simulated_count, state_counts
 from labs.selectors.storm import storm_configured, storm_traffic_defaults

@@ -53,7 +53,7 @@ from labs.presenters.exports import csv_lines
 from labs.presenters.lab_page import badge, burst_panel, chart_payload, summary_prototype
 from labs.presenters.lessons import scenario_steps
 from labs.presenters.storm import OVERLOAD_WAIT_MS
-from labs.presenters.text import MODE_LABELS
+from labs.presenters.text import MODE_LABELS, mode_label
 from labs.selectors.access import owned_session, visible_session
 from labs.selectors.lab import (
     breaker_now,
@@ -191,7 +191,7 @@ def form_context(
             for mode, label in MODE_LABELS.items()
         ],
         "current_mode": current_mode,
-        "current_mode_label": MODE_LABELS.get(current_mode, current_mode),
+        "current_mode_label": mode_label(current_mode),
         "current_mode_params": MODE_PARAMS.get(current_mode, ()),
         "mode_help": describe_limit("dependency.mode"),
     }
